@@ -1,0 +1,1 @@
+"""The Apache Beam pipeline that turns listed inputs into shards, built from `prep`'s pure functions."""

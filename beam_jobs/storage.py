@@ -1,0 +1,103 @@
+"""File access for the pipeline: local paths directly, `gs://`, `s3://` and other
+schemes through Beam's FileSystems. Writes go to a temporary name and are
+renamed into place, so a reader never sees a half-written file under its final name.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(base: str, *parts: str) -> str:
+    if is_remote(base):
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def _fs():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def read_bytes(path: str) -> bytes:
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            return f.read()
+    from apache_beam.io.filesystem import CompressionTypes
+
+    with _fs().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def open_read(path: str):
+    if not is_remote(path):
+        return open(path, "rb")
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _fs().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def open_write(path: str):
+    """Opens `path` for writing, creating parent folders (local)."""
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return open(path, "wb")
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _fs().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def rename(src: str, dst: str) -> None:
+    if not is_remote(src):
+        os.replace(src, dst)
+    else:
+        if exists(dst):
+            _fs().delete([dst])
+        _fs().rename([src], [dst])
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes `data` to `path` via a temporary sibling and a rename."""
+    tmp = path + ".part"
+    with open_write(tmp) as f:
+        f.write(data)
+    rename(tmp, path)
+
+
+def exists(path: str) -> bool:
+    if not is_remote(path):
+        return os.path.exists(path)
+    return _fs().exists(path)
+
+
+def delete(path: str) -> None:
+    """Deletes a file or a folder tree if it exists."""
+    if not is_remote(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.remove(path)
+        return
+    if exists(path):
+        _fs().delete([path])
+    elif exists(path.rstrip("/") + "/"):
+        _fs().delete([path.rstrip("/") + "/"])
+
+
+def list_names(folder: str) -> list[str]:
+    """Names of the entries directly in `folder` (empty if it does not exist)."""
+    if not is_remote(folder):
+        try:
+            return sorted(os.listdir(folder))
+        except FileNotFoundError:
+            return []
+    prefix = folder.rstrip("/") + "/"
+    matches = _fs().match([prefix + "*"])[0].metadata_list
+    return sorted({m.path[len(prefix):].split("/")[0] for m in matches})

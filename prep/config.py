@@ -1,0 +1,50 @@
+"""`ConvertConfig`: every option of a conversion, checked once, shared by the CLI and Beam entry points."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from prep.errors import OptionsError
+from prep.images import ImageOptions
+from prep.plan import PlanOptions
+
+RUNNERS_LOCAL = "local"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+    """A conversion: what to read, how to plan and transform, where to write."""
+
+    source: str
+    output: str
+    labels: str | None = None  # label file; None: class folders
+    classes: tuple[str, ...] | None = None  # fixed label order from --classes
+    layout: str = "auto"
+    plan: PlanOptions = PlanOptions()
+    image: ImageOptions = ImageOptions()
+    workers: int = os.cpu_count() or 1
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise OptionsError(f"--workers must be >= 1, got {self.workers}")
+
+    def manifest_options(self) -> dict:
+        """The options that decide the output bytes, as recorded in the manifest."""
+        split = self.plan.split_fractions
+        return {
+            "seed": self.plan.seed,
+            "num_shards": self.plan.num_shards,
+            "shard_size": self.plan.shard_size,
+            "split": None if split is None else ",".join(f"{n}={float(f):g}" for n, f in split),
+            "max_per_class": self.plan.max_per_class,
+            "resize": self.image.resize,
+            "max_side": self.image.max_side,
+            "image_format": self.image.image_format,
+            "quality": self.image.quality,
+            "max_pixels": self.image.max_pixels,
+            "layout": self.layout if self.labels is None else "label_file",
+            "label_file": None if self.labels is None else os.path.basename(self.labels),
+            "classes_fixed": self.classes is not None,
+        }

@@ -1,0 +1,188 @@
+"""Image checking and conversion: the bytes that go into `image/encoded`.
+
+The rule, documented in README "Images":
+
+* A JPEG or PNG whose pixels are 8-bit grayscale (L) or RGB, with no EXIF
+  rotation (orientation absent or 1), one frame, no transparency, and no resize
+  or format change asked for, keeps its original bytes, after a full decode
+  proves them readable.
+* Anything else is decoded, given its first frame, turned upright by its EXIF
+  orientation, converted (alpha and palette transparency composited onto white;
+  16-bit samples scaled to 8 bits; CMYK/YCCK and every other mode to RGB;
+  grayscale stays 1-channel grayscale), resized if asked, and re-encoded:
+  JPEG sources as JPEG at `quality`, every other source as lossless PNG, unless
+  `image_format` forces one format for all.
+* `image/format` always tells what the stored bytes are, whatever the file
+  name says.
+
+Every failure is an `ImageRejected` with a short reason code and a detail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import warnings
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from prep.errors import OptionsError
+
+# We check the pixel count ourselves against `ImageOptions.max_pixels`, so that
+# the limit is an option rather than Pillow's fixed guess.
+Image.MAX_IMAGE_PIXELS = None
+
+IMAGE_FORMATS = ("keep", "jpeg", "png")
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
+_KEEP_MODES = ("L", "RGB")
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_ORIENTATION_TAG = 0x0112
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are checked and transformed."""
+
+    resize: int | None = None  # shorter side, downscale only
+    max_side: int | None = None  # longer side cap, downscale only
+    image_format: str = "keep"
+    quality: int = 95
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self):
+        for name in ("resize", "max_side"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 65535:
+                raise OptionsError(f"--{name.replace('_', '-')} must be in [1, 65535], got {value}")
+        if self.image_format not in IMAGE_FORMATS:
+            raise OptionsError(f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, got {self.image_format!r}")
+        if not 1 <= self.quality <= 100:
+            raise OptionsError(f"--quality must be in [1, 100], got {self.quality}")
+        if self.max_pixels < 1:
+            raise OptionsError(f"--max-pixels must be >= 1, got {self.max_pixels}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedImage:
+    """Encoded bytes ready for a record, and their properties."""
+
+    encoded: bytes
+    format: str  # "jpeg" or "png"
+    height: int
+    width: int
+    channels: int
+    converted: bool
+
+
+class ImageRejected(Exception):
+    """The input cannot become a record; `reason` is a short code for counting."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def target_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]:
+    """Size after `resize` (shorter side) and `max_side` (longer side); never upscales."""
+    scale = 1.0
+    if options.resize is not None and min(width, height) > options.resize:
+        scale = options.resize / min(width, height)
+    if options.max_side is not None and max(width, height) * scale > options.max_side:
+        scale = options.max_side / max(width, height)
+    if scale == 1.0:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _png_bit_depth(data: bytes) -> int:
+    return data[24] if data.startswith(_PNG_SIGNATURE) and len(data) > 24 else 8
+
+
+def _has_transparency(img: Image.Image) -> bool:
+    return "A" in img.getbands() or "transparency" in img.info
+
+
+def _to_output_mode(img: Image.Image) -> Image.Image:
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        import numpy as np
+
+        values = np.asarray(img, dtype=np.float64)
+        scale = 256.0 if img.mode != "F" and values.max(initial=0) > 255 else 1.0
+        return Image.fromarray(np.clip(values / scale, 0, 255).astype(np.uint8), "L")
+    if _has_transparency(img):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if img.mode == "L":
+        return img
+    return img.convert("RGB")
+
+
+def _encode(img: Image.Image, fmt: str, quality: int) -> bytes:
+    buffer = io.BytesIO()
+    if fmt == "jpeg":
+        img.save(buffer, "JPEG", quality=quality)
+    else:
+        img.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
+    """Checks `data` and returns the bytes to store, following the module's rule.
+
+    Raises:
+        ImageRejected: empty, undecodable, too many pixels, or unsupported.
+    """
+    if not data:
+        raise ImageRejected("empty", "file has zero bytes")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            img = Image.open(io.BytesIO(data))
+        except UnidentifiedImageError:
+            raise ImageRejected("undecodable", "not an image format Pillow can identify") from None
+        except Exception as exc:  # Pillow raises many types on hostile headers
+            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+        width, height = img.size
+        if width * height > options.max_pixels:
+            raise ImageRejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}")
+        if width < 1 or height < 1:
+            raise ImageRejected("undecodable", f"image has size {width}x{height}")
+        source_format = (img.format or "").lower()
+        try:
+            orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
+        except Exception:
+            orientation = 1  # an unreadable EXIF block does not make the pixels wrong
+        upright = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+        size = target_size(*upright, options)
+        out_format = source_format if options.image_format == "keep" else options.image_format
+        keep = (
+            source_format in ("jpeg", "png")
+            and out_format == source_format
+            and img.mode in _KEEP_MODES
+            and not _has_transparency(img)
+            and orientation == 1
+            and getattr(img, "n_frames", 1) == 1
+            and size == (width, height)
+            and (source_format != "png" or _png_bit_depth(data) == 8)
+        )
+        try:
+            if keep:
+                img.load()
+                return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False)
+            if out_format not in ("jpeg", "png"):
+                out_format = "png"
+            if source_format == "jpeg" and orientation == 1 and size != (width, height):
+                img.draft(img.mode, size)  # decode at a reduced DCT scale, still >= size
+            img.load()
+            img = ImageOps.exif_transpose(img) if orientation != 1 else img
+            img = _to_output_mode(img)
+            if img.size != size:
+                img = img.resize(size, Image.Resampling.BICUBIC)
+            encoded = _encode(img, out_format, options.quality)
+        except ImageRejected:
+            raise
+        except Exception as exc:
+            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+    return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True)

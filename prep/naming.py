@@ -1,0 +1,61 @@
+"""Shard file names: the one place that builds and parses them.
+
+A shard is named ``{split}-{index:05d}-of-{count:05d}.tfrecord``, e.g.
+``train-00003-of-00016.tfrecord``. The writer, `verify`, `inspect` and the
+loaders all go through `ShardName`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+SUFFIX = ".tfrecord"
+_SPLIT_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_NAME_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord$")
+
+
+def check_split_name(split: str) -> str:
+    """Returns `split` if it can appear in a shard name, else raises ValueError."""
+    if not _SPLIT_RE.match(split):
+        raise ValueError(f"split name {split!r} must be letters, digits or '_'")
+    return split
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ShardName:
+    """Identity of one shard file: split, 0-based index and shard count."""
+
+    split: str
+    index: int
+    count: int
+
+    def __post_init__(self):
+        check_split_name(self.split)
+        if self.count < 1:
+            raise ValueError(f"shard count must be >= 1, got {self.count}")
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index must be in [0, {self.count}), got {self.index}")
+
+    @property
+    def filename(self) -> str:
+        return f"{self.split}-{self.index:05d}-of-{self.count:05d}{SUFFIX}"
+
+    def __str__(self) -> str:
+        return self.filename
+
+    @classmethod
+    def parse(cls, filename: str) -> "ShardName | None":
+        """Parses a shard file name; returns None if it is not one."""
+        match = _NAME_RE.match(filename)
+        if match is None:
+            return None
+        try:
+            return cls(match["split"], int(match["index"]), int(match["count"]))
+        except ValueError:
+            return None
+
+
+def shard_names(split: str, count: int) -> list[ShardName]:
+    """All shard names of a split with `count` shards, in index order."""
+    return [ShardName(split, i, count) for i in range(count)]

@@ -1,0 +1,289 @@
+"""Listing inputs: class folders, split folders, or a label file. Pure (file system only).
+
+The result is a `Listing`: one `InputRef` per candidate image (relative path,
+class name, split or None), the class names, and a `Reject` for every entry
+that cannot become an example before any image is read (hidden files, files
+outside a class folder, bad label-file rows, unknown labels, duplicates,
+paths outside SOURCE). `found = len(refs) + len(rejects)`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import posixpath
+from typing import Iterable
+
+from prep.errors import SourceError
+from prep.naming import check_split_name
+
+LAYOUTS = ("auto", "classes", "splits")
+KNOWN_SPLITS = frozenset({"train", "validation", "val", "valid", "test", "eval", "dev"})
+LABEL_COLUMNS = ("path", "label")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputRef:
+    """A candidate example: where it is (relative to SOURCE) and what it is."""
+
+    path: str
+    label: str
+    split: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reject:
+    """An input that was not written, and why. `reason` is a short code."""
+
+    path: str
+    reason: str
+    detail: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "reason": self.reason, "detail": self.detail}
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    refs: tuple[InputRef, ...]
+    rejects: tuple[Reject, ...]
+    classes: tuple[str, ...]
+
+    @property
+    def found(self) -> int:
+        return len(self.refs) + len(self.rejects)
+
+
+def read_class_file(path: str) -> tuple[str, ...]:
+    """Reads `--classes FILE`: one class name per line, in label-id order."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [line.strip() for line in f if line.strip()]
+    except OSError as exc:
+        raise SourceError(f"cannot read --classes file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SourceError(f"--classes file {path} is not UTF-8 text") from None
+    if not names:
+        raise SourceError(f"--classes file {path} names no classes")
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise SourceError(f"--classes file {path} names class {name!r} twice")
+        seen.add(name)
+    return tuple(names)
+
+
+def _walk(root: str) -> Iterable[tuple[str, str | None]]:
+    """Yields (relative path, problem) for each file under root, following
+    directory symlinks once; problem is None for a readable-looking file."""
+    seen_dirs = set()
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        full_dir = os.path.join(root, rel_dir)
+        real = os.path.realpath(full_dir)
+        if real in seen_dirs:
+            yield rel_dir, "symlink_loop"
+            continue
+        seen_dirs.add(real)
+        try:
+            entries = sorted(os.scandir(full_dir), key=lambda e: e.name)
+        except OSError as exc:
+            yield rel_dir, f"unreadable_dir:{exc.strerror}"
+            continue
+        for entry in entries:
+            rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(rel)
+            else:
+                yield rel, None
+
+
+def detect_layout(root: str) -> str:
+    """`splits` when every top-level folder has a known split name, else `classes`."""
+    try:
+        dirs = [e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
+    except OSError as exc:
+        raise SourceError(f"cannot list SOURCE {root}: {exc.strerror}") from None
+    if dirs and all(d in KNOWN_SPLITS for d in dirs):
+        return "splits"
+    return "classes"
+
+
+def _class_dirs(root: str, layout: str) -> set[str]:
+    """Class folder names (including empty ones) under root."""
+    def subdirs(path):
+        return {e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")}
+    if layout == "classes":
+        return subdirs(root)
+    return {c for split in subdirs(root) for c in subdirs(os.path.join(root, split))}
+
+
+def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | None = None) -> Listing:
+    """Lists `root/<class>/...` or `root/<split>/<class>/...`.
+
+    Raises:
+        SourceError: root is missing or not a folder, it holds no class folders,
+            or a class has no files.
+    """
+    if not os.path.isdir(root):
+        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    if layout not in LAYOUTS:
+        raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "auto":
+        layout = detect_layout(root)
+    depth = 1 if layout == "classes" else 2
+    refs, rejects = [], []
+    for rel, problem in _walk(root):
+        parts = rel.split("/")
+        if problem is not None:
+            reason, _, detail = problem.partition(":")
+            rejects.append(Reject(rel, reason, detail or "directory already visited through a symlink"))
+        elif any(p.startswith(".") for p in parts):
+            rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
+        elif len(parts) <= depth:
+            where = "a class folder" if layout == "classes" else "a <split>/<class> folder"
+            rejects.append(Reject(rel, "no_class", f"file is not inside {where}"))
+        else:
+            split = parts[0] if layout == "splits" else None
+            refs.append(InputRef(rel, parts[depth - 1], split))
+    folder_classes = _class_dirs(root, layout)
+    if not folder_classes:
+        raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
+    return _finish(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
+
+
+def _finish(refs, rejects, found_classes, classes, source) -> Listing:
+    """Checks labels against the class list and every class for examples."""
+    label_names = classes if classes is not None else found_classes
+    known = set(label_names)
+    kept = []
+    for ref in refs:
+        if ref.label in known:
+            kept.append(ref)
+        else:
+            rejects.append(Reject(ref.path, "unknown_label", f"label {ref.label!r} is not in --classes"))
+    counts = {name: 0 for name in label_names}
+    for ref in kept:
+        counts[ref.label] += 1
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty:
+        raise SourceError(f"class {empty[0]!r} has no images in {source}"
+                          + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else ""))
+    for ref in kept:
+        if ref.split is not None:
+            try:
+                check_split_name(ref.split)
+            except ValueError as exc:
+                raise SourceError(f"{ref.path}: {exc}") from None
+    kept.sort(key=lambda r: r.path)
+    rejects.sort(key=lambda r: r.path)
+    return Listing(tuple(kept), tuple(rejects), tuple(label_names))
+
+
+def _label_rows(path: str):
+    """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        f = open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
+    with f:
+        try:
+            if ext in (".jsonl", ".json", ".ndjson"):
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        yield number, None, f"not JSON: {exc.msg}"
+                        continue
+                    if not isinstance(row, dict):
+                        yield number, None, "not a JSON object"
+                        continue
+                    yield number, {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()}, None
+                return
+            if ext not in (".csv", ".tsv", ".txt"):
+                raise SourceError(f"label file {path} must end in .csv, .tsv or .jsonl")
+            reader = csv.reader(f, delimiter="\t" if ext == ".tsv" else ",")
+            header = next(reader, None)
+            if header is None:
+                raise SourceError(f"label file {path} is empty")
+            header = [h.strip() for h in header]
+            missing = [c for c in LABEL_COLUMNS if c not in header]
+            if missing:
+                raise SourceError(f"label file {path} has no {missing[0]!r} column (columns: {', '.join(header)})")
+            for row in reader:
+                if not row or not any(cell.strip() for cell in row):
+                    continue
+                if len(row) != len(header):
+                    yield reader.line_num, None, f"{len(row)} fields, header has {len(header)}"
+                    continue
+                yield reader.line_num, dict(zip(header, row)), None
+        except UnicodeDecodeError:
+            raise SourceError(f"label file {path} is not UTF-8 text") from None
+        except csv.Error as exc:
+            raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
+
+
+def normalize_path(root: str, path: str) -> str | None:
+    """`path` relative to root, '/'-separated, or None if it points outside root."""
+    path = path.replace("\\", "/") if os.sep == "\\" else path
+    if os.path.isabs(path):
+        rel = os.path.relpath(path, root)
+        path = rel.replace(os.sep, "/")
+    norm = posixpath.normpath(path)
+    if norm == "." or norm.startswith("../") or norm == ".." or posixpath.isabs(norm):
+        return None
+    return norm
+
+
+def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None) -> Listing:
+    """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
+
+    Raises:
+        SourceError: SOURCE or the label file is unusable, a needed column is
+            missing, or a class has no rows.
+    """
+    if not os.path.isdir(root):
+        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    refs, rejects, first_line = [], [], {}
+    saw_row = False
+    for number, row, problem in _label_rows(label_file):
+        saw_row = True
+        where = f"line {number}"
+        if problem is not None:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
+            continue
+        if "path" not in row or "label" not in row:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
+            continue
+        raw_path, label = row["path"].strip(), row["label"].strip()
+        split = (row.get("split") or "").strip() or None
+        rel = normalize_path(root, raw_path) if raw_path else None
+        if not raw_path:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))
+        elif rel is None:
+            rejects.append(Reject(raw_path, "outside_source", f"{where}: path is outside SOURCE"))
+        elif not label:
+            rejects.append(Reject(rel, "empty_label", f"{where}: label is empty"))
+        elif rel in first_line:
+            rejects.append(Reject(rel, "duplicate", f"{where}: path already listed on line {first_line[rel]}"))
+        else:
+            first_line[rel] = number
+            refs.append(InputRef(rel, label, split))
+    if not saw_row:
+        raise SourceError(f"label file {label_file} has no rows")
+    if refs and len({r.split is None for r in refs}) > 1:
+        raise SourceError(f"label file {label_file} gives a split for some rows but not for others")
+    found_classes = tuple(sorted({r.label for r in refs}))
+    if not found_classes:
+        raise SourceError(f"label file {label_file} has no usable rows")
+    return _finish(refs, rejects, found_classes, classes, source=label_file)

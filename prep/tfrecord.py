@@ -1,0 +1,60 @@
+"""TFRecord framing: write records and read them back with every CRC checked.
+
+Each record is ``uint64 length | uint32 masked_crc32c(length) | data |
+uint32 masked_crc32c(data)``, little-endian, as TensorFlow writes it.
+CRC32C comes from google-crc32c (a C implementation Beam also uses).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO, Iterator
+
+import google_crc32c
+
+from prep.errors import RecordError
+
+HEADER = 12  # length + its CRC
+FOOTER = 4  # data CRC
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """The bytes of one TFRecord holding `data`."""
+    length = struct.pack("<Q", len(data))
+    return b"".join((length, struct.pack("<I", masked_crc32c(length)), data,
+                     struct.pack("<I", masked_crc32c(data))))
+
+
+def read_records(stream: BinaryIO, name: str = "<stream>") -> Iterator[tuple[int, int, bytes]]:
+    """Yields (record index, byte offset, data) for each record, checking both CRCs.
+
+    Raises:
+        RecordError: naming the file, record index and offset, on a truncated
+            record or a CRC mismatch.
+    """
+    index = offset = 0
+    while True:
+        header = stream.read(HEADER)
+        if not header:
+            return
+        where = f"{name}: record {index} at byte {offset}"
+        if len(header) < HEADER:
+            raise RecordError(f"{where}: truncated header ({len(header)} of {HEADER} bytes)")
+        length_bytes, (length_crc,) = header[:8], struct.unpack("<I", header[8:])
+        if masked_crc32c(length_bytes) != length_crc:
+            raise RecordError(f"{where}: length CRC mismatch")
+        (length,) = struct.unpack("<Q", length_bytes)
+        body = stream.read(length + FOOTER)
+        if len(body) < length + FOOTER:
+            raise RecordError(f"{where}: truncated record ({len(body)} of {length + FOOTER} bytes)")
+        data, (data_crc,) = body[:length], struct.unpack("<I", body[length:])
+        if masked_crc32c(data) != data_crc:
+            raise RecordError(f"{where}: data CRC mismatch")
+        yield index, offset, data
+        index += 1
+        offset += HEADER + length + FOOTER
