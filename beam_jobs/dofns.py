@@ -70,49 +70,95 @@ def _read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOpti
     return record.to_bytes(), image.converted
 
 
-class PrepareChunk(beam.DoFn):
+class _Concurrent(beam.DoFn):
+    """A DoFn whose work runs on a pool of `workers` threads, several elements at once.
+
+    `process` submits the element and emits the results of the oldest
+    finished work once more than 2 x workers are in flight; `finish_bundle`
+    emits the rest. The local runner hands a whole stage to one bundle, so
+    this is what spreads the work over the cores; on a cluster each worker
+    does the same with its own bundles. Outputs are computed by pure
+    functions of their inputs, so their bytes never depend on scheduling.
+    """
+
+    def __init__(self, workers: int):
+        self._workers = workers
+        self._pool = None
+        self._pending = collections.deque()
+
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix=type(self).__name__)
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def start_bundle(self):
+        self._pending = collections.deque()
+
+    def work(self, element) -> list:
+        """Runs in a pool thread; returns the outputs for `element`."""
+        raise NotImplementedError
+
+    def process(self, element):
+        self._pending.append(self._pool.submit(self.work, element))
+        while len(self._pending) > 2 * self._workers:
+            yield from self._pending.popleft().result()
+
+    def finish_bundle(self):
+        while self._pending:
+            for output in self._pending.popleft().result():
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(output.tag, _windowed(output.value))
+                else:
+                    yield _windowed(output)
+
+
+def _windowed(value):
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.windowed_value import WindowedValue
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP
+
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class PrepareChunk(_Concurrent):
     """(chunk id, [InputRef]) -> PreparedRef per good input, and Reject (tagged) per bad one.
 
-    Reads, checks and converts the chunk's images on a pool of `workers`
-    threads (Pillow releases the GIL while decoding, resizing and encoding),
-    and writes their records, in input order, to one spill file per chunk.
+    Reads, checks and converts a chunk's images and writes their records, in
+    input order, to the chunk's spill file. Chunks run `workers` at a time;
+    Pillow releases the GIL while decoding, resizing and encoding.
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int):
+        super().__init__(workers)
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._options = options
-        self._workers = workers
-        self._pool = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
-    def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="prepare")
-
-    def teardown(self):
-        if self._pool is not None:
-            self._pool.shutdown()
-
-    def process(self, element):
+    def work(self, element) -> list:
         chunk, refs = element
-        results = self._pool.map(
-            lambda ref: _read_and_prepare(self._source, ref, self._label_ids[ref.label], self._options), refs)
         path = spill_path(self._tmp_dir, chunk)
-        offset = 0
+        outputs, offset = [], 0
         with storage.open_write(path + ".part") as f:
-            for ref, result in zip(refs, results):
+            for ref in refs:
+                label = self._label_ids[ref.label]
+                result = _read_and_prepare(self._source, ref, label, self._options)
                 if isinstance(result, Reject):
-                    self._rejected.inc()
-                    yield beam.pvalue.TaggedOutput(REJECTS_TAG, result)
+                    outputs.append(beam.pvalue.TaggedOutput(REJECTS_TAG, result))
                     continue
                 data, converted = result
                 f.write(data)
-                self._prepared.inc()
-                yield PreparedRef(ref.path, self._label_ids[ref.label], ref.split, chunk, offset, len(data), converted)
+                outputs.append(PreparedRef(ref.path, label, ref.split, chunk, offset, len(data), converted))
                 offset += len(data)
         storage.rename(path + ".part", path)
+        rejected = sum(isinstance(o, beam.pvalue.TaggedOutput) for o in outputs)
+        self._rejected.inc(rejected)
+        self._prepared.inc(len(outputs) - rejected)
+        return outputs
 
 
 def plan_shards(prepared: list[PreparedRef], labels: tuple[str, ...], options: PlanOptions, tmp_dir: str):
@@ -137,21 +183,22 @@ def plan_shards(prepared: list[PreparedRef], labels: tuple[str, ...], options: P
     })
 
 
-class WriteShard(beam.DoFn):
+class WriteShard(_Concurrent):
     """ShardTask -> shard result dict, after writing OUTPUT/<shard file> atomically.
 
     Reads each record from its spill file and frames it; image bytes never pass
     through a shuffle.
     """
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...]):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int):
+        super().__init__(workers)
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
 
-    def process(self, task: ShardTask):
+    def work(self, task: ShardTask) -> list:
         final = storage.join(self._output, task.name.filename)
         tmp = storage.join(self._tmp_dir, "shards", task.name.filename + ".part")
         digest, size = hashlib.sha256(), 0
@@ -179,8 +226,8 @@ class WriteShard(beam.DoFn):
         storage.rename(tmp, final)
         self._written.inc(len(task.entries))
         self._bytes.inc(size)
-        yield manifest_lib.shard_result(task.name, len(task.entries), size, digest.hexdigest(),
-                                        {name: counts.get(name, 0) for name in self._labels})
+        return [manifest_lib.shard_result(task.name, len(task.entries), size, digest.hexdigest(),
+                                          {name: counts.get(name, 0) for name in self._labels})]
 
 
 def finish(shard_results, rejects, summary, *, output, tmp_dir, labels, options, found, tool, run):

@@ -17,9 +17,11 @@ OUTPUT/.prep-tmp; only small references reach the planner, and each shard
 writer reads its records back from the spill files. Image bytes never pass
 through a shuffle.
 
-Parallelism on one machine comes from a thread pool inside PrepareChunk
-(`workers` threads): Pillow releases the GIL while decoding, resizing and
-encoding, and the local runner gives the fused stage a single bundle anyway.
+Parallelism on one machine comes from a pool of `workers` threads inside
+PrepareChunk and WriteShard, working on several elements of a bundle at once:
+Pillow releases the GIL while decoding, resizing and encoding, and the local
+runner gives each stage a single bundle, so runner-level parallelism alone
+would leave cores idle.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, run_info: d
     (
         planned.tasks  # ShardTask
         | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.ParDo(dofns.WriteShard(config.output, tmp_dir, labels))  # shard result dict
+        | "WriteShards" >> beam.ParDo(dofns.WriteShard(config.output, tmp_dir, labels, config.workers))  # shard result dict
         | "CollectShards" >> beam.combiners.ToList()
         | "WriteManifest" >> beam.FlatMap(
             dofns.finish,
@@ -127,6 +129,18 @@ def pipeline_options(runner: str, workers: int, beam_args: list[str]) -> Pipelin
     if runner != RUNNERS_LOCAL:
         options.view_as(beam.options.pipeline_options.StandardOptions).runner = runner
     return options
+
+
+def _skip_ipython_probe() -> None:
+    """Beam asks `is_in_ipython()` for every transform label, which imports IPython
+    when it is installed (~0.5 s). If IPython is not imported yet we are not
+    inside it, so the answer is known to be False."""
+    if "IPython" in sys.modules:
+        return
+    from apache_beam.utils import interactive_utils
+
+    if hasattr(interactive_utils, "is_in_ipython"):
+        interactive_utils.is_in_ipython = lambda: False
 
 
 def make_runner(runner: str):
@@ -194,6 +208,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
         PrepError: a user-fixable problem, unwrapped from the runner's exception.
     """
     prepare_output(config.output, config.overwrite)
+    _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     options = pipeline_options(runner, config.workers, beam_args or [])
     logging.getLogger("apache_beam").setLevel(logging.ERROR if progress else logging.WARNING)

@@ -98,8 +98,6 @@ def convert(source, output, beam_args, labels, classes_file, layout, split_spec,
         workers=workers, overwrite=overwrite)
     listing = (sources.list_label_file(source, labels, classes) if labels
                else sources.list_folders(source, layout, classes))
-    if not listing.refs:
-        raise PrepError(f"no images found in {source} ({listing.found} file(s), all rejected)")
     show = sys.stderr.isatty() if progress is None else progress
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     root = logging.getLogger()

@@ -1,0 +1,36 @@
+"""Reading a converted dataset back with plain TensorFlow, for assertions."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+
+def read_dataset(output: pathlib.Path) -> dict[str, list[list[dict]]]:
+    """{split: [[parsed record dict per record] per shard]} read with TFRecordDataset + parse_single_example."""
+    import tensorflow as tf
+
+    from prep.schema import tf_feature_spec
+
+    manifest = json.loads((output / "manifest.json").read_text())
+    result = {}
+    for split, info in manifest["splits"].items():
+        shards = []
+        for shard in info["shards"]:
+            records = []
+            for raw in tf.data.TFRecordDataset(str(output / shard["file"])):
+                parsed = tf.io.parse_single_example(raw, tf_feature_spec())
+                records.append({k: v.numpy() for k, v in parsed.items()})
+            shards.append(records)
+        result[split] = shards
+    return result
+
+
+def shard_bytes(output: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))}
+
+
+def manifest_without_run(output: pathlib.Path) -> dict:
+    manifest = json.loads((output / "manifest.json").read_text())
+    manifest.pop("run")
+    return manifest

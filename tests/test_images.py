@@ -1,0 +1,152 @@
+"""Image rule: valid JPEG/PNG in L or RGB keep their bytes; everything else is converted as documented."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from prep.errors import OptionsError
+from prep.images import ImageOptions, ImageRejected, prepare_image, target_size
+from tests.imagegen import image_bytes
+
+KEEP = ImageOptions()
+
+
+def decoded(prepared):
+    img = Image.open(io.BytesIO(prepared.encoded))
+    assert img.format.lower() == prepared.format
+    assert img.size == (prepared.width, prepared.height)
+    assert len(img.getbands()) == prepared.channels
+    return img
+
+
+@pytest.mark.parametrize("fmt, mode", [("JPEG", "RGB"), ("JPEG", "L"), ("PNG", "RGB"), ("PNG", "L")])
+def test_valid_jpeg_and_png_keep_their_bytes(fmt, mode):
+    data = image_bytes(fmt, size=(30, 20), mode=mode)
+    prepared = prepare_image(data, KEEP)
+    assert prepared.encoded == data and not prepared.converted
+    assert (prepared.width, prepared.height, prepared.channels) == (30, 20, 1 if mode == "L" else 3)
+    assert prepared.format == fmt.lower()
+
+
+@pytest.mark.parametrize("fmt, mode, save, out_format, channels", [
+    ("JPEG", "CMYK", {}, "jpeg", 3),
+    ("PNG", "RGBA", {}, "png", 3),
+    ("PNG", "LA", {}, "png", 3),
+    ("PNG", "P", {"transparency": 0}, "png", 3),
+    ("PNG", "P", {}, "png", 3),
+    ("PNG", "I;16", {}, "png", 1),
+    ("GIF", "P", {}, "png", 3),
+    ("BMP", "RGB", {}, "png", 3),
+    ("TIFF", "RGB", {}, "png", 3),
+    ("WEBP", "RGB", {"lossless": True}, "png", 3),
+])
+def test_other_images_are_converted(fmt, mode, save, out_format, channels):
+    prepared = prepare_image(image_bytes(fmt, size=(30, 20), mode=mode, **save), KEEP)
+    assert prepared.converted
+    assert prepared.format == out_format and prepared.channels == channels
+    img = decoded(prepared)
+    assert img.mode == ("L" if channels == 1 else "RGB")
+
+
+def test_alpha_is_composited_onto_white():
+    img = Image.new("RGBA", (4, 4), (255, 0, 0, 0))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    out = decoded(prepare_image(buf.getvalue(), KEEP))
+    assert out.getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_sixteen_bit_is_scaled_not_clipped():
+    arr = np.full((4, 4), 65535, dtype=np.uint16)
+    arr[0, 0] = 256
+    buf = io.BytesIO()
+    Image.fromarray(arr, "I;16").save(buf, "PNG")
+    out = np.asarray(decoded(prepare_image(buf.getvalue(), KEEP)))
+    assert out[1, 1] == 255 and out[0, 0] == 1
+
+
+@pytest.mark.parametrize("orientation, upright", [(1, (40, 20)), (3, (40, 20)), (6, (20, 40)), (8, (20, 40))])
+def test_exif_orientation_is_applied(orientation, upright):
+    img = Image.fromarray(np.zeros((20, 40, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", exif=exif)
+    prepared = prepare_image(buf.getvalue(), KEEP)
+    assert (prepared.width, prepared.height) == upright
+    assert prepared.converted == (orientation != 1)
+
+
+def test_animated_gif_keeps_first_frame():
+    frames = [Image.new("RGB", (8, 8), c) for c in ((255, 0, 0), (0, 0, 255))]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:])
+    out = decoded(prepare_image(buf.getvalue(), KEEP)).convert("RGB")
+    assert out.getpixel((4, 4))[0] > 200
+
+
+def test_resize_and_max_side():
+    data = image_bytes("JPEG", size=(500, 375))
+    prepared = prepare_image(data, ImageOptions(resize=256))
+    assert (prepared.width, prepared.height) == (341, 256) and prepared.format == "jpeg"
+    decoded(prepared)
+    prepared = prepare_image(data, ImageOptions(max_side=100))
+    assert (prepared.width, prepared.height) == (100, 75)
+    small = image_bytes("JPEG", size=(100, 80))
+    assert prepare_image(small, ImageOptions(resize=256)).encoded == small  # never upscales
+
+
+@pytest.mark.parametrize("size, opts, expected", [
+    ((500, 375), ImageOptions(resize=256), (341, 256)),
+    ((375, 500), ImageOptions(resize=256), (256, 341)),
+    ((500, 375), ImageOptions(resize=256, max_side=300), (300, 225)),
+    ((100, 50), ImageOptions(resize=256), (100, 50)),
+    ((4000, 10), ImageOptions(max_side=100), (100, 1)),
+])
+def test_target_size_table(size, opts, expected):
+    assert target_size(*size, opts) == expected
+
+
+def test_image_format_forces_one_format():
+    png = image_bytes("PNG", size=(20, 20))
+    jpeg = image_bytes("JPEG", size=(20, 20))
+    assert prepare_image(png, ImageOptions(image_format="jpeg")).format == "jpeg"
+    assert prepare_image(jpeg, ImageOptions(image_format="png")).format == "png"
+    assert prepare_image(jpeg, ImageOptions(image_format="jpeg")).encoded == jpeg
+
+
+def test_format_comes_from_content_not_name():
+    png = image_bytes("PNG", size=(20, 20))
+    assert prepare_image(png, KEEP).format == "png"
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty"),
+    (b"\x00\x01 random bytes that are not an image" * 10, "undecodable"),
+    (image_bytes("JPEG", size=(200, 200))[:600], "undecodable"),
+    (image_bytes("PNG", size=(200, 200))[:300], "undecodable"),
+])
+def test_bad_bytes_are_rejected_with_reason(data, reason):
+    with pytest.raises(ImageRejected) as info:
+        prepare_image(data, KEEP)
+    assert info.value.reason == reason
+
+
+def test_pixel_limit_is_an_option():
+    data = image_bytes("PNG", size=(100, 100))
+    with pytest.raises(ImageRejected, match="too_large: 100x100 = 10000 pixels exceeds --max-pixels 9999"):
+        prepare_image(data, ImageOptions(max_pixels=9999))
+    assert prepare_image(data, ImageOptions(max_pixels=10000)).encoded == data
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"resize": 0}, "--resize must be in"),
+    ({"quality": 101}, "--quality must be in"),
+    ({"image_format": "gif"}, "--image-format must be one of"),
+    ({"max_pixels": 0}, "--max-pixels must be"),
+])
+def test_bad_options(kwargs, message):
+    with pytest.raises(OptionsError, match=message):
+        ImageOptions(**kwargs)

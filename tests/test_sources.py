@@ -1,0 +1,106 @@
+"""Listing inputs: class folders, split folders, label files, and what gets rejected before reading."""
+
+import json
+
+import pytest
+
+from prep.errors import SourceError
+from prep.sources import list_folders, list_label_file, read_class_file
+from tests.imagegen import image_bytes, write_class_tree
+
+
+def test_class_folders(tmp_path):
+    write_class_tree(tmp_path, {"dog": 3, "cat": 2})
+    (tmp_path / "README.txt").write_text("not in a class")
+    (tmp_path / "dog" / ".DS_Store").write_bytes(b"\0")
+    listing = list_folders(str(tmp_path))
+    assert listing.classes == ("cat", "dog")
+    assert [r.path for r in listing.refs][:2] == ["cat/cat_0000.jpg", "cat/cat_0001.jpg"]
+    assert {r.label for r in listing.refs} == {"cat", "dog"}
+    assert all(r.split is None for r in listing.refs)
+    assert {(r.path, r.reason) for r in listing.rejects} == {("README.txt", "no_class"), ("dog/.DS_Store", "hidden")}
+    assert listing.found == 7
+
+
+def test_split_folders_detected_and_kept(tmp_path):
+    write_class_tree(tmp_path / "train", {"a": 2, "b": 2})
+    write_class_tree(tmp_path / "val", {"a": 1, "b": 1})
+    listing = list_folders(str(tmp_path))
+    assert {(r.split, r.label) for r in listing.refs} == {("train", "a"), ("train", "b"), ("val", "a"), ("val", "b")}
+    assert listing.classes == ("a", "b")
+    # forced classes layout sees "train" and "val" as classes
+    assert list_folders(str(tmp_path), layout="classes").classes == ("train", "val")
+
+
+def test_classes_file_fixes_order_and_rejects_unknown(tmp_path):
+    write_class_tree(tmp_path / "src", {"a": 1, "b": 1, "c": 1})
+    classes = tmp_path / "classes.txt"
+    classes.write_text("b\na\n")
+    listing = list_folders(str(tmp_path / "src"), classes=read_class_file(str(classes)))
+    assert listing.classes == ("b", "a")
+    assert [(r.path, r.reason) for r in listing.rejects] == [("c/c_0000.jpg", "unknown_label")]
+
+
+def test_empty_class_folder_is_an_error(tmp_path):
+    write_class_tree(tmp_path, {"a": 2})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="class 'empty' has no images"):
+        list_folders(str(tmp_path))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "missing", "does not exist"),
+    (lambda p: (p / "f.txt").write_text("x") and p / "f.txt", "is not a folder"),
+    (lambda p: p, "has no class folders"),
+])
+def test_bad_source(tmp_path, make, message):
+    with pytest.raises(SourceError, match=message):
+        list_folders(str(make(tmp_path)))
+
+
+def test_symlink_loop_and_broken_link(tmp_path):
+    write_class_tree(tmp_path, {"a": 1})
+    (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "broken.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    listing = list_folders(str(tmp_path))
+    reasons = {r.path: r.reason for r in listing.rejects}
+    assert reasons == {"a/loop": "symlink_loop"}
+    assert "a/broken.jpg" in [r.path for r in listing.refs]  # read later, rejected as missing
+
+
+@pytest.mark.parametrize("ext, sep", [(".csv", ","), (".tsv", "\t")])
+def test_label_file_csv_tsv(tmp_path, ext, sep):
+    (tmp_path / "img").mkdir()
+    for name in ("x.jpg", "y.jpg", "z.jpg"):
+        (tmp_path / "img" / name).write_bytes(image_bytes())
+    rows = ["path,label,split", "img/x.jpg,cat,train", "img/y.jpg,dog,test", "img/x.jpg,dog,train",
+            "../etc/passwd,cat,train", "img/z.jpg,,train", "img/q.jpg,cat,train,extra"]
+    labels = tmp_path / f"labels{ext}"
+    labels.write_text("\n".join(r.replace(",", sep) for r in rows) + "\n")
+    listing = list_label_file(str(tmp_path), str(labels))
+    assert [(r.path, r.label, r.split) for r in listing.refs] == [("img/x.jpg", "cat", "train"),
+                                                                  ("img/y.jpg", "dog", "test")]
+    assert sorted(r.reason for r in listing.rejects) == ["bad_row", "duplicate", "empty_label", "outside_source"]
+    assert listing.found == 6
+
+
+def test_label_file_jsonl(tmp_path):
+    lines = [{"path": "a.jpg", "label": "cat"}, {"path": "b.jpg", "label": "dog"}, "not json{"]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(l if isinstance(l, str) else json.dumps(l) for l in lines))
+    listing = list_label_file(str(tmp_path), str(labels))
+    assert [r.label for r in listing.refs] == ["cat", "dog"]
+    assert [r.reason for r in listing.rejects] == ["bad_row"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("file,label\na.jpg,cat\n", "has no 'path' column"),
+    ("path,class\na.jpg,cat\n", "has no 'label' column"),
+    ("", "is empty"),
+    ("path,label,split\na.jpg,cat,train\nb.jpg,dog,\n", "gives a split for some rows but not for others"),
+])
+def test_label_file_errors(tmp_path, content, message):
+    labels = tmp_path / "labels.csv"
+    labels.write_text(content)
+    with pytest.raises(SourceError, match=message):
+        list_label_file(str(tmp_path), str(labels))
