@@ -4,27 +4,14 @@ every `PrepError` into a one-line `Error: ...` with a non-zero exit."""
 from __future__ import annotations
 
 import logging
-import os
-import re
 import sys
 import time
 
 import click
 
 from prep import __version__
-from prep.errors import OptionsError, PrepError
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
-          "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """Parses '128MiB', '64MB', '1.5GiB' or a byte count."""
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise OptionsError(f"--shard-size {text!r} is not a size such as 128MiB or 64MB")
-    return int(float(match[1]) * _UNITS[(match[2] or "").upper()])
+from prep.errors import PrepError
+from prep.options import click_options
 
 
 class _Group(click.Group):
@@ -44,60 +31,25 @@ def main():
     """Turn raw images and labels into balanced TFRecord shards, and check them."""
 
 
-@main.command(context_settings={"show_default": True})
-@click.argument("source", type=click.Path(file_okay=False, path_type=str))
+@main.command()
+@click.argument("source", type=str)
 @click.argument("output", type=str)
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
-@click.option("--labels", type=click.Path(dir_okay=False, path_type=str),
-              help="CSV, TSV or JSONL label file with path,label[,split]; paths relative to SOURCE.")
-@click.option("--classes", "classes_file", type=click.Path(dir_okay=False, path_type=str),
-              help="File with one class name per line: fixes label ids in that order.")
-@click.option("--layout", type=click.Choice(["auto", "classes", "splits"]), default="auto",
-              help="SOURCE/<class>/... or SOURCE/<split>/<class>/...; auto picks splits when every "
-                   "top folder is a split name (train, validation, val, test, eval, dev).")
-@click.option("--split", "split_spec", metavar="NAME=FRAC,...",
-              help="Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.")
-@click.option("--num-shards", type=int, help="Shards per split (default: derived from --shard-size).")
-@click.option("--shard-size", default="128MiB", help="Target bytes per shard when --num-shards is not given.")
-@click.option("--max-per-class", type=int, help="Keep at most N examples of each class (deterministic).")
-@click.option("--seed", type=int, default=0, help="Seed for split assignment and record order.")
-@click.option("--resize", type=int, help="Downscale so the shorter side is N pixels.")
-@click.option("--max-side", type=int, help="Downscale so the longer side is at most N pixels.")
-@click.option("--image-format", type=click.Choice(["keep", "jpeg", "png"]), default="keep",
-              help="Stored format; keep: JPEG and PNG keep their format, others become PNG.")
-@click.option("--quality", type=int, default=95, help="JPEG quality when an image is re-encoded.")
-@click.option("--max-pixels", type=int, default=89_478_485, help="Reject images with more pixels than this.")
-@click.option("--workers", type=int, default=os.cpu_count() or 1, show_default="all cores",
-              help="Threads that read and convert images in each pipeline worker.")
-@click.option("--runner", default="local",
+@click_options
+@click.option("--runner", default="local", show_default=True,
               help="Beam runner: local (embedded, in-process), DirectRunner, PortableRunner, DataflowRunner, ...")
-@click.option("--overwrite", is_flag=True, help="Replace a dataset prep wrote earlier in OUTPUT.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
-def convert(source, output, beam_args, labels, classes_file, layout, split_spec, num_shards, shard_size,
-            max_per_class, seed, resize, max_side, image_format, quality, max_pixels, workers, runner,
-            overwrite, progress):
+def convert(source, output, beam_args, runner, progress, **values):
     """Convert SOURCE (class folders or a --labels file) into balanced TFRecord shards in OUTPUT.
 
-    Pipeline options for Beam go after `--`, e.g.
+    Beam pipeline options go after `--`, e.g.
     `prep convert SRC gs://bucket/out --runner DataflowRunner -- --project=p --region=r`.
     """
-    from prep import sources
-    from prep.config import ConvertConfig
-    from prep.images import ImageOptions
-    from prep.plan import PlanOptions, parse_split_fractions
+    from prep.options import build_config, list_inputs
 
     started = time.time()
-    classes = sources.read_class_file(classes_file) if classes_file else None
-    config = ConvertConfig(
-        source=source, output=output, labels=labels, classes=classes, layout=layout,
-        plan=PlanOptions(seed=seed, num_shards=num_shards, shard_size=parse_size(shard_size),
-                         split_fractions=parse_split_fractions(split_spec) if split_spec else None,
-                         max_per_class=max_per_class),
-        image=ImageOptions(resize=resize, max_side=max_side, image_format=image_format, quality=quality,
-                           max_pixels=max_pixels),
-        workers=workers, overwrite=overwrite)
-    listing = (sources.list_label_file(source, labels, classes) if labels
-               else sources.list_folders(source, layout, classes))
+    config = build_config(source, output, values)
+    listing = list_inputs(config)
     show = sys.stderr.isatty() if progress is None else progress
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     root = logging.getLogger()
@@ -106,7 +58,6 @@ def convert(source, output, beam_args, labels, classes_file, layout, split_spec,
         from beam_jobs.pipeline import run_conversion
     finally:
         root.setLevel(level)
-
     manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)
     if manifest:
         click.echo(summary_table(manifest, time.time() - started))

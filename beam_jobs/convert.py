@@ -1,0 +1,45 @@
+"""Entry point in Beam's own idiom:
+
+    python -m beam_jobs.convert --source SRC --output OUT [conversion options] [Beam pipeline options]
+
+The conversion options and defaults are those of `prep convert` (one table,
+`prep.options.OPTIONS`); everything else goes to Beam's `PipelineOptions`.
+Without `--runner`, the embedded local runner is used, as for `prep convert`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from prep.config import RUNNERS_LOCAL
+from prep.errors import PrepError
+from prep.options import add_arguments, build_config, list_inputs
+
+
+def run(argv=None) -> dict:
+    """Parses argv, runs the conversion, and returns the manifest (empty for remote outputs)."""
+    from beam_jobs.pipeline import run_conversion
+
+    parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.")
+    parser.add_argument("--source", required=True, help="Class folders, or the root of --labels paths.")
+    parser.add_argument("--output", required=True, help="Output folder (local, gs://, s3://).")
+    add_arguments(parser)
+    known, pipeline_args = parser.parse_known_args(argv)
+    runner_parser = argparse.ArgumentParser(add_help=False)
+    runner_parser.add_argument("--runner", default=RUNNERS_LOCAL)
+    runner, pipeline_args = runner_parser.parse_known_args(pipeline_args)
+    values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
+    config = build_config(known.source, known.output, values)
+    return run_conversion(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        manifest = run()
+    except PrepError as exc:
+        sys.exit(f"Error: {exc}")
+    if manifest:
+        print({split: info["examples"] for split, info in manifest["splits"].items()})

@@ -1,0 +1,115 @@
+"""The conversion options, defined once for both `prep convert` (click) and
+`python -m beam_jobs.convert` (argparse), and turned into a `ConvertConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from prep.config import ConvertConfig
+from prep.errors import OptionsError
+from prep.images import DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ImageOptions
+from prep.plan import PlanOptions, parse_split_fractions
+from prep.sources import LAYOUTS, Listing, list_folders, list_label_file, read_class_file
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    name: str  # e.g. "--num-shards"
+    help: str
+    type: type = str
+    default: object = None
+    choices: tuple[str, ...] | None = None
+    flag: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+OPTIONS = (
+    Option("--labels", "CSV, TSV or JSONL label file with path,label[,split]; paths relative to SOURCE.",
+           metavar="FILE"),
+    Option("--classes", "File with one class name per line: fixes label ids in that order.", metavar="FILE"),
+    Option("--layout", "SOURCE/<class>/... or SOURCE/<split>/<class>/...; auto picks splits when every top "
+           "folder is a split name (train, validation, val, valid, test, eval, dev).", default="auto",
+           choices=LAYOUTS),
+    Option("--split", "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
+           metavar="NAME=FRAC,..."),
+    Option("--num-shards", "Shards per split (default: derived from --shard-size).", int),
+    Option("--shard-size", "Target bytes per shard when --num-shards is not given.", default="128MiB"),
+    Option("--max-per-class", "Keep at most N examples of each class (deterministic).", int),
+    Option("--seed", "Seed for split assignment and record order.", int, 0),
+    Option("--resize", "Downscale so the shorter side is N pixels.", int),
+    Option("--max-side", "Downscale so the longer side is at most N pixels.", int),
+    Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG.",
+           default="keep", choices=IMAGE_FORMATS),
+    Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
+    Option("--max-pixels", "Reject images with more pixels than this.", int, DEFAULT_MAX_PIXELS),
+    Option("--workers", "Threads that read, convert and write in each pipeline worker (default: all cores).",
+           int, os.cpu_count() or 1),
+    Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
+)
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
+          "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Parses '128MiB', '64MB', '1.5GiB' or a byte count."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise OptionsError(f"--shard-size {text!r} is not a size such as 128MiB or 64MB")
+    return int(float(match[1]) * _UNITS[(match[2] or "").upper()])
+
+
+def build_config(source: str, output: str, values: dict) -> ConvertConfig:
+    """A checked ConvertConfig from option values keyed by `Option.dest`.
+
+    Raises:
+        OptionsError, SourceError: a bad value or an unreadable --classes file.
+    """
+    v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
+    return ConvertConfig(
+        source=source, output=output, labels=v["labels"],
+        classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],
+        plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
+                         split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
+                         max_per_class=v["max_per_class"]),
+        image=ImageOptions(resize=v["resize"], max_side=v["max_side"], image_format=v["image_format"],
+                           quality=v["quality"], max_pixels=v["max_pixels"]),
+        workers=v["workers"], overwrite=bool(v["overwrite"]))
+
+
+def list_inputs(config: ConvertConfig) -> Listing:
+    """Lists SOURCE as the config says: a label file or class folders."""
+    if config.labels:
+        return list_label_file(config.source, config.labels, config.classes)
+    return list_folders(config.source, config.layout, config.classes)
+
+
+def add_arguments(parser) -> None:
+    """Adds the options to an argparse parser (Beam's idiom)."""
+    for o in OPTIONS:
+        if o.flag:
+            parser.add_argument(o.name, action="store_true", help=o.help)
+        else:
+            parser.add_argument(o.name, type=o.type, default=o.default, choices=o.choices, metavar=o.metavar,
+                                help=o.help)
+
+
+def click_options(command):
+    """Decorates a click command with the options."""
+    import click
+
+    for o in reversed(OPTIONS):
+        if o.flag:
+            command = click.option(o.name, is_flag=True, help=o.help)(command)
+        else:
+            kind = click.Choice(list(o.choices)) if o.choices else o.type
+            command = click.option(o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar,
+                                   show_default=o.default is not None and o.dest != "workers")(command)
+    return command
