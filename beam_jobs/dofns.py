@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import time
+import typing
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -25,9 +26,12 @@ REJECTS_TAG = "rejects"
 SUMMARY_TAG = "summary"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PreparedRef:
-    """A checked example whose serialized record waits in a spill file."""
+class PreparedRef(typing.NamedTuple):
+    """A checked example whose serialized record waits in a spill file.
+
+    A NamedTuple, not a dataclass: Beam's coder encodes it field by field,
+    many times faster than pickling a dataclass, which matters at millions of refs.
+    """
 
     path: str
     label: int

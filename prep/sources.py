@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import posixpath
+import typing
 from typing import Iterable
 
 from prep.errors import SourceError
@@ -24,9 +25,11 @@ KNOWN_SPLITS = frozenset({"train", "validation", "val", "valid", "test", "eval",
 LABEL_COLUMNS = ("path", "label")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class InputRef:
-    """A candidate example: where it is (relative to SOURCE) and what it is."""
+class InputRef(typing.NamedTuple):
+    """A candidate example: where it is (relative to SOURCE) and what it is.
+
+    A NamedTuple so that Beam encodes it without pickling.
+    """
 
     path: str
     label: str
