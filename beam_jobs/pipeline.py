@@ -1,34 +1,41 @@
 """The conversion pipeline: listed inputs -> checked records -> plan -> shards -> manifest.
 
-Design (what each PCollection holds):
+What each PCollection holds:
 
-    chunks      = Create                 # (chunk id, [InputRef]) ~ up to 256 refs each
-    prepared    = ParDo(PrepareChunk)    # PreparedRef(path, label, split, chunk, offset, length)
-      .rejects                           # Reject(path, reason, detail)
-    tasks       = ToList | FlatMap(plan) # ShardTask(name, [(chunk, offset, length, label)])
-      .summary                           # one dict: capped counts, converted count
-    results     = Reshuffle | ParDo(WriteShard)   # one shard-result dict per shard
-    done        = ToList | FlatMap(finish, rejects, summary as side inputs)
+    chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
+    outcomes  = ParDo(PrepareChunk)         # (OK, PreparedRef) | (REJECT, Reject)
+    refs      = FlatMap                     # PreparedRef(path, label, split, chunk, offset, length, converted)
+    ranked    = PlanShards                  # (ENTRY, part key, Entry) | (CAPPED, label)   see planning.py
+    parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [Entry])
+    written   = ParDo(WriteShardPart)       # (SHARD, result) | (PART, shard file, part info)
+    joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
+    summary   = Flatten | GroupByKey(one key)     # shard results, rejects, capped counts: small
+    done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
 
 Images are read, checked and converted once, before planning, so the plan
 knows exactly which inputs are valid and every shard is balanced over the
-examples actually written. Their serialized records go to spill files under
-OUTPUT/.prep-tmp; only small references reach the planner, and each shard
-writer reads its records back from the spill files. Image bytes never pass
-through a shuffle.
+examples actually written. Their framed records wait in spill files under
+OUTPUT/.prep-tmp; only small references are grouped, and shard writers copy
+records from the spill files. Image bytes never pass through a shuffle, and no
+group holds more than about `planning.GROUP_TARGET` references (the final
+summary group holds one result per shard and the rejects).
 
-Parallelism on one machine comes from a pool of `workers` threads inside
-PrepareChunk and WriteShard, working on several elements of a bundle at once:
-Pillow releases the GIL while decoding, resizing and encoding, and the local
-runner gives each stage a single bundle, so runner-level parallelism alone
-would leave cores idle.
+Parallelism. The local runner runs each stage as one bundle, so parallelism
+comes from `workers` threads inside PrepareChunk (images of a chunk) and
+WriteShardPart (read-ahead of records): Pillow releases the GIL while decoding,
+resizing and encoding. On a cluster, Reshuffle and the GroupByKeys spread
+chunks and shards over workers, each of which runs the same thread pools.
+
+Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
+no side inputs, tagged outputs or outputs from finish_bundle: the DaskRunner
+translates nothing else.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -37,7 +44,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import prep
-from beam_jobs import dofns, storage
+from beam_jobs import finish, prepare, storage, write
+from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
@@ -48,48 +56,71 @@ MAX_CHUNK = 256
 
 
 def chunk_size(n: int) -> int:
-    """Refs per chunk: about 64 chunks for small inputs, at most MAX_CHUNK refs each."""
-    return max(8, min(MAX_CHUNK, math.ceil(n / 64)))
+    """Refs per chunk: about 32 chunks for small inputs, at most MAX_CHUNK refs each."""
+    return max(16, min(MAX_CHUNK, math.ceil(n / 32)))
 
 
-def make_chunks(refs, size: int) -> list[tuple[int, list]]:
-    return [(i, list(refs[start:start + size])) for i, start in enumerate(range(0, len(refs), size))]
+def make_chunks(refs, size: int) -> list[list]:
+    return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, run_info: dict) -> None:
-    """Adds the conversion steps to pipeline `p`."""
+def stage_listing(tmp_dir: str, listing: Listing) -> int:
+    """Writes the listing in chunk files for the pipeline to read; returns the chunk count."""
+    chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))
+    for i, refs in enumerate(chunks):
+        prepare.write_listing(tmp_dir, i, refs)
+    finish.write_listing_rejects(tmp_dir, listing.rejects)
+    return len(chunks)
+
+
+def _tag(kind):
+    return lambda value: (kind, value)
+
+
+def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
+          group_target: int = GROUP_TARGET) -> None:
+    """Adds the conversion steps to pipeline `p` (the listing must be staged)."""
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     labels = listing.classes
-    chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))
-    prepared = (
+    outcomes = (
         p
-        | "ListInputs" >> beam.Create(chunks)  # (chunk id, [InputRef])
+        | "ListChunks" >> beam.Create(list(range(num_chunks)))  # chunk id
+        | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            dofns.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers)
-        ).with_outputs(dofns.REJECTS_TAG, main="refs")
+            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers))
     )
-    planned = (
-        prepared.refs  # PreparedRef
-        | "CollectRefs" >> beam.combiners.ToList()
-        | "PlanShards" >> beam.FlatMap(dofns.plan_shards, labels, config.plan, tmp_dir)
-        .with_outputs(dofns.SUMMARY_TAG, main="tasks")
+    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])
+    rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
+    ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, len(listing.refs), tmp_dir, group_target)
+    written = (
+        ranked
+        | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
+        | "GroupParts" >> beam.GroupByKey()  # (part key, [Entry])
+        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers))
     )
-    early = p | "ListingRejects" >> beam.Create(list(listing.rejects))  # Reject
-    rejects = (early, prepared[dofns.REJECTS_TAG]) | "AllRejects" >> beam.Flatten()
+    whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
+    joined = (
+        written
+        | "Parts" >> beam.FlatMap(lambda w: [(w[1], w[2])] if w[0] == write.PART else [])
+        | "GroupShardParts" >> beam.GroupByKey()  # (shard file, [part info])
+        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, tmp_dir, labels))
+    )
+    capped = (
+        ranked
+        | "Capped" >> beam.FlatMap(lambda r: [(r[1], 1)] if r[0] == CAPPED else [])
+        | "CountCapped" >> beam.CombinePerKey(sum)
+        | "TagCapped" >> beam.Map(_tag(finish.CAPPED))
+    )
     (
-        planned.tasks  # ShardTask
-        | "SpreadShards" >> beam.Reshuffle()
-        | "WriteShards" >> beam.ParDo(dofns.WriteShard(config.output, tmp_dir, labels, config.workers))  # shard result dict
-        | "CollectShards" >> beam.combiners.ToList()
+        (whole, joined, rejects, capped)
+        | "Summary" >> beam.Flatten()
+        | "OneKey" >> beam.Map(lambda item: (None, item))
+        | "GatherSummary" >> beam.GroupByKey()
         | "WriteManifest" >> beam.FlatMap(
-            dofns.finish,
-            beam.pvalue.AsList(rejects),
-            beam.pvalue.AsSingleton(planned[dofns.SUMMARY_TAG]),
-            output=config.output, tmp_dir=tmp_dir, labels=labels, options=config.manifest_options(),
-            found=listing.found,
+            finish.finish, output=config.output, tmp_dir=tmp_dir, labels=labels,
+            options=config.manifest_options(), found=listing.found,
             tool={"name": "tfrecord-prep", "version": prep.__version__, "pillow": _pillow_version()},
-            run=run_info,
-        )
+            run=run_info)
     )
 
 
@@ -159,8 +190,7 @@ class _Progress:
     def __init__(self, config: ConvertConfig, listing: Listing, enabled: bool):
         self._tmp = os.path.join(config.output, manifest_lib.TMP_DIR)
         self._output = config.output
-        size = chunk_size(len(listing.refs))
-        self._chunk_sizes = [len(c) for _, c in make_chunks(listing.refs, size)]
+        self._chunk_sizes = [len(c) for c in make_chunks(listing.refs, chunk_size(len(listing.refs)))]
         self._enabled = enabled and not storage.is_remote(config.output)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -201,8 +231,12 @@ class _Progress:
 
 
 def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
-                   beam_args: list[str] | None = None, progress: bool = False) -> dict:
+                   beam_args: list[str] | None = None, progress: bool = False,
+                   group_target: int = GROUP_TARGET) -> dict:
     """Runs the whole conversion and returns the manifest it wrote.
+
+    `group_target` bounds the references per group (see planning.py); tests
+    lower it to exercise many buckets and multi-part shards on small inputs.
 
     Raises:
         PrepError: a user-fixable problem, unwrapped from the runner's exception.
@@ -211,11 +245,19 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     options = pipeline_options(runner, config.workers, beam_args or [])
-    logging.getLogger("apache_beam").setLevel(logging.ERROR if progress else logging.WARNING)
+    tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
+    num_chunks = stage_listing(tmp_dir, listing)
     try:
         with _Progress(config, listing, progress):
-            with beam.Pipeline(runner=make_runner(runner), options=options) as p:
-                build(p, config, listing, run_info)
+            p = beam.Pipeline(runner=make_runner(runner), options=options)
+            build(p, config, listing, num_chunks, run_info, group_target)
+            result = p.run()
+            try:
+                result.wait_until_finish()
+            finally:
+                client = getattr(result, "client", None)  # DaskRunner's client to the cluster
+                if client is not None:
+                    client.close()
     except Exception as exc:
         error = find_prep_error(exc)
         if error is not None:
@@ -224,12 +266,25 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     return manifest_lib.load(config.output) if not storage.is_remote(config.output) else {}
 
 
+_REMOTE_ERROR = re.compile(r"prep\.errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)
+
+
 def find_prep_error(exc: BaseException) -> PrepError | None:
-    """The PrepError behind a runner's exception, if any (runners wrap or re-raise them)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, PrepError):
-            return type(exc)(str(exc).split(" [while running")[0])
-        exc = exc.__cause__ or exc.__context__
+    """The PrepError behind a runner's exception, if any.
+
+    In-process runners re-raise it; runners with remote workers report it only
+    as text ("prep.errors.PlanError: ...") inside their own exception.
+    """
+    seen, current = set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, PrepError):
+            return type(current)(str(current).split(" [while running")[0])
+        current = current.__cause__ or current.__context__
+    match = _REMOTE_ERROR.search(str(exc))
+    if match:
+        from prep import errors
+
+        kind = getattr(errors, match[1], PrepError)
+        return (kind if isinstance(kind, type) and issubclass(kind, PrepError) else PrepError)(match[2])
     return None

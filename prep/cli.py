@@ -39,7 +39,8 @@ def main():
 @click.option("--runner", default="local", show_default=True,
               help="Beam runner: local (embedded, in-process), DirectRunner, PortableRunner, DataflowRunner, ...")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
-def convert(source, output, beam_args, runner, progress, **values):
+@click.option("--verbose", is_flag=True, help="Show Beam's own log messages (hidden by default).")
+def convert(source, output, beam_args, runner, progress, verbose, **values):
     """Convert SOURCE (class folders or a --labels file) into balanced TFRecord shards in OUTPUT.
 
     Beam pipeline options go after `--`, e.g.
@@ -51,13 +52,14 @@ def convert(source, output, beam_args, runner, progress, **values):
     config = build_config(source, output, values)
     listing = list_inputs(config)
     show = sys.stderr.isatty() if progress is None else progress
-    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    root = logging.getLogger()
-    level, root.level = root.level, logging.ERROR  # Beam warns about optional GCP clients on import
-    try:
-        from beam_jobs.pipeline import run_conversion
-    finally:
-        root.setLevel(level)
+    # Beam logs failures with tracebacks, and warnings about optional cloud
+    # clients; our errors reach the user as one line instead.
+    logging.basicConfig(level=logging.INFO if verbose else logging.CRITICAL, format="%(levelname)s %(message)s")
+    if not verbose:
+        logging.getLogger().setLevel(logging.CRITICAL)
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    from beam_jobs.pipeline import run_conversion
+
     manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)
     if manifest:
         click.echo(summary_table(manifest, time.time() - started))

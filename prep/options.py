@@ -74,7 +74,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
     """
     v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
     return ConvertConfig(
-        source=source, output=output, labels=v["labels"],
+        source=_absolute(source), output=_absolute(output), labels=v["labels"],
         classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],
         plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
                          split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
@@ -82,6 +82,11 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         image=ImageOptions(resize=v["resize"], max_side=v["max_side"], image_format=v["image_format"],
                            quality=v["quality"], max_pixels=v["max_pixels"]),
         workers=v["workers"], overwrite=bool(v["overwrite"]))
+
+
+def _absolute(path: str) -> str:
+    """Local paths become absolute, so that pipeline workers in other folders find them."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def list_inputs(config: ConvertConfig) -> Listing:

@@ -133,74 +133,130 @@ def largest_remainder(n: int, fractions: Sequence[Fraction]) -> list[int]:
     return parts
 
 
-def shard_count(examples: int, total_bytes: int, options: PlanOptions, split: str) -> int:
-    """Shards for a split: `num_shards`, or enough for `shard_size`, never more than examples."""
+def shard_count(examples: int, mean_size: float, options: PlanOptions, split: str) -> int:
+    """Shards for a split: `num_shards`, or enough for `shard_size` at the mean record
+    size, never more than examples."""
     if options.num_shards is not None:
         if options.num_shards > examples:
             raise PlanError(
                 f"split {split!r} has {examples} example(s), fewer than --num-shards {options.num_shards}; "
                 f"use --num-shards {examples} or less")
         return options.num_shards
-    return max(1, min(examples, math.ceil(total_bytes / options.shard_size)))
+    return max(1, min(examples, math.ceil(examples * mean_size / options.shard_size)))
 
 
-def assign_shards(class_blocks: Sequence[Sequence[int]], num_shards: int) -> list[list[int]]:
-    """Deals classes laid end to end round-robin over shards: position p to shard p mod N."""
-    shards: list[list[int]] = [[] for _ in range(num_shards)]
-    position = 0
-    for block in class_blocks:
-        for member in block:
-            shards[position % num_shards].append(member)
-            position += 1
-    return shards
+Group = tuple  # (split given by the source or None, label id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """Ranks [start, end) of a group go to `split`, at positions position + (rank - start)."""
+
+    split: str
+    start: int
+    end: int
+    position: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLayout:
+    name: str
+    examples: int
+    num_shards: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where each rank of each group goes: computed from group sizes alone.
+
+    `segments[group]` covers ranks [0, kept); ranks from `kept[group]` on are
+    capped. Positions in a split are laid out class by class in label order.
+    """
+
+    segments: dict
+    kept: dict
+    splits: tuple[SplitLayout, ...]
+
+    def locate(self, group: Group, rank: int) -> tuple[str, int] | None:
+        """(split, shard index) of the example of rank `rank` in `group`, or None if capped."""
+        for segment in self.segments[group]:
+            if segment.start <= rank < segment.end:
+                split = self.split(segment.split)
+                return segment.split, (segment.position + rank - segment.start) % split.num_shards
+        return None
+
+    def split(self, name: str) -> SplitLayout:
+        return next(s for s in self.splits if s.name == name)
+
+
+def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_size: float) -> Layout:
+    """The layout for groups of the given sizes ({(given split, label): examples}).
+
+    Raises:
+        PlanError: see `make_plan`.
+    """
+    given = {split for split, _ in group_sizes}
+    if options.split_fractions is not None and given != {None}:
+        raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
+    kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in group_sizes.items()}
+    ranges: dict[tuple[str, int], tuple[Group, int, int]] = {}  # (split, label) -> (group, start, end)
+    if options.split_fractions is not None:
+        split_order = [name for name, _ in options.split_fractions]
+        fractions = [f for _, f in options.split_fractions]
+        for group, n in kept.items():
+            start = 0
+            for name, count in zip(split_order, largest_remainder(n, fractions)):
+                ranges[(name, group[1])] = (group, start, start + count)
+                start += count
+    else:
+        split_order = sorted({split or DEFAULT_SPLIT for split, _ in kept})
+        for group, n in kept.items():
+            ranges[(group[0] or DEFAULT_SPLIT, group[1])] = (group, 0, n)
+    segments: dict[Group, list[Segment]] = {g: [] for g in group_sizes}
+    splits = []
+    for name in split_order:
+        position = 0
+        for label in range(num_classes):
+            if (name, label) in ranges:
+                group, start, end = ranges[(name, label)]
+                if end > start:
+                    segments[group].append(Segment(name, start, end, position))
+                    position += end - start
+        if position == 0:
+            raise PlanError(f"split {name!r} gets no examples; use fewer splits or more data")
+        splits.append(SplitLayout(name, position, shard_count(position, mean_size, options, name)))
+    return Layout({g: tuple(s) for g, s in segments.items()}, kept, tuple(splits))
 
 
 def make_plan(examples: Sequence[Example], num_classes: int, options: PlanOptions) -> Plan:
     """Plans splits and balanced shards for `examples`. See the module docstring.
 
+    This is the reference planner; `beam_jobs.planning` computes the same plan
+    with bounded groups, from the same `make_layout`.
+
     Raises:
         PlanError: a split would be empty, has fewer examples than shards asked
             for, or a split is given by both the source and the options.
     """
-    given = {e.split for e in examples}
-    if options.split_fractions is not None and given != {None}:
-        raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
+    groups: dict[Group, list[int]] = {}
     keys = [sort_key(options.seed, e.path) for e in examples]
-
-    # (split, label) -> member indices in key order
-    groups: dict[tuple[str | None, int], list[int]] = {}
     for index in sorted(range(len(examples)), key=lambda i: (keys[i], examples[i].path)):
         groups.setdefault((examples[index].split, examples[index].label), []).append(index)
-
-    capped: list[int] = []
-    if options.max_per_class is not None:
-        for members in groups.values():
-            capped.extend(members[options.max_per_class:])
-            del members[options.max_per_class:]
-
-    if options.split_fractions is not None:
-        names = [name for name, _ in options.split_fractions]
-        fractions = [f for _, f in options.split_fractions]
-        split_groups: dict[tuple[str, int], list[int]] = {}
-        for (_, label), members in groups.items():
-            start = 0
-            for name, count in zip(names, largest_remainder(len(members), fractions)):
-                split_groups[(name, label)] = members[start:start + count]
-                start += count
-        split_order = names
-    else:
-        split_groups = {(split or DEFAULT_SPLIT, label): m for (split, label), m in groups.items()}
-        split_order = sorted({split for split, _ in split_groups})
-
-    shards: list[ShardPlan] = []
-    for split in split_order:
-        blocks = [split_groups.get((split, label), []) for label in range(num_classes)]
-        count = sum(len(b) for b in blocks)
-        if count == 0:
-            raise PlanError(f"split {split!r} gets no examples; use fewer splits or more data")
-        total_bytes = sum(examples[m].size for b in blocks for m in b)
-        num_shards = shard_count(count, total_bytes, options, split)
-        for index, members in enumerate(assign_shards(blocks, num_shards)):
-            members.sort(key=lambda m: sort_key(options.seed, examples[m].path, "order"))
-            shards.append(ShardPlan(ShardName(split, index, num_shards), tuple(members)))
+    mean_size = sum(e.size for e in examples) / max(1, len(examples))
+    layout = make_layout({g: len(m) for g, m in groups.items()}, num_classes, options, mean_size)
+    members: dict[tuple[str, int], list[int]] = {}
+    capped = []
+    for group, indices in groups.items():
+        for rank, index in enumerate(indices):
+            where = layout.locate(group, rank)
+            if where is None:
+                capped.append(index)
+            else:
+                members.setdefault(where, []).append(index)
+    shards = []
+    for split in layout.splits:
+        for i in range(split.num_shards):
+            ordered = sorted(members.get((split.name, i), []),
+                             key=lambda m: sort_key(options.seed, examples[m].path, "order"))
+            shards.append(ShardPlan(ShardName(split.name, i, split.num_shards), tuple(ordered)))
     return Plan(tuple(shards), tuple(sorted(capped)))

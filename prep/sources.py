@@ -36,8 +36,7 @@ class InputRef(typing.NamedTuple):
     split: str | None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Reject:
+class Reject(typing.NamedTuple):
     """An input that was not written, and why. `reason` is a short code."""
 
     path: str

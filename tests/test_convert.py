@@ -195,7 +195,7 @@ def write_labels(tmp_path, text):
      "Error: --shard-size 'big' is not a size such as 128MiB or 64MB"),
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
-    (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted; see the rejects for why"),
+    (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
 ])
 def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})

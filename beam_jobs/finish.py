@@ -1,0 +1,65 @@
+"""The last step: rejects.jsonl, then the manifest, written last and atomically."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+
+from beam_jobs import storage
+from prep import manifest as manifest_lib
+from prep.errors import PlanError
+from prep.sources import Reject
+
+SHARD, REJECT, CAPPED = "shard", "reject", "capped"
+
+
+def listing_rejects_path(tmp_dir: str) -> str:
+    return storage.join(tmp_dir, "listing", "rejects.json")
+
+
+def write_listing_rejects(tmp_dir: str, rejects) -> None:
+    storage.write_atomic(listing_rejects_path(tmp_dir), json.dumps([list(r) for r in rejects]).encode())
+
+
+def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
+    """(None, [(SHARD, result) | (REJECT, Reject) | (CAPPED, (label, count))]) -> written count.
+
+    Writes rejects.jsonl, removes the temporary folder, then publishes manifest.json.
+    """
+    _, items = element
+    shard_results, rejects = [], [Reject(*r) for r in json.loads(storage.read_bytes(listing_rejects_path(tmp_dir)))]
+    capped_by_class = {name: 0 for name in labels}
+    for kind, value in items:
+        if kind == SHARD:
+            shard_results.append(value)
+        elif kind == REJECT:
+            rejects.append(value)
+        else:
+            label, count = value
+            capped_by_class[labels[label]] += count
+    rejects.sort(key=lambda r: (r.path, r.reason))
+    written = sum(r["examples"] for r in shard_results)
+    capped = sum(capped_by_class.values())
+    accounting = {
+        "found": found, "written": written, "rejected": len(rejects), "capped": capped,
+        "converted": sum(r["converted"] for r in shard_results),
+        "rejected_by_reason": dict(sorted(collections.Counter(r.reason for r in rejects).items())),
+        "capped_by_class": capped_by_class,
+    }
+    lines = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in rejects)
+    storage.write_atomic(storage.join(output, manifest_lib.REJECTS), lines.encode())
+    if not shard_results:
+        reasons = ", ".join(f"{k} {v}" for k, v in accounting["rejected_by_reason"].items())
+        raise PlanError(f"no input could be converted ({reasons}); see {storage.join(output, manifest_lib.REJECTS)}")
+    if found != written + len(rejects) + capped:
+        raise RuntimeError(f"internal error: counts do not reconcile: {accounting}")
+    run = dict(run, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               seconds=round(time.time() - run["started"], 3))
+    manifest = manifest_lib.build(labels, options, shard_results, accounting, tool, run)
+    staged = storage.join(output, manifest_lib.FILENAME + ".part")
+    with storage.open_write(staged) as f:
+        f.write(manifest_lib.dumps(manifest))
+    storage.delete(tmp_dir)
+    storage.rename(staged, storage.join(output, manifest_lib.FILENAME))
+    yield written

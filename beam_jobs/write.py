@@ -1,0 +1,154 @@
+"""Writing shards from planned entries. Records are copied from spill files;
+image bytes never pass through a shuffle.
+
+A part is the group of entries of one shard with one order-key prefix. When a
+shard has one part (the usual case: shards of up to about
+`planning.GROUP_TARGET` records), the part is written straight to its shard.
+Otherwise parts go to part files, and `ConcatParts` joins them in part order.
+Every file appears under its final name only by a rename once complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from beam_jobs import storage
+from beam_jobs.prepare import spill_path
+from prep import manifest as manifest_lib
+from prep.naming import ShardName
+
+SHARD, PART = "shard", "part"
+_BATCH = 32  # records read per task by the read-ahead threads
+
+
+class _SpillReader:
+    """Reads (chunk, offset, length) ranges from spill files, keeping a few open."""
+
+    def __init__(self, tmp_dir: str):
+        self._tmp_dir = tmp_dir
+        self._handles = collections.OrderedDict()
+
+    def read_batch(self, entries) -> list[bytes]:
+        out = []
+        for entry in entries:
+            handle = self._handles.pop(entry.chunk, None) or storage.open_read(spill_path(self._tmp_dir, entry.chunk))
+            self._handles[entry.chunk] = handle
+            if len(self._handles) > 8:
+                self._handles.popitem(last=False)[1].close()
+            handle.seek(entry.offset)
+            data = handle.read(entry.length)
+            if len(data) != entry.length:
+                raise OSError(f"spill file of chunk {entry.chunk} is shorter than planned")
+            out.append(data)
+        return out
+
+    def close(self):
+        for handle in self._handles.values():
+            handle.close()
+
+
+def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
+    """Writes the entries' records to `out` in order; returns (bytes, sha256).
+
+    Batches are read ahead on `pool` threads (one reader per batch), at most
+    a few batches in flight, while this thread writes and hashes.
+    """
+    digest, size = hashlib.sha256(), 0
+    batches = [entries[i:i + _BATCH] for i in range(0, len(entries), _BATCH)]
+
+    def read(batch):
+        reader = _SpillReader(tmp_dir)
+        try:
+            return reader.read_batch(batch)
+        finally:
+            reader.close()
+
+    pending = collections.deque()
+    for batch in batches:
+        pending.append(pool.submit(read, batch))
+        if len(pending) > 4:
+            for data in pending.popleft().result():
+                out.write(data)
+                digest.update(data)
+                size += len(data)
+    while pending:
+        for data in pending.popleft().result():
+            out.write(data)
+            digest.update(data)
+            size += len(data)
+    return size, digest.hexdigest()
+
+
+class WriteShardPart(beam.DoFn):
+    """((split, shard, num_shards, part, num_parts), [Entry]) -> (SHARD, result) or (PART, file, info)."""
+
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int):
+        self._output = output
+        self._tmp_dir = tmp_dir
+        self._labels = labels
+        self._workers = workers
+        self._pool = None
+        self._written = Metrics.counter("prep", "examples_written")
+        self._bytes = Metrics.counter("prep", "bytes_written")
+
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="write")
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def process(self, element):
+        (split, index, count, part, parts), entries = element
+        name = ShardName(split, index, count)
+        entries = sorted(entries)
+        counts = collections.Counter(self._labels[e.label] for e in entries)
+        class_counts = {label: counts.get(label, 0) for label in self._labels}
+        converted = sum(e.converted for e in entries)
+        if parts == 1:
+            tmp = storage.join(self._tmp_dir, "shards", name.filename + ".part")
+        else:
+            tmp = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
+        with storage.open_write(tmp + ".tmp") as out:
+            size, sha = _copy_records(entries, out, self._tmp_dir, self._pool)
+        if parts == 1:
+            storage.rename(tmp + ".tmp", storage.join(self._output, name.filename))
+            self._written.inc(len(entries))
+            self._bytes.inc(size)
+            yield SHARD, dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
+                              converted=converted)
+        else:
+            storage.rename(tmp + ".tmp", tmp)
+            yield PART, name.filename, (part, tmp, len(entries), size, class_counts, converted)
+
+
+class ConcatParts(beam.DoFn):
+    """(shard file, [part info]) -> (SHARD, result): joins part files in part order."""
+
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...]):
+        self._output = output
+        self._tmp_dir = tmp_dir
+        self._labels = labels
+
+    def process(self, element):
+        filename, parts = element
+        name = ShardName.parse(filename)
+        parts = sorted(parts)
+        digest, size = hashlib.sha256(), 0
+        tmp = storage.join(self._tmp_dir, "shards", filename + ".part")
+        with storage.open_write(tmp) as out:
+            for _, path, _, _, _, _ in parts:
+                with storage.open_read(path) as f:
+                    while block := f.read(8 << 20):
+                        out.write(block)
+                        digest.update(block)
+                        size += len(block)
+        storage.rename(tmp, storage.join(self._output, filename))
+        class_counts = {label: sum(p[4][label] for p in parts) for label in self._labels}
+        yield SHARD, dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, digest.hexdigest(),
+                                                    class_counts), converted=sum(p[5] for p in parts))

@@ -1,0 +1,122 @@
+"""The same input and seed through every runner we can run here give identical shards and manifests."""
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_jobs.pipeline import run_conversion
+from prep.options import build_config, list_inputs
+from tests.imagegen import image_bytes, write_class_tree
+from tests.shards import manifest_without_run, shard_bytes
+
+OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runners-src")
+    write_class_tree(root, {"ant": 7, "bee": 41, "cat": 18}, size=(14, 10))
+    (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
+    (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
+    return root
+
+
+def convert(source, out, runner="local", beam_args=(), group_target=None):
+    config = build_config(str(source), str(out), OPTIONS)
+    kwargs = {} if group_target is None else {"group_target": group_target}
+    run_conversion(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    out = convert(source, tmp_path_factory.mktemp("ref") / "out")
+    manifest = manifest_without_run(out)
+    assert manifest["inputs"]["rejected"] == 1 and manifest["inputs"]["capped"] == 11
+    assert manifest["inputs"]["converted"] == 1
+    return out
+
+
+def assert_same(out, reference):
+    assert shard_bytes(out) == shard_bytes(reference)
+    assert len(shard_bytes(out)) == 4
+    assert manifest_without_run(out) == manifest_without_run(reference)
+    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
+    assert not (out / ".prep-tmp").exists()
+
+
+def test_direct_runner_in_memory(source, reference, tmp_path):
+    assert_same(convert(source, tmp_path / "out", runner="DirectRunner",
+                        beam_args=["--direct_running_mode=in_memory"]), reference)
+
+
+def test_many_buckets_and_multi_part_shards(source, reference, tmp_path):
+    assert_same(convert(source, tmp_path / "out", group_target=3), reference)
+
+
+def test_direct_runner_multi_processing(source, reference, tmp_path):
+    out = convert(source, tmp_path / "out", runner="DirectRunner",
+                  beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"], group_target=5)
+    assert_same(out, reference)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"service exited early with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+@pytest.fixture
+def portable_services(tmp_path):
+    """Beam's local job service and an external worker pool: the path Flink and Spark take."""
+    job_port, pool_port = free_port(), free_port()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
+                          "--port", str(job_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                          f"--service_port={pool_port}"], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]
+    try:
+        wait_for_port(job_port, procs[0])
+        wait_for_port(pool_port, procs[1])
+        yield job_port, pool_port
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, portable_services):
+    job_port, pool_port = portable_services
+    out = convert(source, tmp_path / "out", runner="PortableRunner", group_target=5, beam_args=[
+        f"--job_endpoint=localhost:{job_port}", "--environment_type=EXTERNAL",
+        f"--environment_config=localhost:{pool_port}"])
+    assert_same(out, reference)
+
+
+def test_dask_runner_on_local_cluster(source, reference, tmp_path):
+    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        out = convert(source, tmp_path / "out", runner="apache_beam.runners.dask.dask_runner.DaskRunner",
+                      beam_args=[f"--dask_client_address={cluster.scheduler_address}"], group_target=5)
+    assert_same(out, reference)
