@@ -19,7 +19,7 @@ from prep.options import add_arguments, build_config, list_inputs
 
 
 def run(argv=None) -> dict:
-    """Parses argv, runs the conversion, and returns the manifest (empty for remote outputs)."""
+    """Parses argv, runs the conversion, and returns the manifest it wrote."""
     from beam_jobs.pipeline import run_conversion
 
     parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.")
@@ -41,5 +41,4 @@ if __name__ == "__main__":
         manifest = run()
     except PrepError as exc:
         sys.exit(f"Error: {exc}")
-    if manifest:
-        print({split: info["examples"] for split, info in manifest["splits"].items()})
+    print({split: info["examples"] for split, info in manifest["splits"].items()})

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -44,7 +45,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import prep
-from beam_jobs import finish, prepare, storage, write
+from beam_jobs import finish, prepare, staging, storage, write
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
@@ -155,7 +156,7 @@ def prepare_output(output: str, overwrite: bool) -> None:
         storage.delete(storage.join(output, name))
 
 
-def pipeline_options(runner: str, workers: int, beam_args: list[str]) -> PipelineOptions:
+def pipeline_options(runner: str, beam_args: list[str]) -> PipelineOptions:
     options = PipelineOptions(beam_args)
     if runner != RUNNERS_LOCAL:
         options.view_as(beam.options.pipeline_options.StandardOptions).runner = runner
@@ -244,7 +245,8 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     prepare_output(config.output, config.overwrite)
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
-    options = pipeline_options(runner, config.workers, beam_args or [])
+    beam_args, staged = staging.staging_args(runner, list(beam_args or []))
+    options = pipeline_options(runner, beam_args)
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     num_chunks = stage_listing(tmp_dir, listing)
     try:
@@ -263,7 +265,11 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
         if error is not None:
             raise error from None
         raise
-    return manifest_lib.load(config.output) if not storage.is_remote(config.output) else {}
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+    manifest_path = storage.join(config.output, manifest_lib.FILENAME)
+    return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
 
 
 _REMOTE_ERROR = re.compile(r"prep\.errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)

@@ -78,17 +78,18 @@ def exists(path: str) -> bool:
 
 
 def delete(path: str) -> None:
-    """Deletes a file or a folder tree if it exists."""
+    """Deletes a file, or a folder (every object under the prefix), if it exists."""
     if not is_remote(path):
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         elif os.path.lexists(path):
             os.remove(path)
         return
+    under = [m.path for m in _fs().match([path.rstrip("/") + "/**"])[0].metadata_list]
     if exists(path):
-        _fs().delete([path])
-    elif exists(path.rstrip("/") + "/"):
-        _fs().delete([path.rstrip("/") + "/"])
+        under.append(path)
+    if under:
+        _fs().delete(under)
 
 
 def list_names(folder: str) -> list[str]:
@@ -101,3 +102,10 @@ def list_names(folder: str) -> list[str]:
     prefix = folder.rstrip("/") + "/"
     matches = _fs().match([prefix + "*"])[0].metadata_list
     return sorted({m.path[len(prefix):].split("/")[0] for m in matches})
+
+
+def list_files(root: str) -> list[tuple[str, None]]:
+    """(path relative to root, None) for every object under a remote root, as `prep.sources` expects."""
+    prefix = root.rstrip("/") + "/"
+    matches = _fs().match([prefix + "**"])[0].metadata_list
+    return sorted((m.path[len(prefix):], None) for m in matches if m.path.startswith(prefix) and m.path != prefix)

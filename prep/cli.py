@@ -61,10 +61,7 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     from beam_jobs.pipeline import run_conversion
 
     manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)
-    if manifest:
-        click.echo(summary_table(manifest, time.time() - started))
-    else:
-        click.echo(f"wrote {output}")
+    click.echo(summary_table(manifest, time.time() - started))
 
 
 def summary_table(manifest: dict, seconds: float) -> str:

@@ -8,7 +8,7 @@ import os
 import re
 
 from prep.config import ConvertConfig
-from prep.errors import OptionsError
+from prep.errors import OptionsError, SourceError
 from prep.images import DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ImageOptions
 from prep.plan import PlanOptions, parse_split_fractions
 from prep.sources import LAYOUTS, Listing, list_folders, list_label_file, read_class_file
@@ -90,9 +90,28 @@ def _absolute(path: str) -> str:
 
 
 def list_inputs(config: ConvertConfig) -> Listing:
-    """Lists SOURCE as the config says: a label file or class folders."""
+    """Lists SOURCE as the config says: a label file or class folders, local or in an object store."""
+    remote = "://" in config.source
     if config.labels:
-        return list_label_file(config.source, config.labels, config.classes)
+        data = None
+        if "://" in config.labels:
+            from beam_jobs import storage
+
+            try:
+                data = storage.read_bytes(config.labels)
+            except Exception as exc:  # each FileSystem raises its own types
+                raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
+        return list_label_file(config.source, config.labels, config.classes, data=data)
+    if remote:
+        from beam_jobs import storage
+
+        try:
+            files = storage.list_files(config.source)
+        except Exception as exc:
+            raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
+        if not files:
+            raise SourceError(f"SOURCE {config.source} holds no files")
+        return list_folders(config.source, config.layout, config.classes, files=files)
     return list_folders(config.source, config.layout, config.classes)
 
 

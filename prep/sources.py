@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import os
 import posixpath
@@ -107,42 +108,54 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
                 yield rel, None
 
 
-def detect_layout(root: str) -> str:
-    """`splits` when every top-level folder has a known split name, else `classes`."""
+def _local_dirs(root: str) -> list[str]:
+    """Relative paths of the non-hidden folders one and two levels under root."""
+    def subdirs(path):
+        return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
     try:
-        dirs = [e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
+        top = subdirs(root)
+        return top + [f"{d}/{c}" for d in top for c in subdirs(os.path.join(root, d))]
     except OSError as exc:
         raise SourceError(f"cannot list SOURCE {root}: {exc.strerror}") from None
-    if dirs and all(d in KNOWN_SPLITS for d in dirs):
-        return "splits"
-    return "classes"
 
 
-def _class_dirs(root: str, layout: str) -> set[str]:
-    """Class folder names (including empty ones) under root."""
-    def subdirs(path):
-        return {e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")}
-    if layout == "classes":
-        return subdirs(root)
-    return {c for split in subdirs(root) for c in subdirs(os.path.join(root, split))}
+def detect_layout(dirs: Iterable[str]) -> str:
+    """`splits` when every top-level folder has a known split name, else `classes`."""
+    top = {d.split("/")[0] for d in dirs}
+    return "splits" if top and top <= KNOWN_SPLITS else "classes"
 
 
-def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | None = None) -> Listing:
+def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | None = None,
+                 files: list[tuple[str, str | None]] | None = None) -> Listing:
     """Lists `root/<class>/...` or `root/<split>/<class>/...`.
+
+    Args:
+        root: SOURCE.
+        layout: auto, classes or splits.
+        classes: fixed class order (from --classes), or None for sorted folder names.
+        files: for object stores, (relative path, None) of every file under root,
+            listed by the caller; None walks the local folder (empty class
+            folders then count as classes).
 
     Raises:
         SourceError: root is missing or not a folder, it holds no class folders,
             or a class has no files.
     """
-    if not os.path.isdir(root):
-        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
     if layout not in LAYOUTS:
         raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if files is None:
+        if not os.path.isdir(root):
+            raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root)
+                              else f"SOURCE {root} does not exist")
+        dirs, files = _local_dirs(root), _walk(root)
+    else:
+        dirs = sorted({"/".join(rel.split("/")[:n]) for rel, _ in files for n in (1, 2)
+                       if rel.count("/") >= n and not any(p.startswith(".") for p in rel.split("/")[:n])})
     if layout == "auto":
-        layout = detect_layout(root)
+        layout = detect_layout(dirs)
     depth = 1 if layout == "classes" else 2
     refs, rejects = [], []
-    for rel, problem in _walk(root):
+    for rel, problem in files:
         parts = rel.split("/")
         if problem is not None:
             reason, _, detail = problem.partition(":")
@@ -155,7 +168,7 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         else:
             split = parts[0] if layout == "splits" else None
             refs.append(InputRef(rel, parts[depth - 1], split))
-    folder_classes = _class_dirs(root, layout)
+    folder_classes = {d.split("/")[depth - 1] for d in dirs if d.count("/") == depth - 1}
     if not folder_classes:
         raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
     return _finish(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
@@ -189,11 +202,12 @@ def _finish(refs, rejects, found_classes, classes, source) -> Listing:
     return Listing(tuple(kept), tuple(rejects), tuple(label_names))
 
 
-def _label_rows(path: str):
+def _label_rows(path: str, data: bytes | None):
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
     ext = os.path.splitext(path)[1].lower()
     try:
-        f = open(path, encoding="utf-8", newline="")
+        f = open(path, encoding="utf-8", newline="") if data is None else io.TextIOWrapper(
+            io.BytesIO(data), encoding="utf-8", newline="")
     except OSError as exc:
         raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
     with f:
@@ -238,7 +252,12 @@ def _label_rows(path: str):
 def normalize_path(root: str, path: str) -> str | None:
     """`path` relative to root, '/'-separated, or None if it points outside root."""
     path = path.replace("\\", "/") if os.sep == "\\" else path
-    if os.path.isabs(path):
+    if "://" in path:
+        prefix = root.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            return None
+        path = path[len(prefix):]
+    elif os.path.isabs(path):
         rel = os.path.relpath(path, root)
         path = rel.replace(os.sep, "/")
     norm = posixpath.normpath(path)
@@ -247,18 +266,22 @@ def normalize_path(root: str, path: str) -> str | None:
     return norm
 
 
-def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None) -> Listing:
+def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None,
+                    data: bytes | None = None) -> Listing:
     """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
+
+    `data` holds the label file's bytes when the caller read it (object stores);
+    SOURCE is then not checked here.
 
     Raises:
         SourceError: SOURCE or the label file is unusable, a needed column is
             missing, or a class has no rows.
     """
-    if not os.path.isdir(root):
+    if data is None and not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
     refs, rejects, first_line = [], [], {}
     saw_row = False
-    for number, row, problem in _label_rows(label_file):
+    for number, row, problem in _label_rows(label_file, data):
         saw_row = True
         where = f"line {number}"
         if problem is not None:

@@ -120,3 +120,16 @@ def test_dask_runner_on_local_cluster(source, reference, tmp_path):
         out = convert(source, tmp_path / "out", runner="apache_beam.runners.dask.dask_runner.DaskRunner",
                       beam_args=[f"--dask_client_address={cluster.scheduler_address}"], group_target=5)
     assert_same(out, reference)
+
+
+def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_path):
+    from tests.testfs import to_url
+
+    labels = tmp_path / "labels.csv"
+    rows = ["path,label"] + [f"{p.relative_to(source)},{p.parent.name}" for p in sorted(source.rglob("*.*"))]
+    labels.write_text("\n".join(rows) + "\n")
+    out = convert(to_url(str(source)), to_url(str(tmp_path / "out")))
+    assert_same(tmp_path / "out", reference)
+    config = build_config(str(source), to_url(str(tmp_path / "out2")), dict(OPTIONS, labels=to_url(str(labels))))
+    run_conversion(config, list_inputs(config))
+    assert shard_bytes(tmp_path / "out2") == shard_bytes(reference)
