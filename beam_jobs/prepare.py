@@ -11,6 +11,7 @@ order, to the chunk's spill file, and only a small `PreparedRef` travels on.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import json
 import typing
 
@@ -77,7 +78,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
 class PrepareChunk(beam.DoFn):
     """chunk id -> (OK, PreparedRef) per good input and (REJECT, Reject) per bad one."""
 
-    def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int):
+    def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None):
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
@@ -88,7 +89,7 @@ class PrepareChunk(beam.DoFn):
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
     def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="prepare")
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1, thread_name_prefix="prepare")
 
     def teardown(self):
         if self._pool is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import os
 import hashlib
 
 import apache_beam as beam
@@ -87,7 +88,7 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
 class WriteShardPart(beam.DoFn):
     """((split, shard, num_shards, part, num_parts), [Entry]) -> (SHARD, result) or (PART, file, info)."""
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None):
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
@@ -97,7 +98,7 @@ class WriteShardPart(beam.DoFn):
         self._bytes = Metrics.counter("prep", "bytes_written")
 
     def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="write")
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1, thread_name_prefix="write")
 
     def teardown(self):
         if self._pool is not None:

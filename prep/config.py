@@ -23,11 +23,11 @@ class ConvertConfig:
     layout: str = "auto"
     plan: PlanOptions = PlanOptions()
     image: ImageOptions = ImageOptions()
-    workers: int = os.cpu_count() or 1
+    workers: int | None = None  # threads per pipeline worker; None: all cores of that worker
     overwrite: bool = False
 
     def __post_init__(self):
-        if self.workers < 1:
+        if self.workers is not None and self.workers < 1:
             raise OptionsError(f"--workers must be >= 1, got {self.workers}")
 
     def manifest_options(self) -> dict:

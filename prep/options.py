@@ -48,8 +48,8 @@ OPTIONS = (
            default="keep", choices=IMAGE_FORMATS),
     Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
     Option("--max-pixels", "Reject images with more pixels than this.", int, DEFAULT_MAX_PIXELS),
-    Option("--workers", "Threads that read, convert and write in each pipeline worker (default: all cores).",
-           int, os.cpu_count() or 1),
+    Option("--workers", "Threads that read, convert and write in each pipeline worker "
+           "(default: all cores of that worker).", int),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
 )
 
@@ -135,5 +135,5 @@ def click_options(command):
         else:
             kind = click.Choice(list(o.choices)) if o.choices else o.type
             command = click.option(o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar,
-                                   show_default=o.default is not None and o.dest != "workers")(command)
+                                   show_default=o.default is not None)(command)
     return command
