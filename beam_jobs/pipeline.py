@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import sys
-import threading
 import time
 
 import apache_beam as beam
@@ -46,6 +45,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import prep
 from beam_jobs import finish, prepare, staging, storage, write
+from beam_jobs.progress import Progress
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
@@ -185,52 +185,6 @@ def make_runner(runner: str):
     return None
 
 
-class _Progress:
-    """Polls the temporary folder of a local OUTPUT and drives two progress bars."""
-
-    def __init__(self, config: ConvertConfig, listing: Listing, enabled: bool):
-        self._tmp = os.path.join(config.output, manifest_lib.TMP_DIR)
-        self._output = config.output
-        self._chunk_sizes = [len(c) for c in make_chunks(listing.refs, chunk_size(len(listing.refs)))]
-        self._enabled = enabled and not storage.is_remote(config.output)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self):
-        if self._enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._enabled:
-            self._thread.join()
-
-    def _loop(self):
-        from tqdm import tqdm
-
-        images = tqdm(total=sum(self._chunk_sizes), unit="img", desc="prepare", file=sys.stderr, leave=False)
-        shards = None
-        while not self._stop.wait(0.25):
-            spill = os.path.join(self._tmp, "spill")
-            done = [n for n in storage.list_names(spill) if n.endswith(".bin")]
-            images.n = sum(self._chunk_sizes[int(n[6:12])] for n in done if int(n[6:12]) < len(self._chunk_sizes))
-            images.refresh()
-            plan = os.path.join(self._tmp, "plan.json")
-            if shards is None and os.path.exists(plan):
-                import json
-
-                with open(plan) as f:
-                    shards = tqdm(total=json.load(f)["shards"], unit="shard", desc="write", file=sys.stderr,
-                                  leave=False)
-            if shards is not None:
-                shards.n = sum(1 for n in storage.list_names(self._output) if ShardName.parse(n))
-                shards.refresh()
-        images.close()
-        if shards is not None:
-            shards.close()
-
-
 def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
                    beam_args: list[str] | None = None, progress: bool = False,
                    group_target: int = GROUP_TARGET) -> dict:
@@ -250,7 +204,8 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     num_chunks = stage_listing(tmp_dir, listing)
     try:
-        with _Progress(config, listing, progress):
+        with Progress(config.output, [len(c) for c in make_chunks(listing.refs, chunk_size(len(listing.refs)))],
+                      progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
             build(p, config, listing, num_chunks, run_info, group_target)
             result = p.run()

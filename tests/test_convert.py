@@ -215,3 +215,14 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
 def test_help_texts(run_cli):
     assert "Convert SOURCE" in run_cli("convert", "--help").output
     assert "convert" in run_cli("--help").output
+
+
+def test_progress_bar_goes_to_stderr_and_run_completes(small, tmp_path):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    result = CliRunner().invoke(main, ["convert", str(small), str(tmp_path / "out"), "--progress"])
+    assert result.exit_code == 0, result.output
+    assert "prepare" in result.stderr and "img" in result.stderr
+    assert "prepare" not in result.stdout and "images/s" in result.stdout

@@ -1,0 +1,61 @@
+"""Progress bars for a local OUTPUT, driven by polling the files the pipeline writes.
+
+Chunk spill files appear as images are prepared; plan.json gives the shard
+count; shard files appear as they are written. Polling the file system works
+whatever runner executes the pipeline, as long as OUTPUT is local.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+from beam_jobs import storage
+from prep import manifest as manifest_lib
+from prep.naming import ShardName
+
+
+class Progress:
+    """Polls the temporary folder of a local OUTPUT and drives two progress bars."""
+
+    def __init__(self, output: str, chunk_sizes: list[int], enabled: bool):
+        self._tmp = os.path.join(output, manifest_lib.TMP_DIR)
+        self._output = output
+        self._chunk_sizes = chunk_sizes
+        self._enabled = enabled and not storage.is_remote(output)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._enabled:
+            self._thread.join()
+
+    def _loop(self):
+        from tqdm import tqdm
+
+        images = tqdm(total=sum(self._chunk_sizes), unit="img", desc="prepare", file=sys.stderr, leave=False)
+        shards = None
+        while not self._stop.wait(0.25):
+            spill = os.path.join(self._tmp, "spill")
+            done = [n for n in storage.list_names(spill) if n.endswith(".bin")]
+            images.n = sum(self._chunk_sizes[int(n[6:12])] for n in done if int(n[6:12]) < len(self._chunk_sizes))
+            images.refresh()
+            plan = os.path.join(self._tmp, "plan.json")
+            if shards is None and os.path.exists(plan):
+                with open(plan) as f:
+                    shards = tqdm(total=json.load(f)["shards"], unit="shard", desc="write", file=sys.stderr,
+                                  leave=False)
+            if shards is not None:
+                shards.n = sum(1 for n in storage.list_names(self._output) if ShardName.parse(n))
+                shards.refresh()
+        images.close()
+        if shards is not None:
+            shards.close()
