@@ -32,7 +32,7 @@ from prep import manifest as manifest_lib
 from prep.errors import ManifestError
 from prep.manifest_shape import load_checked
 from prep.naming import SUFFIX, ShardName
-from prep.scan import ShardScan, scan_shard
+from prep.scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
 JSON_VERSION = 1
 
@@ -247,12 +247,16 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     on_block = (lambda n: progress(n, total)) if progress else None
     scans: dict[str, ShardScan] = {}
     labels = manifest["labels"]
+    max_pixels = manifest["options"].get("max_pixels")
+    if not isinstance(max_pixels, int) or max_pixels < 1:
+        max_pixels = DEFAULT_MAX_PIXELS
     pool = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) if deep else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Pillow warns about odd EXIF; decode errors are what we report
             for file, path in present.items():
-                scans[file] = scan_shard(path, labels, name=file, deep=deep, pool=pool, on_block=on_block)
+                scans[file] = scan_shard(path, labels, name=file, deep=deep, max_pixels=max_pixels, pool=pool,
+                                         on_block=on_block)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
