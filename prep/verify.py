@@ -103,45 +103,43 @@ Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)
 
 def check_manifest(manifest: dict) -> list[Problem]:
     """Where a well-shaped manifest contradicts itself (names, indexes, sums, accounting)."""
-    where = manifest_lib.FILENAME
     labels = manifest["labels"]
-    problems = []
+    messages = []
     if len(set(labels)) != len(labels):
-        problems.append(Problem(where, None, "labels repeat a class name"))
-    total = 0
+        messages.append("labels repeat a class name")
     for split, info in manifest["splits"].items():
         shards = info["shards"]
-        total += info["examples"]
         if info["num_shards"] != len(shards):
-            problems.append(Problem(where, None, f"split {split}: num_shards is {info['num_shards']} "
-                                                 f"but {len(shards)} shards are listed"))
+            messages.append(f"split {split}: num_shards is {info['num_shards']} but {len(shards)} shards are listed")
         for i, shard in enumerate(shards):
             name = ShardName(split, i, len(shards)).filename
-            if shard["file"] != name or shard["index"] != i:
-                problems.append(Problem(where, None, f"split {split}: shard {i} of {len(shards)} must be "
-                                                     f"{name} with index {i}, not {shard['file']} with index {shard['index']}"))
-            if sum(shard["class_counts"].values()) != shard["examples"]:
-                problems.append(Problem(where, None, f"{shard['file']}: examples is {shard['examples']} but its "
-                                                     f"class_counts sum to {sum(shard['class_counts'].values())}"))
+            if (shard["file"], shard["index"]) != (name, i):
+                messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
+                                f"not {shard['file']} with index {shard['index']}")
+            in_classes = sum(shard["class_counts"].values())
+            if in_classes != shard["examples"]:
+                messages.append(f"{shard['file']}: examples is {shard['examples']} but its class_counts sum "
+                                f"to {in_classes}")
         for key in ("examples", "bytes"):
             summed = sum(s[key] for s in shards)
             if info[key] != summed:
-                problems.append(Problem(where, None, f"split {split}: {key} is {info[key]} but its shards sum to {summed}"))
+                messages.append(f"split {split}: {key} is {info[key]} but its shards sum to {summed}")
         summed = _sum_counts(s["class_counts"] for s in shards)
         for name in sorted(set(summed) | set(info["class_counts"])):
-            if info["class_counts"].get(name, 0) != summed.get(name, 0):
-                problems.append(Problem(where, None, f"split {split}: class_counts[{name!r}] is "
-                                                     f"{info['class_counts'].get(name, 0)} but its shards sum to {summed.get(name, 0)}"))
+            claimed = info["class_counts"].get(name, 0)
+            if claimed != summed.get(name, 0):
+                messages.append(f"split {split}: class_counts[{name!r}] is {claimed} but its shards sum to "
+                                f"{summed.get(name, 0)}")
         unknown = sorted(set(info["class_counts"]) - set(labels))
         if unknown:
-            problems.append(Problem(where, None, f"split {split}: class_counts name classes not in labels: "
-                                                 f"{', '.join(map(repr, unknown))}"))
+            messages.append(f"split {split}: class_counts name classes not in labels: {', '.join(map(repr, unknown))}")
     inputs = manifest["inputs"]
-    if inputs.get("written") != total:
-        problems.append(Problem(where, None, f"inputs.written is {inputs.get('written')} but the splits hold {total}"))
-    if inputs.get("found") != sum(inputs.get(k, 0) for k in ("written", "rejected", "capped")):
-        problems.append(Problem(where, None, "inputs.found is not written + rejected + capped"))
-    return problems
+    total = sum(info["examples"] for info in manifest["splits"].values())
+    if inputs["written"] != total:
+        messages.append(f"inputs.written is {inputs['written']} but the splits hold {total}")
+    if inputs["found"] != inputs["written"] + inputs["rejected"] + inputs["capped"]:
+        messages.append("inputs.found is not written + rejected + capped")
+    return [Problem(manifest_lib.FILENAME, None, message) for message in messages]
 
 
 def balance_problems(split: str, files: list[str], counts: list[dict[str, int]]) -> list[Problem]:

@@ -187,6 +187,22 @@ def test_edited_manifest_counts(out):
     assert ("manifest.json", None, "inputs.found is not written + rejected + capped") in found
 
 
+def test_manifest_that_contradicts_its_shard_names(out):
+    manifest = datasets.load(out)
+    manifest["splits"]["train"]["num_shards"] = 4
+    manifest["splits"]["test"]["shards"][2]["file"] = "test-00002-of-00004.tfrecord"
+    manifest["labels"].append("cat")
+    datasets.save(out, manifest)
+    assert problems(out) == [
+        ("manifest.json", None, "labels repeat a class name"),
+        ("manifest.json", None, "split test: shard 2 of 3 must be test-00002-of-00003.tfrecord with index 2, "
+                                "not test-00002-of-00004.tfrecord with index 2"),
+        ("manifest.json", None, "split train: num_shards is 4 but 3 shards are listed"),
+        ("test-00002-of-00004.tfrecord", None, "missing: the manifest names it but OUTPUT has no such file"),
+        ("test-00002-of-00003.tfrecord", None, "unexpected shard file: the manifest does not name it"),
+    ]
+
+
 def test_rejects_file_must_match_the_count(out):
     (out / "rejects.jsonl").write_text('{"path": "x.jpg", "reason": "empty", "detail": ""}\n')
     assert problems(out) == [("rejects.jsonl", None, "has 1 lines, the manifest counts 0 rejects")]
@@ -201,7 +217,7 @@ def test_unbalanced_shards(out):
     found = problems(out)
     sizes = [len(s) for s in shards]  # 14, 12, 12 (from 13, 13, 12)
     assert sizes == [14, 12, 12]
-    assert (f"train-00000-of-00003.tfrecord", None, "unbalanced: holds 14 records; split train has 38 records "
+    assert ("train-00000-of-00003.tfrecord", None, "unbalanced: holds 14 records; split train has 38 records "
             "in 3 shards, so each must hold 12 or 13") in found
     assert all(m.startswith("unbalanced: ") and f.startswith("train-") for f, _, m in found)
     assert verify(str(out)).splits["train"].examples == 38
