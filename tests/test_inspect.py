@@ -151,3 +151,23 @@ def test_help(run_cli):
     text = run_cli("inspect", "--help").output
     assert "Summarize the dataset in OUTPUT" in text and "--contact-sheet FILE.png" in text and "--plot" in text
     assert "inspect" in run_cli("--help").output
+
+
+def test_sheet_tiles_for_damaged_images_and_empty_classes():
+    from prep.schema import ImageRecord
+
+    good = io.BytesIO()
+    Image.new("RGB", (40, 10), COLOURS["red"]).save(good, "PNG")
+    records = {0: [ImageRecord.build(good.getvalue(), "png", 10, 40, 3, 0, "red", "a.png"),
+                   ImageRecord.build(b"\x89PNG broken", "png", 10, 40, 3, 0, "red", "b.png")], 1: []}
+    layout = SheetLayout(rows=2, columns=3, tile=20)
+    sheet = pictures.render_sheet(["red", "a-very-long-class-name-that-cannot-fit-in-the-label-column"], records,
+                                  layout)
+    assert sheet.size == layout.size
+    wide = _tile_pixels(sheet, layout, 0, 0)  # 40x10 fitted into 20x20: 20x5, centred, the rest empty
+    assert (wide[8:12] == COLOURS["red"]).all() and (wide[:7] == pictures.EMPTY).all()
+    assert (_tile_pixels(sheet, layout, 0, 1) == pictures.MISSING).all()
+    for row, column in ((0, 2), (1, 0), (1, 1), (1, 2)):
+        assert (_tile_pixels(sheet, layout, row, column) == pictures.EMPTY).all()
+    label = np.asarray(sheet.crop(layout.label_box(1)).convert("L"))
+    assert (label < 100).any() and (label[:, -4:] == 255).all()  # the long name is cut before the tiles
