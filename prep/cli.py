@@ -3,7 +3,6 @@ every `PrepError` into a one-line `Error: ...` with a non-zero exit."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -132,6 +131,8 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     Prints the totals, a table per split with each class's records, share and
     per-shard spread; --contact-sheet and --plot draw pictures of it.
     """
+    import json
+
     from prep import inspect as inspect_lib
     from prep import pictures, render
     from prep.manifest_shape import load_checked
