@@ -64,6 +64,97 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     click.echo(summary_table(manifest, time.time() - started))
 
 
+def _existing_folder(output: str) -> None:
+    """OUTPUT of verify and inspect must be a local folder; anything else is a usage error (exit 2)."""
+    import os
+
+    if not os.path.exists(output):
+        raise click.UsageError(f"OUTPUT {output} does not exist")
+    if not os.path.isdir(output):
+        raise click.UsageError(f"OUTPUT {output} is not a folder")
+
+
+def _png(ctx, param, value):
+    if value is not None and not value.lower().endswith(".png"):
+        raise click.BadParameter(f"{value!r} must be a .png file name")
+    return value
+
+
+@main.command()
+@click.argument("output", type=str)
+@click.option("--deep", is_flag=True, help="Also decode every image and check its stored format, height, width "
+              "and channels (CPU-bound; slower).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table (docs/verify.md).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Threads that decode images with --deep (default: all cores).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: on a terminal, for datasets over 256 MiB).")
+@click.pass_context
+def verify(ctx, output, deep, as_json, workers, progress):
+    """Prove that the dataset in OUTPUT is exactly what its manifest.json promises.
+
+    Checks the manifest, that every shard is there with its recorded size and
+    sha256 and no other shard is, every record's CRCs and schema, the counts per
+    shard, class and split, and the balance rule. Exit status: 0 intact, 1
+    problems found (each listed with its file and record index), 2 usage error.
+    """
+    from prep import render
+    from prep.verify import dumps, verify as run_verify
+
+    _existing_folder(output)
+    bar = render.ByteProgress(progress)
+    try:
+        report = run_verify(output, deep=deep, workers=workers, progress=bar)
+    finally:
+        bar.close()
+    click.echo(dumps(report) if as_json else render.verify_text(report))
+    if not report.ok:
+        ctx.exit(1)
+
+
+@main.command()
+@click.argument("output", type=str)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (docs/verify.md).")
+@click.option("--contact-sheet", "sheet", metavar="FILE.png", callback=_png,
+              help="Write a grid of sample images per class, decoded from the shards, labelled with the class name.")
+@click.option("--per-class", type=click.IntRange(1, 100), default=8, show_default=True,
+              help="Images per class on the contact sheet.")
+@click.option("--tile", type=click.IntRange(16, 1024), default=96, show_default=True,
+              help="Contact-sheet tile size in pixels.")
+@click.option("--split", default=None, help="Take contact-sheet samples from this split only "
+              "(default: every split, largest first).")
+@click.option("--plot", metavar="FILE.png", callback=_png, help="Write a bar chart of records per class and split.")
+def inspect(output, as_json, sheet, per_class, tile, split, plot):
+    """Summarize the dataset in OUTPUT from its manifest: splits, shards, classes, sizes, options, rejects.
+
+    Prints the totals, a table per split with each class's records, share and
+    per-shard spread; --contact-sheet and --plot draw pictures of it.
+    """
+    import json
+
+    from prep import inspect as inspect_lib
+    from prep import pictures, render
+    from prep.manifest_shape import load_checked
+
+    _existing_folder(output)
+    manifest = load_checked(output)
+    if split is not None and split not in manifest["splits"]:
+        raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest['splits'])})",
+                                 param_hint="'--split'")
+    summary = inspect_lib.summary(manifest, output)
+    click.echo(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) if as_json
+               else render.inspect_text(summary))
+    if sheet:
+        picked = inspect_lib.samples(manifest, output, per_class, split)
+        layout = pictures.SheetLayout(rows=len(manifest["labels"]), columns=per_class, tile=tile)
+        pictures.render_sheet(manifest["labels"], picked, layout).save(sheet, "PNG")
+        click.echo(f"wrote {sheet} ({layout.size[0]}x{layout.size[1]}, {sum(map(len, picked.values()))} images)",
+                   err=as_json)
+    if plot:
+        width, height = pictures.write_plot(summary, plot)
+        click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
+
+
 def summary_table(manifest: dict, seconds: float) -> str:
     """The end-of-run summary: examples and shards per split, then the accounting."""
     rows = [("split", "examples", "shards", "bytes")]

@@ -1,0 +1,127 @@
+"""Text that people read: the tables and verdicts of `prep verify` and `prep inspect`."""
+
+from __future__ import annotations
+
+import sys
+
+from prep.verify import Report
+
+
+def human_size(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Lines of a table: first column left-aligned, the others right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+            .rstrip() for r in rows]
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {plural or word + 's'}"
+
+
+def verify_text(report: Report) -> str:
+    """A table per split, the problems one per line, and the verdict as the last line."""
+    lines = []
+    if report.splits:
+        rows = [("split", "shards", "records", "bytes", "problems")]
+        for name, stats in report.splits.items():
+            problems = sum(1 for p in report.problems if report.split_of(p) == name)
+            rows.append((name, str(stats.shards), str(stats.examples), human_size(stats.bytes), str(problems)))
+        lines += table(rows)
+        rate = report.bytes_read / report.seconds / 1e6 if report.seconds > 0 else 0.0
+        lines.append(f"read {human_size(report.bytes_read)} in {report.seconds:.2f} s ({rate:.0f} MB/s)")
+    if report.problems:
+        lines.append("problems:")
+        lines += [f"  {p}" for p in report.problems]
+        files = len({p.file for p in report.problems})
+        lines.append(f"FAILED: {_plural(len(report.problems), 'problem')} in {_plural(files, 'file')}")
+    else:
+        records = sum(s.examples for s in report.splits.values())
+        shards = sum(s.shards for s in report.splits.values())
+        checked = ("every record's CRCs, schema and decoded image" if report.deep
+                   else "every record's CRCs and schema")
+        lines.append(f"OK: {_plural(shards, 'shard')} and {_plural(records, 'record')} match the manifest "
+                     f"(sizes, sha256, counts, balance, {checked})")
+    return "\n".join(lines)
+
+
+def _range(spread: dict) -> str:
+    return str(spread["min"]) if spread["min"] == spread["max"] else f"{spread['min']}-{spread['max']}"
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def inspect_text(summary: dict) -> str:
+    """The summary, the split table, then one class table per split."""
+    totals, tool = summary["totals"], summary["tool"]
+    made = f"written by {tool.get('name', '?')} {tool.get('version', '?')}"
+    if summary["created"]:
+        made += f" on {summary['created']}"
+    if summary["runner"]:
+        made += f" ({summary['runner']} runner)"
+    options = "  ".join(f"{k}={v}" for k, v in sorted(summary["options"].items()) if v is not None)
+    inputs = summary["inputs"]
+    lines = [
+        f"{summary['output']}: manifest version {summary['manifest_version']}, {made}",
+        f"{_plural(totals['examples'], 'record')} in {_plural(totals['shards'], 'shard')} "
+        f"({human_size(totals['bytes'])}), {_plural(totals['classes'], 'class', 'classes')}, "
+        f"{_plural(totals['splits'], 'split')}",
+        f"seed {summary['seed']}; options: {options}",
+        f"inputs: found {inputs['found']}  written {inputs['written']}  rejected {summary['rejects']}  "
+        f"capped {inputs['capped']}  converted {inputs.get('converted', 0)}",
+    ]
+    if inputs.get("rejected_by_reason"):
+        lines.append("rejects by reason: " + ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
+                     + " (see rejects.jsonl)")
+    rows = [("split", "records", "share", "shards", "bytes", "records/shard", "bytes/shard")]
+    for name, split in summary["splits"].items():
+        rows.append((name, str(split["examples"]), _percent(split["share"]), str(split["num_shards"]),
+                     human_size(split["bytes"]), _range(split["per_shard"]),
+                     f"{human_size(split['shard_bytes']['min'])}-{human_size(split['shard_bytes']['max'])}"))
+    lines += ["", *table(rows)]
+    for name, split in summary["splits"].items():
+        rows = [("class", "records", "share", "per shard")]
+        rows += [(label, str(c["count"]), _percent(c["share"]), _range(c["per_shard"]))
+                 for label, c in split["classes"].items()]
+        lines += ["", f"{name}: {_plural(split['examples'], 'record')} in {_plural(split['num_shards'], 'shard')}",
+                  *table(rows)]
+    return "\n".join(lines)
+
+
+class ByteProgress:
+    """`verify`'s progress callback: a tqdm bar over bytes, made on the first block read.
+
+    Shown when `wanted` is True, or when it is None, stderr is a terminal and the
+    dataset is over `LARGE` bytes (small ones finish before a bar means anything).
+    """
+
+    LARGE = 256 << 20
+
+    def __init__(self, wanted: bool | None):
+        self._wanted = wanted
+        self._bar = None
+        self._started = False
+
+    def __call__(self, n: int, total: int) -> None:
+        if not self._started:
+            self._started = True
+            show = self._wanted if self._wanted is not None else sys.stderr.isatty() and total >= self.LARGE
+            if show:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="verify", file=sys.stderr, leave=False)
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,76 @@
+"""Small converted datasets for the verify and inspect tests, and ways to change one consistently."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+from click.testing import CliRunner
+
+from prep import manifest as manifest_lib
+from prep.cli import main
+from prep.schema import ImageRecord
+from prep.tfrecord import frame, read_records
+
+
+def convert(source: pathlib.Path, out: pathlib.Path, *args) -> pathlib.Path:
+    result = CliRunner().invoke(main, ["convert", str(source), str(out), *map(str, args)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def copy(dataset: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(dataset, dest)
+    return dest
+
+
+def load(out: pathlib.Path) -> dict:
+    return json.loads((out / manifest_lib.FILENAME).read_text())
+
+
+def save(out: pathlib.Path, manifest: dict) -> None:
+    (out / manifest_lib.FILENAME).write_bytes(manifest_lib.dumps(manifest))
+
+
+def records(path: pathlib.Path) -> list[bytes]:
+    with open(path, "rb") as f:
+        return [data for _, _, data in read_records(f, path.name)]
+
+
+def record_starts(path: pathlib.Path) -> list[int]:
+    with open(path, "rb") as f:
+        return [offset for _, offset, _ in read_records(f, path.name)]
+
+
+def rewrite_split(out: pathlib.Path, split: str, shards: list[list[bytes]]) -> None:
+    """Writes new record lists for the shards of `split` and updates the manifest to match them exactly.
+
+    Sizes, sha256 and counts are all recomputed, so what remains wrong is only
+    what the records themselves break (balance, schema, images).
+    """
+    import hashlib
+
+    manifest = load(out)
+    labels = manifest["labels"]
+    info = manifest["splits"][split]
+    assert len(shards) == len(info["shards"])
+    for entry, datas in zip(info["shards"], shards):
+        blob = b"".join(frame(d) for d in datas)
+        (out / entry["file"]).write_bytes(blob)
+        counts = {name: 0 for name in labels}
+        for data in datas:
+            try:
+                label = ImageRecord.from_bytes(data).label
+            except Exception:
+                continue
+            if 0 <= label < len(labels):
+                counts[labels[label]] += 1
+        entry.update(examples=len(datas), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
+                     class_counts=counts)
+    info["examples"] = sum(s["examples"] for s in info["shards"])
+    info["bytes"] = sum(s["bytes"] for s in info["shards"])
+    info["class_counts"] = {name: sum(s["class_counts"][name] for s in info["shards"]) for name in labels}
+    manifest["inputs"]["written"] = sum(s["examples"] for s in manifest["splits"].values())
+    manifest["inputs"]["found"] = sum(manifest["inputs"][k] for k in ("written", "rejected", "capped"))
+    save(out, manifest)
