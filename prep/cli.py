@@ -61,7 +61,9 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     from beam_jobs.pipeline import run_conversion
 
     manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)
-    click.echo(summary_table(manifest, time.time() - started))
+    from prep.render import convert_summary
+
+    click.echo(convert_summary(manifest, time.time() - started))
 
 
 def _existing_folder(output: str) -> None:
@@ -153,33 +155,6 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     if plot:
         width, height = pictures.write_plot(summary, plot)
         click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
-
-
-def summary_table(manifest: dict, seconds: float) -> str:
-    """The end-of-run summary: examples and shards per split, then the accounting."""
-    rows = [("split", "examples", "shards", "bytes")]
-    for name, split in manifest["splits"].items():
-        rows.append((name, str(split["examples"]), str(split["num_shards"]), _human(split["bytes"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-             for r in rows]
-    inputs = manifest["inputs"]
-    rate = inputs["found"] / seconds if seconds > 0 else 0.0
-    lines.append(f"found {inputs['found']}  written {inputs['written']}  rejected {inputs['rejected']}  "
-                 f"capped {inputs['capped']}  converted {inputs['converted']}")
-    if inputs["rejected"]:
-        reasons = ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
-        lines.append(f"rejects by reason: {reasons} (see rejects.jsonl)")
-    lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
-    return "\n".join(lines)
-
-
-def _human(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(size)
 
 
 if __name__ == "__main__":
