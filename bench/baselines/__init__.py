@@ -1,0 +1,1 @@
+"""Reference converters that `bench/convert_compare.py` measures `prep convert` against."""
