@@ -20,6 +20,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except PrepError as exc:
             raise click.ClickException(str(exc)) from None
+        except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing more to say
+            sys.stderr.close()
+            ctx.exit(0)
         except OSError as exc:
             where = f" {exc.filename}" if exc.filename else ""
             raise click.ClickException(f"cannot access{where}: {exc.strerror or exc}") from None
