@@ -230,7 +230,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
             stage_listing(tmp_dir, listing)
             checkpoints.write_run(tmp_dir, record)
     except OSError as exc:
-        raise OutputError(describe_os_error(exc)) from None
+        raise OutputError(describe_os_error(exc, config.output)) from None
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     if config.resume:
@@ -249,7 +249,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
                 if client is not None:
                     client.close()
     except Exception as exc:
-        error = find_prep_error(exc)
+        error = find_prep_error(exc, config.output)
         if error is not None:
             if isinstance(error, OutputError) and _resumable(tmp_dir):
                 error = OutputError(f"{error}; the work done so far is kept: fix this and run again with "
@@ -272,10 +272,11 @@ def _resumable(tmp_dir: str) -> bool:
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One line for a storage failure: what it is and which file."""
-    where = f" {printable(str(exc.filename))}" if exc.filename else ""
-    verb = "write" if exc.errno in _WRITE_ERRNOS else "access"
+def describe_os_error(exc: OSError, output: str | None = None) -> str:
+    """One line for a storage failure: what it is and which file (a failed write
+    names no file: then OUTPUT, the only place the pipeline writes)."""
+    where = f" {printable(str(exc.filename))}" if exc.filename else f" to OUTPUT {output}" if output else ""
+    verb = "write" if exc.errno in _WRITE_ERRNOS or not exc.filename else "access"
     return f"cannot {verb}{where}: {exc.strerror or exc}"
 
 
@@ -283,7 +284,7 @@ _REMOTE_ERROR = re.compile(r"prep\.errors\.(\w+Error): (.*?)(?: \[while running|
 _REMOTE_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]*)')?(?: \[while running|$)", re.MULTILINE)
 
 
-def find_prep_error(exc: BaseException) -> PrepError | None:
+def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError | None:
     """The PrepError behind a runner's exception, if any.
 
     In-process runners re-raise it; runners with remote workers report it only
@@ -306,8 +307,8 @@ def find_prep_error(exc: BaseException) -> PrepError | None:
         kind = getattr(errors, match[1], PrepError)
         return (kind if isinstance(kind, type) and issubclass(kind, PrepError) else PrepError)(match[2])
     if os_error is not None:
-        return OutputError(describe_os_error(os_error))
+        return OutputError(describe_os_error(os_error, output))
     match = _REMOTE_OS_ERROR.search(str(exc))
     if match:
-        return OutputError(describe_os_error(OSError(int(match[1]), match[2].strip(), match[3])))
+        return OutputError(describe_os_error(OSError(int(match[1]), match[2].strip(), match[3]), output))
     return None

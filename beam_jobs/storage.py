@@ -156,8 +156,10 @@ def list_names(folder: str) -> list[str]:
         except FileNotFoundError:
             return []
     prefix = folder.rstrip("/") + "/"
-    matches = _fs().match([prefix + "*"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/")[0] for m in matches})
+    # "**", not "*": FileSystems built on glob match only files with "*", and leave out names
+    # starting with "." (such as .prep-tmp); object stores match across "/" with either.
+    matches = _fs().match([prefix + "**"])[0].metadata_list
+    return sorted({m.path[len(prefix):].split("/")[0] for m in matches if m.path.startswith(prefix)})
 
 
 def list_files(root: str) -> list[tuple[str, None]]:

@@ -277,7 +277,7 @@ def _drop_file_permission_override():
 
 def run_unprivileged(*args):
     """`prep convert ...` in a subprocess that file permissions apply to, even when tests run as root."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     preexec = _drop_file_permission_override if os.geteuid() == 0 else None
     try:
         return subprocess.run([sys.executable, "-m", "prep.cli", "convert", *map(str, args)], env=env,
