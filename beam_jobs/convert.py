@@ -41,4 +41,7 @@ if __name__ == "__main__":
         manifest = run()
     except PrepError as exc:
         sys.exit(f"Error: {exc}")
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        sys.exit(f"Error: cannot access{where}: {exc.strerror or exc}")
     print({split: info["examples"] for split, info in manifest["splits"].items()})

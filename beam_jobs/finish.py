@@ -1,4 +1,11 @@
-"""The last step: rejects.jsonl, then the manifest, written last and atomically."""
+"""The last step: rejects.jsonl, then the manifest, written last and atomically.
+
+Order matters for crash safety: manifest.json.part is written in full, then
+renamed to manifest.json, and only then is .prep-tmp deleted. A kill before the
+rename leaves no manifest.json and a resumable .prep-tmp; a kill after it
+leaves a finished dataset plus a leftover .prep-tmp, which `--resume` (or
+`--overwrite`) removes.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,12 @@ import collections
 import json
 import time
 
-from beam_jobs import storage
+from beam_jobs import checkpoints, storage
 from prep import manifest as manifest_lib
 from prep.errors import PlanError
 from prep.sources import Reject
 
-SHARD, REJECT, CAPPED = "shard", "reject", "capped"
+SHARD, REJECT, CAPPED, REUSED = "shard", "reject", "capped", "reused"
 
 
 def listing_rejects_path(tmp_dir: str) -> str:
@@ -23,18 +30,21 @@ def write_listing_rejects(tmp_dir: str, rejects) -> None:
 
 
 def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
-    """(None, [(SHARD, result) | (REJECT, Reject) | (CAPPED, (label, count))]) -> written count.
+    """(None, [(SHARD, result) | (REJECT, Reject) | (CAPPED, (label, count)) | (REUSED, chunk)]) -> written count.
 
-    Writes rejects.jsonl, removes the temporary folder, then publishes manifest.json.
+    Writes rejects.jsonl, publishes manifest.json, then removes the temporary folder.
     """
     _, items = element
     shard_results, rejects = [], [Reject(*r) for r in json.loads(storage.read_bytes(listing_rejects_path(tmp_dir)))]
     capped_by_class = {name: 0 for name in labels}
+    chunks_reused = 0
     for kind, value in items:
         if kind == SHARD:
             shard_results.append(value)
         elif kind == REJECT:
             rejects.append(value)
+        elif kind == REUSED:
+            chunks_reused += 1
         else:
             label, count = value
             capped_by_class[labels[label]] += count
@@ -56,10 +66,14 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
         raise RuntimeError(f"internal error: counts do not reconcile: {accounting}")
     run = dict(run, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                seconds=round(time.time() - run["started"], 3))
+    if run.get("resumed") is not None:
+        run["resumed"] = dict(run["resumed"], chunks_reused=chunks_reused, shards=len(shard_results),
+                              shards_reused=sum(bool(r.get("reused")) for r in shard_results))
     manifest = manifest_lib.build(labels, options, shard_results, accounting, tool, run)
     staged = storage.join(output, manifest_lib.FILENAME + ".part")
     with storage.open_write(staged) as f:
         f.write(manifest_lib.dumps(manifest))
-    storage.delete(tmp_dir)
+    checkpoints.pause_for_tests("manifest")
     storage.rename(staged, storage.join(output, manifest_lib.FILENAME))
+    storage.delete(tmp_dir)
     yield written

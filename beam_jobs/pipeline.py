@@ -3,14 +3,21 @@
 What each PCollection holds:
 
     chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
-    outcomes  = ParDo(PrepareChunk)         # (OK, PreparedRef) | (REJECT, Reject)
+    outcomes  = ParDo(PrepareChunk)         # (OK, PreparedRef) | (REJECT, Reject) | (REUSED, chunk id)
     refs      = FlatMap                     # PreparedRef(path, label, split, chunk, offset, length, converted)
     ranked    = PlanShards                  # (ENTRY, part key, Entry) | (CAPPED, label)   see planning.py
     parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [Entry])
     written   = ParDo(WriteShardPart)       # (SHARD, result) | (PART, shard file, part info)
     joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
-    summary   = Flatten | GroupByKey(one key)     # shard results, rejects, capped counts: small
+    summary   = Flatten | GroupByKey(one key)     # shard results, rejects, capped counts, reused chunks: small
     done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
+
+Crash safety and `--resume`: every file appears under its final name only by a
+rename once complete, and manifest.json last. What each step leaves in
+OUTPUT/.prep-tmp for a resumed run to reuse (prepared chunks, complete
+shards) is described in checkpoints.py; resume.py decides whether it may be
+reused; REUSED outcomes and the shard results' `reused` flags are counted in
+the manifest's `run.resumed`.
 
 Images are read, checked and converted once, before planning, so the plan
 knows exactly which inputs are valid and every shard is balanced over the
@@ -33,6 +40,7 @@ translates nothing else.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -44,14 +52,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import prep
-from beam_jobs import finish, prepare, staging, storage, write
+from beam_jobs import checkpoints, finish, prepare, resume, staging, storage, write
 from beam_jobs.progress import Progress
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
+from prep.resume import run_record
 from prep.naming import ShardName
-from prep.sources import Listing
+from prep.sources import Listing, printable
 
 MAX_CHUNK = 256
 
@@ -80,31 +89,37 @@ def _tag(kind):
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
           group_target: int = GROUP_TARGET) -> None:
-    """Adds the conversion steps to pipeline `p` (the listing must be staged)."""
+    """Adds the conversion steps to pipeline `p` (the listing must be staged).
+
+    With `config.resume`, complete chunks and shards of the interrupted run are reused.
+    """
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     labels = listing.classes
+    reuse = config.resume
     outcomes = (
         p
         | "ListChunks" >> beam.Create(list(range(num_chunks)))  # chunk id
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers))
+            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse))
     )
     refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
+    reused = outcomes | "ReusedChunks" >> beam.FlatMap(
+        lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
     ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, len(listing.refs), tmp_dir, group_target)
     written = (
         ranked
         | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
         | "GroupParts" >> beam.GroupByKey()  # (part key, [Entry])
-        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers))
+        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers, reuse))
     )
     whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
     joined = (
         written
         | "Parts" >> beam.FlatMap(lambda w: [(w[1], w[2])] if w[0] == write.PART else [])
         | "GroupShardParts" >> beam.GroupByKey()  # (shard file, [part info])
-        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, tmp_dir, labels))
+        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, tmp_dir, labels, reuse))
     )
     capped = (
         ranked
@@ -113,22 +128,21 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         | "TagCapped" >> beam.Map(_tag(finish.CAPPED))
     )
     (
-        (whole, joined, rejects, capped)
+        (whole, joined, rejects, capped, reused)
         | "Summary" >> beam.Flatten()
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()
         | "WriteManifest" >> beam.FlatMap(
             finish.finish, output=config.output, tmp_dir=tmp_dir, labels=labels,
-            options=config.manifest_options(), found=listing.found,
-            tool={"name": "tfrecord-prep", "version": prep.__version__, "pillow": _pillow_version()},
-            run=run_info)
+            options=config.manifest_options(), found=listing.found, tool=tool_info(), run=run_info)
     )
 
 
-def _pillow_version() -> str:
+def tool_info() -> dict:
+    """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
     import PIL
 
-    return PIL.__version__
+    return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
 
 
 def prepare_output(output: str, overwrite: bool) -> None:
@@ -143,6 +157,9 @@ def prepare_output(output: str, overwrite: bool) -> None:
     if not names:
         return
     if not overwrite:
+        if manifest_lib.TMP_DIR in names and manifest_lib.FILENAME not in names:
+            raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
+                              "(same inputs and options) or --overwrite to start over")
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
     ours = {manifest_lib.FILENAME, manifest_lib.REJECTS, manifest_lib.TMP_DIR, manifest_lib.FILENAME + ".part",
             manifest_lib.REJECTS + ".part"}
@@ -188,26 +205,42 @@ def make_runner(runner: str):
 def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
                    beam_args: list[str] | None = None, progress: bool = False,
                    group_target: int = GROUP_TARGET) -> dict:
-    """Runs the whole conversion and returns the manifest it wrote.
+    """Runs the whole conversion, or with `config.resume` finishes an interrupted one,
+    and returns the manifest it wrote.
 
     `group_target` bounds the references per group (see planning.py); tests
     lower it to exercise many buckets and multi-part shards on small inputs.
 
     Raises:
-        PrepError: a user-fixable problem, unwrapped from the runner's exception.
+        PrepError: a user-fixable problem, unwrapped from the runner's exception;
+            OutputError for a file OUTPUT cannot hold (disk full, permissions).
     """
-    prepare_output(config.output, config.overwrite)
+    tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
+    manifest_path = storage.join(config.output, manifest_lib.FILENAME)
+    chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))
+    record = run_record(config.manifest_options(), tool_info(), listing)
+    try:
+        state = resume.open_interrupted(config.output, config.source, record, listing, chunks) \
+            if config.resume else None
+        if state == resume.FINISHED:
+            return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
+        if state != resume.RESUME:
+            if state is None:
+                prepare_output(config.output, config.overwrite)
+            stage_listing(tmp_dir, listing)
+            checkpoints.write_run(tmp_dir, record)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
+    if config.resume:
+        run_info["resumed"] = {"chunks": len(chunks)}
     beam_args, staged = staging.staging_args(runner, list(beam_args or []))
     options = pipeline_options(runner, beam_args)
-    tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
-    num_chunks = stage_listing(tmp_dir, listing)
     try:
-        with Progress(config.output, [len(c) for c in make_chunks(listing.refs, chunk_size(len(listing.refs)))],
-                      progress):
+        with Progress(config.output, [len(c) for c in chunks], progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, listing, num_chunks, run_info, group_target)
+            build(p, config, listing, len(chunks), run_info, group_target)
             result = p.run()
             try:
                 result.wait_until_finish()
@@ -216,31 +249,56 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
                 if client is not None:
                     client.close()
     except Exception as exc:
-        error = find_prep_error(exc)
+        error = find_prep_error(exc, config.output)
         if error is not None:
+            if isinstance(error, OutputError) and _resumable(tmp_dir):
+                error = OutputError(f"{error}; the work done so far is kept: fix this and run again with "
+                                    "--resume to finish")
             raise error from None
         raise
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
-    manifest_path = storage.join(config.output, manifest_lib.FILENAME)
     return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
 
 
+def _resumable(tmp_dir: str) -> bool:
+    try:
+        return checkpoints.read_run(tmp_dir) is not None
+    except Exception:
+        return False
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
+
+
+def describe_os_error(exc: OSError, output: str | None = None) -> str:
+    """One line for a storage failure: what it is and which file (a failed write
+    names no file: then OUTPUT, the only place the pipeline writes)."""
+    where = f" {printable(str(exc.filename))}" if exc.filename else f" to OUTPUT {output}" if output else ""
+    verb = "write" if exc.errno in _WRITE_ERRNOS or not exc.filename else "access"
+    return f"cannot {verb}{where}: {exc.strerror or exc}"
+
+
 _REMOTE_ERROR = re.compile(r"prep\.errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)
+_REMOTE_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]*)')?(?: \[while running|$)", re.MULTILINE)
 
 
-def find_prep_error(exc: BaseException) -> PrepError | None:
+def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError | None:
     """The PrepError behind a runner's exception, if any.
 
     In-process runners re-raise it; runners with remote workers report it only
-    as text ("prep.errors.PlanError: ...") inside their own exception.
+    as text ("prep.errors.PlanError: ...") inside their own exception. An
+    OSError (disk full, permission denied) becomes an OutputError: inputs that
+    cannot be read are rejects, so a pipeline's OSError is about OUTPUT.
     """
-    seen, current = set(), exc
+    seen, current, os_error = set(), exc, None
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, PrepError):
             return type(current)(str(current).split(" [while running")[0])
+        if isinstance(current, OSError) and os_error is None:
+            os_error = current
         current = current.__cause__ or current.__context__
     match = _REMOTE_ERROR.search(str(exc))
     if match:
@@ -248,4 +306,9 @@ def find_prep_error(exc: BaseException) -> PrepError | None:
 
         kind = getattr(errors, match[1], PrepError)
         return (kind if isinstance(kind, type) and issubclass(kind, PrepError) else PrepError)(match[2])
+    if os_error is not None:
+        return OutputError(describe_os_error(os_error, output))
+    match = _REMOTE_OS_ERROR.search(str(exc))
+    if match:
+        return OutputError(describe_os_error(OSError(int(match[1]), match[2].strip(), match[3]), output))
     return None

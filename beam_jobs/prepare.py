@@ -11,20 +11,22 @@ order, to the chunk's spill file, and only a small `PreparedRef` travels on.
 from __future__ import annotations
 
 import concurrent.futures
-import os
+import errno
 import json
+import os
+import stat
 import typing
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs import storage
+from beam_jobs import checkpoints, storage
 from prep.images import ImageOptions, ImageRejected, prepare_image
 from prep.schema import ImageRecord
 from prep.sources import InputRef, Reject
 from prep.tfrecord import frame
 
-OK, REJECT = "ok", "reject"
+OK, REJECT, REUSED = "ok", "reject", "reused"
 
 
 class PreparedRef(typing.NamedTuple):
@@ -55,35 +57,76 @@ def write_listing(tmp_dir: str, chunk: int, refs) -> None:
     storage.write_atomic(listing_path(tmp_dir, chunk), json.dumps([list(r) for r in refs]).encode())
 
 
-def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions):
-    """Reads one input; returns (framed record bytes, converted) or a Reject."""
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
+
+
+def read_input(path: str) -> bytes | tuple[str, str]:
+    """The bytes of one input, or (reason, detail) if it cannot be read.
+
+    Only regular files are opened: reading a FIFO or a device named like an
+    image would block or never end.
+    """
+    if not storage.is_remote(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if os.path.islink(path):
+                return "broken_symlink", "symlink points to a file that does not exist"
+            return "missing", "file does not exist"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "symlink_loop", exc.strerror or "too many levels of symbolic links"
+            return "unreadable", exc.strerror or str(exc)
+        if stat.S_ISDIR(st.st_mode):
+            return "unreadable", "path is a folder"
+        if not stat.S_ISREG(st.st_mode):
+            return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})"
     try:
-        data = storage.read_bytes(storage.join(source, ref.path))
+        return storage.read_bytes(path)
     except FileNotFoundError:
-        return Reject(ref.path, "missing", "file does not exist")
+        return "missing", "file does not exist"
     except IsADirectoryError:
-        return Reject(ref.path, "unreadable", "path is a folder")
+        return "unreadable", "path is a folder"
     except OSError as exc:
-        reason = "symlink_loop" if exc.errno == 40 else "unreadable"
-        return Reject(ref.path, reason, exc.strerror or str(exc))
+        reason = "symlink_loop" if exc.errno == errno.ELOOP else "unreadable"
+        return reason, exc.strerror or str(exc)
+
+
+def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions):
+    """Reads one input; returns ((framed record bytes, converted) or a Reject, input signature)."""
+    path = storage.input_path(source, ref.path)
+    sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
+    data = read_input(path)
+    if isinstance(data, tuple):
+        return Reject(ref.path, *data), sig or ""
+    sig = sig if sig is not None else storage.signature(path, data)
     try:
         image = prepare_image(data, options)
     except ImageRejected as exc:
-        return Reject(ref.path, exc.reason, exc.detail)
+        return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
                                label, ref.label, ref.path)
-    return frame(record.to_bytes()), image.converted
+    return (frame(record.to_bytes()), image.converted), sig
 
 
 class PrepareChunk(beam.DoFn):
-    """chunk id -> (OK, PreparedRef) per good input and (REJECT, Reject) per bad one."""
+    """chunk id -> (OK, PreparedRef) per good input and (REJECT, Reject) per bad one,
+    plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
 
-    def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None):
+    After the spill file is renamed into place, the chunk's outcomes are recorded
+    in its index (see checkpoints.py), which a resumed run emits instead of
+    reading the images again.
+    """
+
+    def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
+                 reuse: bool = False):
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._options = options
         self._workers = workers
+        self._reuse = reuse
         self._pool = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
@@ -99,12 +142,21 @@ class PrepareChunk(beam.DoFn):
         return read_and_prepare(self._source, ref, self._label_ids[ref.label], self._options)
 
     def process(self, chunk: int):
-        refs = [InputRef(*r) for r in json.loads(storage.read_bytes(listing_path(self._tmp_dir, chunk)))]
         path = spill_path(self._tmp_dir, chunk)
+        if self._reuse:
+            recorded = checkpoints.read_chunk_index(self._tmp_dir, chunk, path)
+            if recorded is not None:
+                yield REUSED, chunk
+                for kind, fields in recorded.outcomes:
+                    yield kind, (PreparedRef(*fields) if kind == OK else Reject(*fields))
+                return
+        checkpoints.pause_for_tests("chunk")
+        refs = [InputRef(*r) for r in json.loads(storage.read_bytes(listing_path(self._tmp_dir, chunk)))]
         offset = 0
-        outcomes = []
+        outcomes, signatures = [], []
         with storage.open_write(path + ".part") as f:
-            for ref, result in zip(refs, self._pool.map(self._one, refs)):
+            for ref, (result, signature) in zip(refs, self._pool.map(self._one, refs)):
+                signatures.append(signature)
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
                     continue
@@ -114,6 +166,7 @@ class PrepareChunk(beam.DoFn):
                                                  offset, len(data), converted)))
                 offset += len(data)
         storage.rename(path + ".part", path)
+        checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, offset, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)

@@ -5,6 +5,7 @@ renamed into place, so a reader never sees a half-written file under its final n
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shutil
@@ -18,6 +19,18 @@ def join(base: str, *parts: str) -> str:
     if is_remote(base):
         return posixpath.join(base, *parts)
     return os.path.join(base, *parts)
+
+
+def input_path(source: str, path: str) -> str:
+    """Where an input is: `path` relative to SOURCE, or, for paths outside SOURCE
+    (`--allow-outside-source`), an absolute path or URL, or a relative one
+    starting with `../`."""
+    if "://" in path or (not is_remote(source) and os.path.isabs(path)):
+        return path
+    if is_remote(source) and path.startswith("../"):
+        scheme, _, rest = source.partition("://")
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, path))}"
+    return join(source, path)
 
 
 def _fs():
@@ -77,6 +90,49 @@ def exists(path: str) -> bool:
     return _fs().exists(path)
 
 
+def size(path: str) -> int | None:
+    """The size of a file in bytes, or None if it does not exist."""
+    if not is_remote(path):
+        try:
+            return os.path.getsize(path)
+        except OSError:
+            return None
+    matches = _fs().match([path])[0].metadata_list
+    return matches[0].size_in_bytes if matches else None
+
+
+def signature(path: str, data: bytes | None = None) -> str:
+    """A short string that changes when the file at `path` changes; "" if it cannot be found.
+
+    Local files: size, modification time, inode and mode. Object stores give no
+    cheap modification time, so there it is the size (taken from `data`, the
+    bytes just read, when given).
+    """
+    if not is_remote(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return ""
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_mode:o}"
+    if data is not None:
+        return str(len(data))
+    try:
+        found = size(path)
+    except Exception:  # each FileSystem raises its own types
+        return ""
+    return "" if found is None else str(found)
+
+
+def sha256_file(path: str) -> tuple[int, str]:
+    """(bytes, hex SHA-256) of a file, read in blocks."""
+    digest, total = hashlib.sha256(), 0
+    with open_read(path) as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+            total += len(block)
+    return total, digest.hexdigest()
+
+
 def delete(path: str) -> None:
     """Deletes a file, or a folder (every object under the prefix), if it exists."""
     if not is_remote(path):
@@ -100,8 +156,10 @@ def list_names(folder: str) -> list[str]:
         except FileNotFoundError:
             return []
     prefix = folder.rstrip("/") + "/"
-    matches = _fs().match([prefix + "*"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/")[0] for m in matches})
+    # "**", not "*": FileSystems built on glob match only files with "*", and leave out names
+    # starting with "." (such as .prep-tmp); object stores match across "/" with either.
+    matches = _fs().match([prefix + "**"])[0].metadata_list
+    return sorted({m.path[len(prefix):].split("/")[0] for m in matches if m.path.startswith(prefix)})
 
 
 def list_files(root: str) -> list[tuple[str, None]]:

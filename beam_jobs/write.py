@@ -5,7 +5,10 @@ A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about
 `planning.GROUP_TARGET` records), the part is written straight to its shard.
 Otherwise parts go to part files, and `ConcatParts` joins them in part order.
-Every file appears under its final name only by a rename once complete.
+Every file appears under its final name only by a rename once complete, and
+then gets a sidecar in .prep-tmp (see checkpoints.py). With `reuse` (a resumed
+run), a shard or part whose file is complete and holds exactly the planned
+entries is kept as it is.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import hashlib
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs import storage
+from beam_jobs import checkpoints, storage
 from beam_jobs.prepare import spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
@@ -88,11 +91,12 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
 class WriteShardPart(beam.DoFn):
     """((split, shard, num_shards, part, num_parts), [Entry]) -> (SHARD, result) or (PART, file, info)."""
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False):
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
         self._workers = workers
+        self._reuse = reuse
         self._pool = None
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
@@ -108,48 +112,69 @@ class WriteShardPart(beam.DoFn):
         (split, index, count, part, parts), entries = element
         name = ShardName(split, index, count)
         entries = sorted(entries)
+        digest = checkpoints.entries_digest(entries)
         counts = collections.Counter(self._labels[e.label] for e in entries)
         class_counts = {label: counts.get(label, 0) for label in self._labels}
         converted = sum(e.converted for e in entries)
         if parts == 1:
+            path = storage.join(self._output, name.filename)
             tmp = storage.join(self._tmp_dir, "shards", name.filename + ".part")
+            sidecar = checkpoints.shard_sidecar(self._tmp_dir, name.filename)
         else:
-            tmp = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
-        with storage.open_write(tmp + ".tmp") as out:
-            size, sha = _copy_records(entries, out, self._tmp_dir, self._pool)
+            path = tmp = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
+            sidecar = path + ".json"
+        found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
+        if found is not None:
+            size, sha = found
+        else:
+            with storage.open_write(tmp + ".tmp") as out:
+                size, sha = _copy_records(entries, out, self._tmp_dir, self._pool)
+            storage.rename(tmp + ".tmp", path)
+            checkpoints.record_complete(sidecar, digest, size, sha)
         if parts == 1:
-            storage.rename(tmp + ".tmp", storage.join(self._output, name.filename))
-            self._written.inc(len(entries))
-            self._bytes.inc(size)
+            if found is None:
+                self._written.inc(len(entries))
+                self._bytes.inc(size)
+                checkpoints.pause_for_tests("shard")
             yield SHARD, dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
-                              converted=converted)
+                              converted=converted, reused=found is not None)
         else:
-            storage.rename(tmp + ".tmp", tmp)
-            yield PART, name.filename, (part, tmp, len(entries), size, class_counts, converted)
+            yield PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest)
 
 
 class ConcatParts(beam.DoFn):
     """(shard file, [part info]) -> (SHARD, result): joins part files in part order."""
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...]):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], reuse: bool = False):
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
+        self._reuse = reuse
 
     def process(self, element):
         filename, parts = element
         name = ShardName.parse(filename)
         parts = sorted(parts)
-        digest, size = hashlib.sha256(), 0
-        tmp = storage.join(self._tmp_dir, "shards", filename + ".part")
-        with storage.open_write(tmp) as out:
-            for _, path, _, _, _, _ in parts:
-                with storage.open_read(path) as f:
-                    while block := f.read(8 << 20):
-                        out.write(block)
-                        digest.update(block)
-                        size += len(block)
-        storage.rename(tmp, storage.join(self._output, filename))
+        path = storage.join(self._output, filename)
+        sidecar = checkpoints.shard_sidecar(self._tmp_dir, filename)
+        digest = hashlib.sha256("".join(p[6] for p in parts).encode()).hexdigest()
+        found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
+        if found is not None:
+            size, sha = found
+        else:
+            hasher, size = hashlib.sha256(), 0
+            tmp = storage.join(self._tmp_dir, "shards", filename + ".part")
+            with storage.open_write(tmp) as out:
+                for part in parts:
+                    with storage.open_read(part[1]) as f:
+                        while block := f.read(8 << 20):
+                            out.write(block)
+                            hasher.update(block)
+                            size += len(block)
+            storage.rename(tmp, path)
+            sha = hasher.hexdigest()
+            checkpoints.record_complete(sidecar, digest, size, sha)
+            checkpoints.pause_for_tests("shard")
         class_counts = {label: sum(p[4][label] for p in parts) for label in self._labels}
-        yield SHARD, dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, digest.hexdigest(),
-                                                    class_counts), converted=sum(p[5] for p in parts))
+        yield SHARD, dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, sha, class_counts),
+                          converted=sum(p[5] for p in parts), reused=found is not None)

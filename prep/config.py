@@ -25,10 +25,15 @@ class ConvertConfig:
     image: ImageOptions = ImageOptions()
     workers: int | None = None  # threads per pipeline worker; None: all cores of that worker
     overwrite: bool = False
+    resume: bool = False  # finish the interrupted conversion in OUTPUT
+    allow_outside_source: bool = False  # label-file paths may point outside SOURCE
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise OptionsError(f"--workers must be >= 1, got {self.workers}")
+        if self.resume and self.overwrite:
+            raise OptionsError("--resume finishes the conversion in OUTPUT and --overwrite starts it over: "
+                               "pass one of them")
 
     def manifest_options(self) -> dict:
         """The options that decide the output bytes, as recorded in the manifest."""
@@ -47,4 +52,5 @@ class ConvertConfig:
             "layout": self.layout if self.labels is None else "label_file",
             "label_file": None if self.labels is None else os.path.basename(self.labels),
             "classes_fixed": self.classes is not None,
+            "allow_outside_source": self.allow_outside_source,
         }

@@ -30,3 +30,7 @@ class ManifestError(PrepError):
 
 class RecordError(PrepError):
     """A TFRecord file is corrupt: bad framing, bad CRC or truncated."""
+
+
+class ResumeError(PrepError):
+    """`--resume` cannot finish the interrupted conversion in OUTPUT as asked."""

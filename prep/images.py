@@ -11,7 +11,8 @@ The rule, documented in README "Images":
   16-bit samples scaled to 8 bits; CMYK/YCCK and every other mode to RGB;
   grayscale stays 1-channel grayscale), resized if asked, and re-encoded:
   JPEG sources as JPEG at `quality`, every other source as lossless PNG, unless
-  `image_format` forces one format for all.
+  `image_format` forces one format for all. An MPO file (a JPEG with more
+  pictures appended, as cameras write) is a JPEG source with several frames.
 * `image/format` always tells what the stored bytes are, whatever the file
   name says.
 
@@ -103,12 +104,17 @@ def _has_transparency(img: Image.Image) -> bool:
     return "A" in img.getbands() or "transparency" in img.info
 
 
-def _to_output_mode(img: Image.Image) -> Image.Image:
+def _to_output_mode(img: Image.Image, sixteen_bit: bool) -> Image.Image:
     if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         import numpy as np
 
         values = np.asarray(img, dtype=np.float64)
-        scale = 256.0 if img.mode != "F" and values.max(initial=0) > 255 else 1.0
+        # 16-bit samples are scaled even when the image is dark (every value
+        # < 256); 32-bit "I" from other formats is scaled only if it needs it.
+        if sixteen_bit or img.mode.startswith("I;16"):
+            scale = 256.0
+        else:
+            scale = 256.0 if img.mode != "F" and values.max(initial=0) > 255 else 1.0
         return Image.fromarray(np.clip(values / scale, 0, 255).astype(np.uint8), "L")
     if _has_transparency(img):
         rgba = img.convert("RGBA")
@@ -150,6 +156,8 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
         if width < 1 or height < 1:
             raise ImageRejected("undecodable", f"image has size {width}x{height}")
         source_format = (img.format or "").lower()
+        if source_format == "mpo":  # a JPEG with more pictures appended (cameras, phones)
+            source_format = "jpeg"
         try:
             orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
         except Exception:
@@ -177,7 +185,7 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
                 img.draft(img.mode, size)  # decode at a reduced DCT scale, still >= size
             img.load()
             img = ImageOps.exif_transpose(img) if orientation != 1 else img
-            img = _to_output_mode(img)
+            img = _to_output_mode(img, source_format == "png" and _png_bit_depth(data) == 16)
             if img.size != size:
                 img = img.resize(size, Image.Resampling.BICUBIC)
             encoded = _encode(img, out_format, options.quality)

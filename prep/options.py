@@ -50,7 +50,11 @@ OPTIONS = (
     Option("--max-pixels", "Reject images with more pixels than this.", int, DEFAULT_MAX_PIXELS),
     Option("--workers", "Threads that read, convert and write in each pipeline worker "
            "(default: all cores of that worker).", int),
+    Option("--allow-outside-source", "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
+           "their image/filename is the path as written, normalized.", bool, False, flag=True),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
+    Option("--resume", "Finish an interrupted conversion in OUTPUT, reusing its completed work; refuses if "
+           "the inputs or options differ.", bool, False, flag=True),
 )
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -81,7 +85,8 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
                          max_per_class=v["max_per_class"]),
         image=ImageOptions(resize=v["resize"], max_side=v["max_side"], image_format=v["image_format"],
                            quality=v["quality"], max_pixels=v["max_pixels"]),
-        workers=v["workers"], overwrite=bool(v["overwrite"]))
+        workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
+        allow_outside_source=bool(v["allow_outside_source"]))
 
 
 def _absolute(path: str) -> str:
@@ -101,7 +106,8 @@ def list_inputs(config: ConvertConfig) -> Listing:
                 data = storage.read_bytes(config.labels)
             except Exception as exc:  # each FileSystem raises its own types
                 raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
-        return list_label_file(config.source, config.labels, config.classes, data=data)
+        return list_label_file(config.source, config.labels, config.classes, data=data,
+                               allow_outside=config.allow_outside_source)
     if remote:
         from beam_jobs import storage
 

@@ -35,6 +35,10 @@ def convert_summary(manifest: dict, seconds: float) -> str:
     if inputs["rejected"]:
         reasons = ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
         lines.append(f"rejects by reason: {reasons} (see rejects.jsonl)")
+    resumed = manifest.get("run", {}).get("resumed")
+    if resumed:
+        lines.append(f"resumed: reused {resumed['chunks_reused']} of {resumed['chunks']} prepared chunks and "
+                     f"{resumed['shards_reused']} of {resumed['shards']} shards")
     lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
     return "\n".join(lines)
 

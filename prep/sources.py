@@ -45,7 +45,22 @@ class Reject(typing.NamedTuple):
     detail: str
 
     def to_json(self) -> dict:
-        return {"path": self.path, "reason": self.reason, "detail": self.detail}
+        """The line of rejects.jsonl: valid UTF-8 JSON even for a non-UTF-8 file name,
+        whose exact bytes then also go in `path_hex`."""
+        out = {"path": printable(self.path), "reason": self.reason, "detail": printable(self.detail)}
+        if out["path"] != self.path:
+            out["path_hex"] = self.path.encode("utf-8", "surrogateescape").hex()
+        return out
+
+
+def printable(text: str) -> str:
+    """`text` as valid Unicode: bytes of a non-UTF-8 file name (which Python
+    holds as lone surrogates) are shown as \\xNN."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +109,7 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
         try:
             entries = sorted(os.scandir(full_dir), key=lambda e: e.name)
         except OSError as exc:
-            yield rel_dir, f"unreadable_dir:{exc.strerror}"
+            yield rel_dir, f"unreadable:cannot list folder: {exc.strerror}"
             continue
         for entry in entries:
             rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
@@ -110,13 +125,19 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
 
 def _local_dirs(root: str) -> list[str]:
     """Relative paths of the non-hidden folders one and two levels under root."""
+    def is_dir(entry):
+        try:
+            return entry.is_dir()
+        except OSError:  # a symlink loop: rejected later, when the files are walked
+            return False
+
     def subdirs(path):
-        return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+        return sorted(e.name for e in os.scandir(path) if not e.name.startswith(".") and is_dir(e))
     try:
         top = subdirs(root)
         return top + [f"{d}/{c}" for d in top for c in subdirs(os.path.join(root, d))]
     except OSError as exc:
-        raise SourceError(f"cannot list SOURCE {root}: {exc.strerror}") from None
+        raise SourceError(f"cannot list {printable(exc.filename or root)}: {exc.strerror}") from None
 
 
 def detect_layout(dirs: Iterable[str]) -> str:
@@ -171,6 +192,10 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
     folder_classes = {d.split("/")[depth - 1] for d in dirs if d.count("/") == depth - 1}
     if not folder_classes:
         raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
+    for name in sorted(folder_classes):
+        if printable(name) != name:
+            raise SourceError(f"class folder name {printable(name)!r} is not UTF-8; class names go into records "
+                              "and the manifest as text: rename the folder")
     return _finish(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
 
 
@@ -196,7 +221,7 @@ def _finish(refs, rejects, found_classes, classes, source) -> Listing:
             try:
                 check_split_name(ref.split)
             except ValueError as exc:
-                raise SourceError(f"{ref.path}: {exc}") from None
+                raise SourceError(f"{printable(ref.path)}: {exc}") from None
     kept.sort(key=lambda r: r.path)
     rejects.sort(key=lambda r: r.path)
     return Listing(tuple(kept), tuple(rejects), tuple(label_names))
@@ -249,29 +274,40 @@ def _label_rows(path: str, data: bytes | None):
             raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
 
 
-def normalize_path(root: str, path: str) -> str | None:
-    """`path` relative to root, '/'-separated, or None if it points outside root."""
+def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | None:
+    """`path` relative to root, '/'-separated, or None if it points outside root.
+
+    With `allow_outside`, a path outside root is returned as written, normalized:
+    a relative one then starts with `../`, an absolute path or URL stays as it is.
+    That is the record's `image/filename`: it does not depend on where root is.
+    """
     path = path.replace("\\", "/") if os.sep == "\\" else path
     if "://" in path:
         prefix = root.rstrip("/") + "/"
         if not path.startswith(prefix):
-            return None
-        path = path[len(prefix):]
-    elif os.path.isabs(path):
-        rel = os.path.relpath(path, root)
-        path = rel.replace(os.sep, "/")
-    norm = posixpath.normpath(path)
-    if norm == "." or norm.startswith("../") or norm == ".." or posixpath.isabs(norm):
+            return path if allow_outside else None
+        norm = posixpath.normpath(path[len(prefix):])
+    elif "://" in root:
+        norm = posixpath.normpath(path)
+    else:
+        absolute = os.path.normpath(os.path.join(root, path))  # lexical: "../src/a.jpg" may be inside
+        norm = os.path.relpath(absolute, root).replace(os.sep, "/")
+        if allow_outside and os.path.isabs(path) and (norm == ".." or norm.startswith("../")):
+            return absolute.replace(os.sep, "/")
+    if norm == "." or posixpath.isabs(norm):
         return None
+    if norm == ".." or norm.startswith("../"):
+        return norm if allow_outside else None
     return norm
 
 
 def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None,
-                    data: bytes | None = None) -> Listing:
+                    data: bytes | None = None, allow_outside: bool = False) -> Listing:
     """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
 
     `data` holds the label file's bytes when the caller read it (object stores);
-    SOURCE is then not checked here.
+    SOURCE is then not checked here. Paths outside SOURCE are rejected unless
+    `allow_outside` (see `normalize_path`).
 
     Raises:
         SourceError: SOURCE or the label file is unusable, a needed column is
@@ -292,11 +328,12 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
             continue
         raw_path, label = row["path"].strip(), row["label"].strip()
         split = (row.get("split") or "").strip() or None
-        rel = normalize_path(root, raw_path) if raw_path else None
+        rel = normalize_path(root, raw_path, allow_outside) if raw_path else None
         if not raw_path:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))
         elif rel is None:
-            rejects.append(Reject(raw_path, "outside_source", f"{where}: path is outside SOURCE"))
+            rejects.append(Reject(raw_path, "outside_source",
+                                  f"{where}: path is outside SOURCE (--allow-outside-source accepts it)"))
         elif not label:
             rejects.append(Reject(rel, "empty_label", f"{where}: label is empty"))
         elif rel in first_line:

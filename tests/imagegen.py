@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import pathlib
 import random
+import struct
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -43,3 +45,96 @@ def write_class_tree(root: pathlib.Path, counts: dict[str, int], size=(20, 16), 
     for path, ext, s in jobs:
         path.write_bytes(image_bytes("PNG" if ext == "png" else "JPEG", size=size, seed=s))
     return [p for p, _, _ in jobs]
+
+
+# --- hostile inputs --------------------------------------------------------------------
+
+def encode(img: Image.Image, fmt: str, **save) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+def marker_image(width: int = 48, height: int = 32) -> np.ndarray:
+    """An upright test picture no flip or rotation maps onto itself: white, with a red
+    block at the top left and a blue bar along the right of the top half (16-pixel
+    blocks, so JPEG keeps the colours)."""
+    arr = np.full((height, width, 3), 255, np.uint8)
+    arr[:16, :16] = (220, 30, 30)
+    arr[:16, width - 16:] = (30, 60, 200)
+    return arr
+
+
+def stored_for_orientation(upright: np.ndarray, orientation: int) -> np.ndarray:
+    """The pixels a camera stores for `upright` with EXIF orientation 1-8, from the
+    EXIF definition of where stored row 0 and column 0 are in the scene."""
+    u = upright
+    return {
+        1: u,
+        2: u[:, ::-1],  # row 0 top, column 0 right
+        3: u[::-1, ::-1],  # row 0 bottom, column 0 right
+        4: u[::-1, :],  # row 0 bottom, column 0 left
+        5: u.transpose(1, 0, 2),  # row 0 left, column 0 top
+        6: np.rot90(u, 1),  # row 0 right, column 0 top
+        7: u[::-1, ::-1].transpose(1, 0, 2),  # row 0 right, column 0 bottom
+        8: np.rot90(u, -1),  # row 0 left, column 0 bottom
+    }[orientation].copy()
+
+
+def oriented(upright: np.ndarray, orientation: int, fmt: str = "JPEG") -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(Image.fromarray(stored_for_orientation(upright, orientation)), fmt, exif=exif, **(
+        {"quality": 95} if fmt == "JPEG" else {}))
+
+
+def ycck_jpeg(target: np.ndarray) -> bytes:
+    """An Adobe YCCK JPEG whose correct decoding is the RGB picture `target`.
+
+    libjpeg writes CMYK JPEGs with an Adobe APP14 marker, transform 0; with
+    transform 2 a decoder reads the first three components as YCbCr of the
+    inverted CMY (and K passes through). So the components written are the
+    YCbCr of 255 - target, and K = 255 (no ink, Adobe's inverted convention),
+    then the flag is patched. Pillow writes CMYK inverted, hence the 255 - ...
+    """
+    inv = 255.0 - target.astype(np.float64)
+    r, g, b = inv[..., 0], inv[..., 1], inv[..., 2]
+    ycc = np.stack([0.299 * r + 0.587 * g + 0.114 * b,
+                    -0.168736 * r - 0.331264 * g + 0.5 * b + 128,
+                    0.5 * r - 0.418688 * g - 0.081312 * b + 128], -1)
+    ycc = np.clip(np.round(ycc), 0, 255).astype(np.uint8)
+    components = np.concatenate([255 - ycc, np.zeros(ycc.shape[:2] + (1,), np.uint8)], -1)
+    data = bytearray(encode(Image.fromarray(components, "CMYK"), "JPEG", quality=95))
+    at = data.find(b"\xff\xee")
+    if at < 0 or data[at + 4:at + 9] != b"Adobe":
+        raise RuntimeError("Pillow wrote no Adobe APP14 marker")
+    data[at + 15] = 2  # transform: 0 CMYK, 1 YCbCr, 2 YCCK
+    return bytes(data)
+
+
+def png_raw(pixels: np.ndarray, bit_depth: int, color_type: int) -> bytes:
+    """A PNG written by hand (no Pillow), for sample formats Pillow cannot write, e.g. 16-bit RGB.
+
+    `pixels`: H x W x samples, values of `bit_depth` bits; color type 0 gray, 2 RGB.
+    """
+    height, width = pixels.shape[:2]
+    dtype = ">u2" if bit_depth == 16 else "u1"
+    rows = b"".join(b"\x00" + row.astype(dtype).tobytes() for row in pixels)
+    return _png(width, height, bit_depth, color_type, zlib.compress(rows))
+
+
+def bomb_png(side: int = 12_000) -> bytes:
+    """A real decompression bomb: a 1-bit grayscale PNG of side x side pixels (144 M by
+    default, over Pillow's 89 M), all zeros, a few kilobytes on disk."""
+    row = b"\x00" + bytes((side + 7) // 8)
+    compressor = zlib.compressobj(9)
+    idat = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
+    return _png(side, side, 1, 0, idat)
+
+
+def _png(width: int, height: int, bit_depth: int, color_type: int, idat: bytes) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")

@@ -2,6 +2,8 @@
 
 import json
 import logging
+import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -85,13 +87,17 @@ def wait_for_port(port: int, proc, timeout: float = 60) -> None:
 
 @pytest.fixture
 def portable_services(tmp_path):
-    """Beam's local job service and an external worker pool: the path Flink and Spark take."""
+    """Beam's local job service and an external worker pool: the path Flink and Spark take.
+
+    The workers import this checkout's code (PYTHONPATH), not whatever copy is installed."""
     job_port, pool_port = free_port(), free_port()
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     procs = [
         subprocess.Popen([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
                           "--port", str(job_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                          f"--service_port={pool_port}"], cwd=tmp_path,
+                          f"--service_port={pool_port}"], cwd=tmp_path, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]
     try:

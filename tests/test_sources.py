@@ -5,7 +5,7 @@ import json
 import pytest
 
 from prep.errors import SourceError
-from prep.sources import list_folders, list_label_file, read_class_file
+from prep.sources import Reject, list_folders, list_label_file, normalize_path, read_class_file
 from tests.imagegen import image_bytes, write_class_tree
 
 
@@ -65,7 +65,7 @@ def test_symlink_loop_and_broken_link(tmp_path):
     listing = list_folders(str(tmp_path))
     reasons = {r.path: r.reason for r in listing.rejects}
     assert reasons == {"a/loop": "symlink_loop"}
-    assert "a/broken.jpg" in [r.path for r in listing.refs]  # read later, rejected as missing
+    assert "a/broken.jpg" in [r.path for r in listing.refs]  # read later, rejected as broken_symlink
 
 
 @pytest.mark.parametrize("ext, sep", [(".csv", ","), (".tsv", "\t")])
@@ -104,3 +104,33 @@ def test_label_file_errors(tmp_path, content, message):
     labels.write_text(content)
     with pytest.raises(SourceError, match=message):
         list_label_file(str(tmp_path), str(labels))
+
+
+@pytest.mark.parametrize("path, inside, outside_allowed", [
+    ("a/x.jpg", "a/x.jpg", "a/x.jpg"),
+    ("./a//x.jpg", "a/x.jpg", "a/x.jpg"),
+    ("/data/src/a/x.jpg", "a/x.jpg", "a/x.jpg"),
+    ("../src/a/x.jpg", "a/x.jpg", "a/x.jpg"),  # leaves SOURCE and comes back
+    ("../x.jpg", None, "../x.jpg"),
+    ("a/../../other/x.jpg", None, "../other/x.jpg"),
+    ("/elsewhere/./x.jpg", None, "/elsewhere/x.jpg"),
+    ("/data/srcfoo/x.jpg", None, "/data/srcfoo/x.jpg"),  # a sibling whose name starts like SOURCE
+    (".", None, None),
+])
+def test_normalize_path(path, inside, outside_allowed):
+    assert normalize_path("/data/src", path) == inside
+    assert normalize_path("/data/src", path, allow_outside=True) == outside_allowed
+
+
+def test_normalize_remote_paths():
+    assert normalize_path("gs://b/src", "gs://b/src/a/x.jpg") == "a/x.jpg"
+    assert normalize_path("gs://b/src", "gs://b/other/x.jpg") is None
+    assert normalize_path("gs://b/src", "gs://b/other/x.jpg", allow_outside=True) == "gs://b/other/x.jpg"
+    assert normalize_path("gs://b/src", "../x.jpg", allow_outside=True) == "../x.jpg"
+
+
+def test_rejects_of_non_utf8_names_stay_valid_utf8_and_keep_the_bytes():
+    name = b"a/caf\xe9.jpg".decode("utf-8", "surrogateescape")
+    assert Reject(name, "undecodable", "x").to_json() == {
+        "path": "a/caf\\xe9.jpg", "reason": "undecodable", "detail": "x", "path_hex": b"a/caf\xe9.jpg".hex()}
+    assert Reject("a/café.jpg", "empty", "x").to_json() == {"path": "a/café.jpg", "reason": "empty", "detail": "x"}

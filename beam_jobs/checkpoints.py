@@ -1,0 +1,133 @@
+"""What a conversion leaves in OUTPUT/.prep-tmp so that `--resume` can finish it.
+
+    .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
+                                         written once the listing is staged
+    .prep-tmp/spill/chunk-NNNNNN.bin     a chunk's framed records (prepare.py)
+    .prep-tmp/spill/chunk-NNNNNN.json    its index: the chunk's outcomes (PreparedRefs and
+                                         Rejects), the spill size, and a signature per input
+    .prep-tmp/done/<shard>.json          sidecar of a complete shard: digest of its planned
+                                         entries, size, SHA-256
+    .prep-tmp/parts/<shard>/part-N.json  the same for a part of a multi-part shard
+
+Every file is written under a temporary name and renamed, and each index or
+sidecar only after the file it describes is complete, so whatever a kill
+leaves is either complete or absent. A chunk is reused when both its spill
+file (of the recorded size) and its index exist; a shard or part when its
+file, renamed into place, still hashes to its sidecar's SHA-256 and the new
+plan gives it the same entries.
+
+`pause_for_tests` is the one test hook: the environment variable
+`PREP_TEST_PAUSE`, e.g. `chunk=0.3,shard=1,manifest=60`, sleeps that many
+seconds before preparing each chunk, after completing each shard, and between
+writing manifest.json.part and renaming it, so tests can kill a conversion at
+those points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import time
+import typing
+
+from beam_jobs import storage
+
+RUN = "run.json"
+PAUSE_ENV = "PREP_TEST_PAUSE"
+
+
+class ChunkIndex(typing.NamedTuple):
+    outcomes: list  # [(kind, fields)] as PrepareChunk emitted them
+    inputs: list[str]  # storage.signature of each listed input, in listing order
+
+
+def run_path(tmp_dir: str) -> str:
+    return storage.join(tmp_dir, RUN)
+
+
+def write_run(tmp_dir: str, record: dict) -> None:
+    storage.write_atomic(run_path(tmp_dir), json.dumps(record, sort_keys=True, indent=1).encode())
+
+
+def read_run(tmp_dir: str) -> dict | None:
+    """The interrupted run's record, or None if it never got that far."""
+    if not storage.exists(run_path(tmp_dir)):
+        return None
+    try:
+        return json.loads(storage.read_bytes(run_path(tmp_dir)))
+    except ValueError:
+        return None
+
+
+def index_path(tmp_dir: str, chunk: int) -> str:
+    return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}.json")
+
+
+def write_chunk_index(tmp_dir: str, chunk: int, outcomes, spill_bytes: int, inputs: list[str]) -> None:
+    data = {"spill_bytes": spill_bytes, "outcomes": [[kind, list(value)] for kind, value in outcomes],
+            "inputs": inputs}
+    storage.write_atomic(index_path(tmp_dir, chunk), json.dumps(data).encode())
+
+
+def read_chunk_index(tmp_dir: str, chunk: int, spill: str) -> ChunkIndex | None:
+    """The chunk's recorded outcomes if its index and its spill file `spill` are complete, else None."""
+    path = index_path(tmp_dir, chunk)
+    try:
+        if not storage.exists(path):
+            return None
+        data = json.loads(storage.read_bytes(path))
+        if storage.size(spill) != data["spill_bytes"]:
+            return None
+        return ChunkIndex([(kind, value) for kind, value in data["outcomes"]], data["inputs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def entries_digest(entries) -> str:
+    """Digest of a shard's (or part's) planned entries, in write order."""
+    digest = hashlib.sha256()
+    for e in entries:
+        digest.update(e.order)
+        digest.update(struct.pack(">QQQQ?", e.chunk, e.offset, e.length, e.label, e.converted))
+    return digest.hexdigest()
+
+
+def shard_sidecar(tmp_dir: str, filename: str) -> str:
+    return storage.join(tmp_dir, "done", filename + ".json")
+
+
+def record_complete(sidecar: str, digest: str, size: int, sha256: str) -> None:
+    """Records that the file described by `sidecar` is complete (call after its rename)."""
+    storage.write_atomic(sidecar, json.dumps({"entries": digest, "bytes": size, "sha256": sha256}).encode())
+
+
+def reusable(path: str, sidecar: str, digest: str) -> tuple[int, str] | None:
+    """(bytes, sha256) of the complete file at `path` if it holds exactly the planned entries, else None.
+
+    The file is hashed again: a shard damaged or replaced since it was written is rewritten.
+    """
+    try:
+        if not storage.exists(sidecar) or not storage.exists(path):
+            return None
+        recorded = json.loads(storage.read_bytes(sidecar))
+        if recorded.get("entries") != digest:
+            return None
+        size, sha = storage.sha256_file(path)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if (size, sha) != (recorded.get("bytes"), recorded.get("sha256")):
+        return None
+    return size, sha
+
+
+def pause_for_tests(point: str) -> None:
+    """Sleeps as `PREP_TEST_PAUSE` asks at `point` (chunk, shard or manifest); see the module docstring."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        name, _, seconds = item.partition("=")
+        if name.strip() == point:
+            time.sleep(float(seconds))

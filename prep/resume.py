@@ -1,0 +1,85 @@
+"""May an interrupted conversion be resumed? Pure comparisons, no file access.
+
+A conversion records, before any image is read, what decides its output
+(`run_record`): the output-deciding options (`ConvertConfig.manifest_options`),
+the tool and Pillow versions (Pillow encodes re-encoded images), the class
+names and a digest of the listing (every input path with its label and split,
+and every early reject). `--resume` recomputes the record and refuses unless
+it is identical; `differences` says what changed, in the user's terms.
+
+What the listing cannot show, a file changed in place, is caught by the
+per-input signatures that each prepared chunk records (see
+`beam_jobs/checkpoints.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from prep.sources import Listing, printable
+
+RUN_VERSION = 1
+_FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
+
+
+def listing_digest(listing: Listing) -> str:
+    """SHA-256 of the listing: classes, inputs (path, label, split) and early rejects, in order."""
+    payload = [list(listing.classes), [list(r) for r in listing.refs], [list(r) for r in listing.rejects]]
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
+
+
+def run_record(options: dict, tool: dict, listing: Listing) -> dict:
+    """What decides a conversion's output; stored as `.prep-tmp/run.json`."""
+    return {
+        "version": RUN_VERSION,
+        "options": options,
+        "tool": tool,
+        "labels": list(listing.classes),
+        "listing": {"sha256": listing_digest(listing), "inputs": len(listing.refs),
+                    "rejected": len(listing.rejects)},
+    }
+
+
+def _show(value) -> str:
+    return "unset" if value is None else json.dumps(value)
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """What differs between the interrupted run's record and this run's, one phrase each.
+
+    The listing is compared by digest only; `listing_change` names an input.
+    """
+    if not isinstance(old, dict) or old.get("version") != RUN_VERSION:
+        return ["the interrupted run was recorded by another version of tfrecord-prep"]
+    found = []
+    if old.get("tool") != new["tool"]:
+        then, now = old.get("tool") or {}, new["tool"]
+        found.append(f"tfrecord-prep {then.get('version')} with Pillow {then.get('pillow')} ran it, "
+                     f"this is tfrecord-prep {now['version']} with Pillow {now['pillow']}")
+    old_options = old.get("options") or {}
+    for key in sorted(set(old_options) | set(new["options"])):
+        then, now = old_options.get(key), new["options"].get(key)
+        if then != now:
+            flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
+            found.append(f"{flag} was {_show(then)}, now {_show(now)}")
+    if old.get("labels") != new["labels"]:
+        found.append(f"the classes were {', '.join(old.get('labels') or [])}, now {', '.join(new['labels'])}")
+    if old.get("listing") != new["listing"]:
+        found.append("SOURCE lists other inputs")
+    return found
+
+
+def listing_change(old_entries: list[tuple], new_entries: list[tuple]) -> str:
+    """Names what changed between two listings, as (path, ...) tuples of inputs and early rejects."""
+    old = {e[0]: tuple(e) for e in old_entries}
+    new = {e[0]: tuple(e) for e in new_entries}
+    added = sorted(new.keys() - old.keys())
+    removed = sorted(old.keys() - new.keys())
+    changed = sorted(p for p in new.keys() & old.keys() if new[p] != old[p])
+    parts = []
+    for paths, what in ((added, "new"), (removed, "gone"), (changed, "listed with another label, split or reason")):
+        if paths:
+            more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+            parts.append(f"{printable(paths[0])}{more} {'are' if more else 'is'} {what}")
+    return "; ".join(parts) or "the inputs are listed in another order"
