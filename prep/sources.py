@@ -29,7 +29,7 @@ LABEL_COLUMNS = ("path", "label")
 class InputRef(typing.NamedTuple):
     """A candidate example: where it is (relative to SOURCE) and what it is.
 
-    A NamedTuple so that Beam encodes it without pickling.
+    A NamedTuple: cheaper for Beam to pickle than a dataclass.
     """
 
     path: str
