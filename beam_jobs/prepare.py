@@ -10,7 +10,6 @@ order, to the chunk's spill file, and only a small `PreparedRef` travels on.
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import json
 import os
@@ -21,6 +20,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_jobs import checkpoints, storage
+from beam_jobs.pooled import PooledDoFn
 from prep.images import ImageOptions, ImageRejected, prepare_image
 from prep.schema import ImageRecord
 from prep.sources import InputRef, Reject
@@ -111,7 +111,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     return (frame(record.to_bytes()), image.converted), sig
 
 
-class PrepareChunk(beam.DoFn):
+class PrepareChunk(PooledDoFn):
     """chunk id -> (OK, PreparedRef) per good input and (REJECT, Reject) per bad one,
     plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
 
@@ -122,22 +122,15 @@ class PrepareChunk(beam.DoFn):
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
                  reuse: bool = False):
+        super().__init__(workers)
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._options = options
-        self._workers = workers
         self._reuse = reuse
-        self._pool = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
-    def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1, thread_name_prefix="prepare")
-
-    def teardown(self):
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
 
     def _one(self, ref: InputRef):
         return read_and_prepare(self._source, ref, self._label_ids[ref.label], self._options)

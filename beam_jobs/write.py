@@ -14,14 +14,13 @@ entries is kept as it is.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import os
 import hashlib
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_jobs import checkpoints, storage
+from beam_jobs.pooled import PooledDoFn
 from beam_jobs.prepare import spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
@@ -88,25 +87,18 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-class WriteShardPart(beam.DoFn):
+class WriteShardPart(PooledDoFn):
     """((split, shard, num_shards, part, num_parts), [Entry]) -> (SHARD, result) or (PART, file, info)."""
 
     def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False):
+        super().__init__(workers)
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
-        self._workers = workers
         self._reuse = reuse
-        self._pool = None
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
 
-    def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1, thread_name_prefix="write")
-
-    def teardown(self):
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
 
     def process(self, element):
         (split, index, count, part, parts), entries = element
