@@ -30,3 +30,7 @@ class ManifestError(PrepError):
 
 class RecordError(PrepError):
     """A TFRecord file is corrupt: bad framing, bad CRC or truncated."""
+
+
+class LoaderError(PrepError):
+    """A dataset cannot be read as asked: unknown split, missing or altered shard, batch too large."""
