@@ -36,7 +36,6 @@ from loaders.source import SplitSource
 from loaders.weights import acceptance_probabilities
 
 AUTOTUNE = tf.data.AUTOTUNE
-_CROP, _FLIP, _KEEP = 1, 2, 3  # second half of the stateless seed, one per use of an element's random
 
 
 def derive_seed(seed: int, *parts) -> int:
@@ -73,33 +72,36 @@ def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_p
 
 
 def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, with_weight: bool):
+    """Serialized records; ``{"record", "weight"}`` dicts when padding needs the weight carried along."""
     files = tf.constant(source.files)
 
     def read(shard, skip, take, weight):
         records = tf.data.TFRecordDataset(tf.gather(files, shard)).skip(skip).take(take)
         if with_weight:
             return records.map(lambda r: {"record": r, "weight": weight})
-        return records.map(lambda r: {"record": r})
+        return records
 
     return _ranges_dataset(source, opts, pipeline, num_pipelines).interleave(
         read, cycle_length=opts.cycle_length, block_length=1, num_parallel_calls=AUTOTUNE,
         deterministic=opts.deterministic)
 
 
-def _stateless(element_seed, use):
-    return tf.stack([element_seed, tf.constant(use, tf.int64)])
+def _record(x):
+    return x["record"] if isinstance(x, dict) else x
 
 
-def _rebalance(ds, source: SplitSource, opts: LoadOptions, per_pipeline: int):
+def _rebalance(ds, source: SplitSource, opts: LoadOptions, pipeline: int, per_pipeline: int):
     probs = tf.constant(acceptance_probabilities(source.class_counts), tf.float32)
     spec = {schema.LABEL: tf.io.FixedLenFeature([], tf.int64)}
+    draws = tf.data.Dataset.random(seed=derive_seed(opts.seed, "rebalance", pipeline),
+                                   rerandomize_each_iteration=True)
 
-    def keep(x):
-        label = tf.io.parse_single_example(x["record"], spec)[schema.LABEL]
-        draw = tf.random.stateless_uniform([], seed=_stateless(x["seed"], _KEEP))
-        return draw < tf.gather(probs, label)
+    def keep(x, draw):
+        label = tf.io.parse_single_example(_record(x), spec)[schema.LABEL]
+        uniform = tf.random.stateless_uniform([], seed=tf.stack([draw, tf.constant(images.KEEP, tf.int64)]))
+        return uniform < tf.gather(probs, label)
 
-    return ds.repeat().filter(keep).take(per_pipeline)
+    return tf.data.Dataset.zip(ds.repeat(), draws).filter(keep).map(lambda x, _: x).take(per_pipeline)
 
 
 def _bucket_key(opts: LoadOptions):
@@ -108,7 +110,7 @@ def _bucket_key(opts: LoadOptions):
     spec = {schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64), schema.WIDTH: tf.io.FixedLenFeature([], tf.int64)}
 
     def key(x):
-        hw = tf.io.parse_single_example(x["record"], spec)
+        hw = tf.io.parse_single_example(_record(x), spec)
         ratio = tf.cast(hw[schema.WIDTH], tf.float32) / tf.cast(hw[schema.HEIGHT], tf.float32)
         if nb == 1:
             return tf.constant(0, tf.int64)
@@ -148,24 +150,20 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         read = size.per_pipeline
         batches = plan.bucketed_steps(read, batch_size, len(buckets), replicas_per_pipeline) * replicas_per_pipeline
     padded = opts.remainder == "pad" and not opts.rebalance
-    with_seed = training or opts.rebalance
+    with_seed = training or opts.rebalance or opts.flip
 
     ds = _records(source, opts, pipeline, num_pipelines, with_weight=padded)
     if opts.cache and training:
         ds = ds.cache(_cache_name(opts.cache, source, pipeline, "records"))
-    if with_seed:
-        seeds = tf.data.Dataset.random(seed=derive_seed(opts.seed, "elements", pipeline),
-                                       rerandomize_each_iteration=True)
-        ds = tf.data.Dataset.zip(ds, seeds).map(lambda x, s: {**x, "seed": s})
     if opts.rebalance:
-        ds = _rebalance(ds, source, opts, size.per_pipeline)
+        ds = _rebalance(ds, source, opts, pipeline, size.per_pipeline)
     if opts.shuffle_buffer:
         ds = ds.shuffle(opts.shuffle_buffer, seed=derive_seed(opts.seed, "shuffle", pipeline),
                         reshuffle_each_iteration=True)
     if buckets:
         key = _bucket_key(opts)
-        ds = ds.map(lambda x: {**x, "bucket": key(x)}, num_parallel_calls=AUTOTUNE,
-                    deterministic=opts.deterministic)
+        ds = ds.map(lambda x: {**(x if isinstance(x, dict) else {"record": x}), "bucket": key(x)},
+                    num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.group_by_window(lambda x: x["bucket"], lambda _, w: w.batch(batch_size), window_size=batch_size)
         if opts.drop_remainder:
             ds = ds.filter(lambda x: tf.shape(x["record"])[0] == batch_size).take(batches)
@@ -173,22 +171,27 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
         if opts.drop_remainder:
             ds = ds.take(batches)
+    if with_seed:  # one seed per batch, drawn anew each epoch; per-example seeds derive from it
+        seeds = tf.data.Dataset.random(seed=derive_seed(opts.seed, "batches", pipeline),
+                                       rerandomize_each_iteration=True)
+        ds = tf.data.Dataset.zip(ds, seeds)
 
-    decode = _decoder(opts, batch_size)
+    decode = _decoder(opts)
     finish = _finisher(opts, padded)
     if opts.cache and not training:
         ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.cache(_cache_name(opts.cache, source, pipeline, "decoded"))
         ds = ds.map(finish, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     else:
-        ds = ds.map(lambda x: finish(decode(x)), num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
+        ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE,
+                    deterministic=opts.deterministic)
     if not buckets or opts.drop_remainder:
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(data_options(opts, sharded=num_pipelines > 1))
 
 
-def _decoder(opts: LoadOptions, batch_size: int):
+def _decoder(opts: LoadOptions):
     spec = schema.tf_feature_spec()
     keys = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.LABEL, schema.TEXT,
             schema.FILENAME, schema.SHA256)
@@ -196,24 +199,23 @@ def _decoder(opts: LoadOptions, batch_size: int):
     bucket_sizes = tf.constant(opts.bucket_sizes() or [opts.image_size], tf.int32)
     crop = _crop_fn(opts)
 
-    def decode(x):
+    def decode(x, batch_seed=None):
+        x = x if isinstance(x, dict) else {"record": x}
         features = tf.io.parse_example(x["record"], spec)
+        seeds = None
+        if batch_seed is not None:
+            seeds = tf.random.stateless_uniform(tf.shape(x["record"]), tf.stack([batch_seed, tf.constant(0, tf.int64)]),
+                                                minval=None, maxval=None, dtype=tf.int64)
         bucket = x["bucket"][0] if buckets else tf.constant(0, tf.int64)
         if buckets:
             out_size = tf.unstack(tf.gather(bucket_sizes, bucket))
             static = None
         else:
             out_size = static = opts.image_size
-        seeds = None
-        if opts.training:
-            seeds = tf.stack([x["seed"], tf.fill(tf.shape(x["seed"]), tf.constant(_CROP, tf.int64))], axis=1)
         imgs = images.decode_batch(
             features, out_size, training=opts.training, seeds=seeds,
-            crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), eval_crop=opts.eval_crop,
+            crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), flip=opts.flip, eval_crop=opts.eval_crop,
             central_fraction=opts.central_fraction, static_size=static)
-        if opts.flip:
-            flip_seed = _stateless(tf.reduce_sum(x["seed"]) if "seed" in x else tf.constant(0, tf.int64), _FLIP)
-            imgs = tf.image.stateless_random_flip_left_right(imgs, seed=flip_seed)
         out = {"image": imgs, "label": tf.cast(features[schema.LABEL], tf.int32)}
         if "weight" in x:
             out["weight"] = x["weight"]
@@ -248,15 +250,18 @@ def data_options(opts: LoadOptions, sharded: bool) -> tf.data.Options:
     """The `tf.data.Options` every loader sets, deliberately.
 
     Autotuning on (parallelism and prefetch buffers); determinism from the
-    options (off when training: faster, order only); no intra-op parallelism
-    inside tf.data ops, which run many small ops concurrently; map
-    parallelization; and, when the pipeline is one of several, auto-sharding
-    off, because `loaders.plan` already gave it its exact share.
+    options (off when training: faster, order only); map parallelization; an
+    optional private thread pool; and, when the pipeline is one of several,
+    auto-sharding off, because `loaders.plan` already gave it its exact share.
+    Intra-op parallelism is turned on (0: the machine's default) on purpose:
+    tf.data limits it to 1 unless told otherwise, but a batch is decoded by one
+    `map_fn` whose iterations run concurrently only with it (at 1, throughput
+    fell by 3x on the benchmark).
     """
     options = tf.data.Options()
     options.autotune.enabled = True
     options.deterministic = bool(opts.deterministic)
-    options.threading.max_intra_op_parallelism = 1
+    options.threading.max_intra_op_parallelism = 0
     if opts.threads:
         options.threading.private_threadpool_size = opts.threads
     options.experimental_optimization.map_parallelization = True

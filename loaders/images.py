@@ -14,6 +14,7 @@ import tensorflow as tf
 from prep import schema
 
 _WHOLE = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])  # bounding box covering the image
+CROP, FLIP, KEEP = 1, 2, 3  # second half of a stateless seed [element seed, use]: one stream per use
 
 
 def _decode_window(encoded, fmt, window):
@@ -56,16 +57,20 @@ def center_window(height, width, out_size, fraction):
     return tf.stack([y, x, ch, cw])
 
 
-def decode_batch(features, out_size, *, training: bool, seeds=None, crop_ranges=None, eval_crop="center",
-                 central_fraction=0.875, static_size=None):
+def decode_batch(features, out_size, *, training: bool, seeds=None, crop_ranges=None, flip=False,
+                 eval_crop="center", central_fraction=0.875, static_size=None):
     """Decodes, crops and resizes every image of a parsed batch.
 
     Args:
         features: the output of `tf.io.parse_example` with our feature spec.
         out_size: (height, width), ints or int32 tensors (aspect buckets pick it per batch).
-        training: random-resized crop (needs `seeds`, int64 [batch, 2]) versus evaluation crop.
+        training: random-resized crop versus evaluation crop.
+        seeds: int64 [batch], one per example, for the crop and the flip (stateless ops).
         crop_ranges: training only: ``f(height, width, seed) -> window [y, x, h, w]``, e.g. a
             `random_crop_window` with the crop's area and aspect ranges bound.
+        flip: flip each image left-right with probability 1/2 (needs `seeds`). Done per image on
+            the uint8 crop, before resizing: flipping the float32 batch cost half as much again
+            as decoding on the benchmark.
         eval_crop: "center" or "resize".
         static_size: (height, width) known in Python, to give the output a static shape.
 
@@ -77,19 +82,19 @@ def decode_batch(features, out_size, *, training: bool, seeds=None, crop_ranges=
     size = tf.stack([tf.cast(out_size[0], tf.int32), tf.cast(out_size[1], tf.int32)])
 
     def one(args):
+        enc, f, h, w = args[:4]
         if training:
-            enc, f, h, w, seed = args
-            window = crop_ranges(h, w, seed)
-            image = _decode_window(enc, f, window)
+            image = _decode_window(enc, f, crop_ranges(h, w, tf.stack([args[4], tf.constant(CROP, tf.int64)])))
+        elif eval_crop == "center":
+            image = _decode_window(enc, f, center_window(h, w, size, central_fraction))
         else:
-            enc, f, h, w = args
-            if eval_crop == "center":
-                image = _decode_window(enc, f, center_window(h, w, size, central_fraction))
-            else:
-                image = _decode_whole(enc, f)
+            image = _decode_whole(enc, f)
+        if flip:
+            heads = tf.random.stateless_uniform([], seed=tf.stack([args[4], tf.constant(FLIP, tf.int64)])) < 0.5
+            image = tf.cond(heads, lambda: tf.reverse(image, [1]), lambda: image)
         return tf.image.resize(image, size, method="bilinear")
 
-    elems = (encoded, fmt, height, width) + ((seeds,) if training else ())
+    elems = (encoded, fmt, height, width) + ((seeds,) if seeds is not None else ())
     shape = [static_size[0], static_size[1], 3] if static_size else [None, None, 3]
     return tf.map_fn(one, elems, fn_output_signature=tf.TensorSpec(shape, tf.float32),
                      parallel_iterations=16)

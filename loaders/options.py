@@ -109,8 +109,12 @@ class LoadOptions:
         if self.threads < 0:
             raise LoaderError(f"threads must be >= 0, got {self.threads}")
         if self.aspect_buckets is not None:
-            buckets = tuple(float(a) for a in self.aspect_buckets)
-            if not buckets or any(not math.isfinite(a) or a <= 0 for a in buckets) or list(buckets) != sorted(set(buckets)):
+            try:
+                buckets = tuple(float(a) for a in self.aspect_buckets)
+            except (TypeError, ValueError):
+                buckets = ()
+            increasing = list(buckets) == sorted(set(buckets))
+            if not buckets or not increasing or any(not math.isfinite(a) or a <= 0 for a in buckets):
                 raise LoaderError(f"aspect_buckets must be increasing positive ratios, got {self.aspect_buckets!r}")
             object.__setattr__(self, "aspect_buckets", buckets)
         if self.rebalance and not self.training:
