@@ -133,15 +133,11 @@ class LoadOptions:
         )
 
     def bucket_sizes(self) -> tuple[tuple[int, int], ...]:
-        """Output (height, width) of each aspect bucket: about the area of `image_size`, multiples of 8."""
+        """Output (height, width) of each aspect bucket: the area of `image_size` at the bucket's ratio."""
         h, w = self.image_size
         area = h * w
-        sizes = []
-        for ratio in self.aspect_buckets or ():
-            bh = max(8, round(math.sqrt(area / ratio) / 8) * 8)
-            bw = max(8, round(math.sqrt(area * ratio) / 8) * 8)
-            sizes.append((bh, bw))
-        return tuple(sizes)
+        return tuple((max(1, round(math.sqrt(area / ratio))), max(1, round(math.sqrt(area * ratio))))
+                     for ratio in self.aspect_buckets or ())
 
     def bucket_boundaries(self) -> tuple[float, ...]:
         """Aspect ratios between neighbouring buckets (geometric means): an example goes to the nearest."""
