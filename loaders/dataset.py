@@ -19,7 +19,7 @@ Stages, in order:
    `decode_and_crop_jpeg` when training; centre crop or resize otherwise), flip.
 7. Cache, evaluation: decoded, resized images, before normalisation.
 8. The `augment` hook, normalisation, output structure, `assert_cardinality`,
-   `prefetch(AUTOTUNE)`, and deliberate `tf.data.Options`.
+   `repeat` (option), `prefetch(AUTOTUNE)`, and deliberate `tf.data.Options`.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def derive_seed(seed: int, *parts) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int):
+def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, multiple: int):
     counts = source.counts
 
     def arrays(order):
-        ranges = plan.pipeline_ranges(counts, pipeline, num_pipelines, opts.remainder, order)
+        ranges = plan.pipeline_ranges(counts, pipeline, num_pipelines, opts.remainder, order, multiple)
         return (np.array([r.shard for r in ranges], np.int64), np.array([r.skip for r in ranges], np.int64),
                 np.array([r.take for r in ranges], np.int64),
                 np.array([0.0 if r.padding else 1.0 for r in ranges], np.float32))
@@ -71,7 +71,8 @@ def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_p
     return epochs.take(1).flat_map(epoch_plan)
 
 
-def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, with_weight: bool):
+def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, multiple: int,
+             with_weight: bool):
     """Serialized records; ``{"record", "weight"}`` dicts when padding needs the weight carried along."""
     files = tf.constant(source.files)
 
@@ -81,7 +82,7 @@ def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipeline
             return records.map(lambda r: {"record": r, "weight": weight})
         return records
 
-    return _ranges_dataset(source, opts, pipeline, num_pipelines).interleave(
+    return _ranges_dataset(source, opts, pipeline, num_pipelines, multiple).interleave(
         read, cycle_length=opts.cycle_length, block_length=1, num_parallel_calls=AUTOTUNE,
         deterministic=opts.deterministic)
 
@@ -146,13 +147,14 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
                            opts.drop_remainder, opts.remainder)
     batches = size.batches_per_pipeline
     buckets = opts.aspect_buckets
-    if buckets and opts.drop_remainder:
+    if buckets and drop:
         read = size.per_pipeline
         batches = plan.bucketed_steps(read, batch_size, len(buckets), replicas_per_pipeline) * replicas_per_pipeline
-    padded = opts.remainder == "pad" and not opts.rebalance
+    padded = opts.remainder == "pad"
+    drop = size.drop_remainder  # always with padding: the padding fills the last step
     with_seed = training or opts.rebalance or opts.flip
 
-    ds = _records(source, opts, pipeline, num_pipelines, with_weight=padded)
+    ds = _records(source, opts, pipeline, num_pipelines, batch_size * replicas_per_pipeline, with_weight=padded)
     if opts.cache and training:
         ds = ds.cache(_cache_name(opts.cache, source, pipeline, "records"))
     if opts.rebalance:
@@ -165,11 +167,11 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         ds = ds.map(lambda x: {**(x if isinstance(x, dict) else {"record": x}), "bucket": key(x)},
                     num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.group_by_window(lambda x: x["bucket"], lambda _, w: w.batch(batch_size), window_size=batch_size)
-        if opts.drop_remainder:
+        if drop:
             ds = ds.filter(lambda x: tf.shape(x["record"])[0] == batch_size).take(batches)
     else:
-        ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
-        if opts.drop_remainder:
+        ds = ds.batch(batch_size, drop_remainder=drop)
+        if drop:
             ds = ds.take(batches)
     if with_seed:  # one seed per batch, drawn anew each epoch; per-example seeds derive from it
         seeds = tf.data.Dataset.random(seed=derive_seed(opts.seed, "batches", pipeline),
@@ -185,8 +187,10 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     else:
         ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE,
                     deterministic=opts.deterministic)
-    if not buckets or opts.drop_remainder:
+    if not buckets or drop:
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    if opts.repeat:  # each pass is one epoch: a new epoch seed, shard order, shuffle and augmentation
+        ds = ds.repeat()
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(data_options(opts, sharded=num_pipelines > 1))
 

@@ -38,8 +38,10 @@ class LoadOptions:
         shuffle_buffer: records in the shuffle buffer; 0 disables (default 1024 when training, 0 else).
         deterministic: keep tf.data's element order reproducible (default: not `training`).
         cycle_length: shard ranges read concurrently by `interleave`.
-        remainder: "drop" or "pad": how inputs are balanced across pipelines (see `loaders.plan`).
+        remainder: "drop" or "pad": how inputs are balanced across pipelines (see `loaders.plan`);
+            "pad" drops nothing and fills every batch, padding with sample weight 0.
         drop_remainder: drop partial batches (default: `training`); needed for static shapes.
+            Ignored with remainder="pad", whose batches are all full.
         area_range, aspect_ratio_range: of the training random-resized crop.
         central_fraction: evaluation centre crop, as a fraction of the largest centred box with
             the output's aspect ratio.
@@ -54,6 +56,9 @@ class LoadOptions:
             bucket's examples at that bucket's output size (area of `image_size`).
         output: "tuple" for ``(image, label[, weight])`` or "features" for a dict.
         threads: size of a private thread pool for this pipeline; 0 uses TensorFlow's shared pool.
+        repeat: repeat epochs without end (each with a new shard order and shuffle); use with
+            ``fit(steps_per_epoch=loaders.steps_per_epoch(...))``, which Keras needs for a
+            distributed dataset to run more than one epoch.
     """
 
     image_size: tuple[int, int] = (224, 224)
@@ -77,6 +82,7 @@ class LoadOptions:
     aspect_buckets: tuple[float, ...] | None = None
     output: str = "tuple"
     threads: int = 0
+    repeat: bool = False
 
     def __post_init__(self):
         try:
@@ -119,6 +125,9 @@ class LoadOptions:
             object.__setattr__(self, "aspect_buckets", buckets)
         if self.rebalance and not self.training:
             raise LoaderError("rebalance=True is for training; evaluation reads the split as it is")
+        if self.remainder == "pad" and (self.rebalance or self.aspect_buckets):
+            raise LoaderError("remainder='pad' reads every record once and fills whole batches; it cannot be "
+                              "combined with rebalance or aspect_buckets, which choose and group records")
 
     def resolved(self) -> "LoadOptions":
         """A copy with every None default filled in from `training`."""

@@ -7,9 +7,13 @@ per epoch:
 
 * ``remainder="drop"`` (the default): ⌊N/n⌋ each; the N mod n ≤ n−1 records at
   the end of the epoch's shard order are not read that epoch.
-* ``remainder="pad"``: ⌈N/n⌉ each; the n·⌈N/n⌉ − N ≤ n−1 missing places are
-  filled by reading again from the start of the epoch's shard order, and those
-  records are flagged as padding (the loaders give them sample weight 0).
+* ``remainder="pad"``: nothing is dropped. Each pipeline reads ⌈N/n⌉ records
+  rounded up to whole steps (a multiple of batch × replicas it feeds), so every
+  batch is full and every replica gets the same number of them; the missing
+  places (at most n−1 + n·(batch·replicas − 1)) are filled by reading again
+  from the start of the epoch's shard order, and those records are flagged as
+  padding (the loaders give them sample weight 0, so weighted losses and
+  metrics count every real record exactly once).
 
 How. The shards are laid end to end in the epoch's shard order (the manifest's
 order, or a seeded permutation of it: the same on every worker, since it
@@ -59,8 +63,11 @@ def check_remainder(remainder: str) -> str:
     return remainder
 
 
-def records_per_pipeline(total: int, num_pipelines: int, remainder: str = "drop") -> int:
-    """Records each of `num_pipelines` pipelines reads per epoch: ⌊total/n⌋, or ⌈total/n⌉ with padding.
+def records_per_pipeline(total: int, num_pipelines: int, remainder: str = "drop", multiple: int = 1) -> int:
+    """Records each of `num_pipelines` pipelines reads per epoch.
+
+    ⌊total/n⌋ with "drop"; with "pad", ⌈total/n⌉ rounded up to a multiple of
+    `multiple` (the records of one step of one pipeline).
 
     Raises:
         LoaderError: the split has fewer records than pipelines (and `remainder` is "drop"), or none.
@@ -70,8 +77,11 @@ def records_per_pipeline(total: int, num_pipelines: int, remainder: str = "drop"
         raise ValueError(f"number of input pipelines must be >= 1, got {num_pipelines}")
     if total < 1:
         raise LoaderError("the split has no records")
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
     if remainder == "pad":
-        return -(-total // num_pipelines)
+        per = -(-total // num_pipelines)
+        return -(-per // multiple) * multiple
     if total < num_pipelines:
         raise LoaderError(f"the split has {total} record(s), fewer than the {num_pipelines} input pipelines; "
                           f"use remainder='pad' or fewer workers")
@@ -91,7 +101,7 @@ def shard_order(num_shards: int, seed: int | None) -> tuple[int, ...]:
 
 
 def pipeline_ranges(counts: Sequence[int], pipeline: int, num_pipelines: int, remainder: str = "drop",
-                    order: Sequence[int] | None = None) -> tuple[Range, ...]:
+                    order: Sequence[int] | None = None, multiple: int = 1) -> tuple[Range, ...]:
     """The ranges pipeline `pipeline` of `num_pipelines` reads in one epoch.
 
     Args:
@@ -100,6 +110,7 @@ def pipeline_ranges(counts: Sequence[int], pipeline: int, num_pipelines: int, re
         num_pipelines: how many pipelines share the split.
         remainder: "drop" or "pad" (see the module docstring).
         order: the epoch's shard order, a permutation of ``range(len(counts))``; default manifest order.
+        multiple: with "pad", round each pipeline's count up to a multiple of this (one step's records).
 
     Returns:
         Ranges in reading order; their `take`s sum to `records_per_pipeline(sum(counts), ...)`.
@@ -114,7 +125,7 @@ def pipeline_ranges(counts: Sequence[int], pipeline: int, num_pipelines: int, re
     if any(c < 0 for c in counts):
         raise ValueError(f"shard record counts must be >= 0, got {list(counts)}")
     total = sum(counts)
-    per = records_per_pipeline(total, num_pipelines, remainder)
+    per = records_per_pipeline(total, num_pipelines, remainder, multiple)
     start, end = pipeline * per, (pipeline + 1) * per
     ranges: list[Range] = []
     base = 0  # position of the current pass over the shards
@@ -180,8 +191,9 @@ def epoch_size(records: int, batch_size: int, num_pipelines: int = 1, replicas_p
     full batches, steps = ⌊per_pipeline / (batch_size · replicas_per_pipeline)⌋,
     so every replica gets the same number of full batches. Without it, the
     pipeline's last batch may be partial and, with several replicas per
-    pipeline, the last step may leave some replicas without a batch (which
-    tf.distribute handles for evaluation).
+    pipeline, the last step may leave some replicas without a batch. With
+    ``remainder="pad"`` every batch is full and nothing is dropped, whatever
+    `drop_remainder` says: the padding fills the last step.
 
     Raises:
         LoaderError: a step needs more records than a pipeline has (training), or the
@@ -191,8 +203,10 @@ def epoch_size(records: int, batch_size: int, num_pipelines: int = 1, replicas_p
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     if replicas_per_pipeline < 1:
         raise ValueError(f"replicas per pipeline must be >= 1, got {replicas_per_pipeline}")
-    per = records_per_pipeline(records, num_pipelines, remainder)
     step_records = batch_size * replicas_per_pipeline
+    pad = remainder == "pad"
+    per = records_per_pipeline(records, num_pipelines, remainder, step_records if pad else 1)
+    drop_remainder = drop_remainder or pad  # padded: every batch is full anyway
     if drop_remainder:
         steps = per // step_records
         if steps == 0:

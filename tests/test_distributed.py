@@ -90,8 +90,12 @@ def check_training_epoch(epochs, steps, per_replica_batch, split, max_dropped):
     return files
 
 
-def check_padded_eval(epochs, split, padding):
-    """Evaluation with remainder='pad': the union is the whole split; duplicates are exactly the weight-0 padding."""
+def check_padded_eval(epochs, split, padding, steps, per_replica_batch=2):
+    """Evaluation with remainder='pad': full batches, as many on every replica; the union is the whole split;
+    duplicates are exactly the weight-0 padding."""
+    for e in epochs:
+        assert e["batches"] == [steps] * len(e["batches"])
+        assert all(sizes == [per_replica_batch] * steps for sizes in e["sizes"])
     reads = [(f, w) for e in epochs for names, ws in zip(e["files"], e["weights"]) for f, w in zip(names, ws)]
     assert {f for f, _ in reads} == split
     zero = [f for f, w in reads if w == 0.0]
@@ -108,8 +112,10 @@ def test_mirrored_strategy_balances_replicas_and_fits(runs, devices, steps):
     first = check_training_epoch([r["train"][0]], steps, 2, split, max_dropped=31 - steps * 2 * devices)
     second = check_training_epoch([r["train"][1]], steps, 2, split, max_dropped=31 - steps * 2 * devices)
     assert first != second  # a new order every epoch
-    check_padded_eval([r["eval"]], split, padding=0)  # one pipeline: nothing to balance
-    assert r["fit_distribute_loss"] > 0 and r["fit_load_loss"] > 0
+    # one pipeline: pad to whole steps of 2 x devices: 32 = 31 + 1 (2 devices), 36 = 31 + 5 (3 devices)
+    check_padded_eval([r["eval"]], split, padding={2: 1, 3: 5}[devices], steps={2: 8, 3: 6}[devices])
+    assert len(r["fit_distribute_losses"]) == 2 and all(loss > 0 for loss in r["fit_distribute_losses"])
+    assert r["fit_load_loss"] > 0
     assert r["fit_load_steps"] == steps
 
 
@@ -121,14 +127,14 @@ def test_multi_worker_strategy_balances_workers_and_trains(runs):
     for epoch in (0, 1):
         files = check_training_epoch([w["train"][epoch] for w in workers], 7, 2, split, max_dropped=3)
         assert len(files) == 28
-    check_padded_eval([w["eval"] for w in workers], split, padding=1)  # 2 x 16 = 32 = 31 + 1
-    assert all(w["loop_loss"] > 0 for w in workers)
-    assert workers[0]["loop_loss"] == workers[1]["loop_loss"]  # one synchronous model
+    check_padded_eval([w["eval"] for w in workers], split, padding=1, steps=8)  # 2 x 16 = 32 = 31 + 1
+    assert all(len(w["loop_losses"]) == 2 and min(w["loop_losses"]) > 0 for w in workers)
+    assert workers[0]["loop_losses"] == workers[1]["loop_losses"]  # one synchronous model
     try:
         import tf_keras  # noqa: F401
     except ImportError:
         pass
     else:
-        assert all(w["tf_keras_loss"] > 0 for w in workers)
+        assert all(len(w["tf_keras_losses"]) == 2 and min(w["tf_keras_losses"]) > 0 for w in workers)
     # The README says Keras 3 fit fails under MultiWorkerMirroredStrategy; if this starts passing, update it.
     assert all("PerReplica" in (w["keras3_fit_error"] or "") for w in workers), workers[0]["keras3_fit_error"]

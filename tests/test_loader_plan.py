@@ -16,10 +16,10 @@ from loaders.weights import acceptance_probabilities, balanced_weights
 ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
-def reads(counts, pipeline, n, remainder="drop", order=None):
+def reads(counts, pipeline, n, remainder="drop", order=None, multiple=1):
     """(shard, record index, padding) of every record pipeline `pipeline` reads."""
-    return [(r.shard, r.skip + k, r.padding) for r in pipeline_ranges(counts, pipeline, n, remainder, order)
-            for k in range(r.take)]
+    return [(r.shard, r.skip + k, r.padding)
+            for r in pipeline_ranges(counts, pipeline, n, remainder, order, multiple) for k in range(r.take)]
 
 
 @pytest.mark.parametrize("counts, n, expected", [
@@ -46,6 +46,15 @@ def test_padded_ranges_table(counts, n, expected):
     assert [list(pipeline_ranges(counts, i, n, "pad")) for i in range(n)] == expected
 
 
+def test_padding_fills_whole_steps():
+    # 31 records, 2 pipelines, steps of 4: 16 each (one padding record); steps of 6: 18 each (5 padding).
+    assert [list(pipeline_ranges([11, 10, 10], i, 2, "pad", multiple=6)) for i in range(2)] == [
+        [Range(0, 0, 11), Range(1, 0, 7)], [Range(1, 7, 3), Range(2, 0, 10), Range(0, 0, 5, True)]]
+    # 3 records, 1 pipeline, steps of 8: the split is read again, twice over, as padding.
+    assert list(pipeline_ranges([3], 0, 1, "pad", multiple=8)) == [
+        Range(0, 0, 3), Range(0, 0, 3, True), Range(0, 0, 2, True)]
+
+
 def test_shuffled_order_moves_the_cut_but_keeps_counts():
     counts = [11, 10, 10]
     order = shard_order(3, seed=5)
@@ -66,8 +75,8 @@ def test_shard_order_is_the_same_in_another_process():
 
 @settings(max_examples=300, deadline=None)
 @given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=12), n=st.integers(1, 20),
-       pad=st.booleans(), seed=st.none() | st.integers(0, 2 ** 63 - 1))
-def test_balance_invariants(counts, n, pad, seed):
+       pad=st.booleans(), seed=st.none() | st.integers(0, 2 ** 63 - 1), multiple=st.integers(1, 9))
+def test_balance_invariants(counts, n, pad, seed, multiple):
     total = sum(counts)
     remainder = "pad" if pad else "drop"
     if total == 0 or (total < n and not pad):
@@ -75,22 +84,23 @@ def test_balance_invariants(counts, n, pad, seed):
             pipeline_ranges(counts, 0, n, remainder)
         return
     order = shard_order(len(counts), seed)
-    per = [reads(counts, i, n, remainder, order) for i in range(n)]
+    multiple = multiple if pad else 1
+    per = [reads(counts, i, n, remainder, order, multiple) for i in range(n)]
     sizes = [len(p) for p in per]
     assert len(set(sizes)) == 1  # every pipeline the same count
-    assert sizes[0] == (-(-total // n) if pad else total // n)
+    assert sizes[0] == (-(-(-(-total // n)) // multiple) * multiple if pad else total // n)
     real = [(s, k) for p in per for s, k, padding in p if not padding]
     padding = [(s, k) for p in per for s, k, is_pad in p if is_pad]
     assert len(real) == len(set(real))  # no record twice, except padding
     assert all(0 <= k < counts[s] for s, k in real + padding)
     everything = {(s, k) for s, c in enumerate(counts) for k in range(c)}
     if pad:
-        assert set(real) == everything and len(padding) == n * sizes[0] - total <= n - 1
+        assert set(real) == everything and len(padding) == n * sizes[0] - total <= n - 1 + n * (multiple - 1)
     else:
         assert not padding and len(everything) - len(real) == total % n <= n - 1
     for i in range(n):  # a pipeline never reads a record twice, and its ranges are non-empty
-        assert all(r.take >= 1 for r in pipeline_ranges(counts, i, n, remainder, order))
-        assert len(per[i]) == len(set(per[i])) or pad and n * sizes[0] > 2 * total
+        assert all(r.take >= 1 for r in pipeline_ranges(counts, i, n, remainder, order, multiple))
+        assert len(per[i]) == len(set(per[i])) or pad and sizes[0] > total
 
 
 @pytest.mark.parametrize("records, batch, n, r, drop, remainder, steps, per_pipeline_batches, dropped, padded", [
@@ -100,6 +110,8 @@ def test_balance_invariants(counts, n, pad, seed):
     (31, 2, 2, 1, False, "pad", 8, 8, 0, 1),     # evaluation, padded: 16 each
     (31, 4, 2, 1, False, "drop", 4, 4, 1, 0),    # evaluation: 15 each -> 3 full + 1 partial batch
     (10, 3, 4, 1, True, "pad", 1, 1, 0, 2),      # more pipelines than shards or records per shard
+    (31, 8, 1, 2, False, "pad", 2, 4, 0, 1),     # padded evaluation, 2 replicas: 32 = 2 full steps of 16
+    (31, 2, 1, 3, False, "pad", 6, 18, 0, 5),    # padded evaluation, 3 replicas: 36 = 6 full steps of 6
     (100, 8, 1, 1, False, "drop", 13, 13, 0, 0),
 ])
 def test_epoch_size_table(records, batch, n, r, drop, remainder, steps, per_pipeline_batches, dropped, padded):
