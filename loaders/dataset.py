@@ -146,12 +146,12 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     size = plan.epoch_size(source.records, batch_size, num_pipelines, replicas_per_pipeline,
                            opts.drop_remainder, opts.remainder)
     batches = size.batches_per_pipeline
+    drop = size.drop_remainder  # always with padding: the padding fills the last step
     buckets = opts.aspect_buckets
     if buckets and drop:
-        read = size.per_pipeline
-        batches = plan.bucketed_steps(read, batch_size, len(buckets), replicas_per_pipeline) * replicas_per_pipeline
+        steps = plan.bucketed_steps(size.per_pipeline, batch_size, len(buckets), replicas_per_pipeline)
+        batches = steps * replicas_per_pipeline
     padded = opts.remainder == "pad"
-    drop = size.drop_remainder  # always with padding: the padding fills the last step
     with_seed = training or opts.rebalance or opts.flip
 
     ds = _records(source, opts, pipeline, num_pipelines, batch_size * replicas_per_pipeline, with_weight=padded)
