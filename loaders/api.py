@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from prep.errors import LoaderError
@@ -93,11 +94,14 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
 
 def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strategy=None,
                num_pipelines: int | None = None, num_replicas: int | None = None, training: bool = True,
-               remainder: str = "drop", drop_remainder: bool | None = None) -> plan.EpochSize:
+               remainder: str = "drop", drop_remainder: bool | None = None,
+               aspect_buckets=None) -> plan.EpochSize:
     """How an epoch divides: records per pipeline, steps, dropped and padded records.
 
     Reads only the manifest. With `strategy`, the pipeline and replica counts are the
-    strategy's (as `distribute` uses them); without, one pipeline and one replica (as `load`).
+    strategy's (as `distribute` uses them); without, `num_pipelines` and `num_replicas`
+    (default one each, as `load`). Pass the same `training`, `remainder`, `drop_remainder`
+    and `aspect_buckets` as to `load` or `distribute`.
     """
     source = open_split(os.fspath(path), split, check_files=False)
     if strategy is not None:
@@ -111,8 +115,12 @@ def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strat
         raise LoaderError(f"global_batch_size {global_batch_size} must be a multiple of the {replicas} "
                           f"replicas, and the replicas a multiple of the {pipelines} input pipelines")
     drop = training if drop_remainder is None else drop_remainder
-    return plan.epoch_size(source.records, global_batch_size // replicas, pipelines, replicas // pipelines,
-                           drop, remainder)
+    batch, per_pipeline = global_batch_size // replicas, replicas // pipelines
+    size = plan.epoch_size(source.records, batch, pipelines, per_pipeline, drop, remainder)
+    if aspect_buckets and size.drop_remainder:
+        steps = plan.bucketed_steps(size.per_pipeline, batch, len(aspect_buckets), per_pipeline)
+        size = dataclasses.replace(size, steps=steps, dropped=size.records - pipelines * steps * batch * per_pipeline)
+    return size
 
 
 def steps_per_epoch(path, split: str = "train", global_batch_size: int = 32, **kwargs) -> int:

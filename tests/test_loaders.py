@@ -179,6 +179,7 @@ def test_aspect_buckets_batch_similar_shapes_without_decoding_first(tmp_path):
             assert tuple(batch["image"].shape[1:3]) == expected
         if training:  # 6 full batches this time, but only ceil((24 - 2 buckets x 3) / 4) = 5 are guaranteed
             assert len(batches) == int(ds.cardinality()) == 5
+            assert loaders.steps_per_epoch(out, "train", 4, aspect_buckets=(0.5, 2.0)) == 5
         else:
             assert sum(int(b["image"].shape[0]) for b in batches) == 24
 
