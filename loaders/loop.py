@@ -19,6 +19,12 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
         global_batch_size: the batch over all replicas, to average the loss correctly.
     """
 
+    # Create the optimizer's slots now, under the strategy: created lazily inside the first traced
+    # step, they break MirroredStrategy with several local replicas ("must feed a value for placeholder").
+    if not getattr(optimizer, "built", True):
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+
     def replica_step(batch):
         images, labels = batch[0], batch[1]
         weights = batch[2] if len(batch) > 2 else None  # remainder="pad": padding has weight 0

@@ -7,9 +7,9 @@ mirrored: MirroredStrategy over N logical CPU devices (set before TensorFlow
 starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
 127.0.0.1 (TF_CONFIG set before TensorFlow is imported). Both record, per
 replica, the batches and file names of a training epoch (twice) and of a padded
-evaluation epoch, then train two epochs: Keras 3 `fit` (mirrored), or a custom
-loop plus tf-keras `fit` when tf-keras is installed (mwms); mwms also records
-how Keras 3 `fit` fails there.
+evaluation epoch, then train: Keras 3 `fit` and a custom loop (mirrored), or
+a custom loop and tf-keras `fit` when tf-keras is installed (mwms); mwms also
+records how Keras 3 `fit` fails there.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ def mirrored(args) -> dict:
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.devices)])
     global_batch = 2 * args.devices
     result = data_checks(strategy, loaders, args.data, global_batch)
+    try:
+        loaders.distribute(strategy, args.data, "train", args.devices + 1, IMAGE)
+    except loaders.LoaderError as exc:
+        result["uneven_batch_error"] = str(exc)
     classes = len(json.load(open(os.path.join(args.data, "manifest.json")))["labels"])
     with strategy.scope():
         model = small_model(keras, classes)
@@ -91,6 +95,12 @@ def mirrored(args) -> dict:
     history = model.fit(plain, epochs=1, verbose=0, class_weight=loaders.class_weights(args.data, "train"))
     result["fit_load_loss"] = history.history["loss"][-1]
     result["fit_load_steps"] = int(plain.cardinality())
+    with strategy.scope():
+        looped = small_model(keras, classes)
+        optimizer = keras.optimizers.Adam()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    dist = loaders.distribute(strategy, args.data, "train", global_batch, IMAGE)
+    result["loop_losses"] = loaders.train_loop(strategy, looped, optimizer, loss, dist, steps, global_batch)
     return result
 
 
