@@ -225,3 +225,19 @@ def test_distribute_checks_sizes_before_building(data):
         loaders.distribute(strategy, out, "train", global_batch_size=64)
     dist = loaders.distribute(strategy, out, "train", 4, (8, 8))
     assert sum(1 for _ in dist) == loaders.steps_per_epoch(out, "train", 4, strategy=strategy) == 7
+
+
+def test_paths_with_a_scheme_go_through_gfile(data, tmp_path):
+    """gs://-style paths: the manifest, shard sizes and records are read with tf.io.gfile (here its ram://)."""
+    out, _ = data
+    root = f"ram://{tmp_path.name}"
+    tf.io.gfile.makedirs(root)
+    for path in out.iterdir():
+        tf.io.gfile.copy(str(path), f"{root}/{path.name}", overwrite=True)
+    ds = loaders.load(root, "train", 4, (8, 8))
+    assert len(list(ds)) == loaders.steps_per_epoch(root, "train", 4) == 7
+    tf.io.gfile.remove(f"{root}/train-00002-of-00003.tfrecord")
+    with pytest.raises(LoaderError, match=f"shard {root}/train-00002-of-00003.tfrecord is missing"):
+        loaders.load(root)
+    with pytest.raises(ManifestError, match=f"{root}-nope/manifest.json does not exist"):
+        loaders.load(f"{root}-nope")
