@@ -34,3 +34,7 @@ class RecordError(PrepError):
 
 class ResumeError(PrepError):
     """`--resume` cannot finish the interrupted conversion in OUTPUT as asked."""
+
+
+class LoaderError(PrepError):
+    """A dataset cannot be read as asked: unknown split, missing or altered shard, batch too large."""
