@@ -153,15 +153,18 @@ class PrepareChunk(PooledDoFn):
                 signatures.append(signature)
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
+                    yield outcomes[-1]
                     continue
                 data, converted = result
                 f.write(data)
                 outcomes.append((OK, PreparedRef(ref.path, self._label_ids[ref.label], ref.split or "", chunk,
                                                  offset, len(data), converted)))
                 offset += len(data)
+                # Emitted at once, so that the runner's work on it overlaps the pool's
+                # work on later images; nothing reads the spill before this stage ends.
+                yield outcomes[-1]
         storage.rename(path + ".part", path)
         checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, offset, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
-        yield from outcomes

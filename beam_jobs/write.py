@@ -14,6 +14,7 @@ entries is kept as it is.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 
 import apache_beam as beam
@@ -58,8 +59,9 @@ class _SpillReader:
 def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     """Writes the entries' records to `out` in order; returns (bytes, sha256).
 
-    Batches are read ahead on `pool` threads (one reader per batch), at most
-    a few batches in flight, while this thread writes and hashes.
+    Three things overlap, all outside the GIL for large buffers: batches are
+    read ahead on `pool` threads (at most a few in flight), this thread
+    writes them, and one hashing thread updates the SHA-256 in order.
     """
     digest, size = hashlib.sha256(), 0
     batches = [entries[i:i + _BATCH] for i in range(0, len(entries), _BATCH)]
@@ -67,23 +69,20 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     def read(batch):
         reader = _SpillReader(tmp_dir)
         try:
-            return reader.read_batch(batch)
+            return b"".join(reader.read_batch(batch))
         finally:
             reader.close()
 
-    pending = collections.deque()
-    for batch in batches:
-        pending.append(pool.submit(read, batch))
-        if len(pending) > 4:
-            for data in pending.popleft().result():
-                out.write(data)
-                digest.update(data)
-                size += len(data)
-    while pending:
-        for data in pending.popleft().result():
-            out.write(data)
-            digest.update(data)
-            size += len(data)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
+        pending = collections.deque()
+        for i, batch in enumerate(batches):
+            pending.append(pool.submit(read, batch))
+            if len(pending) > 4 or i == len(batches) - 1:
+                while pending and (len(pending) > 4 or i == len(batches) - 1):
+                    block = pending.popleft().result()
+                    out.write(block)
+                    hasher.submit(digest.update, block)
+                    size += len(block)
     return size, digest.hexdigest()
 
 
