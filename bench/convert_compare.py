@@ -4,7 +4,7 @@
     python bench/convert_compare.py --count 20000 --repeats 1
 
 For pass-through and --resize 256, runs in one session, interleaved per
-repeat: `prep convert` (all cores), the bare all-cores loop
+repeat: `prep convert` at 2 and 1 workers, the bare all-cores loop
 (bench/baselines/bare_loop.py), the classic threaded writer
 (bench/baselines/classic_threaded.py) and the naive Beam pipeline
 (bench/baselines/naive_beam.py). Each is a fresh process timed from start to
@@ -29,7 +29,9 @@ ROOT = HERE.parent
 
 TOOLS = {
     "prep convert": lambda src, out, extra: ["prep", "convert", src, out, "--num-shards", "8", "--no-progress",
-                                             *extra],
+                                             "--workers", "2", *extra],
+    "prep convert -w 1": lambda src, out, extra: ["prep", "convert", src, out, "--num-shards", "8",
+                                                  "--no-progress", "--workers", "1", *extra],
     "bare all-cores loop": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.bare_loop", src, out,
                                                     *extra],
     "classic threaded": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.classic_threaded", src,
