@@ -24,14 +24,9 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
-
-def ensure_data(count: int) -> pathlib.Path:
-    data = HERE / "data" / f"jpeg{count}"
-    if not data.exists():
-        subprocess.run([sys.executable, str(HERE / "make_data.py"), "--count", str(count), "--out", str(data)],
-                       check=True)
-    return data
 
 
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:

@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="/tmp/prep-compare-out")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    from convert_bench import ensure_data
+    from make_data import ensure_data
 
     source = str(ensure_data(args.count))
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}

@@ -38,6 +38,14 @@ def _write(job):
     photo_like(random.Random(seed), width, height).save(path, "JPEG", quality=90)
 
 
+def ensure_data(count: int) -> pathlib.Path:
+    """bench/data/jpeg<count>, generated with the defaults on first use."""
+    data = pathlib.Path(__file__).parent / "data" / f"jpeg{count}"
+    if not data.exists():
+        main(["--count", str(count), "--out", str(data)])
+    return data
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000)

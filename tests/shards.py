@@ -34,3 +34,12 @@ def manifest_without_run(output: pathlib.Path) -> dict:
     manifest = json.loads((output / "manifest.json").read_text())
     manifest.pop("run")
     return manifest
+
+
+def assert_same_dataset(out: pathlib.Path, reference: pathlib.Path, shards: int) -> None:
+    """Same shard bytes, manifest (minus "run") and rejects.jsonl as `reference`, and no temporary folder."""
+    assert shard_bytes(out) == shard_bytes(reference)
+    assert len(shard_bytes(out)) == shards
+    assert manifest_without_run(out) == manifest_without_run(reference)
+    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
+    assert not (out / ".prep-tmp").exists()
