@@ -42,7 +42,7 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
 
     opts = LoadOptions(image_size=image_size, training=training, **options)
     index, count = _check_pipeline(pipeline)
-    source = open_split(os.fspath(path), split)
+    source = _open(path, split, opts)
     return build(source, opts, _check_batch(batch_size, "batch_size"), index, count)
 
 
@@ -74,7 +74,7 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
     if global_batch_size % replicas:
         raise LoaderError(f"global_batch_size {global_batch_size} is not a multiple of the "
                           f"{replicas} replicas in sync")
-    source = open_split(os.fspath(path), split)
+    source = _open(path, split, opts)
     pipelines = num_input_pipelines(strategy)
     if opts.aspect_buckets and pipelines > 1 and not opts.resolved().drop_remainder:
         raise LoaderError("aspect_buckets with several input pipelines needs drop_remainder=True: "
@@ -90,6 +90,19 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
                      per_pipeline)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _open(path, split: str, opts: LoadOptions):
+    """The split's source; with on_corrupt="skip", damaged shards replaced by their good records."""
+    if opts.on_corrupt != "skip":
+        return open_split(os.fspath(path), split)
+    from loaders.repair import skip_corrupt
+
+    source = open_split(os.fspath(path), split, check_files=False)
+    for file in source.files:
+        if not os.path.exists(file):
+            raise LoaderError(f"shard {file} is missing (listed in the manifest)")
+    return skip_corrupt(source)[0]
 
 
 def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strategy=None,

@@ -77,7 +77,8 @@ def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipeline
     files = tf.constant(source.files)
 
     def read(shard, skip, take, weight):
-        records = tf.data.TFRecordDataset(tf.gather(files, shard)).skip(skip).take(take)
+        file = tf.gather(files, shard)
+        records = _named_errors(tf.data.TFRecordDataset(file).skip(skip).take(take), file, skip, take)
         if with_weight:
             return records.map(lambda r: {"record": r, "weight": weight})
         return records
@@ -85,6 +86,26 @@ def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipeline
     return _ranges_dataset(source, opts, pipeline, num_pipelines, multiple).interleave(
         read, cycle_length=opts.cycle_length, block_length=1, num_parallel_calls=AUTOTUNE,
         deterministic=opts.deterministic)
+
+
+def _named_errors(records, file, skip, take):
+    """TensorFlow's error for a bad record says only "corrupted record at <byte>". Read the
+    range with `ignore_errors` (which ends it at a bad record) and, after its last record,
+    check that all `take` came; if not, fail naming the shard and the bad record's index."""
+    flagged = records.ignore_errors().map(lambda r: (r, tf.constant(False)))
+    end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(True)))
+
+    def check(i, item):
+        record, last = item
+        complete = tf.logical_or(tf.logical_not(last), tf.equal(i, take))
+        message = tf.strings.join([
+            "shard ", file, " is corrupt: record ", tf.strings.as_string(skip + i), " cannot be read (bad "
+            "length or CRC); `prep verify` lists every problem, and on_corrupt='skip' reads the good records"])
+        with tf.control_dependencies([tf.debugging.Assert(complete, [message], summarize=1)]):
+            return tf.identity(record), last
+
+    return (flagged.concatenate(end).enumerate().map(check)
+            .filter(lambda record, last: tf.logical_not(last)).map(lambda record, last: record))
 
 
 def _record(x):

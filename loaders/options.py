@@ -9,6 +9,8 @@ from typing import Callable
 from prep.errors import LoaderError
 from loaders.plan import REMAINDERS
 
+ON_CORRUPT = ("error", "skip")
+
 NORMALIZATIONS = ("unit", "symmetric", "none")
 EVAL_CROPS = ("center", "resize")
 OUTPUTS = ("tuple", "features")
@@ -59,6 +61,11 @@ class LoadOptions:
         repeat: repeat epochs without end (each with a new shard order and shuffle); use with
             ``fit(steps_per_epoch=loaders.steps_per_epoch(...))``, which Keras needs for a
             distributed dataset to run more than one epoch.
+        on_corrupt: "error" (default): a record that fails its CRC stops reading with an error
+            naming the shard and the record's index. "skip": shards are checked when the
+            dataset is built; damaged ones are read from copies of their good records (see
+            `loaders.repair`), the skipped records logged per shard, and every pipeline still
+            gets an equal share.
     """
 
     image_size: tuple[int, int] = (224, 224)
@@ -83,6 +90,7 @@ class LoadOptions:
     output: str = "tuple"
     threads: int = 0
     repeat: bool = False
+    on_corrupt: str = "error"
 
     def __post_init__(self):
         try:
@@ -98,6 +106,8 @@ class LoadOptions:
             raise LoaderError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.cycle_length < 1:
             raise LoaderError(f"cycle_length must be >= 1, got {self.cycle_length}")
+        if self.on_corrupt not in ON_CORRUPT:
+            raise LoaderError(f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {self.on_corrupt!r}")
         if self.remainder not in REMAINDERS:
             raise LoaderError(f"remainder must be one of {', '.join(REMAINDERS)}, got {self.remainder!r}")
         object.__setattr__(self, "area_range", _pair(self.area_range, "area_range", 1e-6, 1.0))

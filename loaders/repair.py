@@ -1,0 +1,96 @@
+"""`on_corrupt="skip"`: find the readable records of a split's shards, and read repaired copies.
+
+TFRecord framing lets a reader step over a record whose data CRC fails (its
+length is still trusted), but not past a record whose length CRC fails or that
+is cut short: everything from there to the end of the shard is lost. TensorFlow's
+own reader stops at the first bad record either way, so shards with bad records
+are copied, good records only, to a cache folder and read from there, with their
+real record counts, so that every input pipeline still gets an equal share.
+
+Pure Python: the framing checks come from `prep.tfrecord`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import struct
+import tempfile
+
+from prep.naming import ShardName
+from prep.tfrecord import FOOTER, HEADER, masked_crc32c
+
+from loaders.source import SplitSource
+
+log = logging.getLogger("loaders")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardDamage:
+    """What `scan` found in one shard."""
+
+    file: str
+    expected: int  # records the manifest promises
+    readable: tuple[tuple[int, int], ...]  # (offset, framed length) of each good record
+    first_bad: int | None  # index of the first record that could not be read, if any
+
+    @property
+    def skipped(self) -> int:
+        return self.expected - len(self.readable)
+
+
+def scan(path: str, expected: int) -> ShardDamage:
+    """The readable records of one local shard file."""
+    readable, first_bad, index, offset = [], None, 0, 0
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(HEADER)
+            if len(header) < HEADER:
+                if header and first_bad is None:
+                    first_bad = index
+                break
+            if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+                first_bad = index if first_bad is None else first_bad
+                break  # the length cannot be trusted: the rest of the shard is lost
+            (length,) = struct.unpack("<Q", header[:8])
+            body = f.read(length + FOOTER)
+            if len(body) < length + FOOTER:
+                first_bad = index if first_bad is None else first_bad
+                break
+            if masked_crc32c(body[:length]) == struct.unpack("<I", body[length:])[0]:
+                readable.append((offset, HEADER + length + FOOTER))
+            elif first_bad is None:
+                first_bad = index
+            offset += HEADER + length + FOOTER
+            index += 1
+    if len(readable) < expected and first_bad is None:
+        first_bad = len(readable)
+    return ShardDamage(path, expected, tuple(readable), first_bad)
+
+
+def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[SplitSource, list[ShardDamage]]:
+    """`source` with every damaged shard replaced by a copy of its readable records.
+
+    Logs one warning per damaged shard, naming it, the first bad record and how
+    many records were skipped. Returns the new source and the damage found.
+    """
+    files, counts, damaged = list(source.files), list(source.counts), []
+    for i, (path, expected) in enumerate(zip(source.files, source.counts)):
+        damage = scan(path, expected)
+        if damage.skipped == 0 and damage.first_bad is None:
+            continue
+        damaged.append(damage)
+        cache_dir = cache_dir or tempfile.mkdtemp(prefix="loaders-repaired-")
+        copy = os.path.join(cache_dir, ShardName.parse(os.path.basename(path)).filename)
+        with open(path, "rb") as src, open(copy, "wb") as dst:
+            for offset, length in damage.readable:
+                src.seek(offset)
+                dst.write(src.read(length))
+        files[i], counts[i] = copy, len(damage.readable)
+        log.warning("skipping %d corrupt or unreadable record(s) of shard %s, from record %s on; "
+                    "reading the %d good ones from %s", damage.skipped, path, damage.first_bad,
+                    len(damage.readable), copy)
+    if not damaged:
+        return source, []
+    return dataclasses.replace(source, files=tuple(files), counts=tuple(counts)), damaged

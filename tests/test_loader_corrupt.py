@@ -1,0 +1,112 @@
+"""Loader side of bad shards: an error naming the shard and record, or (opt-in) skip and count."""
+
+import json
+import logging
+import shutil
+import struct
+
+import pytest
+
+from tests.imagegen import write_class_tree
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, ):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    src = tmp_path_factory.mktemp("corrupt-src")
+    write_class_tree(src, {"a": 12, "b": 9}, size=(16, 12))
+    out = tmp_path_factory.mktemp("corrupt") / "out"
+    result = CliRunner().invoke(main, ["convert", str(src), str(out), "--num-shards", "2"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def record_offsets(path):
+    data, offsets, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        offsets.append((pos, length))
+        pos += 12 + length + 4
+    return offsets
+
+
+def damaged_copy(dataset, tmp_path, how):
+    out = tmp_path / "out"
+    shutil.copytree(dataset, out)
+    shard = out / json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    pos, length = record_offsets(shard)[3]
+    if how == "data":  # record 3's data CRC fails; the size is unchanged
+        data[pos + 12 + length // 2] ^= 0x40
+    elif how == "length":  # record 3's length CRC fails: the rest of the shard is unreadable
+        data[pos] ^= 0x01
+    shard.write_bytes(bytes(data))
+    return out, shard.name
+
+
+def count(ds):
+    return sum(int(labels.shape[0]) for _, labels in ds)
+
+
+@pytest.mark.parametrize("how", ["data", "length"])
+def test_corrupt_record_error_names_shard_and_record(dataset, tmp_path, how):
+    import tensorflow as tf
+
+    import loaders
+
+    out, shard = damaged_copy(dataset, tmp_path, how)
+    ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"shard \S*{shard} is corrupt: record 3 cannot be read"):
+        count(ds)
+
+
+def test_clean_dataset_reads_every_record(dataset):
+    import loaders
+
+    assert count(loaders.load(dataset, "train", batch_size=4, image_size=(8, 8), training=False)) == 21
+
+
+@pytest.mark.parametrize("how, skipped", [("data", 1), ("length", 11 - 3)])
+def test_skip_mode_reads_the_good_records_and_counts_the_rest(dataset, tmp_path, caplog, how, skipped):
+    import loaders
+
+    out, shard = damaged_copy(dataset, tmp_path, how)
+    with caplog.at_level(logging.WARNING, logger="loaders"):
+        ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")
+    assert count(ds) == 21 - skipped
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "loaders"]
+    assert f"skipping {skipped} corrupt or unreadable record(s) of shard" in message and shard in message
+    assert "from record 3 on" in message
+
+
+def test_skip_mode_keeps_pipelines_equal(dataset, tmp_path):
+    import loaders
+
+    out, _ = damaged_copy(dataset, tmp_path, "data")  # 20 good records left over 2 shards
+    sizes = [count(loaders.load(out, "train", batch_size=1, image_size=(8, 8), training=False,
+                                on_corrupt="skip", pipeline=(i, 3))) for i in range(3)]
+    assert sizes == [6, 6, 6]  # 20 // 3, at most 2 dropped (remainder="drop")
+
+
+def test_skip_mode_on_truncated_shard(dataset, tmp_path):
+    import loaders
+
+    out, shard = damaged_copy(dataset, tmp_path, "none")
+    path = out / shard
+    pos, _ = record_offsets(path)[5]
+    path.write_bytes(path.read_bytes()[:pos + 7])  # cut inside record 5's header
+    with pytest.raises(Exception, match="has .* bytes, but manifest.json records"):
+        loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False)
+    ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")
+    assert count(ds) == 21 - (11 - 5)
+
+
+def test_on_corrupt_option_is_checked():
+    from loaders.options import LoadOptions
+    from prep.errors import LoaderError
+
+    with pytest.raises(LoaderError, match="on_corrupt must be one of error, skip, got 'ignore'"):
+        LoadOptions(on_corrupt="ignore")
