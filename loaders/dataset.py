@@ -90,22 +90,22 @@ def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipeline
 
 def _named_errors(records, file, skip, take):
     """TensorFlow's error for a bad record says only "corrupted record at <byte>". Read the
-    range with `ignore_errors` (which ends it at a bad record) and, after its last record,
-    check that all `take` came; if not, fail naming the shard and the bad record's index."""
-    flagged = records.ignore_errors().map(lambda r: (r, tf.constant(False)))
-    end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(True)))
+    range with `ignore_errors` (which ends it at a bad record) followed by an empty end
+    marker (no record of ours is empty), keep `take` elements, and fail if the marker is
+    among them: then a record was missing, and the error names the shard and the range.
+    (`prep verify` names the exact record.) One filter per record; the message is
+    formatted only on failure."""
+    marked = records.ignore_errors().concatenate(tf.data.Dataset.from_tensors(tf.constant(b""))).take(take)
 
-    def check(i, item):
-        record, last = item
-        complete = tf.logical_or(tf.logical_not(last), tf.equal(i, take))
-        message = tf.strings.join([
-            "shard ", file, " is corrupt: record ", tf.strings.as_string(skip + i), " cannot be read (bad "
-            "length or CRC); `prep verify` lists every problem, and on_corrupt='skip' reads the good records"])
-        with tf.control_dependencies([tf.debugging.Assert(complete, [message], summarize=1)]):
-            return tf.identity(record), last
+    def complete(record):
+        ok = tf.strings.length(record) > 0
+        with tf.control_dependencies([tf.debugging.Assert(ok, [
+                "shard", file, "is corrupt: a record from index", skip, "to", skip + take - 1,
+                "cannot be read (bad length or CRC); `prep verify` names it, and on_corrupt='skip' reads "
+                "the good records"])]):
+            return tf.identity(ok)
 
-    return (flagged.concatenate(end).enumerate().map(check)
-            .filter(lambda record, last: tf.logical_not(last)).map(lambda record, last: record))
+    return marked.filter(complete)
 
 
 def _record(x):

@@ -62,7 +62,7 @@ class LoadOptions:
             ``fit(steps_per_epoch=loaders.steps_per_epoch(...))``, which Keras needs for a
             distributed dataset to run more than one epoch.
         on_corrupt: "error" (default): a record that fails its CRC stops reading with an error
-            naming the shard and the record's index. "skip": shards are checked when the
+            naming the shard and the range of records being read (`prep verify` names the record). "skip": shards are checked when the
             dataset is built; damaged ones are read from copies of their good records (see
             `loaders.repair`), the skipped records logged per shard, and every pipeline still
             gets an equal share.

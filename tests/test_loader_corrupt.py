@@ -1,4 +1,4 @@
-"""Loader side of bad shards: an error naming the shard and record, or (opt-in) skip and count."""
+"""Loader side of bad shards: an error naming the shard (and the record range read), or (opt-in) skip and count."""
 
 import json
 import logging
@@ -59,7 +59,7 @@ def test_corrupt_record_error_names_shard_and_record(dataset, tmp_path, how):
 
     out, shard = damaged_copy(dataset, tmp_path, how)
     ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"shard \S*{shard} is corrupt: record 3 cannot be read"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"\[shard\] \[\S*{shard}\] \[is corrupt: a record from index\] \[0\] \[to\] \[\d+\] \[cannot be read"):
         count(ds)
 
 
