@@ -138,3 +138,11 @@ def _png(width: int, height: int, bit_depth: int, color_type: int, idat: bytes) 
 
     header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def write_dirty_tree(root: pathlib.Path, counts: dict[str, int], size=(14, 10)) -> pathlib.Path:
+    """A class tree plus one truncated JPEG (rejected) and one RGBA PNG (converted)."""
+    write_class_tree(root, counts, size=size)
+    (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
+    (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
+    return root

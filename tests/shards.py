@@ -43,3 +43,14 @@ def assert_same_dataset(out: pathlib.Path, reference: pathlib.Path, shards: int)
     assert manifest_without_run(out) == manifest_without_run(reference)
     assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
     assert not (out / ".prep-tmp").exists()
+
+
+def convert_with_cli(source: pathlib.Path, out: pathlib.Path, *args) -> pathlib.Path:
+    """`prep convert SOURCE OUT ARGS` in-process; asserts success and returns OUT."""
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    result = CliRunner().invoke(main, ["convert", str(source), str(out), *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return out

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from tests.imagegen import image_bytes, write_class_tree
-from tests.shards import manifest_without_run, shard_bytes
+from tests.imagegen import write_dirty_tree
+from tests.shards import convert_with_cli, manifest_without_run, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARGS = ("--num-shards", 6, "--workers", 2)
@@ -33,22 +33,13 @@ TIMEOUT = 180  # seconds for a state to appear: generous, for a loaded machine
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("kill-src")
-    write_class_tree(root, {"ant": 70, "bee": 55, "cat": 35}, size=(40, 30))
-    (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
-    (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
+    write_dirty_tree(root, {"ant": 70, "bee": 55, "cat": 35}, size=(40, 30))
     return root
 
 
 @pytest.fixture(scope="module")
 def reference(source, tmp_path_factory):
-    from click.testing import CliRunner
-
-    from prep.cli import main
-
-    out = tmp_path_factory.mktemp("kill-ref") / "out"
-    result = CliRunner().invoke(main, ["convert", str(source), str(out), *map(str, ARGS)])
-    assert result.exit_code == 0, result.output
-    return out
+    return convert_with_cli(source, tmp_path_factory.mktemp("kill-ref") / "out", *ARGS)
 
 
 def start(source, out, pause: str) -> subprocess.Popen:

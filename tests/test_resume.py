@@ -13,8 +13,8 @@ import pytest
 from beam_jobs import storage
 from beam_jobs.pipeline import run_conversion
 from prep.options import build_config, list_inputs
-from tests.imagegen import image_bytes, write_class_tree
-from tests.shards import assert_same_dataset
+from tests.imagegen import image_bytes, write_dirty_tree
+from tests.shards import assert_same_dataset, convert_with_cli
 
 ARGS = ("--split", "train=0.7,validation=0.3", "--num-shards", 3, "--workers", 2)
 OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 3, "workers": 2}
@@ -24,23 +24,14 @@ HINT = "; the work done so far is kept: fix this and run again with --resume to 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume-src")
-    write_class_tree(root, {"ant": 23, "bee": 31, "cat": 12}, size=(14, 10))
-    (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
-    (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
+    write_dirty_tree(root, {"ant": 23, "bee": 31, "cat": 12}, size=(14, 10))
     (root / "cat" / ".DS_Store").write_bytes(b"junk")
     return root
 
 
 @pytest.fixture(scope="module")
 def reference(source, tmp_path_factory):
-    from click.testing import CliRunner
-
-    from prep.cli import main
-
-    out = tmp_path_factory.mktemp("resume-ref") / "out"
-    result = CliRunner().invoke(main, ["convert", str(source), str(out), *map(str, ARGS)])
-    assert result.exit_code == 0, result.output
-    return out
+    return convert_with_cli(source, tmp_path_factory.mktemp("resume-ref") / "out", *ARGS)
 
 
 def assert_same(out, reference):

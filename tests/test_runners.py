@@ -13,7 +13,7 @@ import pytest
 
 from beam_jobs.pipeline import run_conversion
 from prep.options import build_config, list_inputs
-from tests.imagegen import image_bytes, write_class_tree
+from tests.imagegen import write_dirty_tree
 from tests.shards import assert_same_dataset, manifest_without_run, shard_bytes
 
 OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2}
@@ -22,9 +22,7 @@ OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class"
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("runners-src")
-    write_class_tree(root, {"ant": 7, "bee": 41, "cat": 18}, size=(14, 10))
-    (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
-    (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
+    write_dirty_tree(root, {"ant": 7, "bee": 41, "cat": 18}, size=(14, 10))
     return root
 
 
