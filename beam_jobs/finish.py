@@ -30,7 +30,7 @@ def write_listing_rejects(tmp_dir: str, rejects) -> None:
 
 
 def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
-    """(None, [(SHARD, result) | (REJECT, Reject) | (CAPPED, (label, count)) | (REUSED, chunk)]) -> written count.
+    """(None, [(SHARD, result) | (REJECT, [Reject]) | (CAPPED, (label, count)) | (REUSED, chunk)]) -> written count.
 
     Writes rejects.jsonl, publishes manifest.json, then removes the temporary folder.
     """
@@ -42,7 +42,7 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
         if kind == SHARD:
             shard_results.append(value)
         elif kind == REJECT:
-            rejects.append(value)
+            rejects.extend(value)
         elif kind == REUSED:
             chunks_reused += 1
         else:

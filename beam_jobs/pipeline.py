@@ -3,13 +3,13 @@
 What each PCollection holds:
 
     chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
-    outcomes  = ParDo(PrepareChunk)         # (OK, PreparedRef) | (REJECT, Reject) | (REUSED, chunk id)
-    refs      = FlatMap                     # PreparedRef(path, label, split, chunk, offset, length, converted)
-    ranked    = PlanShards                  # (ENTRY, part key, Entry) | (CAPPED, label)   see planning.py
-    parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [Entry])
+    outcomes  = ParDo(PrepareChunk)         # per chunk: (OK, [PreparedRef]) | (REJECT, [Reject]) | (REUSED, chunk id)
+    refs      = FlatMap                     # [PreparedRef(path, label, split, chunk, offset, length, converted)]
+    ranked    = PlanShards                  # (ENTRY, part key, [Entry]) | (CAPPED, label, count)   see planning.py
+    parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [[Entry]])
     written   = ParDo(WriteShardPart)       # (SHARD, result) | (PART, shard file, part info)
     joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
-    summary   = Flatten | GroupByKey(one key)     # shard results, rejects, capped counts, reused chunks: small
+    summary   = Flatten | GroupByKey(one key)     # shard results, reject lists, capped counts, reused chunks
     done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
 
 Crash safety and `--resume`: every file appears under its final name only by a
@@ -103,7 +103,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse))
     )
-    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])
+    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef]
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
@@ -111,7 +111,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
     written = (
         ranked
         | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
-        | "GroupParts" >> beam.GroupByKey()  # (part key, [Entry])
+        | "GroupParts" >> beam.GroupByKey()  # (part key, [[Entry]])
         | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers, reuse))
     )
     whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
@@ -123,7 +123,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
     )
     capped = (
         ranked
-        | "Capped" >> beam.FlatMap(lambda r: [(r[1], 1)] if r[0] == CAPPED else [])
+        | "Capped" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == CAPPED else [])
         | "CountCapped" >> beam.CombinePerKey(sum)
         | "TagCapped" >> beam.Map(_tag(finish.CAPPED))
     )

@@ -3,15 +3,20 @@
 The reference planner sorts each class whole. Here no key ever holds more
 than about `GROUP_TARGET` references, even for one class of 5 million:
 
-    refs      # PreparedRef
-    keyed     = Map                  # ((split, label, bucket), PreparedRef); bucket = top bits of the sort key
+    refs      # [PreparedRef]: the good inputs of one chunk
+    keyed     = FlatMap              # ((split, label, bucket), [PreparedRef]); bucket = top bits of the sort key
     sizes     = CombinePerKey(sum)   # ((split, label, bucket), (refs, bytes))
     infos     = GroupByKey(one key) | FlatMap(layout)
                                      # ((split, label, bucket), BucketInfo): the bucket's first rank in its
                                      # class and the class's segments; the one group holds only counts
     ranked    = CoGroupByKey(keyed, infos) | FlatMap(rank)
-                                     # (ENTRY, (split, shard, num_shards, part, num_parts), Entry)
-                                     # or (CAPPED, label)
+                                     # (ENTRY, (split, shard, num_shards, part, num_parts), [Entry])
+                                     # or (CAPPED, label, count)
+
+References travel in lists (a chunk's refs of one bucket; a bucket's entries
+of one part): Beam's cost per element is paid on the runner's thread, so per
+reference it would be a serial cost per image on a laptop. No list is longer
+than the group it ends up in.
 
 A bucket is a prefix of the sort key, so ranks inside a bucket, offset by the
 sizes of the class's earlier buckets, are exact class ranks; `Layout.locate`
@@ -28,6 +33,7 @@ DaskRunner, which translates only those four, runs it too.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import typing
@@ -100,26 +106,42 @@ def layout_infos(element, num_classes: int, options: PlanOptions, tmp_dir: str |
         yield (split, label, bucket), BucketInfo(start, trimmed, part_bits)
 
 
+def key_by_bucket(refs, seed: int, bits: int):
+    """[PreparedRef] -> ((split, label, bucket), [PreparedRef]) for each bucket the refs fall in."""
+    buckets: dict[tuple, list] = {}
+    for r in refs:
+        buckets.setdefault((r.split, r.label, prefix(sort_key(seed, r.path), bits)), []).append(r)
+    return buckets.items()
+
+
 def rank_bucket(element, seed: int):
-    """((split, label, bucket), {"refs": [...], "info": [BucketInfo]}) -> ranked entries and capped labels."""
+    """((split, label, bucket), {"refs": [[...]], "info": [BucketInfo]})
+    -> (ENTRY, part key, [Entry]) per part the bucket sends entries to, and (CAPPED, label, count)."""
     (split, label, _), joined = element
     (info,) = joined["info"]
     group = (split or None, label)
-    refs = sorted(joined["refs"], key=lambda r: (sort_key(seed, r.path), r.path))
+    refs = sorted(itertools.chain.from_iterable(joined["refs"]), key=lambda r: (sort_key(seed, r.path), r.path))
+    parts: dict[tuple, list] = {}
+    capped = 0
     for rank, ref in enumerate(refs, start=info.start):
         where = info.layout.locate(group, rank)
         if where is None:
-            yield CAPPED, label
+            capped += 1
             continue
         split_name, shard = where
         bits = info.part_bits[split_name]
         order = sort_key(seed, ref.path, "order")
         key = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-        yield ENTRY, key, Entry(order, ref.chunk, ref.offset, ref.length, ref.label, ref.converted)
+        parts.setdefault(key, []).append(Entry(order, ref.chunk, ref.offset, ref.length, ref.label, ref.converted))
+    for key, entries in parts.items():
+        yield ENTRY, key, entries
+    if capped:
+        yield CAPPED, label, capped
 
 
 class PlanShards(beam.PTransform):
-    """PreparedRef -> (ENTRY, part key, Entry) and (CAPPED, label), exactly as `prep.plan.make_plan` decides."""
+    """[PreparedRef] -> (ENTRY, part key, [Entry]) and (CAPPED, label, count), exactly as
+    `prep.plan.make_plan` decides."""
 
     def __init__(self, num_classes: int, options: PlanOptions, total_refs: int, tmp_dir: str | None = None,
                  group_target: int = GROUP_TARGET):
@@ -132,11 +154,10 @@ class PlanShards(beam.PTransform):
 
     def expand(self, refs):
         seed, bits = self._options.seed, self._bits
-        keyed = refs | "KeyByBucket" >> beam.Map(
-            lambda r: ((r.split, r.label, prefix(sort_key(seed, r.path), bits)), r))
+        keyed = refs | "KeyByBucket" >> beam.FlatMap(key_by_bucket, seed, bits)
         infos = (
             keyed
-            | "BucketSize" >> beam.Map(lambda kv: (kv[0], (1, kv[1].length)))
+            | "BucketSize" >> beam.Map(lambda kv: (kv[0], (len(kv[1]), sum(r.length for r in kv[1]))))
             | "SumBuckets" >> beam.CombinePerKey(_sum_pairs)
             | "OneKey" >> beam.Map(lambda kv: (None, kv))
             | "GatherSizes" >> beam.GroupByKey()

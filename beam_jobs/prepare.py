@@ -4,8 +4,9 @@ Each element is a chunk id. The driver wrote the chunk's listing to
 ``.prep-tmp/listing/chunk-NNNNNN.json``, so the pipeline graph holds only
 chunk ids, however many inputs there are. A pool of `workers` threads works on
 the chunk's images (Pillow releases the GIL while decoding, resizing and
-encoding); the framed TFRecord bytes of each good image are appended, in input
-order, to the chunk's spill file, and only a small `PreparedRef` travels on.
+encoding); the threads append the framed TFRecord bytes of each good image to the
+chunk's spill file as they finish, and only a small `PreparedRef` (where
+the record is) travels on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import errno
 import json
 import os
 import stat
+import threading
 import typing
 
 import apache_beam as beam
@@ -111,13 +113,37 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     return (frame(record.to_bytes()), image.converted), sig
 
 
-class PrepareChunk(PooledDoFn):
-    """chunk id -> (OK, PreparedRef) per good input and (REJECT, Reject) per bad one,
-    plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
+class _Spill:
+    """A chunk's spill file, appended to by the pool threads in the order they finish.
 
-    After the spill file is renamed into place, the chunk's outcomes are recorded
-    in its index (see checkpoints.py), which a resumed run emits instead of
-    reading the images again.
+    The pool threads write their own records, so that all per-image work runs
+    on the `workers` threads and the runner's thread only passes references on.
+    Records land in completion order; each reference keeps its offset.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self.size = 0
+
+    def append(self, data: bytes) -> int:
+        """Writes `data`; returns its offset."""
+        with self._lock:
+            offset = self.size
+            self._stream.write(data)
+            self.size += len(data)
+        return offset
+
+
+class PrepareChunk(PooledDoFn):
+    """chunk id -> (OK, [PreparedRef]) for its good inputs and (REJECT, [Reject]) for its bad
+    ones, plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
+
+    One element per chunk and kind, not one per input: Beam's cost per element
+    (coders, several transforms) runs on the runner's thread, outside the pool,
+    and would otherwise be a serial cost per image. After the spill file is
+    renamed into place, the chunk's outcomes are recorded in its index (see
+    checkpoints.py), which a resumed run emits instead of reading the images again.
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
@@ -131,9 +157,13 @@ class PrepareChunk(PooledDoFn):
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
-
-    def _one(self, ref: InputRef):
-        return read_and_prepare(self._source, ref, self._label_ids[ref.label], self._options)
+    def _one(self, ref: InputRef, spill: "_Spill"):
+        """Runs on a pool thread: prepares one input and appends its record to the spill."""
+        result, signature = read_and_prepare(self._source, ref, self._label_ids[ref.label], self._options)
+        if isinstance(result, Reject):
+            return result, signature
+        data, converted = result
+        return (spill.append(data), len(data), converted), signature
 
     def process(self, chunk: int):
         path = spill_path(self._tmp_dir, chunk)
@@ -141,30 +171,33 @@ class PrepareChunk(PooledDoFn):
             recorded = checkpoints.read_chunk_index(self._tmp_dir, chunk, path)
             if recorded is not None:
                 yield REUSED, chunk
-                for kind, fields in recorded.outcomes:
-                    yield kind, (PreparedRef(*fields) if kind == OK else Reject(*fields))
+                yield from _batches([(kind, PreparedRef(*f) if kind == OK else Reject(*f))
+                                     for kind, f in recorded.outcomes])
                 return
         checkpoints.pause_for_tests("chunk")
         refs = [InputRef(*r) for r in json.loads(storage.read_bytes(listing_path(self._tmp_dir, chunk)))]
-        offset = 0
         outcomes, signatures = [], []
         with storage.open_write(path + ".part") as f:
-            for ref, (result, signature) in zip(refs, self._pool.map(self._one, refs)):
+            spill = _Spill(f)
+            for ref, (result, signature) in zip(refs, self._pool.map(lambda r: self._one(r, spill), refs)):
                 signatures.append(signature)
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
-                    yield outcomes[-1]
-                    continue
-                data, converted = result
-                f.write(data)
-                outcomes.append((OK, PreparedRef(ref.path, self._label_ids[ref.label], ref.split or "", chunk,
-                                                 offset, len(data), converted)))
-                offset += len(data)
-                # Emitted at once, so that the runner's work on it overlaps the pool's
-                # work on later images; nothing reads the spill before this stage ends.
-                yield outcomes[-1]
+                else:
+                    offset, length, converted = result
+                    outcomes.append((OK, PreparedRef(ref.path, self._label_ids[ref.label], ref.split or "", chunk,
+                                                     offset, length, converted)))
         storage.rename(path + ".part", path)
-        checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, offset, signatures)
+        checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, spill.size, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
+        yield from _batches(outcomes)
+
+
+def _batches(outcomes):
+    """[(kind, value)] -> (OK, [PreparedRef]) and (REJECT, [Reject]), each only if not empty."""
+    for kind in (OK, REJECT):
+        values = [value for k, value in outcomes if k == kind]
+        if values:
+            yield kind, values

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
+import itertools
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -87,7 +88,10 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
 
 
 class WriteShardPart(PooledDoFn):
-    """((split, shard, num_shards, part, num_parts), [Entry]) -> (SHARD, result) or (PART, file, info)."""
+    """((split, shard, num_shards, part, num_parts), [[Entry]]) -> (SHARD, result) or (PART, file, info).
+
+    The entries come in lists, one per bucket that sent some (see planning.py).
+    """
 
     def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False):
         super().__init__(workers)
@@ -100,9 +104,9 @@ class WriteShardPart(PooledDoFn):
 
 
     def process(self, element):
-        (split, index, count, part, parts), entries = element
+        (split, index, count, part, parts), lists = element
         name = ShardName(split, index, count)
-        entries = sorted(entries)
+        entries = sorted(itertools.chain.from_iterable(lists))
         digest = checkpoints.entries_digest(entries)
         counts = collections.Counter(self._labels[e.label] for e in entries)
         class_counts = {label: counts.get(label, 0) for label in self._labels}

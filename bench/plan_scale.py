@@ -74,13 +74,14 @@ def main(argv=None) -> None:
         parts = (
             p
             | "Slices" >> beam.Create([(r.start, r.stop) for r in slices])
-            | "Refs" >> beam.FlatMap(lambda se: synthetic(range(*se), counts))
+            | "Refs" >> beam.FlatMap(lambda se: _chunks(list(synthetic(range(*se), counts))))  # [PreparedRef]
             | "Plan" >> PlanShards(args.classes, options, args.refs)
             | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
             | "GroupParts" >> beam.GroupByKey()
         )
         (
             parts
+            | "Flat" >> beam.Map(lambda kv: (kv[0], [e for entries in kv[1] for e in entries]))
             | "Count" >> beam.FlatMap(lambda kv: [(("size"), len(kv[1]))] + [
                 ((kv[0][0], kv[0][1], label), n) for label, n in _by_label(kv[1]).items()])
             | "OneKey" >> beam.Map(lambda x: (None, x))
@@ -110,6 +111,11 @@ def main(argv=None) -> None:
         "refs": args.refs, "classes": args.classes, "shards": args.shards, "seconds": seconds,
         "peak_rss_mb": peak_mb, "largest_group": result["largest_group"], "balanced": ok,
         "written": written}, indent=2))
+
+
+def _chunks(refs, size=256):
+    """Lists of refs as PrepareChunk emits them, one per chunk."""
+    return [refs[i:i + size] for i in range(0, len(refs), size)]
 
 
 def _by_label(entries):

@@ -30,20 +30,21 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     """{(split, shard, num_shards): [paths in write order]}, capped counts, and the largest group seen."""
     by_chunk = {r.chunk: r.path for r in refs}
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        ranked = (p | beam.Create(refs)
+        batches = [refs[i:i + 37] for i in range(0, len(refs), 37)]  # as PrepareChunk emits them
+        ranked = (p | beam.Create(batches)
                   | PlanShards(num_classes, options, len(refs), group_target=group_target))
         parts = (ranked
                  | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
                  | beam.GroupByKey())
         capped = (ranked
-                  | "Capped" >> beam.FlatMap(lambda r: [(CAPPED, r[1])] if r[0] == CAPPED else [])
-                  | beam.combiners.Count.PerElement())
+                  | "Capped" >> beam.FlatMap(lambda r: [((CAPPED, r[1]), r[2])] if r[0] == CAPPED else [])
+                  | beam.CombinePerKey(sum))
         ((parts, capped) | beam.Flatten() | "All" >> beam.combiners.ToList()
          | beam.Map(_dump, str(tmp_path / "plan.pickle")))
     with open(tmp_path / "plan.pickle", "rb") as f:
         out = pickle.load(f)
     capped = {key[1]: n for key, n in out if key[0] == CAPPED}
-    out = [(k, list(v)) for k, v in out if k[0] != CAPPED]
+    out = [(k, [e for entries in v for e in entries]) for k, v in out if k[0] != CAPPED]
     shards, largest = {}, 0
     for key, entries in out:
         split, shard, count, part, parts = key
