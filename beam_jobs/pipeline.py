@@ -181,15 +181,18 @@ def pipeline_options(runner: str, beam_args: list[str]) -> PipelineOptions:
 
 
 def _skip_ipython_probe() -> None:
-    """Beam asks `is_in_ipython()` for every transform label, which imports IPython
-    when it is installed (~0.5 s). If IPython is not imported yet we are not
-    inside it, so the answer is known to be False."""
+    """Beam asks `is_in_ipython()` for every transform label and once more after a
+    run, which imports IPython when it is installed (~0.3 s each time it is
+    not yet imported). If IPython is not imported yet we are not inside it, so
+    the answer is known to be False."""
     if "IPython" in sys.modules:
         return
+    import apache_beam.pipeline
     from apache_beam.utils import interactive_utils
 
-    if hasattr(interactive_utils, "is_in_ipython"):
-        interactive_utils.is_in_ipython = lambda: False
+    for module in (interactive_utils, apache_beam.pipeline):
+        if hasattr(module, "is_in_ipython"):
+            module.is_in_ipython = lambda: False
 
 
 def make_runner(runner: str):
