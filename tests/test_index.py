@@ -130,6 +130,21 @@ for path in sys.argv[1:]:
 print(json.dumps(read))
 """
 
+# The README's PyTorch recipe without torch: MultiTFRecordDataset is this loader in a torch IterableDataset.
+TFRECORD_MULTI = """
+import hashlib, json, sys
+from tfrecord.reader import multi_tfrecord_loader
+
+folder, split = sys.argv[1:]
+manifest = json.load(open(f"{folder}/manifest.json"))
+shards = manifest["splits"][split]["shards"]
+splits = {s["file"]: s["examples"] / manifest["splits"][split]["examples"] for s in shards}
+read = multi_tfrecord_loader(folder + "/{}", folder + "/{}.idx", splits,
+                             {"image/encoded": "byte", "image/class/label": "int"}, infinite=False)
+print(json.dumps(sorted([hashlib.sha256(bytes(r["image/encoded"])).hexdigest(), int(r["image/class/label"][0])]
+                        for r in read)))
+"""
+
 
 def test_the_tfrecord_package_reads_shards_through_the_index(dataset):
     """The pure-Python reader PyTorch users use (README: "Reading with DALI or PyTorch")."""
@@ -142,6 +157,10 @@ def test_the_tfrecord_package_reads_shards_through_the_index(dataset):
     done = subprocess.run([sys.executable, "-c", TFRECORD_READER, *expected], capture_output=True, text=True,
                           check=True)
     assert json.loads(done.stdout) == expected
+    done = subprocess.run([sys.executable, "-c", TFRECORD_MULTI, str(dataset), "train"], capture_output=True,
+                          text=True, check=True)
+    assert json.loads(done.stdout) == sorted(r for path, records in expected.items() if "/train-" in path
+                                             for r in records)
 
 
 def test_dali_reads_a_shard_through_the_index(dataset):
