@@ -186,3 +186,18 @@ def test_dali_reads_a_shard_through_the_index(dataset):
         assert np.array(encoded[i]).tobytes() == record["image/encoded"]
         assert int(np.array(labels[i])[0]) == record["image/class/label"]
         assert np.array(images[i]).shape == (record["image/height"], record["image/width"], 3)
+
+
+def test_overwrite_replaces_indexes_and_tfds_files_but_not_foreign_files(dataset, tmp_path):
+    from prep.errors import OutputError
+
+    out = copy(dataset, tmp_path / "out")
+    (out / "train-00007-of-00009.tfrecord.idx").write_bytes(b"")  # an index of an earlier run: ours to delete
+    config = build_config(str(tmp_path / "src"), str(out), {"num_shards": 1, "overwrite": True})
+    write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
+    run_conversion(config, list_inputs(config))
+    assert not list(out.glob("*.idx")) and (out / "dataset_info.json").exists()
+    assert verify(str(out)).ok
+    (out / "notes.idx.txt").write_text("mine")
+    with pytest.raises(OutputError, match="holds files prep did not write \\(e.g. notes.idx.txt\\)"):
+        run_conversion(config, list_inputs(config))
