@@ -1,4 +1,4 @@
-"""The last step: rejects.jsonl, then the manifest, written last and atomically.
+"""The last step: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
 
 Order matters for crash safety: manifest.json.part is written in full, then
 renamed to manifest.json, and only then is .prep-tmp deleted. A kill before the
@@ -15,6 +15,7 @@ import time
 
 from beam_jobs import checkpoints, storage
 from prep import manifest as manifest_lib
+from prep import tfds_meta
 from prep.errors import PlanError
 from prep.sources import Reject
 
@@ -32,7 +33,8 @@ def write_listing_rejects(tmp_dir: str, rejects) -> None:
 def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
     """(None, [(SHARD, result) | (REJECT, [Reject]) | (CAPPED, (label, count)) | (REUSED, chunk)]) -> written count.
 
-    Writes rejects.jsonl, publishes manifest.json, then removes the temporary folder.
+    Writes rejects.jsonl and the files tensorflow-datasets reads (`prep.tfds_meta`), publishes
+    manifest.json, then removes the temporary folder.
     """
     _, items = element
     shard_results, rejects = [], [Reject(*r) for r in json.loads(storage.read_bytes(listing_rejects_path(tmp_dir)))]
@@ -70,6 +72,9 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
         run["resumed"] = dict(run["resumed"], chunks_reused=chunks_reused, shards=len(shard_results),
                               shards_reused=sum(bool(r.get("reused")) for r in shard_results))
     manifest = manifest_lib.build(labels, options, shard_results, accounting, tool, run)
+    # Before the manifest, so that a folder with manifest.json is complete for tfds too.
+    for name, data in tfds_meta.files(manifest).items():
+        storage.write_atomic(storage.join(output, name), data)
     staged = storage.join(output, manifest_lib.FILENAME + ".part")
     with storage.open_write(staged) as f:
         f.write(manifest_lib.dumps(manifest))

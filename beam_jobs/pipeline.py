@@ -56,6 +56,7 @@ from beam_jobs import checkpoints, finish, prepare, resume, staging, storage, wr
 from beam_jobs.progress import Progress
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
+from prep import tfds_meta
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
 from prep.resume import run_record
@@ -112,14 +113,15 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         ranked
         | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
         | "GroupParts" >> beam.GroupByKey()  # (part key, [[Entry]])
-        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers, reuse))
+        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers, reuse,
+                                                            config.index))
     )
     whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
     joined = (
         written
         | "Parts" >> beam.FlatMap(lambda w: [(w[1], w[2])] if w[0] == write.PART else [])
         | "GroupShardParts" >> beam.GroupByKey()  # (shard file, [part info])
-        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, tmp_dir, labels, reuse))
+        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, tmp_dir, labels, reuse, config.index))
     )
     capped = (
         ranked
@@ -161,9 +163,9 @@ def prepare_output(output: str, overwrite: bool) -> None:
             raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
                               "(same inputs and options) or --overwrite to start over")
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
-    ours = {manifest_lib.FILENAME, manifest_lib.REJECTS, manifest_lib.TMP_DIR, manifest_lib.FILENAME + ".part",
-            manifest_lib.REJECTS + ".part"}
-    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None]
+    written = (manifest_lib.FILENAME, manifest_lib.REJECTS, *tfds_meta.file_names())
+    ours = {manifest_lib.TMP_DIR, *written, *(name + ".part" for name in written)}
+    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None]
     if foreign:
         raise OutputError(f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
                           "refusing to delete them with --overwrite")

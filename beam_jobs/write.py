@@ -9,6 +9,14 @@ Every file appears under its final name only by a rename once complete, and
 then gets a sidecar in .prep-tmp (see checkpoints.py). With `reuse` (a resumed
 run), a shard or part whose file is complete and holds exactly the planned
 entries is kept as it is.
+
+With `index` (``--index``), each shard also gets its record index (DALI's
+``offset size`` lines, `prep.tfrecord.record_index`). It comes from the planned
+entries' framed lengths, which are exactly the bytes copied in order, so no
+shard is read again; a multi-part shard's parts pass their lengths on to
+`ConcatParts`, whose concatenated list shifts each part by the parts before
+it. The index is written after its shard, and again for a reused shard, so a
+kill between the two leaves nothing stale.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from beam_jobs.pooled import PooledDoFn
 from beam_jobs.prepare import spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
+from prep.tfrecord import record_index
 
 SHARD, PART = "shard", "part"
 _BATCH = 32  # records read per task by the read-ahead threads
@@ -87,18 +96,30 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
+def write_index(output: str, tmp_dir: str, name: ShardName, sizes) -> dict:
+    """Writes the shard's record index atomically next to it; returns its manifest entry."""
+    data = record_index(sizes)
+    tmp = storage.join(tmp_dir, "shards", name.index_filename + ".part")
+    with storage.open_write(tmp) as out:
+        out.write(data)
+    storage.rename(tmp, storage.join(output, name.index_filename))
+    return {"file": name.index_filename, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 class WriteShardPart(PooledDoFn):
     """((split, shard, num_shards, part, num_parts), [[Entry]]) -> (SHARD, result) or (PART, file, info).
 
     The entries come in lists, one per bucket that sent some (see planning.py).
     """
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False,
+                 index: bool = False):
         super().__init__(workers)
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
         self._reuse = reuse
+        self._index = index
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
 
@@ -126,25 +147,31 @@ class WriteShardPart(PooledDoFn):
                 size, sha = _copy_records(entries, out, self._tmp_dir, self._pool)
             storage.rename(tmp + ".tmp", path)
             checkpoints.record_complete(sidecar, digest, size, sha)
+        sizes = tuple(e.length for e in entries)  # framed records, in the order written
         if parts == 1:
+            result = dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
+                          converted=converted, reused=found is not None)
+            if self._index:
+                result["index_file"] = write_index(self._output, self._tmp_dir, name, sizes)
             if found is None:
                 self._written.inc(len(entries))
                 self._bytes.inc(size)
                 checkpoints.pause_for_tests("shard")
-            yield SHARD, dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
-                              converted=converted, reused=found is not None)
+            yield SHARD, result
         else:
-            yield PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest)
+            yield PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest, sizes)
 
 
 class ConcatParts(beam.DoFn):
     """(shard file, [part info]) -> (SHARD, result): joins part files in part order."""
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], reuse: bool = False):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], reuse: bool = False,
+                 index: bool = False):
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
         self._reuse = reuse
+        self._index = index
 
     def process(self, element):
         filename, parts = element
@@ -171,5 +198,8 @@ class ConcatParts(beam.DoFn):
             checkpoints.record_complete(sidecar, digest, size, sha)
             checkpoints.pause_for_tests("shard")
         class_counts = {label: sum(p[4][label] for p in parts) for label in self._labels}
-        yield SHARD, dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, sha, class_counts),
-                          converted=sum(p[5] for p in parts), reused=found is not None)
+        result = dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, sha, class_counts),
+                      converted=sum(p[5] for p in parts), reused=found is not None)
+        if self._index:
+            result["index_file"] = write_index(self._output, self._tmp_dir, name, [n for p in parts for n in p[7]])
+        yield SHARD, result

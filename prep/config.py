@@ -27,6 +27,7 @@ class ConvertConfig:
     overwrite: bool = False
     resume: bool = False  # finish the interrupted conversion in OUTPUT
     allow_outside_source: bool = False  # label-file paths may point outside SOURCE
+    index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
@@ -53,4 +54,5 @@ class ConvertConfig:
             "label_file": None if self.labels is None else os.path.basename(self.labels),
             "classes_fixed": self.classes is not None,
             "allow_outside_source": self.allow_outside_source,
+            "index": self.index,
         }

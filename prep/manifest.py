@@ -30,7 +30,10 @@ def build(labels, options: dict, shard_results: list[dict], accounting: dict, to
         split["bytes"] += result["bytes"]
         for name, n in result["class_counts"].items():
             split["class_counts"][name] += n
-        split["shards"].append({k: result[k] for k in ("file", "index", "examples", "bytes", "sha256", "class_counts")})
+        shard = {k: result[k] for k in ("file", "index", "examples", "bytes", "sha256", "class_counts")}
+        if "index_file" in result:  # only with --index
+            shard["index_file"] = result["index_file"]
+        split["shards"].append(shard)
     return {
         "format": FORMAT,
         "version": VERSION,

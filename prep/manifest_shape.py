@@ -15,6 +15,7 @@ from prep.naming import check_split_name
 
 _SPLIT_KEYS = {"examples": int, "num_shards": int, "bytes": int, "class_counts": dict, "shards": list}
 _SHARD_KEYS = {"file": str, "index": int, "examples": int, "bytes": int, "sha256": str, "class_counts": dict}
+_INDEX_KEYS = {"file": str, "bytes": int, "sha256": str}
 _INPUT_KEYS = ("found", "written", "rejected", "capped")
 
 
@@ -66,6 +67,10 @@ def check_shape(manifest: dict, where: str = "manifest.json") -> None:
             for key, kind in _SHARD_KEYS.items():
                 _check(shard.get(key), kind, where, f"{field}.shards[{i}].{key}")
             _check_counts(shard["class_counts"], where, f"{field}.shards[{i}].class_counts")
+            if "index_file" in shard:  # written with --index
+                index = _check(shard["index_file"], dict, where, f"{field}.shards[{i}].index_file")
+                for key, kind in _INDEX_KEYS.items():
+                    _check(index.get(key), kind, where, f"{field}.shards[{i}].index_file.{key}")
 
 
 def load_checked(output: str) -> dict:

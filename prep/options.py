@@ -52,6 +52,8 @@ OPTIONS = (
            "(default: all cores of that worker).", int),
     Option("--allow-outside-source", "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
            "their image/filename is the path as written, normalized.", bool, False, flag=True),
+    Option("--index", "Also write each shard's record index, SHARD.idx ('offset size' per record), for "
+           "NVIDIA DALI's TFRecord reader and the tfrecord package's readers.", bool, False, flag=True),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option("--resume", "Finish an interrupted conversion in OUTPUT, reusing its completed work; refuses if "
            "the inputs or options differ.", bool, False, flag=True),
@@ -86,7 +88,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         image=ImageOptions(resize=v["resize"], max_side=v["max_side"], image_format=v["image_format"],
                            quality=v["quality"], max_pixels=v["max_pixels"]),
         workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
-        allow_outside_source=bool(v["allow_outside_source"]))
+        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]))
 
 
 def _absolute(path: str) -> str:

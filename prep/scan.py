@@ -92,6 +92,7 @@ class ShardScan:
     class_counts: dict[str, int]  # by class name, from image/class/label
     complete: bool  # False if a framing error stopped the read before the end
     issues: tuple[Issue, ...]
+    record_sizes: tuple[int, ...] = ()  # framed size of each record with valid framing, in file order
 
 
 def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> list[str]:
@@ -167,11 +168,13 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
         issues.extend((index, message) for message in result)
 
     count, end, complete = 0, 0, True  # records framed so far, and the byte where the next one starts
+    sizes = []
     with open(path, "rb", buffering=0) as raw:
         stream = HashingReader(raw, on_block)
         try:
             for index, offset, data in read_records(stream, name):
                 count, end = index + 1, offset + HEADER + len(data) + FOOTER
+                sizes.append(end - offset)
                 try:
                     record = ImageRecord.from_bytes(data)
                 except RecordError as exc:
@@ -197,4 +200,4 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
             collect(i, future.result())
     issues.sort(key=lambda issue: issue[0])
     return ShardScan(size=stream.size, sha256=stream.sha256.hexdigest(), records=count,
-                     class_counts=dict(counts), complete=complete, issues=tuple(issues))
+                     class_counts=dict(counts), complete=complete, issues=tuple(issues), record_sizes=tuple(sizes))

@@ -3,12 +3,17 @@
 Each record is ``uint64 length | uint32 masked_crc32c(length) | data |
 uint32 masked_crc32c(data)``, little-endian, as TensorFlow writes it.
 CRC32C comes from google-crc32c (a C implementation Beam also uses).
+
+`record_index` gives the per-record index NVIDIA DALI's TFRecord reader needs
+(and the `tfrecord` package's readers use to shard and shuffle): one
+``"{offset} {size}\n"`` line per record, `size` being the whole framed record,
+exactly what DALI's `tfrecord2idx` tool writes.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import google_crc32c
 
@@ -58,3 +63,19 @@ def read_records(stream: BinaryIO, name: str = "<stream>") -> Iterator[tuple[int
         yield index, offset, data
         index += 1
         offset += HEADER + length + FOOTER
+
+
+def record_index(sizes: Iterable[int]) -> bytes:
+    """The index of a file holding framed records of `sizes` bytes each, in order.
+
+    Args:
+        sizes: each record's framed size (`HEADER` + data + `FOOTER`), in file order.
+
+    Returns:
+        ASCII lines ``"{offset} {size}\n"``, offsets starting at 0.
+    """
+    lines, offset = [], 0
+    for size in sizes:
+        lines.append(f"{offset} {size}\n")
+        offset += size
+    return "".join(lines).encode("ascii")

@@ -6,7 +6,8 @@ Checks, in order (docs/verify.md lists them with their messages):
    docs/manifest.md; otherwise that is the only problem reported.
 2. The manifest agrees with itself: shard names, indexes and counts, per-split
    sums, `labels` against `class_counts`, the input accounting.
-3. Every shard it names is a file in OUTPUT; no other ``*.tfrecord`` is there.
+3. Every shard it names is a file in OUTPUT; no other ``*.tfrecord`` (or record
+   index) is there.
 4. Each shard, read once (`prep.scan`): size and sha256 as recorded, every
    record's framing and CRCs, every record parses with our schema and its label
    and class text agree with `labels`; with `deep`, every image decodes to its
@@ -15,6 +16,7 @@ Checks, in order (docs/verify.md lists them with their messages):
 6. Balance, on what the shards hold: each shard of a split holds ⌊n/N⌋ or ⌈n/N⌉
    records, and so does each class (which is the same as "differs by at most
    one between any two shards").
+7. Record indexes and tfds metadata, when present (`prep.sidecars`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ import warnings
 from typing import Callable
 
 from prep import manifest as manifest_lib
+from prep import sidecars
 from prep.errors import ManifestError
 from prep.manifest_shape import load_checked
-from prep.naming import SUFFIX, ShardName
+from prep.naming import INDEX_SUFFIX, SUFFIX, ShardName
 from prep.scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
 JSON_VERSION = 1
@@ -79,8 +82,7 @@ class Report:
         return not self.problems
 
     def split_of(self, problem: Problem) -> str | None:
-        name = ShardName.parse(problem.file)
-        return name.split if name else None
+        return sidecars.split_of(problem.file)
 
     def to_json(self) -> dict:
         """The `--json` document; its structure is documented in docs/verify.md."""
@@ -228,7 +230,9 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         return Report(output, deep, (Problem(manifest_lib.FILENAME, None, message),), {}, 0,
                       time.perf_counter() - started)
     problems = check_manifest(manifest)
+    problems += [Problem(*issue) for issue in sidecars.check_index_names(manifest)]
     problems += _check_rejects(output, manifest)
+    problems += [Problem(*issue) for issue in sidecars.check_tfds(output, manifest)]
     entries = {shard["file"]: (split, shard) for split, info in manifest["splits"].items() for shard in info["shards"]}
     present = {}
     for file in entries:
@@ -237,9 +241,11 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             problems.append(Problem(file, None, "missing: the manifest names it but OUTPUT has no such file"))
         else:
             present[file] = path
-    for name in sorted(os.listdir(output)):
+    names = sorted(os.listdir(output))
+    for name in names:
         if name.endswith(SUFFIX) and name not in entries:
             problems.append(Problem(name, None, "unexpected shard file: the manifest does not name it"))
+    problems += [Problem(*issue) for issue in sidecars.unexpected_indexes(names, manifest)]
 
     total = sum(os.path.getsize(path) for path in present.values())
     on_block = (lambda n: progress(n, total)) if progress else None
@@ -260,6 +266,10 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             pool.shutdown(cancel_futures=True)
     for file, scan in scans.items():
         problems += _compare_shard(file, entries[file][1], scan)
+    for file, (_, entry) in entries.items():
+        scan = scans.get(file)
+        sizes = scan.record_sizes if scan is not None and scan.complete else None
+        problems += [Problem(*issue) for issue in sidecars.check_index(output, entry, sizes)]
 
     splits = {}
     for split, info in manifest["splits"].items():
@@ -277,11 +287,12 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
 
 
 def _problem_order(manifest: dict):
-    """Manifest problems first, then by file in manifest order, then record index."""
+    """Manifest problems first, then by file in manifest order (indexes after their shards), then record index."""
     rank = {manifest_lib.FILENAME: (0, 0), manifest_lib.REJECTS: (0, 1)}
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
             rank.setdefault(shard["file"], (1, len(rank)))
+            rank.setdefault(shard["file"] + INDEX_SUFFIX, (1, len(rank)))  # a shard's index right after it
     return lambda p: (rank.get(p.file, (2, 0)), p.file, -1 if p.record is None else p.record)
 
 

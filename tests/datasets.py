@@ -9,6 +9,7 @@ import shutil
 from click.testing import CliRunner
 
 from prep import manifest as manifest_lib
+from prep import tfds_meta
 from prep.cli import main
 from prep.schema import ImageRecord
 from prep.tfrecord import frame, read_records
@@ -30,6 +31,9 @@ def load(out: pathlib.Path) -> dict:
 
 
 def save(out: pathlib.Path, manifest: dict) -> None:
+    """Writes `manifest`, and the tfds metadata that follows from it, so only what a test breaks is wrong."""
+    for name, data in tfds_meta.files(manifest).items():
+        (out / name).write_bytes(data)
     (out / manifest_lib.FILENAME).write_bytes(manifest_lib.dumps(manifest))
 
 

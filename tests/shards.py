@@ -36,12 +36,19 @@ def manifest_without_run(output: pathlib.Path) -> dict:
     return manifest
 
 
+def other_files(output: pathlib.Path) -> dict[str, bytes]:
+    """Every file but the shards and manifest.json (rejects.jsonl, tfds metadata, record indexes)."""
+    return {p.name: p.read_bytes() for p in sorted(output.iterdir())
+            if p.is_file() and p.suffix != ".tfrecord" and p.name != "manifest.json"}
+
+
 def assert_same_dataset(out: pathlib.Path, reference: pathlib.Path, shards: int) -> None:
-    """Same shard bytes, manifest (minus "run") and rejects.jsonl as `reference`, and no temporary folder."""
+    """Same shard bytes, manifest (minus "run") and every other file as `reference`, and no temporary folder."""
     assert shard_bytes(out) == shard_bytes(reference)
     assert len(shard_bytes(out)) == shards
     assert manifest_without_run(out) == manifest_without_run(reference)
-    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
+    assert other_files(out) == other_files(reference)
+    assert {"rejects.jsonl", "dataset_info.json", "features.json"} <= set(other_files(out))
     assert not (out / ".prep-tmp").exists()
 
 

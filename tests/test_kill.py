@@ -22,7 +22,8 @@ import time
 import pytest
 
 from tests.imagegen import write_dirty_tree
-from tests.shards import convert_with_cli, manifest_without_run, shard_bytes
+from prep import tfds_meta
+from tests.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARGS = ("--num-shards", 6, "--workers", 2)
@@ -103,7 +104,7 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     present = shard_bytes(out)
     expected = shard_bytes(reference)
     assert all(data == expected[name] for name, data in present.items())
-    allowed = {".prep-tmp", "rejects.jsonl", "manifest.json.part"}
+    allowed = {".prep-tmp", "rejects.jsonl", "manifest.json.part", *tfds_meta.file_names()}
     assert {p.name for p in out.iterdir()} - set(present) <= allowed
     chunks_done, shards_done = chunk_indexes(out), sidecars(out)
     before = {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in present}
@@ -124,9 +125,9 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     assert result.exit_code == 0, result.output
     assert shard_bytes(out) == expected
     assert manifest_without_run(out) == manifest_without_run(reference)
-    assert (out / "rejects.jsonl").read_bytes() == (reference / "rejects.jsonl").read_bytes()
-    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == ["manifest.json",
-                                                                                        "rejects.jsonl"]
+    assert other_files(out) == other_files(reference)
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
+        ["manifest.json", "rejects.jsonl", *tfds_meta.file_names()])
 
     resumed = json.loads((out / "manifest.json").read_text())["run"]["resumed"]
     total = resumed["chunks"]

@@ -12,12 +12,14 @@ import pytest
 
 from beam_jobs import storage
 from beam_jobs.pipeline import run_conversion
+from prep import tfds_meta
 from prep.options import build_config, list_inputs
 from tests.imagegen import image_bytes, write_dirty_tree
 from tests.shards import assert_same_dataset, convert_with_cli
 
-ARGS = ("--split", "train=0.7,validation=0.3", "--num-shards", 3, "--workers", 2)
-OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 3, "workers": 2}
+# --index: resumed runs must leave every shard's record index too, also for reused and multi-part shards.
+ARGS = ("--split", "train=0.7,validation=0.3", "--num-shards", 3, "--workers", 2, "--index")
+OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 3, "workers": 2, "index": True}
 HINT = "; the work done so far is kept: fix this and run again with --resume to finish"
 
 
@@ -36,8 +38,9 @@ def reference(source, tmp_path_factory):
 
 def assert_same(out, reference):
     assert_same_dataset(out, reference, shards=6)
-    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == ["manifest.json",
-                                                                                        "rejects.jsonl"]
+    indexes = [p.name + ".idx" for p in out.glob("*.tfrecord")]
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
+        ["manifest.json", "rejects.jsonl", *tfds_meta.file_names(), *indexes])
 
 
 def resumed(out) -> dict:

@@ -16,7 +16,9 @@ from prep.options import build_config, list_inputs
 from tests.imagegen import write_dirty_tree
 from tests.shards import assert_same_dataset, manifest_without_run, shard_bytes
 
-OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2}
+# index: record indexes must be identical through every runner, also for shards written in parts.
+OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2,
+           "index": True}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,7 @@ def reference(source, tmp_path_factory):
 
 def assert_same(out, reference):
     assert_same_dataset(out, reference, shards=4)
+    assert len(list(out.glob("*.tfrecord.idx"))) == 4  # compared with the reference's by assert_same_dataset
 
 
 def test_direct_runner_in_memory(source, reference, tmp_path):
