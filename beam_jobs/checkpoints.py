@@ -2,17 +2,18 @@
 
     .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
                                          written once the listing is staged
-    .prep-tmp/spill/chunk-NNNNNN.bin     a chunk's framed records (prepare.py)
-    .prep-tmp/spill/chunk-NNNNNN.json    its index: the chunk's outcomes (PreparedRefs and
-                                         Rejects), the spill size, and a signature per input
+    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk (prepare.py)
+    .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
+                                         Rejects), the size of each spill file, and a
+                                         signature per input
     .prep-tmp/done/<shard>.json          sidecar of a complete shard: digest of its planned
                                          entries, size, SHA-256
     .prep-tmp/parts/<shard>/part-N.json  the same for a part of a multi-part shard
 
 Every file is written under a temporary name and renamed, and each index or
 sidecar only after the file it describes is complete, so whatever a kill
-leaves is either complete or absent. A chunk is reused when both its spill
-file (of the recorded size) and its index exist; a shard or part when its
+leaves is either complete or absent. A chunk is reused when its index and
+all its spill files (of the recorded sizes) exist; a shard or part when its
 file, renamed into place, still hashes to its sidecar's SHA-256 and the new
 plan gives it the same entries.
 
@@ -33,6 +34,7 @@ import time
 import typing
 
 from beam_jobs import storage
+from beam_jobs.spill import spill_path
 
 RUN = "run.json"
 PAUSE_ENV = "PREP_TEST_PAUSE"
@@ -65,21 +67,23 @@ def index_path(tmp_dir: str, chunk: int) -> str:
     return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}.json")
 
 
-def write_chunk_index(tmp_dir: str, chunk: int, outcomes, spill_bytes: int, inputs: list[str]) -> None:
-    data = {"spill_bytes": spill_bytes, "outcomes": [[kind, list(value)] for kind, value in outcomes],
+def write_chunk_index(tmp_dir: str, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:
+    """Records a prepared chunk: outcomes, {spill id: bytes} of its spill files, input signatures."""
+    data = {"spills": sorted(spills.items()), "outcomes": [[kind, list(value)] for kind, value in outcomes],
             "inputs": inputs}
     storage.write_atomic(index_path(tmp_dir, chunk), json.dumps(data).encode())
 
 
-def read_chunk_index(tmp_dir: str, chunk: int, spill: str) -> ChunkIndex | None:
-    """The chunk's recorded outcomes if its index and its spill file `spill` are complete, else None."""
+def read_chunk_index(tmp_dir: str, chunk: int) -> ChunkIndex | None:
+    """The chunk's recorded outcomes if its index and all its spill files are complete, else None."""
     path = index_path(tmp_dir, chunk)
     try:
         if not storage.exists(path):
             return None
         data = json.loads(storage.read_bytes(path))
-        if storage.size(spill) != data["spill_bytes"]:
-            return None
+        for spill, size in data["spills"]:
+            if storage.size(spill_path(tmp_dir, spill)) != size:
+                return None
         return ChunkIndex([(kind, value) for kind, value in data["outcomes"]], data["inputs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -90,7 +94,7 @@ def entries_digest(entries) -> str:
     digest = hashlib.sha256()
     for e in entries:
         digest.update(e.order)
-        digest.update(struct.pack(">QQQQ?", e.chunk, e.offset, e.length, e.label, e.converted))
+        digest.update(struct.pack(">QQQQ?", e.spill, e.offset, e.length, e.label, e.converted))
     return digest.hexdigest()
 
 

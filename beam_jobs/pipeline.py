@@ -28,10 +28,11 @@ group holds more than about `planning.GROUP_TARGET` references (the final
 summary group holds one result per shard and the rejects).
 
 Parallelism. The local runner runs each stage as one bundle, so parallelism
-comes from `workers` threads inside PrepareChunk (images of a chunk) and
-WriteShardPart (read-ahead of records): Pillow releases the GIL while decoding,
-resizing and encoding. On a cluster, Reshuffle and the GroupByKeys spread
-chunks and shards over workers, each of which runs the same thread pools.
+comes from pools inside the DoFns: `workers` processes in PrepareChunk (batches
+of a chunk's images; processes because the Python parts of image work hold
+the GIL) and `workers` threads in WriteShardPart (read-ahead of records). On a
+cluster, Reshuffle and the GroupByKeys spread chunks and shards over workers,
+each of which runs the same pools with threads.
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
 no side inputs, tagged outputs or outputs from finish_bundle: the DaskRunner
@@ -40,6 +41,7 @@ translates nothing else.
 
 from __future__ import annotations
 
+import concurrent.futures.process
 import errno
 import math
 import os
@@ -64,6 +66,10 @@ from prep.naming import ShardName
 from prep.sources import Listing, printable
 
 MAX_CHUNK = 256
+# The embedded runner prepares local images in worker processes (see pooled.py).
+# Other runners already run one SDK process per core, and object stores are
+# bound by the network, not the GIL: those get threads.
+LOCAL_PROCESSES = True
 
 
 def chunk_size(n: int) -> int:
@@ -89,10 +95,12 @@ def _tag(kind):
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET) -> None:
+          group_target: int = GROUP_TARGET, processes: bool = False) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
-    With `config.resume`, complete chunks and shards of the interrupted run are reused.
+    With `config.resume`, complete chunks and shards of the interrupted run are
+    reused. With `processes`, images are prepared by a pool of processes (see
+    pooled.py), else of threads.
     """
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     labels = listing.classes
@@ -102,7 +110,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         | "ListChunks" >> beam.Create(list(range(num_chunks)))  # chunk id
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse))
+            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse, processes))
     )
     refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef]
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
@@ -245,7 +253,9 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     try:
         with Progress(config.output, [len(c) for c in chunks], progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, listing, len(chunks), run_info, group_target)
+            build(p, config, listing, len(chunks), run_info, group_target,
+                  processes=LOCAL_PROCESSES and runner == RUNNERS_LOCAL and not storage.is_remote(config.source)
+                  and not storage.is_remote(config.output))
             result = p.run()
             try:
                 result.wait_until_finish()
@@ -295,13 +305,17 @@ def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError 
     In-process runners re-raise it; runners with remote workers report it only
     as text ("prep.errors.PlanError: ...") inside their own exception. An
     OSError (disk full, permission denied) becomes an OutputError: inputs that
-    cannot be read are rejects, so a pipeline's OSError is about OUTPUT.
+    cannot be read are rejects, so a pipeline's OSError is about OUTPUT. A
+    worker process that died (the OOM killer, a signal) breaks its pool.
     """
     seen, current, os_error = set(), exc, None
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, PrepError):
             return type(current)(str(current).split(" [while running")[0])
+        if isinstance(current, concurrent.futures.process.BrokenProcessPool):
+            return PrepError("a worker process preparing images ended abruptly (killed by a signal, or out of "
+                             "memory); the work done so far is kept: run again with --resume to finish")
         if isinstance(current, OSError) and os_error is None:
             os_error = current
         current = current.__cause__ or current.__context__

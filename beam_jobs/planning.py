@@ -60,7 +60,7 @@ class Entry(typing.NamedTuple):
     """A record's place: its order key inside the shard and where its bytes are."""
 
     order: bytes
-    chunk: int
+    spill: int  # spill file (prepare.spill_id), offset and length of its framed record
     offset: int
     length: int
     label: int
@@ -132,7 +132,7 @@ def rank_bucket(element, seed: int):
         bits = info.part_bits[split_name]
         order = sort_key(seed, ref.path, "order")
         key = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-        parts.setdefault(key, []).append(Entry(order, ref.chunk, ref.offset, ref.length, ref.label, ref.converted))
+        parts.setdefault(key, []).append(Entry(order, ref.spill, ref.offset, ref.length, ref.label, ref.converted))
     for key, entries in parts.items():
         yield ENTRY, key, entries
     if capped:

@@ -89,7 +89,7 @@ def changed_input(source: str, tmp_dir: str, chunks: list[list]) -> str | None:
     """The first input of a reusable chunk whose file changed since it was prepared, if any."""
     jobs = []
     for chunk, refs in enumerate(chunks):
-        index = checkpoints.read_chunk_index(tmp_dir, chunk, prepare.spill_path(tmp_dir, chunk))
+        index = checkpoints.read_chunk_index(tmp_dir, chunk)
         if index is not None:
             jobs += [(ref.path, then) for ref, then in zip(refs, index.inputs)]
     if not jobs:

@@ -31,7 +31,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs import checkpoints, storage
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.prepare import spill_path
+from beam_jobs.spill import spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
 from prep.tfrecord import record_index
@@ -41,7 +41,7 @@ _BATCH = 32  # records read per task by the read-ahead threads
 
 
 class _SpillReader:
-    """Reads (chunk, offset, length) ranges from spill files, keeping a few open."""
+    """Reads (spill, offset, length) ranges from spill files, keeping a few open."""
 
     def __init__(self, tmp_dir: str):
         self._tmp_dir = tmp_dir
@@ -50,14 +50,14 @@ class _SpillReader:
     def read_batch(self, entries) -> list[bytes]:
         out = []
         for entry in entries:
-            handle = self._handles.pop(entry.chunk, None) or storage.open_read(spill_path(self._tmp_dir, entry.chunk))
-            self._handles[entry.chunk] = handle
+            handle = self._handles.pop(entry.spill, None) or storage.open_read(spill_path(self._tmp_dir, entry.spill))
+            self._handles[entry.spill] = handle
             if len(self._handles) > 8:
                 self._handles.popitem(last=False)[1].close()
             handle.seek(entry.offset)
             data = handle.read(entry.length)
             if len(data) != entry.length:
-                raise OSError(f"spill file of chunk {entry.chunk} is shorter than planned")
+                raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
             out.append(data)
         return out
 

@@ -16,7 +16,7 @@ def synthetic_refs(counts, split=""):
     refs = []
     for label, n in enumerate(counts):
         for i in range(n):
-            refs.append(PreparedRef(f"c{label}/{i:06d}.jpg", label, split, chunk=len(refs), offset=0,
+            refs.append(PreparedRef(f"c{label}/{i:06d}.jpg", label, split, spill=len(refs), offset=0,
                                     length=100 + i % 7, converted=False))
     return refs
 
@@ -28,7 +28,7 @@ def _dump(items, path):
 
 def beam_plan(refs, num_classes, options, group_target, tmp_path):
     """{(split, shard, num_shards): [paths in write order]}, capped counts, and the largest group seen."""
-    by_chunk = {r.chunk: r.path for r in refs}
+    by_spill = {r.spill: r.path for r in refs}
     with beam.Pipeline(runner=FnApiRunner()) as p:
         batches = [refs[i:i + 37] for i in range(0, len(refs), 37)]  # as PrepareChunk emits them
         ranked = (p | beam.Create(batches)
@@ -50,7 +50,7 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
         split, shard, count, part, parts = key
         largest = max(largest, len(entries))
         shards.setdefault((split, shard, count), []).extend((part, e) for e in entries)
-    return {k: [by_chunk[e.chunk] for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
+    return {k: [by_spill[e.spill] for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
             for k, v in shards.items()}, capped, largest
 
 

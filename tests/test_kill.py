@@ -23,7 +23,7 @@ import pytest
 
 from tests.imagegen import write_dirty_tree
 from prep import tfds_meta
-from tests.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
+from tests.shards import assert_same_dataset, convert_with_cli, manifest_without_run, other_files, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARGS = ("--num-shards", 6, "--workers", 2)
@@ -145,3 +145,51 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
         assert reused  # and they were not written again:
         assert {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in reused} == {
             n: before[n] for n in reused}
+
+
+def test_a_write_failing_in_a_worker_process_is_one_line_and_no_manifest(source, tmp_path):
+    """Images are prepared in worker processes; an OSError there reaches the user as one
+    `Error:` line. The spill folder is made impossible (a file takes its name) while the
+    conversion waits before its first chunk."""
+    out = tmp_path / "out"
+    proc = start(source, out, "chunk=2")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (out / ".prep-tmp" / "run.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the conversion never staged its listing"
+            time.sleep(0.01)
+        (out / ".prep-tmp" / "spill").write_text("not a folder")
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith(f"Error: cannot access {out}/.prep-tmp/spill"), lines
+    assert "--resume" in lines[0]
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_killed_worker_process_is_one_line_then_resume_finishes(source, reference, tmp_path):
+    """The OOM killer picks the largest process, often an image worker: the conversion
+    ends with one `Error:` line and no manifest, and --resume finishes it."""
+    out = tmp_path / "out"
+    proc = start(source, out, "chunk=0.3")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(chunk_indexes(out)) < 1:
+            assert proc.poll() is None and time.monotonic() < deadline, "no chunk was prepared"
+            time.sleep(0.01)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        workers = [pid for pid in children if b"spawn_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert workers, "no worker process found"
+        os.kill(int(workers[0]), signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 1
+    assert lines == ["Error: a worker process preparing images ended abruptly (killed by a signal, or out of "
+                     "memory); the work done so far is kept: run again with --resume to finish"], lines
+    assert not (out / "manifest.json").exists()
+    convert_with_cli(source, out, *ARGS, "--resume")
+    assert_same_dataset(out, reference, SHARDS)

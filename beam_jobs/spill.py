@@ -1,0 +1,106 @@
+"""The work of one pool task of PrepareChunk: read, check and convert a batch of
+inputs, and write their framed records to the batch's own spill file.
+
+This module imports neither Beam nor TensorFlow: it is what the worker
+processes of a process pool load (see pooled.py), and a light import keeps
+their start-up short. Tasks take and return only plain picklable values.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from beam_jobs import storage
+from prep.images import ImageOptions, ImageRejected, prepare_image
+from prep.schema import ImageRecord
+from prep.sources import InputRef, Reject
+from prep.tfrecord import frame
+
+BATCH = 16  # inputs per pool task; each task writes its own spill file
+_BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (pipeline.py)
+
+
+def spill_id(chunk: int, batch: int) -> int:
+    """One int naming the spill file of a chunk's batch; it travels in every reference."""
+    return chunk * _BATCHES_PER_CHUNK + batch
+
+
+def spill_path(tmp_dir: str, spill: int) -> str:
+    chunk, batch = divmod(spill, _BATCHES_PER_CHUNK)
+    return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
+
+
+def read_input(path: str) -> bytes | tuple[str, str]:
+    """The bytes of one input, or (reason, detail) if it cannot be read.
+
+    Only regular files are opened: reading a FIFO or a device named like an
+    image would block or never end.
+    """
+    if not storage.is_remote(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            if os.path.islink(path):
+                return "broken_symlink", "symlink points to a file that does not exist"
+            return "missing", "file does not exist"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "symlink_loop", exc.strerror or "too many levels of symbolic links"
+            return "unreadable", exc.strerror or str(exc)
+        if stat.S_ISDIR(st.st_mode):
+            return "unreadable", "path is a folder"
+        if not stat.S_ISREG(st.st_mode):
+            return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})"
+    try:
+        return storage.read_bytes(path)
+    except FileNotFoundError:
+        return "missing", "file does not exist"
+    except IsADirectoryError:
+        return "unreadable", "path is a folder"
+    except OSError as exc:
+        reason = "symlink_loop" if exc.errno == errno.ELOOP else "unreadable"
+        return reason, exc.strerror or str(exc)
+
+
+def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions):
+    """Reads one input; returns ((framed record bytes, converted) or a Reject, input signature)."""
+    path = storage.input_path(source, ref.path)
+    sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
+    data = read_input(path)
+    if isinstance(data, tuple):
+        return Reject(ref.path, *data), sig or ""
+    sig = sig if sig is not None else storage.signature(path, data)
+    try:
+        image = prepare_image(data, options)
+    except ImageRejected as exc:
+        return Reject(ref.path, exc.reason, exc.detail), sig
+    record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
+                               label, ref.label, ref.path)
+    return (frame(record.to_bytes()), image.converted), sig
+
+
+def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
+                  options: ImageOptions) -> list:
+    """Prepares `refs` in order and writes their records to spill file `spill`.
+
+    Returns, per input, ((offset, length, converted) or a Reject, input signature).
+    """
+    path = spill_path(tmp_dir, spill)
+    results, offset = [], 0
+    with storage.open_write(path + ".part") as f:
+        for ref in refs:
+            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options)
+            if not isinstance(result, Reject):
+                data, converted = result
+                f.write(data)
+                result = (offset, len(data), converted)
+                offset += len(data)
+            results.append((result, signature))
+    storage.rename(path + ".part", path)
+    return results
