@@ -65,7 +65,10 @@ from prep.resume import run_record
 from prep.naming import ShardName
 from prep.sources import Listing, printable
 
-MAX_CHUNK = 256
+# Each chunk ends with a barrier (its index is written once all its images are
+# done), costing ~15 ms of idle workers: 1,024 measured 9.6 s against 10.0-11.0 s
+# for 256 on the prepare stage of 20,000 images at 2 workers.
+MAX_CHUNK = 1024
 # The embedded runner prepares local images in worker processes (see pooled.py).
 # Other runners already run one SDK process per core, and object stores are
 # bound by the network, not the GIL: those get threads.
