@@ -28,11 +28,11 @@ group holds more than about `planning.GROUP_TARGET` references (the final
 summary group holds one result per shard and the rejects).
 
 Parallelism. The local runner runs each stage as one bundle, so parallelism
-comes from pools inside the DoFns: `workers` processes in PrepareChunk (batches
-of a chunk's images; processes because the Python parts of image work hold
-the GIL) and `workers` threads in WriteShardPart (read-ahead of records). On a
+comes from `workers` threads inside PrepareChunk (batches of a chunk's
+images, each writing its own spill file) and WriteShardPart (read-ahead of
+records): Pillow releases the GIL while decoding, resizing and encoding. On a
 cluster, Reshuffle and the GroupByKeys spread chunks and shards over workers,
-each of which runs the same pools with threads.
+each of which runs the same thread pools.
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
 no side inputs, tagged outputs or outputs from finish_bundle: the DaskRunner
@@ -41,7 +41,6 @@ translates nothing else.
 
 from __future__ import annotations
 
-import concurrent.futures.process
 import errno
 import math
 import os
@@ -69,10 +68,6 @@ from prep.sources import Listing, printable
 # done), costing ~15 ms of idle workers: 1,024 measured 9.6 s against 10.0-11.0 s
 # for 256 on the prepare stage of 20,000 images at 2 workers.
 MAX_CHUNK = 1024
-# The embedded runner prepares local images in worker processes (see pooled.py).
-# Other runners already run one SDK process per core, and object stores are
-# bound by the network, not the GIL: those get threads.
-LOCAL_PROCESSES = True
 
 
 def chunk_size(n: int) -> int:
@@ -98,12 +93,10 @@ def _tag(kind):
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET, processes: bool = False) -> None:
+          group_target: int = GROUP_TARGET) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
-    With `config.resume`, complete chunks and shards of the interrupted run are
-    reused. With `processes`, images are prepared by a pool of processes (see
-    pooled.py), else of threads.
+    With `config.resume`, complete chunks and shards of the interrupted run are reused.
     """
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     labels = listing.classes
@@ -113,7 +106,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         | "ListChunks" >> beam.Create(list(range(num_chunks)))  # chunk id
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse, processes))
+            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse))
     )
     refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef]
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
@@ -256,9 +249,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     try:
         with Progress(config.output, [len(c) for c in chunks], progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, listing, len(chunks), run_info, group_target,
-                  processes=LOCAL_PROCESSES and runner == RUNNERS_LOCAL and not storage.is_remote(config.source)
-                  and not storage.is_remote(config.output))
+            build(p, config, listing, len(chunks), run_info, group_target)
             result = p.run()
             try:
                 result.wait_until_finish()
@@ -308,17 +299,13 @@ def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError 
     In-process runners re-raise it; runners with remote workers report it only
     as text ("prep.errors.PlanError: ...") inside their own exception. An
     OSError (disk full, permission denied) becomes an OutputError: inputs that
-    cannot be read are rejects, so a pipeline's OSError is about OUTPUT. A
-    worker process that died (the OOM killer, a signal) breaks its pool.
+    cannot be read are rejects, so a pipeline's OSError is about OUTPUT.
     """
     seen, current, os_error = set(), exc, None
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, PrepError):
             return type(current)(str(current).split(" [while running")[0])
-        if isinstance(current, concurrent.futures.process.BrokenProcessPool):
-            return PrepError("a worker process preparing images ended abruptly (killed by a signal, or out of "
-                             "memory); the work done so far is kept: run again with --resume to finish")
         if isinstance(current, OSError) and os_error is None:
             os_error = current
         current = current.__cause__ or current.__context__

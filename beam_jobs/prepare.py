@@ -2,8 +2,8 @@
 
 Each element is a chunk id. The driver wrote the chunk's listing to
 ``.prep-tmp/listing/chunk-NNNNNN.json``, so the pipeline graph holds only
-chunk ids, however many inputs there are. A pool of `workers` threads or
-processes works on the chunk's images in batches (spill.py); each batch's
+chunk ids, however many inputs there are. A pool of `workers` threads
+works on the chunk's images in batches (spill.py); each batch's
 framed TFRecord bytes go to its own spill file, and only a small
 `PreparedRef` (where the record is) travels on.
 """
@@ -55,10 +55,8 @@ class PrepareChunk(PooledDoFn):
 
     The chunk's inputs are cut into batches of `BATCH`; each batch is one task
     on the pool (`prepare_batch`) and writes its own spill file, so that all
-    per-image work, writing included, runs on the `workers` and none on the
-    runner's thread. With `processes`, the pool is of processes: image work
-    then also escapes the GIL that the Python parts of decoding and record
-    building hold (see pooled.py).
+    per-image work, writing included, runs on the `workers` threads and none
+    on the runner's thread.
 
     One element per chunk and kind, not one per input: Beam's cost per element
     (coders, several transforms) runs on the runner's thread, outside the pool,
@@ -68,8 +66,8 @@ class PrepareChunk(PooledDoFn):
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, processes: bool = False):
-        super().__init__(workers, processes)
+                 reuse: bool = False):
+        super().__init__(workers)
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}

@@ -1,9 +1,8 @@
 """The work of one pool task of PrepareChunk: read, check and convert a batch of
 inputs, and write their framed records to the batch's own spill file.
 
-This module imports neither Beam nor TensorFlow: it is what the worker
-processes of a process pool load (see pooled.py), and a light import keeps
-their start-up short. Tasks take and return only plain picklable values.
+A task writes its own file, so no lock is shared and no per-image work is
+left to the runner's thread. Tasks take and return plain values.
 """
 
 from __future__ import annotations

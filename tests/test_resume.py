@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from beam_jobs import pipeline, storage
+from beam_jobs import storage
 from beam_jobs.pipeline import run_conversion
 from prep import tfds_meta
 from prep.options import build_config, list_inputs
@@ -117,9 +117,6 @@ def test_disk_full_while_writing_shards_then_resume(source, reference, tmp_path,
 
 
 def test_permission_denied_while_preparing_is_one_line_and_no_manifest(source, tmp_path, run_cli, monkeypatch):
-    # The patched open_write exists only in this process, so images are prepared
-    # on threads here; tests/test_kill.py fails a write in a worker process for real.
-    monkeypatch.setattr(pipeline, "LOCAL_PROCESSES", False)
     out = tmp_path / "out"
     fail_writes(monkeypatch, ".bin.part",
                 lambda path: PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
