@@ -38,6 +38,7 @@ from prep.tfrecord import record_index
 
 SHARD, PART = "shard", "part"
 _BATCH = 32  # records read per task by the read-ahead threads
+_AHEAD = 4  # blocks of _BATCH records waiting to be written, and written but not yet hashed
 
 
 class _SpillReader:
@@ -70,8 +71,9 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     """Writes the entries' records to `out` in order; returns (bytes, sha256).
 
     Three things overlap, all outside the GIL for large buffers: batches are
-    read ahead on `pool` threads (at most a few in flight), this thread
-    writes them, and one hashing thread updates the SHA-256 in order.
+    read ahead on `pool` threads, this thread writes them, and one hashing
+    thread updates the SHA-256 in order. At most `_AHEAD` blocks wait on each
+    side, so memory is bounded by a few blocks, not by the shard's size.
     """
     digest, size = hashlib.sha256(), 0
     batches = [entries[i:i + _BATCH] for i in range(0, len(entries), _BATCH)]
@@ -84,15 +86,17 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
             reader.close()
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
-        pending = collections.deque()
+        reading, hashing = collections.deque(), collections.deque()
         for i, batch in enumerate(batches):
-            pending.append(pool.submit(read, batch))
-            if len(pending) > 4 or i == len(batches) - 1:
-                while pending and (len(pending) > 4 or i == len(batches) - 1):
-                    block = pending.popleft().result()
-                    out.write(block)
-                    hasher.submit(digest.update, block)
-                    size += len(block)
+            reading.append(pool.submit(read, batch))
+            last = i == len(batches) - 1
+            while reading and (len(reading) > _AHEAD or last):
+                block = reading.popleft().result()
+                out.write(block)
+                hashing.append(hasher.submit(digest.update, block))
+                size += len(block)
+                while len(hashing) > _AHEAD:
+                    hashing.popleft().result()
     return size, digest.hexdigest()
 
 
