@@ -1,0 +1,108 @@
+"""Where a conversion's time goes: each stage of the embedded runner, at 1 and 2 workers.
+
+    python bench/convert_stages.py                         # 20,000 generated JPEGs, pass-through
+    python bench/convert_stages.py --count 2000 --repeats 3 -- --resize 256
+
+Each run is a fresh process running `prep convert` with Beam's FnApiRunner
+timed around every bundle it executes (one bundle per fused stage on the
+embedded runner). Stages are named by their first step: "prepare" (read,
+check, convert, spill), "plan" (the planner's groups), "write" (shards),
+"finish" (rejects.jsonl, tfds files, manifest); "outside" is the rest of
+the command (imports, listing, building the pipeline). CPU is this process's
+(pool threads included). Configurations are interleaved within each repeat;
+the table gives medians and the ratio of 1 worker's time to 2 workers'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
+
+STAGES = (("prepare", "PrepareImages"), ("write", "WriteShards"), ("write", "ConcatParts"), ("finish", "WriteManifest"))
+
+
+def stage_name(fused: str) -> str:
+    """Our name for a fused stage of the runner, from the steps its name lists."""
+    for name, step in STAGES:
+        if step in fused:
+            return name
+    return "plan"
+
+
+def child(argv: list[str]) -> None:
+    """Runs `prep convert ARGV` in this process, timing the runner's bundles; prints JSON."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    execute = fn_runner.FnApiRunner._execute_bundle
+    spent: dict[str, list[float]] = {}
+
+    def timed(self, context, manager, bundle_input):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return execute(self, context, manager, bundle_input)
+        finally:
+            totals = spent.setdefault(stage_name(manager.stage.name), [0.0, 0.0])
+            totals[0] += time.perf_counter() - wall
+            totals[1] += time.process_time() - cpu
+
+    fn_runner.FnApiRunner._execute_bundle = timed
+    from prep.cli import main
+
+    main(["convert", *argv], standalone_mode=False)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    spent["outside"] = [wall - sum(w for w, _ in spent.values()), cpu - sum(c for _, c in spent.values())]
+    spent["total"] = [wall, cpu]
+    print(json.dumps(spent))
+
+
+def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
+    proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"prep convert {' '.join(argv)} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default="/tmp/prep-bench-stages")
+    parser.add_argument("convert_options", nargs="*", help="more `prep convert` options, after --")
+    args = parser.parse_args(argv)
+    source = ensure_data(args.count)
+    runs: dict[int, list[dict]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for workers in runs:
+            runs[workers].append(run_once(source, pathlib.Path(args.out), workers, args.convert_options))
+    names = ["outside", "prepare", "plan", "write", "finish", "total"]
+    median = {w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in names}
+              for w, rs in runs.items()}
+    print(f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
+          f"{os.cpu_count()} cores, median of {args.repeats}")
+    print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}")
+    for n in names:
+        (w1, c1), (w2, c2) = median[1][n], median[2][n]
+        print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps({"median": median, "runs": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
