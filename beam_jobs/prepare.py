@@ -81,7 +81,7 @@ class PrepareChunk(PooledDoFn):
             recorded = checkpoints.read_chunk_index(self._tmp_dir, chunk)
             if recorded is not None:
                 yield REUSED, chunk
-                yield from _batches([(kind, PreparedRef(*f) if kind == OK else Reject(*f))
+                yield from _by_kind([(kind, PreparedRef(*f) if kind == OK else Reject(*f))
                                      for kind, f in recorded.outcomes])
                 return
         checkpoints.pause_for_tests("chunk")
@@ -92,24 +92,23 @@ class PrepareChunk(PooledDoFn):
         outcomes, signatures, spills = [], [], {}
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
-            spills[spill] = 0
-            for ref, (result, signature) in zip(batch, task.result()):
+            results, spills[spill] = task.result()
+            for ref, (result, signature) in zip(batch, results):
                 signatures.append(signature)
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
                     continue
                 offset, length, converted = result
-                spills[spill] = offset + length
                 outcomes.append((OK, PreparedRef(ref.path, self._label_ids[ref.label], ref.split or "", spill,
                                                  offset, length, converted)))
         checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
-        yield from _batches(outcomes)
+        yield from _by_kind(outcomes)
 
 
-def _batches(outcomes):
+def _by_kind(outcomes):
     """[(kind, value)] -> (OK, [PreparedRef]) and (REJECT, [Reject]), each only if not empty."""
     for kind in (OK, REJECT):
         values = [value for k, value in outcomes if k == kind]

@@ -85,10 +85,11 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
 
 
 def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  options: ImageOptions) -> list:
+                  options: ImageOptions) -> tuple[list, int]:
     """Prepares `refs` in order and writes their records to spill file `spill`.
 
-    Returns, per input, ((offset, length, converted) or a Reject, input signature).
+    Returns, per input, ((offset, length, converted) or a Reject, input signature),
+    and the spill file's size.
     """
     path = spill_path(tmp_dir, spill)
     results, offset = [], 0
@@ -102,4 +103,4 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
                 offset += len(data)
             results.append((result, signature))
     storage.rename(path + ".part", path)
-    return results
+    return results, offset
