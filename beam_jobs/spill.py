@@ -12,7 +12,7 @@ import os
 import stat
 
 from beam_jobs import storage
-from prep.images import ImageOptions, ImageRejected, prepare_image
+from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
 from prep.schema import ImageRecord
 from prep.sources import InputRef, Reject
 from prep.tfrecord import frame
@@ -67,8 +67,11 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
-def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions):
-    """Reads one input; returns ((framed record bytes, converted) or a Reject, input signature)."""
+def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None):
+    """Reads one input; returns ((framed record bytes, converted) or a Reject, input signature).
+
+    `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer).
+    """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
     data = read_input(path)
@@ -76,7 +79,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         return Reject(ref.path, *data), sig or ""
     sig = sig if sig is not None else storage.signature(path, data)
     try:
-        image = prepare_image(data, options)
+        image = prepare_image(data, options, buffer)
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
@@ -93,9 +96,9 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
     """
     path = spill_path(tmp_dir, spill)
     results, offset = [], 0
-    with storage.open_write(path + ".part") as f:
+    with storage.open_write(path + ".part") as f, EncodeBuffer() as buffer:
         for ref in refs:
-            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options)
+            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer)
             if not isinstance(result, Reject):
                 data, converted = result
                 f.write(data)

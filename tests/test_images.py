@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from prep.errors import OptionsError
-from prep.images import ImageOptions, ImageRejected, prepare_image, target_size
+from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
 from tests.imagegen import image_bytes
 
 KEEP = ImageOptions()
@@ -107,6 +107,24 @@ def test_resize_and_max_side():
 ])
 def test_target_size_table(size, opts, expected):
     assert target_size(*size, opts) == expected
+
+
+def test_encode_buffer_gives_the_same_bytes_as_encoding_in_memory():
+    # Pool threads encode through a reused scratch file so that Pillow releases
+    # the GIL; the stored bytes must not change, also when a smaller image
+    # follows a larger one in the same buffer.
+    cases = [
+        (image_bytes("JPEG", size=(400, 300), mode="RGB"), ImageOptions(resize=120)),
+        (image_bytes("PNG", size=(300, 200), mode="RGBA"), KEEP),
+        (image_bytes("JPEG", size=(60, 40), mode="L"), ImageOptions(image_format="png")),
+        (image_bytes("PNG", size=(50, 30), mode="RGB"), ImageOptions(image_format="jpeg", quality=70)),
+        (image_bytes("JPEG", size=(40, 30), mode="RGB"), ImageOptions(max_side=20)),
+    ]
+    with EncodeBuffer() as buffer:
+        for data, options in cases:
+            through_buffer = prepare_image(data, options, buffer)
+            assert through_buffer.converted
+            assert through_buffer == prepare_image(data, options)
 
 
 def test_image_format_forces_one_format():
