@@ -30,9 +30,12 @@ summary group holds one result per shard and the rejects).
 Parallelism. The local runner runs each stage as one bundle, so parallelism
 comes from `workers` threads inside PrepareChunk (batches of a chunk's
 images, each writing its own spill file) and WriteShardPart (read-ahead of
-records): Pillow releases the GIL while decoding, resizing and encoding. On a
-cluster, Reshuffle and the GroupByKeys spread chunks and shards over workers,
-each of which runs the same thread pools.
+records): Pillow releases the GIL while decoding, resizing and encoding (for
+encoding, only into a file: see prep.images.EncodeBuffer). On the local
+runner PrepareChunk keeps the next chunk on the pool while the runner's
+thread passes a chunk's references downstream (`lookahead`). On a cluster,
+Reshuffle and the GroupByKeys spread chunks and shards over workers, each of
+which runs the same thread pools.
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
 no side inputs, tagged outputs or outputs from finish_bundle: the DaskRunner
@@ -93,10 +96,11 @@ def _tag(kind):
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET) -> None:
+          group_target: int = GROUP_TARGET, lookahead: bool = False) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
     With `config.resume`, complete chunks and shards of the interrupted run are reused.
+    `lookahead` lets PrepareChunk emit from finish_bundle, which the runner must keep.
     """
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     labels = listing.classes
@@ -106,7 +110,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         | "ListChunks" >> beam.Create(list(range(num_chunks)))  # chunk id
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse))
+            prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse,
+                                 lookahead=lookahead))
     )
     refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef]
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
@@ -249,7 +254,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     try:
         with Progress(config.output, [len(c) for c in chunks], progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, listing, len(chunks), run_info, group_target)
+            build(p, config, listing, len(chunks), run_info, group_target, lookahead=runner == RUNNERS_LOCAL)
             result = p.run()
             try:
                 result.wait_until_finish()

@@ -14,6 +14,9 @@ import json
 import typing
 
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import checkpoints, storage
 from beam_jobs.pooled import PooledDoFn
@@ -63,22 +66,33 @@ class PrepareChunk(PooledDoFn):
     and would otherwise be a serial cost per image. After the spill files are
     complete, the chunk's outcomes are recorded in its index (see
     checkpoints.py), which a resumed run emits instead of reading the images again.
+
+    With `lookahead`, a chunk's outcomes are emitted while the next chunk is
+    already on the pool, and the last chunk's from finish_bundle: otherwise
+    the workers wait at the end of every chunk while the runner's thread
+    handles its outcomes downstream. The DaskRunner drops what finish_bundle
+    emits, so only runners known to keep it get `lookahead`.
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False):
+                 reuse: bool = False, lookahead: bool = False):
         super().__init__(workers)
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._options = options
         self._reuse = reuse
+        self._lookahead = lookahead
+        self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
     def setup(self):
         super().setup()
         keep_image_memory(self._pool._max_workers)
+
+    def start_bundle(self):
+        self._pending = None
 
     def process(self, chunk: int):
         if self._reuse:
@@ -89,10 +103,29 @@ class PrepareChunk(PooledDoFn):
                                      for kind, f in recorded.outcomes])
                 return
         checkpoints.pause_for_tests("chunk")
+        submitted = self._submit(chunk)
+        if not self._lookahead:
+            yield from self._complete(*submitted)
+            return
+        earlier, self._pending = self._pending, submitted
+        if earlier is not None:
+            yield from self._complete(*earlier)
+
+    def finish_bundle(self):
+        if self._pending is not None:
+            earlier, self._pending = self._pending, None
+            for output in self._complete(*earlier):
+                yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _submit(self, chunk: int):
         refs = [InputRef(*r) for r in json.loads(storage.read_bytes(listing_path(self._tmp_dir, chunk)))]
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         tasks = [self._pool.submit(prepare_batch, self._source, self._tmp_dir, spill_id(chunk, b), batch,
                                    self._label_ids, self._options) for b, batch in enumerate(batches)]
+        return chunk, batches, tasks
+
+    def _complete(self, chunk: int, batches, tasks):
+        """Waits for a chunk's tasks, records its index and returns its outputs."""
         outcomes, signatures, spills = [], [], {}
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
@@ -109,7 +142,7 @@ class PrepareChunk(PooledDoFn):
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
-        yield from _by_kind(outcomes)
+        return list(_by_kind(outcomes))
 
 
 def keep_image_memory(threads: int) -> None:

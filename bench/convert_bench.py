@@ -2,6 +2,7 @@
 
     python bench/convert_bench.py                      # 2,000 generated JPEGs, 3 repeats
     python bench/convert_bench.py --count 20000 --repeats 1
+    python bench/convert_bench.py --count 20000 --mode pass-through
 
 Each configuration runs as a fresh `prep convert` process; configurations are
 interleaved within each repeat so that machine noise hits them alike, and the
@@ -29,6 +30,9 @@ from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 
 
+MODES = ("pass-through", "resize 256")
+
+
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["prep", "convert", str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
@@ -48,9 +52,10 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="/tmp/prep-bench-out")
+    parser.add_argument("--mode", choices=MODES, action="append", help="only this mode (repeatable; default: both)")
     args = parser.parse_args(argv)
     source = ensure_data(args.count)
-    configs = [(mode, workers) for mode in ("pass-through", "resize 256") for workers in (1, 2)]
+    configs = [(mode, workers) for mode in (args.mode or MODES) for workers in (1, 2)]
     runs: dict[tuple, list[dict]] = {c: [] for c in configs}
     for _ in range(args.repeats):
         for mode, workers in configs:
@@ -71,7 +76,8 @@ def main(argv=None) -> None:
               f"{r['speedup_wall']:>8.2f}{r['pipeline']:>12.2f}{r['speedup_pipeline']:>8.2f}{r['rss_mb']:>13.0f}")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / f"convert-{args.count}.json").write_text(json.dumps({"rows": rows, "runs": {
+    suffix = "" if args.mode is None or set(args.mode) == set(MODES) else "-" + args.mode[0].split()[0]
+    (results / f"convert-{args.count}{suffix}.json").write_text(json.dumps({"rows": rows, "runs": {
         f"{m}/{w}": v for (m, w), v in runs.items()}}, indent=2))
 
 
