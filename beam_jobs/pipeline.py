@@ -4,9 +4,11 @@ What each PCollection holds:
 
     chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
     outcomes  = ParDo(PrepareChunk)         # per chunk: (OK, [PreparedRef]) | (REJECT, [Reject]) | (REUSED, chunk id)
-    refs      = FlatMap                     # [PreparedRef(path, label, split, chunk, offset, length, converted)]
+    refs      = FlatMap                     # [PreparedRef(path, label, split, spill, offset, length, converted)]
     ranked    = PlanShards                  # (ENTRY, part key, [Entry]) | (CAPPED, label, count)   see planning.py
     parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [[Entry]])
+
+PreparedRef and Entry travel as plain tuples of their fields (see PreparedRef).
     written   = ParDo(WriteShardPart)       # (SHARD, result) | (PART, shard file, part info)
     joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
     summary   = Flatten | GroupByKey(one key)     # shard results, reject lists, capped counts, reused chunks
@@ -113,7 +115,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
             prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse,
                                  lookahead=lookahead))
     )
-    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef]
+    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef fields]
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])

@@ -3,14 +3,14 @@
 The reference planner sorts each class whole. Here no key ever holds more
 than about `GROUP_TARGET` references, even for one class of 5 million:
 
-    refs      # [PreparedRef]: the good inputs of one chunk
-    keyed     = FlatMap              # ((split, label, bucket), [PreparedRef]); bucket = top bits of the sort key
+    refs      # [PreparedRef fields]: the good inputs of one chunk, as plain tuples
+    keyed     = FlatMap              # ((split, label, bucket), [PreparedRef fields]); bucket = top bits of the sort key
     sizes     = CombinePerKey(sum)   # ((split, label, bucket), (refs, bytes))
     infos     = GroupByKey(one key) | FlatMap(layout)
                                      # ((split, label, bucket), BucketInfo): the bucket's first rank in its
                                      # class and the class's segments; the one group holds only counts
     ranked    = CoGroupByKey(keyed, infos) | FlatMap(rank)
-                                     # (ENTRY, (split, shard, num_shards, part, num_parts), [Entry])
+                                     # (ENTRY, (split, shard, num_shards, part, num_parts), [Entry fields])
                                      # or (CAPPED, label, count)
 
 References travel in lists (a chunk's refs of one bucket; a bucket's entries
@@ -41,6 +41,7 @@ import typing
 import apache_beam as beam
 
 from beam_jobs import storage
+from beam_jobs.prepare import PreparedRef
 from prep.plan import Layout, PlanOptions, make_layout, sort_key
 
 GROUP_TARGET = 20_000
@@ -57,7 +58,10 @@ def prefix(key: bytes, bits: int) -> int:
 
 
 class Entry(typing.NamedTuple):
-    """A record's place: its order key inside the shard and where its bytes are."""
+    """A record's place: its order key inside the shard and where its bytes are.
+
+    It travels as a plain tuple, like PreparedRef (see there); `Entry._make` names the fields.
+    """
 
     order: bytes
     spill: int  # spill file (prepare.spill_id), offset and length of its framed record
@@ -107,20 +111,28 @@ def layout_infos(element, num_classes: int, options: PlanOptions, tmp_dir: str |
 
 
 def key_by_bucket(refs, seed: int, bits: int):
-    """[PreparedRef] -> ((split, label, bucket), [PreparedRef]) for each bucket the refs fall in."""
+    """[PreparedRef fields] -> ((split, label, bucket), [PreparedRef fields]) for each bucket the refs fall in."""
     buckets: dict[tuple, list] = {}
-    for r in refs:
-        buckets.setdefault((r.split, r.label, prefix(sort_key(seed, r.path), bits)), []).append(r)
+    for fields in refs:
+        r = PreparedRef._make(fields)
+        buckets.setdefault((r.split, r.label, prefix(sort_key(seed, r.path), bits)), []).append(fields)
     return buckets.items()
+
+
+def bucket_size(element):
+    """((split, label, bucket), [PreparedRef fields]) -> (same key, (refs, bytes))."""
+    key, refs = element
+    return key, (len(refs), sum(PreparedRef._make(r).length for r in refs))
 
 
 def rank_bucket(element, seed: int):
     """((split, label, bucket), {"refs": [[...]], "info": [BucketInfo]})
-    -> (ENTRY, part key, [Entry]) per part the bucket sends entries to, and (CAPPED, label, count)."""
+    -> (ENTRY, part key, [Entry fields]) per part the bucket sends entries to, and (CAPPED, label, count)."""
     (split, label, _), joined = element
     (info,) = joined["info"]
     group = (split or None, label)
-    refs = sorted(itertools.chain.from_iterable(joined["refs"]), key=lambda r: (sort_key(seed, r.path), r.path))
+    refs = sorted(map(PreparedRef._make, itertools.chain.from_iterable(joined["refs"])),
+                  key=lambda r: (sort_key(seed, r.path), r.path))
     parts: dict[tuple, list] = {}
     capped = 0
     for rank, ref in enumerate(refs, start=info.start):
@@ -132,7 +144,7 @@ def rank_bucket(element, seed: int):
         bits = info.part_bits[split_name]
         order = sort_key(seed, ref.path, "order")
         key = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-        parts.setdefault(key, []).append(Entry(order, ref.spill, ref.offset, ref.length, ref.label, ref.converted))
+        parts.setdefault(key, []).append((order, ref.spill, ref.offset, ref.length, ref.label, ref.converted))
     for key, entries in parts.items():
         yield ENTRY, key, entries
     if capped:
@@ -140,7 +152,7 @@ def rank_bucket(element, seed: int):
 
 
 class PlanShards(beam.PTransform):
-    """[PreparedRef] -> (ENTRY, part key, [Entry]) and (CAPPED, label, count), exactly as
+    """[PreparedRef fields] -> (ENTRY, part key, [Entry fields]) and (CAPPED, label, count), exactly as
     `prep.plan.make_plan` decides."""
 
     def __init__(self, num_classes: int, options: PlanOptions, total_refs: int, tmp_dir: str | None = None,
@@ -157,7 +169,7 @@ class PlanShards(beam.PTransform):
         keyed = refs | "KeyByBucket" >> beam.FlatMap(key_by_bucket, seed, bits)
         infos = (
             keyed
-            | "BucketSize" >> beam.Map(lambda kv: (kv[0], (len(kv[1]), sum(r.length for r in kv[1]))))
+            | "BucketSize" >> beam.Map(bucket_size)
             | "SumBuckets" >> beam.CombinePerKey(_sum_pairs)
             | "OneKey" >> beam.Map(lambda kv: (None, kv))
             | "GatherSizes" >> beam.GroupByKey()

@@ -30,6 +30,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_jobs import checkpoints, storage
+from beam_jobs.planning import Entry
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.spill import spill_path
 from prep import manifest as manifest_lib
@@ -111,7 +112,7 @@ def write_index(output: str, tmp_dir: str, name: ShardName, sizes) -> dict:
 
 
 class WriteShardPart(PooledDoFn):
-    """((split, shard, num_shards, part, num_parts), [[Entry]]) -> (SHARD, result) or (PART, file, info).
+    """((split, shard, num_shards, part, num_parts), [[Entry fields]]) -> (SHARD, result) or (PART, file, info).
 
     The entries come in lists, one per bucket that sent some (see planning.py).
     """
@@ -131,7 +132,7 @@ class WriteShardPart(PooledDoFn):
     def process(self, element):
         (split, index, count, part, parts), lists = element
         name = ShardName(split, index, count)
-        entries = sorted(itertools.chain.from_iterable(lists))
+        entries = [Entry._make(e) for e in sorted(itertools.chain.from_iterable(lists))]
         digest = checkpoints.entries_digest(entries)
         counts = collections.Counter(self._labels[e.label] for e in entries)
         class_counts = {label: counts.get(label, 0) for label in self._labels}

@@ -22,7 +22,7 @@ import time
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.planning import ENTRY, GROUP_TARGET, PlanShards
+from beam_jobs.planning import ENTRY, GROUP_TARGET, Entry, PlanShards
 from beam_jobs.prepare import PreparedRef
 from prep.plan import PlanOptions, parse_split_fractions
 
@@ -114,13 +114,13 @@ def main(argv=None) -> None:
 
 
 def _chunks(refs, size=256):
-    """Lists of refs as PrepareChunk emits them, one per chunk."""
-    return [refs[i:i + size] for i in range(0, len(refs), size)]
+    """Lists of refs as PrepareChunk emits them (plain tuples), one per chunk."""
+    return [[tuple(r) for r in refs[i:i + size]] for i in range(0, len(refs), size)]
 
 
 def _by_label(entries):
     counts = {}
-    for e in entries:
+    for e in map(Entry._make, entries):
         counts[e.label] = counts.get(e.label, 0) + 1
     return counts
 

@@ -7,7 +7,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.planning import CAPPED, ENTRY, PlanShards, prefix_bits
+from beam_jobs.planning import CAPPED, ENTRY, Entry, PlanShards, prefix_bits
 from beam_jobs.prepare import PreparedRef
 from prep.plan import Example, PlanOptions, make_plan, parse_split_fractions
 
@@ -30,7 +30,7 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     """{(split, shard, num_shards): [paths in write order]}, capped counts, and the largest group seen."""
     by_spill = {r.spill: r.path for r in refs}
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        batches = [refs[i:i + 37] for i in range(0, len(refs), 37)]  # as PrepareChunk emits them
+        batches = [[tuple(r) for r in refs[i:i + 37]] for i in range(0, len(refs), 37)]  # as PrepareChunk emits them
         ranked = (p | beam.Create(batches)
                   | PlanShards(num_classes, options, len(refs), group_target=group_target))
         parts = (ranked
@@ -44,7 +44,7 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     with open(tmp_path / "plan.pickle", "rb") as f:
         out = pickle.load(f)
     capped = {key[1]: n for key, n in out if key[0] == CAPPED}
-    out = [(k, [e for entries in v for e in entries]) for k, v in out if k[0] != CAPPED]
+    out = [(k, [Entry._make(e) for entries in v for e in entries]) for k, v in out if k[0] != CAPPED]
     shards, largest = {}, 0
     for key, entries in out:
         split, shard, count, part, parts = key
