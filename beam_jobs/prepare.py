@@ -37,7 +37,7 @@ class PreparedRef(typing.NamedTuple):
     that work falls on the runner's thread at every step.
     """
 
-    path: str
+    path: bytes  # the input's path in UTF-8, undecodable bytes kept (surrogateescape), as image/filename
     label: int
     split: str  # "" when the source names no split
     spill: int  # which spill file holds the record: see spill_id
@@ -135,7 +135,7 @@ class PrepareChunk(PooledDoFn):
                     continue
                 offset, length, converted = result
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
-                                      offset, length, converted)))  # a PreparedRef's fields
+                                      offset, length, converted)))  # a PreparedRef's fields, path as text
         checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
@@ -144,8 +144,14 @@ class PrepareChunk(PooledDoFn):
 
 
 def _by_kind(outcomes):
-    """[(kind, value)] -> (OK, [PreparedRef fields]) and (REJECT, [Reject]), each only if not empty."""
+    """[(kind, value)] -> (OK, [PreparedRef fields]) and (REJECT, [Reject]), each only if not empty.
+
+    OK values come with a text path (as the chunk index records them); the path
+    leaves as bytes, which Beam's coder takes even when the name was not UTF-8.
+    """
     for kind in (OK, REJECT):
         values = [value for k, value in outcomes if k == kind]
+        if kind == OK:
+            values = [(v[0].encode("utf-8", "surrogateescape"), *v[1:]) for v in values]
         if values:
             yield kind, values

@@ -115,7 +115,7 @@ def main(argv=None) -> None:
 
 def _chunks(refs, size=256):
     """Lists of refs as PrepareChunk emits them (plain tuples), one per chunk."""
-    return [[tuple(r) for r in refs[i:i + size]] for i in range(0, len(refs), size)]
+    return [[(r.path.encode(), *r[1:]) for r in refs[i:i + size]] for i in range(0, len(refs), size)]
 
 
 def _by_label(entries):

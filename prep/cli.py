@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 
 import click
 
@@ -61,6 +62,12 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     if not verbose:
         logging.getLogger().setLevel(logging.CRITICAL)
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+        # Pillow warns about files it can still read (corrupt EXIF, an APNG read
+        # as PNG); the image rule decides what becomes of them and rejects are
+        # recorded, so the warnings would only bury the progress bar. Set here,
+        # for the process the CLI owns: prep.images changes no filter, since
+        # warnings.catch_warnings() is not thread-safe for the pool's threads.
+        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     from beam_jobs.pipeline import run_conversion
 
     manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)

@@ -25,7 +25,6 @@ import dataclasses
 import io
 import os
 import tempfile
-import warnings
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -186,55 +185,53 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     """
     if not data:
         raise ImageRejected("empty", "file has zero bytes")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            img = Image.open(io.BytesIO(data))
-        except UnidentifiedImageError:
-            raise ImageRejected("undecodable", "not an image format Pillow can identify") from None
-        except Exception as exc:  # Pillow raises many types on hostile headers
-            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
-        width, height = img.size
-        if width * height > options.max_pixels:
-            raise ImageRejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}")
-        if width < 1 or height < 1:
-            raise ImageRejected("undecodable", f"image has size {width}x{height}")
-        source_format = (img.format or "").lower()
-        if source_format == "mpo":  # a JPEG with more pictures appended (cameras, phones)
-            source_format = "jpeg"
-        try:
-            orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
-        except Exception:
-            orientation = 1  # an unreadable EXIF block does not make the pixels wrong
-        upright = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
-        size = target_size(*upright, options)
-        out_format = source_format if options.image_format == "keep" else options.image_format
-        keep = (
-            source_format in ("jpeg", "png")
-            and out_format == source_format
-            and img.mode in _KEEP_MODES
-            and not _has_transparency(img)
-            and orientation == 1
-            and getattr(img, "n_frames", 1) == 1
-            and size == (width, height)
-            and (source_format != "png" or _png_bit_depth(data) == 8)
-        )
-        try:
-            if keep:
-                img.load()
-                return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False)
-            if out_format not in ("jpeg", "png"):
-                out_format = "png"
-            if source_format == "jpeg" and orientation == 1 and size != (width, height):
-                img.draft(img.mode, size)  # decode at a reduced DCT scale, still >= size
+    try:
+        img = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise ImageRejected("undecodable", "not an image format Pillow can identify") from None
+    except Exception as exc:  # Pillow raises many types on hostile headers
+        raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+    width, height = img.size
+    if width * height > options.max_pixels:
+        raise ImageRejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}")
+    if width < 1 or height < 1:
+        raise ImageRejected("undecodable", f"image has size {width}x{height}")
+    source_format = (img.format or "").lower()
+    if source_format == "mpo":  # a JPEG with more pictures appended (cameras, phones)
+        source_format = "jpeg"
+    try:
+        orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
+    except Exception:
+        orientation = 1  # an unreadable EXIF block does not make the pixels wrong
+    upright = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    size = target_size(*upright, options)
+    out_format = source_format if options.image_format == "keep" else options.image_format
+    keep = (
+        source_format in ("jpeg", "png")
+        and out_format == source_format
+        and img.mode in _KEEP_MODES
+        and not _has_transparency(img)
+        and orientation == 1
+        and getattr(img, "n_frames", 1) == 1
+        and size == (width, height)
+        and (source_format != "png" or _png_bit_depth(data) == 8)
+    )
+    try:
+        if keep:
             img.load()
-            img = ImageOps.exif_transpose(img) if orientation != 1 else img
-            img = _to_output_mode(img, source_format == "png" and _png_bit_depth(data) == 16)
-            if img.size != size:
-                img = img.resize(size, Image.Resampling.BICUBIC)
-            encoded = _encode(img, out_format, options.quality, buffer)
-        except ImageRejected:
-            raise
-        except Exception as exc:
-            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+            return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False)
+        if out_format not in ("jpeg", "png"):
+            out_format = "png"
+        if source_format == "jpeg" and orientation == 1 and size != (width, height):
+            img.draft(img.mode, size)  # decode at a reduced DCT scale, still >= size
+        img.load()
+        img = ImageOps.exif_transpose(img) if orientation != 1 else img
+        img = _to_output_mode(img, source_format == "png" and _png_bit_depth(data) == 16)
+        if img.size != size:
+            img = img.resize(size, Image.Resampling.BICUBIC)
+        encoded = _encode(img, out_format, options.quality, buffer)
+    except ImageRejected:
+        raise
+    except Exception as exc:
+        raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
     return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True)

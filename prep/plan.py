@@ -114,9 +114,13 @@ class Plan:
         return list(dict.fromkeys(s.name.split for s in self.shards))
 
 
-def sort_key(seed: int, path: str, purpose: str = "rank") -> bytes:
-    """The seeded hash that orders examples; `purpose` separates independent orders."""
-    return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + path.encode("utf-8", "surrogateescape")).digest()
+def sort_key(seed: int, path: str | bytes, purpose: str = "rank") -> bytes:
+    """The seeded hash that orders examples; `purpose` separates independent orders.
+
+    `path` as text, or already encoded as UTF-8 with surrogateescape.
+    """
+    raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + raw).digest()
 
 
 def largest_remainder(n: int, fractions: Sequence[Fraction]) -> list[int]:

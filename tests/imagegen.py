@@ -123,6 +123,15 @@ def png_raw(pixels: np.ndarray, bit_depth: int, color_type: int) -> bytes:
     return _png(width, height, bit_depth, color_type, zlib.compress(rows))
 
 
+def truncated_exif_jpeg(size=(16, 8)) -> bytes:
+    """A valid JPEG whose one EXIF tag claims 1,000 bytes the block does not hold:
+    Pillow reads it and warns "Truncated File Read"."""
+    tiff = b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0x010E, 2, 1000, 26) + struct.pack("<I", 0)
+    out = io.BytesIO()
+    Image.new("RGB", size, (10, 20, 30)).save(out, "JPEG", exif=b"Exif\x00\x00" + tiff)
+    return out.getvalue()
+
+
 def bomb_png(side: int = 12_000) -> bytes:
     """A real decompression bomb: a 1-bit grayscale PNG of side x side pixels (144 M by
     default, over Pillow's 89 M), all zeros, a few kilobytes on disk."""

@@ -30,7 +30,8 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     """{(split, shard, num_shards): [paths in write order]}, capped counts, and the largest group seen."""
     by_spill = {r.spill: r.path for r in refs}
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        batches = [[tuple(r) for r in refs[i:i + 37]] for i in range(0, len(refs), 37)]  # as PrepareChunk emits them
+        # as PrepareChunk emits them: plain tuples, the path in bytes
+        batches = [[(r.path.encode(), *r[1:]) for r in refs[i:i + 37]] for i in range(0, len(refs), 37)]
         ranked = (p | beam.Create(batches)
                   | PlanShards(num_classes, options, len(refs), group_target=group_target))
         parts = (ranked

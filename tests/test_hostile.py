@@ -17,8 +17,8 @@ from PIL import Image
 
 from prep.schema import FILENAME, ImageRecord, decode_example
 from prep.tfrecord import read_records
-from tests.imagegen import (bomb_png, encode, image_bytes, marker_image, oriented, png_raw, write_class_tree,
-                            ycck_jpeg)
+from tests.imagegen import (bomb_png, encode, image_bytes, marker_image, oriented, png_raw, truncated_exif_jpeg,
+                            write_class_tree, ycck_jpeg)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -286,6 +286,20 @@ def run_unprivileged(*args):
         if "prctl" in str(exc):
             pytest.skip(f"cannot drop root's permission override here: {exc}")
         raise
+
+
+def test_pillow_warnings_do_not_reach_the_terminal(tmp_path):
+    src = tmp_path / "src"
+    for label in ("a", "b"):
+        (src / label).mkdir(parents=True)
+        (src / label / "exif.jpg").write_bytes(truncated_exif_jpeg())
+        (src / label / "plain.jpg").write_bytes(image_bytes("JPEG"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "prep.cli", "convert", str(src), str(tmp_path / "out"),
+                           "--workers", "2", "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "written 4" in done.stdout
+    assert "Truncated File Read" not in done.stderr and "Warning" not in done.stderr, done.stderr
 
 
 def test_unreadable_files_and_folders_are_rejected_and_unwritable_output_is_an_error(tmp_path):

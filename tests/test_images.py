@@ -1,6 +1,8 @@
 """Image rule: valid JPEG/PNG in L or RGB keep their bytes; everything else is converted as documented."""
 
 import io
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from PIL import Image
 
 from prep.errors import OptionsError
 from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
-from tests.imagegen import image_bytes
+from tests.imagegen import image_bytes, truncated_exif_jpeg
 
 KEEP = ImageOptions()
 
@@ -125,6 +127,19 @@ def test_encode_buffer_gives_the_same_bytes_as_encoding_in_memory():
             through_buffer = prepare_image(data, options, buffer)
             assert through_buffer.converted
             assert through_buffer == prepare_image(data, options)
+
+
+@pytest.mark.filterwarnings("ignore:Truncated File Read")
+def test_preparing_on_many_threads_leaves_the_warning_filters_alone():
+    # warnings.catch_warnings() around each image, as this once did, is not
+    # thread-safe: threads entering and leaving it together can leave an
+    # "ignore everything" filter behind in the caller's process.
+    data = truncated_exif_jpeg()  # Pillow warns while reading it
+    before = list(warnings.filters)
+    with ThreadPoolExecutor(4) as pool:
+        prepared = list(pool.map(lambda _: prepare_image(data, ImageOptions(resize=4)), range(400)))
+    assert warnings.filters == before
+    assert {p.height for p in prepared} == {4}
 
 
 def test_image_format_forces_one_format():
