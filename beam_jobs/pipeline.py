@@ -26,13 +26,14 @@ knows exactly which inputs are valid and every shard is balanced over the
 examples actually written. Their framed records wait in spill files under
 OUTPUT/.prep-tmp; only small references are grouped, and shard writers copy
 records from the spill files. Image bytes never pass through a shuffle, and no
-group holds more than about `planning.GROUP_TARGET` references (the final
-summary group holds one result per shard and the rejects).
+group holds more than about `planning.GROUP_TARGET` references, a write task
+`MAX_WRITE_WIDTH` times that (the final summary group holds one result per
+shard and the rejects).
 
 Parallelism. The local runner runs each stage as one bundle, so parallelism
 comes from `workers` threads inside PrepareChunk (batches of a chunk's
-images, each writing its own spill file) and WriteShardPart (read-ahead of
-records): Pillow releases the GIL while decoding, resizing and encoding (for
+images, each writing its own spill file) and WriteParts (read-ahead of
+records, and up to one part file per worker at once): Pillow releases the GIL while decoding, resizing and encoding (for
 encoding, only into a file: see prep.images.EncodeBuffer). On the local
 runner PrepareChunk keeps the next chunk on the pool while the runner's
 thread passes a chunk's references downstream (`lookahead`). On a cluster,
@@ -73,11 +74,19 @@ from prep.sources import Listing, printable
 # done), costing ~15 ms of idle workers: 1,024 measured 9.6 s against 10.0-11.0 s
 # for 256 on the prepare stage of 20,000 images at 2 workers.
 MAX_CHUNK = 1024
+# A write task holds this many parts at most, so that a group still holds at
+# most MAX_WRITE_WIDTH * GROUP_TARGET references.
+MAX_WRITE_WIDTH = 4
 
 
 def chunk_size(n: int) -> int:
     """Refs per chunk: about 32 chunks for small inputs, at most MAX_CHUNK refs each."""
     return max(16, min(MAX_CHUNK, math.ceil(n / 32)))
+
+
+def write_width(workers: int | None) -> int:
+    """Parts written at once by one write task: one per worker thread, at most MAX_WRITE_WIDTH."""
+    return max(1, min(MAX_WRITE_WIDTH, workers or os.cpu_count() or 1))
 
 
 def make_chunks(refs, size: int) -> list[list]:
@@ -120,12 +129,13 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
     ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, len(listing.refs), tmp_dir, group_target)
+    width = write_width(config.workers)
     written = (
         ranked
-        | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
-        | "GroupParts" >> beam.GroupByKey()  # (part key, [[Entry]])
-        | "WriteShards" >> beam.ParDo(write.WriteShardPart(config.output, tmp_dir, labels, config.workers, reuse,
-                                                            config.index))
+        | "Entries" >> beam.FlatMap(lambda r: [(write.write_task(r[1], width), (r[1], r[2]))] if r[0] == ENTRY else [])
+        | "GroupParts" >> beam.GroupByKey()  # (write task, [(part key, [Entry])])
+        | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, tmp_dir, labels, config.workers, width, reuse,
+                                                       config.index))
     )
     whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
     joined = (

@@ -1,7 +1,7 @@
 """`--resume`: decides, before the pipeline starts, what an interrupted conversion left to reuse.
 
 The pipeline itself then reuses work where it finds it complete (prepared
-chunks in PrepareChunk, shards and parts in WriteShardPart and ConcatParts);
+chunks in PrepareChunk, shards and parts in WriteParts and ConcatParts);
 this module only refuses when reuse would be wrong, with a message that says why.
 """
 

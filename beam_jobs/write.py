@@ -111,26 +111,61 @@ def write_index(output: str, tmp_dir: str, name: ShardName, sizes) -> dict:
     return {"file": name.index_filename, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-class WriteShardPart(PooledDoFn):
-    """((split, shard, num_shards, part, num_parts), [[Entry fields]]) -> (SHARD, result) or (PART, file, info).
+def write_task(key: tuple, width: int) -> tuple:
+    """The write task of part `key`: `width` consecutive parts of a split, written at once."""
+    split, shard, _, part, num_parts = key
+    return split, (shard * num_parts + part) // width
 
-    The entries come in lists, one per bucket that sent some (see planning.py).
+
+class WriteParts(PooledDoFn):
+    """(write task, [(part key, [Entry fields])]) -> per part, (SHARD, result) or (PART, file, info).
+
+    A part key is (split, shard, num_shards, part, num_parts); its entries come
+    in lists, one per bucket that sent some (see planning.py). A task holds up
+    to `width` parts (`write_task`), written at once on as many threads: each
+    part file is a stream of page-cache writes and a SHA-256 that one thread
+    cannot overlap with another file's.
     """
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, reuse: bool = False,
-                 index: bool = False):
+    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, width: int = 1,
+                 reuse: bool = False, index: bool = False):
         super().__init__(workers)
         self._output = output
         self._tmp_dir = tmp_dir
         self._labels = labels
+        self._width = width
         self._reuse = reuse
         self._index = index
+        self._parts = None
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
 
+    def setup(self):
+        super().setup()
+        self._parts = concurrent.futures.ThreadPoolExecutor(self._width, thread_name_prefix="WriteParts")
+
+    def teardown(self):
+        if self._parts is not None:
+            self._parts.shutdown(cancel_futures=True)
+            self._parts = None
+        super().teardown()
 
     def process(self, element):
-        (split, index, count, part, parts), lists = element
+        _, items = element
+        lists: dict[tuple, list] = {}
+        for key, entries in items:
+            lists.setdefault(key, []).append(entries)
+        keys = sorted(lists)
+        # Metrics count in this thread: Beam's metrics container is per thread.
+        for output, written, size in self._parts.map(lambda key: self._write_part(key, lists[key]), keys):
+            if written:
+                self._written.inc(written)
+                self._bytes.inc(size)
+            yield output
+
+    def _write_part(self, key: tuple, lists) -> tuple:
+        """Writes one part (or whole shard); returns (output, records written, bytes written)."""
+        split, index, count, part, parts = key
         name = ShardName(split, index, count)
         entries = [Entry._make(e) for e in sorted(itertools.chain.from_iterable(lists))]
         digest = checkpoints.entries_digest(entries)
@@ -153,18 +188,16 @@ class WriteShardPart(PooledDoFn):
             storage.rename(tmp + ".tmp", path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(e.length for e in entries)  # framed records, in the order written
-        if parts == 1:
-            result = dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
-                          converted=converted, reused=found is not None)
-            if self._index:
-                result["index_file"] = write_index(self._output, self._tmp_dir, name, sizes)
-            if found is None:
-                self._written.inc(len(entries))
-                self._bytes.inc(size)
-                checkpoints.pause_for_tests("shard")
-            yield SHARD, result
-        else:
-            yield PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest, sizes)
+        if parts > 1:
+            return (PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest, sizes)), 0, 0
+        result = dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
+                      converted=converted, reused=found is not None)
+        if self._index:
+            result["index_file"] = write_index(self._output, self._tmp_dir, name, sizes)
+        if found is not None:
+            return (SHARD, result), 0, 0
+        checkpoints.pause_for_tests("shard")
+        return (SHARD, result), len(entries), size
 
 
 class ConcatParts(beam.DoFn):
