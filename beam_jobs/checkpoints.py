@@ -2,7 +2,7 @@
 
     .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
                                          written once the listing is staged
-    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk (prepare.py)
+    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out (spill.py)
     .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
                                          Rejects), the size of each spill file, and a
                                          signature per input
@@ -94,7 +94,8 @@ def entries_digest(entries) -> str:
     digest = hashlib.sha256()
     for e in entries:
         digest.update(e.order)
-        digest.update(struct.pack(">QQQQ?", e.spill, e.offset, e.length, e.label, e.converted))
+        digest.update(struct.pack(">QQQQ?QQ", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image))
+        digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
 
 

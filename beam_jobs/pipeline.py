@@ -4,7 +4,7 @@ What each PCollection holds:
 
     chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
     outcomes  = ParDo(PrepareChunk)         # per chunk: (OK, [PreparedRef]) | (REJECT, [Reject]) | (REUSED, chunk id)
-    refs      = FlatMap                     # [PreparedRef(path, label, split, spill, offset, length, converted)]
+    refs      = FlatMap                     # [PreparedRef(path, label, split, spill, offset, length, converted, cut, image)]
     ranked    = PlanShards                  # (ENTRY, part key, [Entry]) | (CAPPED, label, count)   see planning.py
     parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [[Entry]])
 
@@ -24,8 +24,10 @@ the manifest's `run.resumed`.
 Images are read, checked and converted once, before planning, so the plan
 knows exactly which inputs are valid and every shard is balanced over the
 examples actually written. Their framed records wait in spill files under
-OUTPUT/.prep-tmp; only small references are grouped, and shard writers copy
-records from the spill files. Image bytes never pass through a shuffle, and no
+OUTPUT/.prep-tmp (without the image when it is kept as it is: the shard
+writer reads it from the source again, see spill.read_and_prepare); only
+small references are grouped, and shard writers copy records from the spill
+files. Image bytes never pass through a shuffle, and no
 group holds more than about `planning.GROUP_TARGET` references, a write task
 `MAX_WRITE_WIDTH` times that (the final summary group holds one result per
 shard and the rejects).
@@ -134,8 +136,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
         ranked
         | "Entries" >> beam.FlatMap(lambda r: [(write.write_task(r[1], width), (r[1], r[2]))] if r[0] == ENTRY else [])
         | "GroupParts" >> beam.GroupByKey()  # (write task, [(part key, [Entry])])
-        | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, tmp_dir, labels, config.workers, width, reuse,
-                                                       config.index))
+        | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, tmp_dir, labels, config.workers,
+                                                       width, reuse, config.index))
     )
     whole = written | "WholeShards" >> beam.FlatMap(lambda w: [w] if w[0] == write.SHARD else [])
     joined = (

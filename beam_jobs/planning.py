@@ -69,6 +69,9 @@ class Entry(typing.NamedTuple):
     length: int
     label: int
     converted: bool
+    source: bytes  # the input's path when the image is read from it again (see PreparedRef), else b""
+    cut: int
+    image: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +147,8 @@ def rank_bucket(element, seed: int):
         bits = info.part_bits[split_name]
         order = sort_key(seed, ref.path, "order")
         key = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-        parts.setdefault(key, []).append((order, ref.spill, ref.offset, ref.length, ref.label, ref.converted))
+        parts.setdefault(key, []).append((order, ref.spill, ref.offset, ref.length, ref.label, ref.converted,
+                                          ref.path if ref.image else b"", ref.cut, ref.image))
     for key, entries in parts.items():
         yield ENTRY, key, entries
     if capped:

@@ -42,8 +42,10 @@ class PreparedRef(typing.NamedTuple):
     split: str  # "" when the source names no split
     spill: int  # which spill file holds the record: see spill_id
     offset: int
-    length: int  # bytes of the framed record
+    length: int  # bytes of the framed record, of which length - image are in the spill file at offset
     converted: bool
+    cut: int  # where the image goes into the spilled bytes, when it was left in the source
+    image: int  # bytes of the image left in the source (0: the whole record is spilled)
 
 
 def listing_path(tmp_dir: str, chunk: int) -> str:
@@ -133,9 +135,9 @@ class PrepareChunk(PooledDoFn):
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
                     continue
-                offset, length, converted = result
+                offset, length, converted, cut, image = result
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
-                                      offset, length, converted)))  # a PreparedRef's fields, path as text
+                                      offset, length, converted, cut, image)))  # a PreparedRef's, path as text
         checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)

@@ -13,9 +13,10 @@ import stat
 
 from beam_jobs import storage
 from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
-from prep.schema import ImageRecord
-from prep.sources import InputRef, Reject
-from prep.tfrecord import frame
+from prep.errors import SourceError
+from prep.schema import ENCODED, ImageRecord, encode_example_around
+from prep.sources import InputRef, Reject, printable
+from prep.tfrecord import frame, frame_around, framed_around_matches
 
 BATCH = 16  # inputs per pool task; each task writes its own spill file
 _BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (pipeline.py)
@@ -68,7 +69,14 @@ def read_input(path: str) -> bytes | tuple[str, str]:
 
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None):
-    """Reads one input; returns ((framed record bytes, converted) or a Reject, input signature).
+    """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature).
+
+    A converted image's whole framed record is spilled (cut = image bytes = 0).
+    An image kept as it is (`converted` False) is not: the spilled bytes are
+    its framed record without the image, which belongs at `cut`; the shard
+    writer reads the image from the source again (`read_record`). That halves
+    what a pass-through conversion writes, and the record's CRC, spilled with
+    it, shows whether the source changed in between.
 
     `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer).
     """
@@ -84,15 +92,39 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
                                label, ref.label, ref.path)
-    return (frame(record.to_bytes()), image.converted), sig
+    if image.converted:
+        return (frame(record.to_bytes()), 0, 0, True), sig
+    head, tail = encode_example_around(record.features(), ENCODED)
+    before, after = frame_around(head, image.encoded, tail)
+    return (before + after, len(before), len(image.encoded), False), sig
+
+
+def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> bytes:
+    """A framed record from its spilled bytes, with the image read from the source when
+    `image` bytes of it were left there (see read_and_prepare).
+
+    Raises:
+        SourceError: the input changed (or went) since it was prepared.
+    """
+    if not image:
+        return spilled
+    name = path.decode("utf-8", "surrogateescape")
+    data = read_input(storage.input_path(source, name))
+    before, after = spilled[:cut], spilled[cut:]
+    if isinstance(data, tuple) or len(data) != image or not framed_around_matches(before, data, after):
+        problem = data[1] if isinstance(data, tuple) else "its bytes differ"
+        raise SourceError(f"input {printable(name)} changed while it was being converted ({problem}); "
+                          "convert again")
+    return before + data + after
 
 
 def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
                   options: ImageOptions) -> tuple[list, int]:
-    """Prepares `refs` in order and writes their records to spill file `spill`.
+    """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
-    Returns, per input, ((offset, length, converted) or a Reject, input signature),
-    and the spill file's size.
+    Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
+    signature), and the spill file's size. `length` is the framed record's, of
+    which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     """
     path = spill_path(tmp_dir, spill)
     results, offset = [], 0
@@ -100,9 +132,9 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
         for ref in refs:
             result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer)
             if not isinstance(result, Reject):
-                data, converted = result
+                data, cut, image, converted = result
                 f.write(data)
-                result = (offset, len(data), converted)
+                result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature))
     storage.rename(path + ".part", path)

@@ -1,5 +1,6 @@
-"""Writing shards from planned entries. Records are copied from spill files;
-image bytes never pass through a shuffle.
+"""Writing shards from planned entries. Records are copied from spill files,
+with kept images read from the source again (spill.read_record); image bytes
+never pass through a shuffle.
 
 A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about
@@ -32,7 +33,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import checkpoints, storage
 from beam_jobs.planning import Entry
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.spill import spill_path
+from beam_jobs.spill import read_record, spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
 from prep.tfrecord import record_index
@@ -49,7 +50,8 @@ class _SpillReader:
         self._tmp_dir = tmp_dir
         self._handles = collections.OrderedDict()
 
-    def read_batch(self, entries) -> list[bytes]:
+    def read_batch(self, entries, source: str) -> list[bytes]:
+        """The entries' framed records; images left in the source are read from it (`spill.read_record`)."""
         out = []
         for entry in entries:
             handle = self._handles.pop(entry.spill, None) or storage.open_read(spill_path(self._tmp_dir, entry.spill))
@@ -57,10 +59,10 @@ class _SpillReader:
             if len(self._handles) > 8:
                 self._handles.popitem(last=False)[1].close()
             handle.seek(entry.offset)
-            data = handle.read(entry.length)
-            if len(data) != entry.length:
+            spilled = handle.read(entry.length - entry.image)
+            if len(spilled) != entry.length - entry.image:
                 raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
-            out.append(data)
+            out.append(read_record(source, entry.source, spilled, entry.cut, entry.image))
         return out
 
     def close(self):
@@ -68,7 +70,7 @@ class _SpillReader:
             handle.close()
 
 
-def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
+def _copy_records(entries, out, tmp_dir: str, source: str, pool) -> tuple[int, str]:
     """Writes the entries' records to `out` in order; returns (bytes, sha256).
 
     Three things overlap, all outside the GIL for large buffers: batches are
@@ -82,7 +84,7 @@ def _copy_records(entries, out, tmp_dir: str, pool) -> tuple[int, str]:
     def read(batch):
         reader = _SpillReader(tmp_dir)
         try:
-            return b"".join(reader.read_batch(batch))
+            return b"".join(reader.read_batch(batch, source))
         finally:
             reader.close()
 
@@ -127,10 +129,11 @@ class WriteParts(PooledDoFn):
     cannot overlap with another file's.
     """
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None, width: int = 1,
-                 reuse: bool = False, index: bool = False):
+    def __init__(self, output: str, source: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None,
+                 width: int = 1, reuse: bool = False, index: bool = False):
         super().__init__(workers)
         self._output = output
+        self._source = source
         self._tmp_dir = tmp_dir
         self._labels = labels
         self._width = width
@@ -184,7 +187,7 @@ class WriteParts(PooledDoFn):
             size, sha = found
         else:
             with storage.open_write(tmp + ".tmp") as out:
-                size, sha = _copy_records(entries, out, self._tmp_dir, self._pool)
+                size, sha = _copy_records(entries, out, self._tmp_dir, self._source, self._pool)
             storage.rename(tmp + ".tmp", path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(e.length for e in entries)  # framed records, in the order written

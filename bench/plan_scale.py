@@ -39,7 +39,7 @@ def synthetic(index_range, counts):
     for i in index_range:
         while i >= bounds[label]:
             label += 1
-        yield PreparedRef(f"class{label:02d}/img{i:08d}.jpg", label, "", i // 256, (i % 256) * 120_000, 110_000, False)
+        yield PreparedRef(f"class{label:02d}/img{i:08d}.jpg", label, "", i // 256, (i % 256) * 120_000, 110_000, False, 0, 0)
 
 
 def summarise(element, out_path):

@@ -139,23 +139,52 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+def _header(number: int, length: int) -> bytes:
+    return _varint(number << 3 | 2) + _varint(length)
+
+
 def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return _header(number, len(payload)) + payload
+
+
+def _entry(key: str, value: bytes | int) -> bytes:
+    """One map entry of Features: key, and a Feature holding a one-item BytesList or Int64List."""
+    if isinstance(value, bytes):
+        feature = _field(1, _field(1, value))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        feature = _field(3, _field(1, _varint(value)))
+    else:
+        raise TypeError(f"feature {key}: expected bytes or int, got {type(value).__name__}")
+    return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+
+def _entries(features: dict[str, bytes | int]) -> bytes:
+    """The map entries of `features`, keys sorted: the body of an Example's Features."""
+    return b"".join(_entry(key, features[key]) for key in sorted(features))
 
 
 def encode_example(features: dict[str, bytes | int]) -> bytes:
     """Encodes `{key: bytes | int}` as a serialized `tf.train.Example`, keys sorted."""
-    entries = []
-    for key in sorted(features):
-        value = features[key]
-        if isinstance(value, bytes):
-            feature = _field(1, _field(1, value))
-        elif isinstance(value, int) and not isinstance(value, bool):
-            feature = _field(3, _field(1, _varint(value)))
-        else:
-            raise TypeError(f"feature {key}: expected bytes or int, got {type(value).__name__}")
-        entries.append(_field(1, _field(1, key.encode()) + _field(2, feature)))
-    return _field(1, b"".join(entries))
+    return _field(1, _entries(features))
+
+
+def encode_example_around(features: dict[str, bytes | int], key: str) -> tuple[bytes, bytes]:
+    """(head, tail) such that head + features[key] + tail == encode_example(features).
+
+    Only the length of `features[key]` (bytes) is used, so a writer can put a
+    large value, such as the image, between head and tail without building
+    the record around it first.
+    """
+    size = len(features[key])
+    value_head = _header(1, size)  # BytesList.value
+    feature_head = _header(1, len(value_head) + size)  # Feature.bytes_list
+    feature_size = len(feature_head) + len(value_head) + size
+    body_head = _field(1, key.encode()) + _header(2, feature_size)  # the map entry's key, then its value
+    entry_head = _header(1, len(body_head) + feature_size)
+    before = _entries({k: v for k, v in features.items() if k < key})
+    after = _entries({k: v for k, v in features.items() if k > key})
+    total = len(before) + len(entry_head) + len(body_head) + feature_size + len(after)
+    return _header(1, total) + before + entry_head + body_head + feature_head + value_head, after
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:

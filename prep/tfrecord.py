@@ -24,8 +24,30 @@ FOOTER = 4  # data CRC
 
 
 def masked_crc32c(data: bytes) -> int:
-    crc = google_crc32c.value(data)
+    return _mask(google_crc32c.value(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_around(head: bytes, value: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """(before, after) such that before + value + after == frame(head + value + tail),
+    without copying `value` into one buffer with the others."""
+    length = struct.pack("<Q", len(head) + len(value) + len(tail))
+    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(head), value), tail)
+    return length + struct.pack("<I", masked_crc32c(length)) + head, tail + struct.pack("<I", _mask(crc))
+
+
+def framed_around_matches(before: bytes, value: bytes, after: bytes) -> bool:
+    """Whether before + value + after is a whole record whose data CRC holds, as
+    `frame_around` makes it: checks that `value` is the bytes it was framed with."""
+    if len(before) < HEADER or len(after) < FOOTER:
+        return False
+    if struct.unpack("<Q", before[:8])[0] != len(before) - HEADER + len(value) + len(after) - FOOTER:
+        return False
+    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(before[HEADER:]), value), after[:-FOOTER])
+    return struct.pack("<I", _mask(crc)) == after[-FOOTER:]
 
 
 def frame(data: bytes) -> bytes:

@@ -17,7 +17,7 @@ def synthetic_refs(counts, split=""):
     for label, n in enumerate(counts):
         for i in range(n):
             refs.append(PreparedRef(f"c{label}/{i:06d}.jpg", label, split, spill=len(refs), offset=0,
-                                    length=100 + i % 7, converted=False))
+                                    length=100 + i % 7, converted=False, cut=0, image=0))
     return refs
 
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prep.errors import RecordError
-from prep.schema import ALL_FEATURES, ImageRecord, decode_example
-from prep.tfrecord import frame, read_records
+from prep.schema import ALL_FEATURES, ENCODED, ImageRecord, decode_example, encode_example, encode_example_around
+from prep.tfrecord import frame, frame_around, framed_around_matches, read_records
 
 records = st.builds(
     ImageRecord.build,
@@ -25,6 +25,26 @@ records = st.builds(
 @given(records)
 def test_record_round_trip(record):
     assert ImageRecord.from_bytes(record.to_bytes()) == record
+
+
+@settings(max_examples=200, deadline=None)
+@given(records, st.integers(0, 70_000))
+def test_a_record_built_around_its_image_is_the_same_record(record, size):
+    # Pass-through images are not copied into spill files: the writer puts the
+    # source file's bytes between a head and a tail made from the rest.
+    image = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    features = dict(ImageRecord.build(image, record.format, record.height, record.width, record.channels,
+                                      record.label, record.text, record.filename).features())
+    head, tail = encode_example_around(features, ENCODED)
+    assert head + image + tail == encode_example(features)
+    before, after = frame_around(head, image, tail)
+    assert before + image + after == frame(head + image + tail)
+    assert framed_around_matches(before, image, after)
+    if size:
+        changed = bytearray(image)
+        changed[size // 2] ^= 1
+        assert not framed_around_matches(before, bytes(changed), after)  # the source changed since
+    assert not framed_around_matches(before, image + b"x", after)
 
 
 def test_tensorflow_parses_our_examples_identically():

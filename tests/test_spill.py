@@ -1,0 +1,58 @@
+"""Spill files: what preparing leaves for the shard writer, and how the writer checks it."""
+
+import os
+
+import pytest
+
+from beam_jobs.spill import prepare_batch, read_record, spill_path
+from prep.errors import SourceError
+from prep.images import ImageOptions
+from prep.schema import ImageRecord
+from prep.sources import InputRef
+from prep.tfrecord import frame
+from tests.imagegen import image_bytes
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    """A pass-through JPEG and a PNG converted to JPEG, prepared into one spill file."""
+    src, tmp = tmp_path / "src", str(tmp_path / "tmp")
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
+    (src / "a" / "convert.png").write_bytes(image_bytes("PNG", size=(300, 200)))
+    refs = [InputRef("a/keep.jpg", "a", None), InputRef("a/convert.png", "a", None)]
+    results, size = prepare_batch(str(src), tmp, 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    with open(spill_path(tmp, 7), "rb") as f:
+        spilled = f.read()
+    assert len(spilled) == size
+    return src, spilled, [r for r, _ in results]
+
+
+def _record(src, spilled, result, path):
+    offset, length, _, cut, image = result
+    return read_record(str(src), path.encode(), spilled[offset:offset + length - image], cut, image)
+
+
+def test_a_kept_image_is_read_again_from_its_source_not_spilled(prepared):
+    src, spilled, (keep, convert) = prepared
+    jpeg = (src / "a" / "keep.jpg").read_bytes()
+    offset, length, converted, cut, image = keep
+    assert not converted and image == len(jpeg) and length - image < 400  # the record without its image
+    expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+    assert _record(src, spilled, keep, "a/keep.jpg") == expected
+    offset, length, converted, cut, image = convert
+    assert converted and (cut, image) == (0, 0)  # a converted image's whole record is spilled
+    record = _record(src, spilled, convert, "a/convert.png")
+    assert len(record) == length and record == spilled[offset:offset + length]
+
+
+@pytest.mark.parametrize("change, detail", [
+    (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"\x00"), "its bytes differ"),
+    (lambda p: p.write_bytes(p.read_bytes() + b"\x00"), "its bytes differ"),
+    (os.remove, "file does not exist"),
+])
+def test_a_source_changed_before_its_shard_is_written_is_an_error_not_a_corrupt_record(prepared, change, detail):
+    src, spilled, (keep, _) = prepared
+    change(src / "a" / "keep.jpg")
+    with pytest.raises(SourceError, match=f"input a/keep.jpg changed while it was being converted \\({detail}\\)"):
+        _record(src, spilled, keep, "a/keep.jpg")
