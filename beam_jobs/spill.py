@@ -99,23 +99,43 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     return (before + after, len(before), len(image.encoded), False), sig
 
 
-def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> bytes:
-    """A framed record from its spilled bytes, with the image read from the source when
-    `image` bytes of it were left there (see read_and_prepare).
+def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
+    """A framed record, in pieces to join, from its spilled bytes, with the image read
+    from the source when `image` bytes of it were left there (see read_and_prepare).
 
     Raises:
         SourceError: the input changed (or went) since it was prepared.
     """
     if not image:
-        return spilled
+        return [spilled]
     name = path.decode("utf-8", "surrogateescape")
-    data = read_input(storage.input_path(source, name))
+    data = _read_again(storage.input_path(source, name), image)
     before, after = spilled[:cut], spilled[cut:]
-    if isinstance(data, tuple) or len(data) != image or not framed_around_matches(before, data, after):
-        problem = data[1] if isinstance(data, tuple) else "its bytes differ"
-        raise SourceError(f"input {printable(name)} changed while it was being converted ({problem}); "
-                          "convert again")
-    return before + data + after
+    if isinstance(data, str) or not framed_around_matches(before, data, after):
+        raise SourceError(f"input {printable(name)} changed while it was being converted "
+                          f"({data if isinstance(data, str) else 'its bytes differ'}); convert again")
+    return [before, data, after]
+
+
+def _read_again(path: str, size: int) -> bytes | str:
+    """The `size` bytes of an input read before, or why they cannot be."""
+    if storage.is_remote(path):
+        data = read_input(path)
+        return data[1] if isinstance(data, tuple) else data
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, should it now be a FIFO
+    except FileNotFoundError:
+        return "file does not exist"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return "its bytes differ"
+        data = os.read(fd, size)
+    finally:
+        os.close(fd)
+    return data if len(data) == size else "its bytes differ"
 
 
 def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],

@@ -51,7 +51,8 @@ class _SpillReader:
         self._handles = collections.OrderedDict()
 
     def read_batch(self, entries, source: str) -> list[bytes]:
-        """The entries' framed records; images left in the source are read from it (`spill.read_record`)."""
+        """The entries' framed records, in pieces to join; images left in the source are read
+        from it (`spill.read_record`)."""
         out = []
         for entry in entries:
             handle = self._handles.pop(entry.spill, None) or storage.open_read(spill_path(self._tmp_dir, entry.spill))
@@ -62,7 +63,7 @@ class _SpillReader:
             spilled = handle.read(entry.length - entry.image)
             if len(spilled) != entry.length - entry.image:
                 raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
-            out.append(read_record(source, entry.source, spilled, entry.cut, entry.image))
+            out.extend(read_record(source, entry.source, spilled, entry.cut, entry.image))
         return out
 
     def close(self):

@@ -30,7 +30,7 @@ def prepared(tmp_path):
 
 def _record(src, spilled, result, path):
     offset, length, _, cut, image = result
-    return read_record(str(src), path.encode(), spilled[offset:offset + length - image], cut, image)
+    return b"".join(read_record(str(src), path.encode(), spilled[offset:offset + length - image], cut, image))
 
 
 def test_a_kept_image_is_read_again_from_its_source_not_spilled(prepared):
