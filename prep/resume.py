@@ -19,7 +19,8 @@ import json
 
 from prep.sources import Listing, printable
 
-RUN_VERSION = 1
+# 2: spill files leave kept images out, and chunk indexes record where they go.
+RUN_VERSION = 2
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 
 

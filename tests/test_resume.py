@@ -82,9 +82,9 @@ def fail_writes(monkeypatch, where, make):
 
 
 def test_differences_name_each_change_in_the_users_terms():
-    from prep.resume import differences, listing_change
+    from prep.resume import RUN_VERSION, differences, listing_change
 
-    old = {"version": 1, "tool": {"version": "0.1.0", "pillow": "12.3.0"}, "labels": ["a", "b"],
+    old = {"version": RUN_VERSION, "tool": {"version": "0.1.0", "pillow": "12.3.0"}, "labels": ["a", "b"],
            "options": {"seed": 0, "split": None, "label_file": "l.csv"}, "listing": {"sha256": "x"}}
     new = dict(old, options={"seed": 0, "split": "train=0.5,test=0.5", "label_file": "m.csv"})
     assert differences(old, old) == []
@@ -93,6 +93,7 @@ def test_differences_name_each_change_in_the_users_terms():
     assert differences(old, dict(old, labels=["b", "a"], listing={"sha256": "y"})) == [
         "the classes were a, b, now b, a", "SOURCE lists other inputs"]
     assert differences({"version": 0}, new) == ["the interrupted run was recorded by another version of tfrecord-prep"]
+    assert differences(dict(old, version=1), new)[0] == "the interrupted run was recorded by another version of tfrecord-prep"
     assert listing_change([("a/1.jpg", "a", None), ("a/2.jpg", "a", None)],
                           [("a/1.jpg", "b", None), ("a/3.jpg", "a", None)]) == (
         "a/3.jpg is new; a/2.jpg is gone; a/1.jpg is listed with another label, split or reason")
