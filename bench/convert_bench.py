@@ -35,6 +35,7 @@ MODES = ("pass-through", "resize 256")
 
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
     shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # the previous run's writes are on disk, not written back during this run
     cmd = ["prep", "convert", str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -69,6 +69,7 @@ def child(argv: list[str]) -> None:
 
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
     shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # the previous run's writes are on disk, not written back during this run
     argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True)
     if proc.returncode != 0:
