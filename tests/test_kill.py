@@ -167,3 +167,30 @@ def test_a_real_write_failure_while_preparing_is_one_line_and_no_manifest(source
     assert len(lines) == 1 and lines[0].startswith(f"Error: cannot access {out}/.prep-tmp/spill"), lines
     assert "--resume" in lines[0]
     assert not (out / "manifest.json").exists()
+
+
+def test_an_input_changed_before_its_shard_is_written_is_one_line_and_no_manifest(source, tmp_path):
+    """Kept images are read again when their shard is written: every input is
+    rewritten while the conversion waits after its first shard, and the next
+    shard's first kept image stops the run with an `Error:` naming it."""
+    import shutil
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    shutil.copytree(source, src, symlinks=True)
+    proc = start(src, out, "shard=3")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not names(out, ".tfrecord"):
+            assert proc.poll() is None and time.monotonic() < deadline, "no shard was written"
+            time.sleep(0.01)
+        for path in src.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                path.write_bytes(path.read_bytes() + b"\0")
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith("Error: input "), lines
+    assert "changed while it was being converted (its bytes differ); convert again" in lines[0]
+    assert not (out / "manifest.json").exists()
