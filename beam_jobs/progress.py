@@ -1,6 +1,6 @@
 """Progress bars for a local OUTPUT, driven by polling the files the pipeline writes.
 
-Chunk spill files appear as images are prepared; plan.json gives the shard
+Spill files, one per batch of a chunk, appear as images are prepared; plan.json gives the shard
 count; shard files appear as they are written. Polling the file system works
 whatever runner executes the pipeline, as long as OUTPUT is local.
 """
@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 
 from beam_jobs import storage
+from beam_jobs.spill import BATCH
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
+
+
+_SPILL = re.compile(r"chunk-(\d{6})-(\d{4})\.bin")
+
+
+def prepared_count(names, chunk_sizes: list[int]) -> int:
+    """Inputs prepared, from the names of the complete spill files: one per batch of
+    `BATCH` inputs of a chunk (spill.spill_path), the chunk's last batch maybe shorter."""
+    count = 0
+    for name in names:
+        match = _SPILL.fullmatch(name)
+        if match and int(match[1]) < len(chunk_sizes):
+            count += max(0, min(BATCH, chunk_sizes[int(match[1])] - int(match[2]) * BATCH))
+    return count
 
 
 class Progress:
@@ -45,8 +61,7 @@ class Progress:
         shards = None
         while not self._stop.wait(0.25):
             spill = os.path.join(self._tmp, "spill")
-            done = [n for n in storage.list_names(spill) if n.endswith(".bin")]
-            images.n = sum(self._chunk_sizes[int(n[6:12])] for n in done if int(n[6:12]) < len(self._chunk_sizes))
+            images.n = prepared_count(storage.list_names(spill), self._chunk_sizes)
             images.refresh()
             plan = os.path.join(self._tmp, "plan.json")
             if shards is None and os.path.exists(plan):

@@ -217,6 +217,17 @@ def test_help_texts(run_cli):
     assert "convert" in run_cli("--help").output
 
 
+def test_progress_counts_each_batch_spill_file_once():
+    from beam_jobs.progress import prepared_count
+    from beam_jobs.spill import BATCH, spill_path
+
+    sizes = [2 * BATCH + 3, BATCH]  # chunk 0: batches of BATCH, BATCH, 3; chunk 1: one batch
+    names = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
+    assert prepared_count(names + ["chunk-000000-0001.bin.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
+    every = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]]
+    assert prepared_count(every, sizes) == sum(sizes)
+
+
 def test_progress_bar_goes_to_stderr_and_run_completes(small, tmp_path):
     from click.testing import CliRunner
 
