@@ -6,13 +6,13 @@ What each PCollection holds:
     outcomes  = ParDo(PrepareChunk)         # per chunk: (OK, [PreparedRef]) | (REJECT, [Reject]) | (REUSED, chunk id)
     refs      = FlatMap                     # [PreparedRef(path, label, split, spill, offset, length, converted, cut, image)]
     ranked    = PlanShards                  # (ENTRY, part key, [Entry]) | (CAPPED, label, count)   see planning.py
-    parts     = GroupByKey                  # ((split, shard, num_shards, part, num_parts), [[Entry]])
-
-PreparedRef and Entry travel as plain tuples of their fields (see PreparedRef).
-    written   = ParDo(WriteShardPart)       # (SHARD, result) | (PART, shard file, part info)
+    parts     = GroupByKey                  # (write task, [((split, shard, num_shards, part, num_parts), [Entry])])
+    written   = ParDo(WriteParts)           # per part: (SHARD, result) | (PART, shard file, part info)
     joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
     summary   = Flatten | GroupByKey(one key)     # shard results, reject lists, capped counts, reused chunks
     done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
+
+PreparedRef and Entry travel as plain tuples of their fields (see PreparedRef).
 
 Crash safety and `--resume`: every file appears under its final name only by a
 rename once complete, and manifest.json last. What each step leaves in
@@ -35,16 +35,18 @@ shard and the rejects).
 Parallelism. The local runner runs each stage as one bundle, so parallelism
 comes from `workers` threads inside PrepareChunk (batches of a chunk's
 images, each writing its own spill file) and WriteParts (read-ahead of
-records, and up to one part file per worker at once): Pillow releases the GIL while decoding, resizing and encoding (for
-encoding, only into a file: see prep.images.EncodeBuffer). On the local
-runner PrepareChunk keeps the next chunk on the pool while the runner's
-thread passes a chunk's references downstream (`lookahead`). On a cluster,
+records, and up to one part file per worker at once): Pillow releases the
+GIL while decoding, resizing and encoding (for encoding, only into a file:
+see prep.images.EncodeBuffer). On the local runner PrepareChunk keeps the
+next chunk on the pool while the runner's thread passes a chunk's
+references downstream (`lookahead`). On a cluster,
 Reshuffle and the GroupByKeys spread chunks and shards over workers, each of
 which runs the same thread pools.
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
-no side inputs, tagged outputs or outputs from finish_bundle: the DaskRunner
-translates nothing else.
+no side inputs or tagged outputs: the DaskRunner translates nothing else.
+Only on the embedded runner does a DoFn emit from finish_bundle (PrepareChunk's
+`lookahead`), since the DaskRunner drops such outputs.
 """
 
 from __future__ import annotations
