@@ -10,7 +10,8 @@ import apache_beam as beam
 
 class PooledDoFn(beam.DoFn):
     """Owns `self._pool`, made in setup() and shut down in teardown(). Work submitted to
-    it must finish inside process(): outputs emitted later would be lost on the DaskRunner.
+    it must finish inside process(): outputs emitted later would be lost on the DaskRunner
+    (PrepareChunk's `lookahead`, which emits from finish_bundle, is for the embedded runner only).
 
     Threads, not processes: the image work releases the GIL in Pillow's C code,
     and a pool of worker processes measured no faster at 2 workers (20,000
