@@ -35,8 +35,7 @@ def frame_around(head: bytes, value: bytes, tail: bytes) -> tuple[bytes, bytes]:
     """(before, after) such that before + value + after == frame(head + value + tail),
     without copying `value` into one buffer with the others."""
     length = struct.pack("<Q", len(head) + len(value) + len(tail))
-    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(head), value), tail)
-    return length + struct.pack("<I", masked_crc32c(length)) + head, tail + struct.pack("<I", _mask(crc))
+    return length + struct.pack("<I", masked_crc32c(length)) + head, tail + _data_crc(head, value, tail)
 
 
 def framed_around_matches(before: bytes, value: bytes, after: bytes) -> bool:
@@ -46,8 +45,15 @@ def framed_around_matches(before: bytes, value: bytes, after: bytes) -> bool:
         return False
     if struct.unpack("<Q", before[:8])[0] != len(before) - HEADER + len(value) + len(after) - FOOTER:
         return False
-    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(before[HEADER:]), value), after[:-FOOTER])
-    return struct.pack("<I", _mask(crc)) == after[-FOOTER:]
+    return _data_crc(before[HEADER:], value, after[:-FOOTER]) == after[-FOOTER:]
+
+
+def _data_crc(*pieces: bytes) -> bytes:
+    """The framing's masked CRC32C of the pieces' concatenation, as 4 bytes, without joining them."""
+    crc = google_crc32c.value(b"")
+    for piece in pieces:
+        crc = google_crc32c.extend(crc, piece)
+    return struct.pack("<I", _mask(crc))
 
 
 def frame(data: bytes) -> bytes:

@@ -23,7 +23,7 @@ import pytest
 
 from tests.imagegen import write_dirty_tree
 from prep import tfds_meta
-from tests.shards import assert_same_dataset, convert_with_cli, manifest_without_run, other_files, shard_bytes
+from tests.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARGS = ("--num-shards", 6, "--workers", 2)
