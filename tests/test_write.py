@@ -1,0 +1,91 @@
+"""The shard writer copies planned records in order, holding a few blocks of them at a time."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import io
+import os
+import random
+
+from beam_jobs import write
+from beam_jobs.planning import Entry
+from beam_jobs.spill import spill_path
+from prep.tfrecord import frame
+
+
+def _entry(spill: int, offset: int, length: int) -> Entry:
+    return Entry(b"", spill, offset, length, 0, True, b"", 0, 0)
+
+
+def test_blocks_keep_order_and_stay_under_the_limit():
+    rng = random.Random(3)
+    entries = [_entry(0, i, rng.randrange(1, 300)) for i in range(500)]
+    cut = write.blocks(entries, 1000)
+    assert [e for block in cut for e in block] == entries
+    assert all(block for block in cut)
+    assert all(sum(e.length for e in block) <= 1000 for block in cut)
+    # Each block is as full as the next entry allows.
+    for block, following in zip(cut, cut[1:]):
+        assert sum(e.length for e in block) + following[0].length > 1000
+
+
+def test_a_record_larger_than_a_block_gets_a_block_of_its_own():
+    entries = [_entry(0, 0, 10), _entry(0, 10, 5000), _entry(0, 5010, 10)]
+    assert write.blocks(entries, 1000) == [[entries[0]], [entries[1]], [entries[2]]]
+    assert write.blocks([], 1000) == []
+
+
+class _CountingPool:
+    """A thread pool that records how many reads were submitted."""
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.submitted = 0
+
+    def submit(self, fn, *args):
+        self.submitted += 1
+        return self._pool.submit(fn, *args)
+
+
+class _Out(io.BytesIO):
+    """Records, at each block written, how many blocks had been read or were being read."""
+
+    def __init__(self, pool: _CountingPool):
+        super().__init__()
+        self._pool = pool
+        self.ahead = []
+
+    def write(self, data):
+        self.ahead.append(self._pool.submitted - len(self.ahead))
+        return super().write(data)
+
+
+def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_blocks_ahead(tmp_path, monkeypatch):
+    monkeypatch.setattr(write, "_BLOCK", 4096)
+    rng = random.Random(7)
+    tmp_dir = str(tmp_path)
+    os.makedirs(tmp_path / "spill")
+    entries, records = [], {}
+    for spill in range(3):
+        offset = 0
+        with open(spill_path(tmp_dir, spill), "wb") as f:
+            for _ in range(100):
+                record = frame(rng.randbytes(rng.randrange(10, 900)))
+                f.write(record)
+                entries.append(_entry(spill, offset, len(record)))
+                records[(spill, offset)] = record
+                offset += len(record)
+    rng.shuffle(entries)  # a shard's records come from many spill files, in any order
+    expected = b"".join(records[(e.spill, e.offset)] for e in entries)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as threads:
+        pool = _CountingPool(threads)
+        out = _Out(pool)
+        size, sha = write._copy_records(entries, out, tmp_dir, "/nonexistent-source", pool)
+
+    assert out.getvalue() == expected
+    assert (size, sha) == (len(expected), hashlib.sha256(expected).hexdigest())
+    assert len(out.ahead) == len(write.blocks(entries, 4096)) > 20
+    # Memory is bounded by blocks in flight, not by the shard's size.
+    assert max(out.ahead) <= write._AHEAD + 1
