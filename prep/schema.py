@@ -125,18 +125,20 @@ def tf_feature_spec():
 # BytesList { repeated bytes value = 1; }  Int64List { repeated int64 value = 1 [packed]; }
 
 
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def _header(number: int, length: int) -> bytes:
@@ -147,6 +149,15 @@ def _field(number: int, payload: bytes) -> bytes:
     return _header(number, len(payload)) + payload
 
 
+def _key_field(key: str) -> bytes:
+    """A map entry's key field; our own keys' are computed once."""
+    field = _KEY_FIELDS.get(key)
+    return field if field is not None else _field(1, key.encode())
+
+
+_KEY_FIELDS = {key: _field(1, key.encode()) for key in ALL_FEATURES}
+
+
 def _entry(key: str, value: bytes | int) -> bytes:
     """One map entry of Features: key, and a Feature holding a one-item BytesList or Int64List."""
     if isinstance(value, bytes):
@@ -155,7 +166,7 @@ def _entry(key: str, value: bytes | int) -> bytes:
         feature = _field(3, _field(1, _varint(value)))
     else:
         raise TypeError(f"feature {key}: expected bytes or int, got {type(value).__name__}")
-    return _field(1, _field(1, key.encode()) + _field(2, feature))
+    return _field(1, _key_field(key) + _field(2, feature))
 
 
 def _entries(features: dict[str, bytes | int]) -> bytes:
@@ -179,7 +190,7 @@ def encode_example_around(features: dict[str, bytes | int], key: str) -> tuple[b
     value_head = _header(1, size)  # BytesList.value
     feature_head = _header(1, len(value_head) + size)  # Feature.bytes_list
     feature_size = len(feature_head) + len(value_head) + size
-    body_head = _field(1, key.encode()) + _header(2, feature_size)  # the map entry's key, then its value
+    body_head = _key_field(key) + _header(2, feature_size)  # the map entry's key, then its value
     entry_head = _header(1, len(body_head) + feature_size)
     before = _entries({k: v for k, v in features.items() if k < key})
     after = _entries({k: v for k, v in features.items() if k > key})

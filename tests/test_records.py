@@ -69,6 +69,17 @@ def test_tensorflow_parses_our_examples_identically():
     assert sorted(example.features.feature) == list(ALL_FEATURES)
 
 
+def test_tensorflow_writes_the_same_bytes_for_every_varint_width():
+    import tensorflow as tf
+
+    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1, -1, -128, -(2**63)):
+        record = ImageRecord.build(bytes(value % 251 + 100), "png", 2**21 + value % 7, 127, 1, value, "c", "f.png")
+        data = record.to_bytes()
+        example = tf.train.Example.FromString(data)
+        assert example.features.feature["image/class/label"].int64_list.value == [value]
+        assert example.SerializeToString(deterministic=True) == data
+
+
 def test_tfrecord_framing_read_by_tensorflow():
     import tensorflow as tf
 
