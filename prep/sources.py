@@ -15,6 +15,7 @@ import io
 import json
 import os
 import posixpath
+import sys
 import typing
 from typing import Iterable
 
@@ -187,8 +188,8 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
             where = "a class folder" if layout == "classes" else "a <split>/<class> folder"
             rejects.append(Reject(rel, "no_class", f"file is not inside {where}"))
         else:
-            split = parts[0] if layout == "splits" else None
-            refs.append(InputRef(rel, parts[depth - 1], split))
+            split = sys.intern(parts[0]) if layout == "splits" else None
+            refs.append(InputRef(rel, sys.intern(parts[depth - 1]), split))  # one string per class, not per input
     folder_classes = {d.split("/")[depth - 1] for d in dirs if d.count("/") == depth - 1}
     if not folder_classes:
         raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
@@ -340,7 +341,7 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
             rejects.append(Reject(rel, "duplicate", f"{where}: path already listed on line {first_line[rel]}"))
         else:
             first_line[rel] = number
-            refs.append(InputRef(rel, label, split))
+            refs.append(InputRef(rel, sys.intern(label), split and sys.intern(split)))
     if not saw_row:
         raise SourceError(f"label file {label_file} has no rows")
     if refs and len({r.split is None for r in refs}) > 1:
