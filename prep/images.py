@@ -24,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import struct
 import tempfile
+import zlib
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -95,6 +97,27 @@ def target_size(width: int, height: int, options: ImageOptions) -> tuple[int, in
     if scale == 1.0:
         return width, height
     return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _png_damage(data: bytes) -> str | None:
+    """Why a PNG's chunks are damaged (a chunk fails its CRC, or the file ends
+    before IEND), or None. Pillow decodes such files without a word, but libpng,
+    which TensorFlow's decoder uses, refuses them."""
+    pos = len(_PNG_SIGNATURE)
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from(">I", data, pos)
+        kind = data[pos + 4:pos + 8]
+        end = pos + 8 + length
+        if end + 4 > len(data):
+            break
+        (crc,) = struct.unpack_from(">I", data, end)
+        name = kind.decode("latin-1")
+        if zlib.crc32(memoryview(data)[pos + 4:end]) != crc:
+            return f"PNG chunk {name!r} at byte {pos} fails its CRC (the file is damaged)"
+        if kind == b"IEND":
+            return None
+        pos = end + 4
+    return "PNG file ends before its IEND chunk (truncated)"
 
 
 def _png_bit_depth(data: bytes) -> int:
@@ -199,6 +222,19 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     source_format = (img.format or "").lower()
     if source_format == "mpo":  # a JPEG with more pictures appended (cameras, phones)
         source_format = "jpeg"
+    if source_format == "png":
+        damage = _png_damage(data)
+        if damage is not None:
+            raise ImageRejected("undecodable", damage)
+    if source_format != "jpeg":
+        # Decoded before its EXIF is read: for PNG and others getexif() loads
+        # the image, and a decode error there must reject it, not be taken for
+        # a bad EXIF block (after which load() returns the half-decoded pixels).
+        # A JPEG's EXIF is in its header; it is decoded below, after draft().
+        try:
+            img.load()
+        except Exception as exc:
+            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
     try:
         orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
     except Exception:

@@ -1,7 +1,9 @@
 """Image rule: valid JPEG/PNG in L or RGB keep their bytes; everything else is converted as documented."""
 
 import io
+import struct
 import warnings
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -168,6 +170,53 @@ def test_bad_bytes_are_rejected_with_reason(data, reason):
     with pytest.raises(ImageRejected) as info:
         prepare_image(data, KEEP)
     assert info.value.reason == reason
+
+
+def _noisy_png() -> bytes:
+    rng = np.random.default_rng(5)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "RGB").save(out, "PNG")
+    return out.getvalue()
+
+
+def _damage_idat(png: bytes, fix_crc: bool) -> bytes:
+    """Flips a byte inside the first IDAT chunk's data; with `fix_crc`, rewrites the chunk's CRC to match."""
+    at = png.index(b"IDAT")
+    (length,) = struct.unpack(">I", png[at - 4:at])
+    data = bytearray(png)
+    data[at + 4 + length // 2] ^= 0xFF
+    if fix_crc:
+        data[at + 4 + length:at + 8 + length] = struct.pack(">I", zlib.crc32(bytes(data[at:at + 4 + length])))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("options", [KEEP, ImageOptions(image_format="jpeg")])
+def test_a_png_whose_pixels_do_not_decode_is_rejected_not_half_written(options):
+    # Its CRCs hold, so only decoding finds the damage: Pillow's getexif() decodes
+    # a PNG, and that error once passed for a bad EXIF block.
+    with pytest.raises(ImageRejected) as info:
+        prepare_image(_damage_idat(_noisy_png(), fix_crc=True), options)
+    assert info.value.reason == "undecodable"
+
+
+@pytest.mark.parametrize("damage, detail", [
+    (lambda png: png[:-12], "PNG file ends before its IEND chunk (truncated)"),
+    (lambda png: png[:-2], "PNG file ends before its IEND chunk (truncated)"),
+    (lambda png: _damage_idat(png, fix_crc=False), "PNG chunk 'IDAT' at byte 33 fails its CRC (the file is damaged)"),
+    (lambda png: png[:-1] + bytes([png[-1] ^ 1]), "PNG chunk 'IEND' at byte"),
+])
+def test_a_png_that_libpng_would_refuse_is_rejected(damage, detail):
+    # Pillow reads these; TensorFlow's decoder (libpng) does not, so keeping
+    # their bytes would fail training at read time.
+    with pytest.raises(ImageRejected) as info:
+        prepare_image(damage(_noisy_png()), KEEP)
+    assert info.value.reason == "undecodable"
+    assert info.value.detail.startswith(detail)
+
+
+def test_bytes_after_a_png_end_do_not_reject_it():
+    png = _noisy_png()
+    assert prepare_image(png + b"trailing bytes", KEEP).encoded == png + b"trailing bytes"
 
 
 def test_pixel_limit_is_an_option():
