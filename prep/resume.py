@@ -20,7 +20,8 @@ import json
 from prep.sources import Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
-RUN_VERSION = 2
+# 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
+RUN_VERSION = 3
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 
 
