@@ -232,8 +232,9 @@ def _label_rows(path: str, data: bytes | None):
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
     ext = os.path.splitext(path)[1].lower()
     try:
-        f = open(path, encoding="utf-8", newline="") if data is None else io.TextIOWrapper(
-            io.BytesIO(data), encoding="utf-8", newline="")
+        # utf-8-sig: a byte-order mark, as spreadsheet programs write, is not part of the first column's name.
+        f = open(path, encoding="utf-8-sig", newline="") if data is None else io.TextIOWrapper(
+            io.BytesIO(data), encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
     with f:
@@ -250,11 +251,14 @@ def _label_rows(path: str, data: bytes | None):
                     if not isinstance(row, dict):
                         yield number, None, "not a JSON object"
                         continue
-                    yield number, {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in row.items()}, None
+                    values, problem = _json_values(row)
+                    yield number, values, problem
                 return
             if ext not in (".csv", ".tsv", ".txt"):
                 raise SourceError(f"label file {path} must end in .csv, .tsv or .jsonl")
-            reader = csv.reader(f, delimiter="\t" if ext == ".tsv" else ",")
+            # skipinitialspace: "cat, a.jpg" names a.jpg; a path is otherwise kept exactly as
+            # written (quote it to keep leading spaces): "x.png " is not x.png.
+            reader = csv.reader(f, delimiter="\t" if ext == ".tsv" else ",", skipinitialspace=True)
             header = next(reader, None)
             if header is None:
                 raise SourceError(f"label file {path} is empty")
@@ -273,6 +277,37 @@ def _label_rows(path: str, data: bytes | None):
             raise SourceError(f"label file {path} is not UTF-8 text") from None
         except csv.Error as exc:
             raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
+
+
+def _json_values(row: dict) -> tuple[dict | None, str | None]:
+    """A JSONL row's values as text: null is empty, a number or boolean its JSON text
+    ("label": 3 is class "3"); a list or object is a problem."""
+    values = {}
+    for key, value in row.items():
+        if value is None:
+            values[key] = ""
+            continue
+        if isinstance(value, (list, dict)):
+            return None, f"{key!r} is a JSON {'list' if isinstance(value, list) else 'object'}, not text"
+        values[key] = value if isinstance(value, str) else json.dumps(value)
+    return values, None
+
+
+def _text_problem(what: str, text: str, file_name: bool = False) -> str | None:
+    """Why `text` from a label file cannot be a path (`file_name`) or a label, or None.
+
+    JSON can spell a NUL or a lone surrogate (\\u0000, \\ud800), which no file name
+    holds; a path may keep the lone surrogates (\\udc80-\\udcff) that stand for
+    the bytes of a file name that is not UTF-8, as Python writes them.
+    """
+    if "\x00" in text:
+        return f"{what} contains a NUL character"
+    try:
+        text.encode("utf-8", "surrogateescape" if file_name else "strict")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return f"{what} holds a lone surrogate ('{shown}'), not text"
+    return None
 
 
 def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | None:
@@ -327,7 +362,12 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         if "path" not in row or "label" not in row:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
             continue
-        raw_path, label = row["path"].strip(), row["label"].strip()
+        raw_path, label = row["path"], row["label"].strip()
+        problem = _text_problem("path", raw_path, file_name=True) or _text_problem("label", label) \
+            or _text_problem("split", row.get("split") or "")
+        if problem is not None:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
+            continue
         split = (row.get("split") or "").strip() or None
         rel = normalize_path(root, raw_path, allow_outside) if raw_path else None
         if not raw_path:

@@ -93,6 +93,61 @@ def test_label_file_jsonl(tmp_path):
     assert [r.reason for r in listing.rejects] == ["bad_row"]
 
 
+def _jsonl(tmp_path, lines: list[str]) -> str:
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(lines) + "\n")
+    return str(labels)
+
+
+def test_jsonl_null_is_an_empty_value_and_lists_are_bad_rows(tmp_path):
+    listing = list_label_file(str(tmp_path), _jsonl(tmp_path, [
+        '{"path": "a.jpg", "label": "cat"}', '{"path": "b.jpg", "label": null}', '{"path": null, "label": "cat"}',
+        '{"path": "c.jpg", "label": ["cat"]}', '{"path": "d.jpg", "label": 3}', '{"path": "e.jpg", "label": "dog", "split": null}']))
+    assert [(r.path, r.label, r.split) for r in listing.refs] == [("a.jpg", "cat", None), ("d.jpg", "3", None),
+                                                                  ("e.jpg", "dog", None)]
+    assert sorted((r.path, r.reason, r.detail) for r in listing.rejects) == [
+        ("b.jpg", "empty_label", "line 2: label is empty"),
+        ("labels.jsonl:3", "bad_row", "empty path"),
+        ("labels.jsonl:4", "bad_row", "'label' is a JSON list, not text")]
+    assert listing.classes == ("3", "cat", "dog")  # no class called "null"
+
+
+def test_jsonl_null_split_on_some_rows_is_a_missing_split(tmp_path):
+    labels = _jsonl(tmp_path, ['{"path": "a.jpg", "label": "cat", "split": "train"}',
+                               '{"path": "b.jpg", "label": "cat", "split": null}'])
+    with pytest.raises(SourceError, match="gives a split for some rows but not for others"):
+        list_label_file(str(tmp_path), labels)
+
+
+def test_jsonl_text_no_file_name_can_hold_is_a_bad_row(tmp_path):
+    listing = list_label_file(str(tmp_path), _jsonl(tmp_path, [
+        '{"path": "a.jpg", "label": "cat"}', '{"path": "b\\u0000.jpg", "label": "cat"}',
+        '{"path": "c\\ud800.jpg", "label": "cat"}', '{"path": "d.jpg", "label": "cat\\ud800"}',
+        '{"path": "e\\udcff.jpg", "label": "cat"}']))
+    # \udcff is how Python spells the byte 0xff of a file name that is not UTF-8: kept.
+    assert [r.path for r in listing.refs] == ["a.jpg", "e\udcff.jpg"]
+    assert sorted((r.path, r.detail) for r in listing.rejects) == [
+        ("labels.jsonl:2", "path contains a NUL character"),
+        ("labels.jsonl:3", "path holds a lone surrogate ('c\\ud800.jpg'), not text"),
+        ("labels.jsonl:4", "label holds a lone surrogate ('cat\\ud800'), not text")]
+
+
+def test_csv_paths_are_kept_as_written_but_for_spaces_after_the_comma(tmp_path):
+    # "x.png " and "x.png" are two files: stripping the first would label x.png twice.
+    labels = tmp_path / "labels.csv"
+    labels.write_text('path,label\n"x.png ",cat\nx.png,dog\nlabel_first.png, cat\n')
+    listing = list_label_file(str(tmp_path), str(labels))
+    assert [(r.path, r.label) for r in listing.refs] == [("label_first.png", "cat"), ("x.png", "dog"),
+                                                         ("x.png ", "cat")]
+    assert listing.rejects == ()
+
+
+def test_csv_with_a_byte_order_mark(tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_bytes("\ufeffpath,label\na.jpg,cat\n".encode("utf-8"))
+    assert [(r.path, r.label) for r in list_label_file(str(tmp_path), str(labels)).refs] == [("a.jpg", "cat")]
+
+
 @pytest.mark.parametrize("content, message", [
     ("file,label\na.jpg,cat\n", "has no 'path' column"),
     ("path,class\na.jpg,cat\n", "has no 'label' column"),
