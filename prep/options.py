@@ -96,6 +96,15 @@ def _absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
+def output_inside(output: str, source: str) -> bool:
+    """Whether folder `output` is `source` or under it (local paths compared after resolving symlinks)."""
+    if "://" in output or "://" in source:
+        inner, outer = output.rstrip("/") + "/", source.rstrip("/") + "/"
+    else:
+        inner, outer = os.path.realpath(output) + os.sep, os.path.realpath(source).rstrip(os.sep) + os.sep
+    return inner.startswith(outer)
+
+
 def list_inputs(config: ConvertConfig) -> Listing:
     """Lists SOURCE as the config says: a label file or class folders, local or in an object store."""
     remote = "://" in config.source
@@ -110,6 +119,9 @@ def list_inputs(config: ConvertConfig) -> Listing:
                 raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
         return list_label_file(config.source, config.labels, config.classes, data=data,
                                allow_outside=config.allow_outside_source)
+    if output_inside(config.output, config.source):
+        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
+                          "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")
     if remote:
         from beam_jobs import storage
 

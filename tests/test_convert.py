@@ -196,6 +196,9 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
     (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
+    (lambda t: ["convert", t / "src", t / "src" / "out"],
+     "Error: OUTPUT {t}/src/out is inside SOURCE {t}/src: its shards would be listed as inputs (and its folder as a "
+     "class) on the next run; choose an OUTPUT outside SOURCE"),
 ])
 def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
@@ -210,6 +213,21 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     assert result.exit_code == 1
     assert result.output.strip() == message.format(t=tmp_path)
     assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "src" / "out").exists()
+
+
+def test_output_inside_source(tmp_path):
+    from prep.options import output_inside
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "src")
+    assert output_inside(str(tmp_path / "src" / "out"), str(tmp_path / "src"))
+    assert output_inside(str(tmp_path / "src"), str(tmp_path / "src/"))
+    assert output_inside(str(tmp_path / "link" / "out"), str(tmp_path / "src"))  # through a symlink
+    assert not output_inside(str(tmp_path / "src2"), str(tmp_path / "src"))  # a sibling sharing the prefix
+    assert not output_inside(str(tmp_path / "out"), str(tmp_path / "src"))
+    assert output_inside("gs://b/data/out", "gs://b/data")
+    assert not output_inside("gs://b/data2", "gs://b/data")
 
 
 def test_help_texts(run_cli):
