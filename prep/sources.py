@@ -9,6 +9,7 @@ paths outside SOURCE). `found = len(refs) + len(rejects)`.
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import io
@@ -96,11 +97,16 @@ def read_class_file(path: str) -> tuple[str, ...]:
 
 def _walk(root: str) -> Iterable[tuple[str, str | None]]:
     """Yields (relative path, problem) for each file under root, following
-    directory symlinks once; problem is None for a readable-looking file."""
+    directory symlinks once; problem is None for a readable-looking file.
+
+    Symlinked folders are walked after every real one, so a folder's files are
+    listed under its real path, with its class, whatever a symlink elsewhere
+    calls it; a symlink to a folder already walked is one `symlink_loop`.
+    """
     seen_dirs = set()
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+    stack, linked = [""], collections.deque()
+    while stack or linked:
+        rel_dir = stack.pop() if stack else linked.popleft()
         full_dir = os.path.join(root, rel_dir)
         real = os.path.realpath(full_dir)
         if real in seen_dirs:
@@ -119,7 +125,7 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
             except OSError:
                 is_dir = False
             if is_dir:
-                stack.append(rel)
+                (linked if entry.is_symlink() else stack).append(rel)
             else:
                 yield rel, None
 
@@ -181,7 +187,7 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         parts = rel.split("/")
         if problem is not None:
             reason, _, detail = problem.partition(":")
-            rejects.append(Reject(rel, reason, detail or "directory already visited through a symlink"))
+            rejects.append(Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)"))
         elif any(p.startswith(".") for p in parts):
             rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
         elif len(parts) <= depth:

@@ -68,6 +68,21 @@ def test_symlink_loop_and_broken_link(tmp_path):
     assert "a/broken.jpg" in [r.path for r in listing.refs]  # read later, rejected as broken_symlink
 
 
+def test_a_symlinked_folder_does_not_take_files_from_their_real_class(tmp_path):
+    # "dog" sorts after "cat", so a walk that went depth-first in name order
+    # reached cat/sub through dog/alias first and labelled its images dog.
+    root = tmp_path / "src"
+    for folder in ("src/cat", "src/cat/sub", "src/dog", "elsewhere"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "0.jpg").write_bytes(image_bytes())
+    (root / "dog" / "alias").symlink_to(root / "cat" / "sub")
+    (root / "dog" / "other").symlink_to(tmp_path / "elsewhere")  # a folder outside SOURCE: followed
+    listing = list_folders(str(root))
+    assert {r.path: r.label for r in listing.refs} == {
+        "cat/0.jpg": "cat", "cat/sub/0.jpg": "cat", "dog/0.jpg": "dog", "dog/other/0.jpg": "dog"}
+    assert [(r.path, r.reason) for r in listing.rejects if r.reason == "symlink_loop"] == [("dog/alias", "symlink_loop")]
+
+
 @pytest.mark.parametrize("ext, sep", [(".csv", ","), (".tsv", "\t")])
 def test_label_file_csv_tsv(tmp_path, ext, sep):
     (tmp_path / "img").mkdir()
