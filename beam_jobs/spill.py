@@ -58,7 +58,16 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         if not stat.S_ISREG(st.st_mode):
             return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})"
     try:
-        return storage.read_bytes(path)
+        if storage.is_remote(path):
+            return storage.read_bytes(path)
+        # Opened without blocking and checked again: the file may have been
+        # swapped for a FIFO since the stat above, and reading one never ends.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'folder or special file')})"
+            return f.read()
     except FileNotFoundError:
         return "missing", "file does not exist"
     except IsADirectoryError:

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import posixpath
+import stat
 import sys
 import typing
 from typing import Iterable
@@ -237,6 +238,13 @@ def _finish(refs, rejects, found_classes, classes, source) -> Listing:
 def _label_rows(path: str, data: bytes | None):
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
     ext = os.path.splitext(path)[1].lower()
+    if data is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):  # reading a FIFO would wait for a writer
+            raise SourceError(f"label file {path} is not a regular file")
     try:
         # utf-8-sig: a byte-order mark, as spreadsheet programs write, is not part of the first column's name.
         f = open(path, encoding="utf-8-sig", newline="") if data is None else io.TextIOWrapper(

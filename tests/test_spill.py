@@ -56,3 +56,43 @@ def test_a_source_changed_before_its_shard_is_written_is_an_error_not_a_corrupt_
     change(src / "a" / "keep.jpg")
     with pytest.raises(SourceError, match=f"input a/keep.jpg changed while it was being converted \\({detail}\\)"):
         _record(src, spilled, keep, "a/keep.jpg")
+
+
+def _finishes(fn, seconds: float = 10):
+    """fn() run on a daemon thread: (True, its result), or (False, None) if it is still blocked after `seconds`."""
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (True, out[0]) if out else (False, None)
+
+
+def test_an_input_swapped_for_a_fifo_after_its_stat_is_rejected_not_waited_on(tmp_path, monkeypatch):
+    from beam_jobs import spill
+
+    regular = tmp_path / "regular.jpg"
+    regular.write_bytes(b"x")
+    fifo = tmp_path / "fifo.jpg"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    # The stat sees a regular file; by the time the file is opened it is a FIFO.
+    monkeypatch.setattr(spill.os, "stat", lambda p, *a, **k: real_stat(regular) if str(p) == str(fifo) else real_stat(p, *a, **k))
+    done, result = _finishes(lambda: spill.read_input(str(fifo)))
+    assert done, "reading the FIFO blocked"
+    assert result == ("unreadable", "not a regular file (a FIFO)")
+
+
+def test_a_label_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
+    from prep.sources import list_label_file
+
+    os.mkfifo(tmp_path / "labels.csv")
+
+    def listing():
+        try:
+            list_label_file(str(tmp_path), str(tmp_path / "labels.csv"))
+        except SourceError as exc:
+            return str(exc)
+
+    assert _finishes(listing) == (True, f"label file {tmp_path}/labels.csv is not a regular file")
