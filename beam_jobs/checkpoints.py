@@ -63,6 +63,16 @@ def read_run(tmp_dir: str) -> dict | None:
         return None
 
 
+def delete_tmp(tmp_dir: str) -> None:
+    """Deletes .prep-tmp with run.json last: a kill midway leaves the record that
+    `--resume` checks a finished dataset against."""
+    for name in storage.list_names(tmp_dir):
+        if name != RUN:
+            storage.delete(storage.join(tmp_dir, name))
+    storage.delete(run_path(tmp_dir))
+    storage.delete(tmp_dir)
+
+
 def index_path(tmp_dir: str, chunk: int) -> str:
     return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}.json")
 

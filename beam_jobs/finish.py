@@ -80,5 +80,5 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
         f.write(manifest_lib.dumps(manifest))
     checkpoints.pause_for_tests("manifest")
     storage.rename(staged, storage.join(output, manifest_lib.FILENAME))
-    storage.delete(tmp_dir)
+    checkpoints.delete_tmp(tmp_dir)
     yield written

@@ -257,6 +257,8 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
         if state != resume.RESUME:
             if state is None:
                 prepare_output(config.output, config.overwrite)
+            else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
+                prepare_output(config.output, overwrite=True)
             stage_listing(tmp_dir, listing)
             checkpoints.write_run(tmp_dir, record)
     except OSError as exc:

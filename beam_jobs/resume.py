@@ -26,7 +26,7 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     Returns FINISHED when OUTPUT already holds this finished dataset (a leftover
     .prep-tmp from a kill just after the manifest was published is removed),
     FRESH when the interrupted run stopped before staging its listing (its
-    .prep-tmp is removed; the caller starts over), RESUME otherwise.
+    .prep-tmp is removed; the caller clears OUTPUT and starts over), RESUME otherwise.
 
     Raises:
         ResumeError: nothing to resume, or the inputs or options differ.
@@ -37,9 +37,10 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     if manifest_lib.FILENAME in names:
         if manifest_lib.TMP_DIR not in names:
             raise ResumeError(f"OUTPUT {output} holds a finished dataset (manifest.json): nothing to resume")
-        if old is not None:
-            _refuse_if_different(old, record, tmp_dir, listing)
-        storage.delete(tmp_dir)
+        if old is None:  # killed after checkpoints.delete_tmp deleted run.json, its last file
+            old = _record_from_manifest(storage.join(output, manifest_lib.FILENAME), record)
+        _refuse_if_different(old, record, tmp_dir, listing)
+        checkpoints.delete_tmp(tmp_dir)
         return FINISHED
     if manifest_lib.TMP_DIR not in names:
         raise ResumeError(f"nothing to resume: OUTPUT {output} holds no interrupted conversion (no "
@@ -53,6 +54,16 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
         raise ResumeError(f"cannot resume: input {printable(changed)} changed since the interrupted run "
                           f"(size, modification time or permissions); {_START_OVER}")
     return RESUME
+
+
+def _record_from_manifest(path: str, record: dict) -> dict:
+    """A finished run's record rebuilt from its manifest: options, tool and classes
+    (the listing's digest is only in run.json, so it is taken as unchanged)."""
+    try:
+        manifest = json.loads(storage.read_bytes(path))
+        return dict(record, options=manifest["options"], tool=manifest["tool"], labels=manifest["labels"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # unreadable: `differences` then says another version wrote it
 
 
 def _refuse_if_different(old: dict, record: dict, tmp_dir: str, listing: Listing) -> None:

@@ -229,19 +229,46 @@ def test_resume_of_a_run_killed_while_staging_starts_over(source, reference, tmp
     assert_same(out, reference)
 
 
+def test_resume_that_starts_over_clears_what_an_earlier_run_left(source, reference, tmp_path, run_cli):
+    # A run killed while --overwrite deleted an older dataset (manifest first), then
+    # a run killed while staging: old shards must not stay next to the new manifest.
+    out = tmp_path / "out"
+    (out / ".prep-tmp" / "listing").mkdir(parents=True)
+    (out / "train-00011-of-00012.tfrecord").write_bytes(b"an older dataset's shard")
+    result = run_cli("convert", source, out, *ARGS, "--resume")
+    assert result.exit_code == 0, result.output
+    assert not (out / "train-00011-of-00012.tfrecord").exists()
+    assert_same(out, reference)
+
+
+def test_resume_checks_a_finished_dataset_against_its_manifest_when_run_json_is_gone(source, reference, tmp_path,
+                                                                                   run_cli):
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    (out / ".prep-tmp").mkdir()  # a kill after deleting .prep-tmp's last file, run.json, before the folder
+    result = run_cli("convert", source, out, *[2 if a == 3 else a for a in ARGS], "--resume")  # --num-shards 2
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: cannot resume: the inputs or options differ from the interrupted run: "
+                                     "--num-shards was 3, now 2; run with --overwrite instead to start over")
+    result = run_cli("convert", source, out, *ARGS, "--resume")
+    assert result.exit_code == 0, result.output
+    assert not (out / ".prep-tmp").exists()
+    assert_same(out, reference)
+
+
 def test_resume_after_the_manifest_was_published_only_cleans_up(source, reference, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
     real = storage.delete
 
     def delete(path):
-        if path.endswith(".prep-tmp"):
+        if path.endswith(".prep-tmp/spill"):  # .prep-tmp is deleted file by file, run.json last
             raise OSError(errno.EIO, "killed here, in this test")
         real(path)
 
     with monkeypatch.context() as patch:
         patch.setattr(storage, "delete", delete)
         assert run_cli("convert", source, out, *ARGS).exit_code == 1
-    assert (out / "manifest.json").exists() and (out / ".prep-tmp").exists()  # finished, with litter
+    assert (out / "manifest.json").exists() and (out / ".prep-tmp" / "run.json").exists()  # finished, with litter
     result = run_cli("convert", source, out, *ARGS, "--resume")
     assert result.exit_code == 0, result.output
     assert not (out / ".prep-tmp").exists()
