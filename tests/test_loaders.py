@@ -1,8 +1,6 @@
 """`loaders.load` in one process: what a training script relies on, read back from real `prep convert` output."""
 
-import io
 import json
-import pathlib
 import shutil
 from collections import Counter
 

@@ -1,6 +1,5 @@
 """The same input and seed through every runner we can run here give identical shards and manifests."""
 
-import json
 import logging
 import os
 import pathlib
@@ -131,7 +130,7 @@ def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_p
     labels = tmp_path / "labels.csv"
     rows = ["path,label"] + [f"{p.relative_to(source)},{p.parent.name}" for p in sorted(source.rglob("*.*"))]
     labels.write_text("\n".join(rows) + "\n")
-    out = convert(to_url(str(source)), to_url(str(tmp_path / "out")))
+    convert(to_url(str(source)), to_url(str(tmp_path / "out")))
     assert_same(tmp_path / "out", reference)
     config = build_config(str(source), to_url(str(tmp_path / "out2")), dict(OPTIONS, labels=to_url(str(labels))))
     run_conversion(config, list_inputs(config))
