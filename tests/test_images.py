@@ -1,6 +1,8 @@
 """Image rule: valid JPEG/PNG in L or RGB keep their bytes; everything else is converted as documented."""
 
+import collections
 import io
+import random
 import struct
 import warnings
 import zlib
@@ -217,6 +219,46 @@ def test_a_png_that_libpng_would_refuse_is_rejected(damage, detail):
 def test_bytes_after_a_png_end_do_not_reject_it():
     png = _noisy_png()
     assert prepare_image(png + b"trailing bytes", KEEP).encoded == png + b"trailing bytes"
+
+
+def test_a_kept_jpeg_is_rejected_exactly_when_a_full_decode_fails():
+    # A kept JPEG is checked by decoding it at 1/8 scale (draft): every entropy-coded
+    # block is still decoded. Damage of every kind must be caught as a full decode would.
+    rng, noise = random.Random(0), np.random.default_rng(1)
+
+    def full_decode_ok(data):
+        try:
+            Image.open(io.BytesIO(data)).load()
+            return True
+        except Exception:
+            return False
+
+    outcomes = collections.Counter()
+    for i in range(400):
+        out = io.BytesIO()
+        Image.fromarray(noise.integers(0, 256, (48, 72, 3), dtype=np.uint8)).convert("L" if i % 3 == 0 else "RGB") \
+            .save(out, "JPEG", quality=90, progressive=i % 2 == 1)
+        data = bytearray(out.getvalue())
+        at = rng.randrange(len(data))
+        kind = ("truncate", "flip a bit", "overwrite", "insert")[i % 4]
+        if kind == "truncate":
+            del data[at:]
+        elif kind == "flip a bit":
+            data[at] ^= 1 << rng.randrange(8)
+        elif kind == "overwrite":
+            data[at:at + 40] = bytes(40)
+        else:
+            data[at:at] = rng.randbytes(rng.randrange(1, 20))
+        try:
+            kept = not prepare_image(bytes(data), KEEP).converted
+        except ImageRejected:
+            kept = False
+        else:
+            if not kept:
+                continue  # the damage made it an image that is converted, not kept
+        assert kept == full_decode_ok(bytes(data)), (i, kind, at)
+        outcomes[kept] += 1
+    assert outcomes[True] > 50 and outcomes[False] > 50
 
 
 def test_pixel_limit_is_an_option():
