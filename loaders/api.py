@@ -99,24 +99,36 @@ def _open(path, split: str, opts: LoadOptions):
     from loaders.repair import skip_corrupt
 
     source = open_split(os.fspath(path), split, check_files=False)
+    _check_files_exist(source)
+    return skip_corrupt(source)[0]
+
+
+def _check_files_exist(source) -> None:
     for file in source.files:
         if not os.path.exists(file):
             raise LoaderError(f"shard {file} is missing (listed in the manifest)")
-    return skip_corrupt(source)[0]
 
 
 def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strategy=None,
                num_pipelines: int | None = None, num_replicas: int | None = None, training: bool = True,
                remainder: str = "drop", drop_remainder: bool | None = None,
-               aspect_buckets=None) -> plan.EpochSize:
+               aspect_buckets=None, on_corrupt: str = "error") -> plan.EpochSize:
     """How an epoch divides: records per pipeline, steps, dropped and padded records.
 
-    Reads only the manifest. With `strategy`, the pipeline and replica counts are the
-    strategy's (as `distribute` uses them); without, `num_pipelines` and `num_replicas`
-    (default one each, as `load`). Pass the same `training`, `remainder`, `drop_remainder`
-    and `aspect_buckets` as to `load` or `distribute`.
+    Reads only the manifest, unless ``on_corrupt="skip"``: then, as `load` does, every
+    shard is scanned and only its readable records count. With `strategy`, the pipeline
+    and replica counts are the strategy's (as `distribute` uses them); without,
+    `num_pipelines` and `num_replicas` (default one each, as `load`). Pass the same
+    `training`, `remainder`, `drop_remainder`, `aspect_buckets` and `on_corrupt` as to
+    `load` or `distribute`.
     """
+    LoadOptions(on_corrupt=on_corrupt)  # checks the value
     source = open_split(os.fspath(path), split, check_files=False)
+    if on_corrupt == "skip":
+        from loaders.repair import readable_counts
+
+        _check_files_exist(source)
+        source = readable_counts(source)
     if strategy is not None:
         replicas = strategy.num_replicas_in_sync
         pipelines = num_input_pipelines(strategy)

@@ -24,7 +24,10 @@ Stages, in order:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -32,7 +35,7 @@ import tensorflow as tf
 from prep import schema
 from loaders import images, plan
 from loaders.options import LoadOptions
-from loaders.source import SplitSource
+from loaders.source import SplitSource, manifest_digest
 from loaders.weights import acceptance_probabilities
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -177,7 +180,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
 
     ds = _records(source, opts, pipeline, num_pipelines, batch_size * replicas_per_pipeline, with_weight=padded)
     if opts.cache and training:
-        ds = ds.cache(_cache_name(opts.cache, source, pipeline, "records"))
+        ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "records"))
     if opts.rebalance:
         ds = _rebalance(ds, source, opts, pipeline, size.per_pipeline)
     if opts.shuffle_buffer:
@@ -203,7 +206,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     finish = _finisher(opts, padded)
     if opts.cache and not training:
         ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
-        ds = ds.cache(_cache_name(opts.cache, source, pipeline, "decoded"))
+        ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
         ds = ds.map(finish, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     else:
         ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE,
@@ -265,10 +268,20 @@ def _finisher(opts: LoadOptions, padded: bool):
     return finish
 
 
-def _cache_name(cache, source: SplitSource, pipeline: int, what: str) -> str:
-    if cache is True:
+def _cache_name(opts: LoadOptions, source: SplitSource, pipeline: int, num_pipelines: int, step: int,
+                what: str) -> str:
+    """The cache file prefix: the user's, then split, kind, pipeline and a digest of
+    everything the cached elements depend on, so that a cache written for another
+    dataset, pipeline count or options is never read back."""
+    if opts.cache is True:
         return ""  # memory
-    return f"{cache}-{source.split}-{what}-{pipeline}"
+    settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
+                if f.name not in ("augment", "threads", "cache", "output", "repeat")}  # applied after the cache
+    identity = {"dataset": manifest_digest(source.root), "split": source.split, "files": list(source.files),
+                "counts": list(source.counts), "pipeline": [pipeline, num_pipelines, step], "settings": settings}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    return f"{os.fspath(opts.cache)}-{source.split}-{what}-{pipeline}-{digest}"
+
 
 
 def data_options(opts: LoadOptions, sharded: bool) -> tf.data.Options:

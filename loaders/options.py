@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 from typing import Callable
 
 from prep.errors import LoaderError
@@ -93,6 +95,7 @@ class LoadOptions:
     on_corrupt: str = "error"
 
     def __post_init__(self):
+        self._check_types()
         try:
             h, w = (int(v) for v in self.image_size)
         except (TypeError, ValueError):
@@ -138,6 +141,24 @@ class LoadOptions:
         if self.remainder == "pad" and (self.rebalance or self.aspect_buckets):
             raise LoaderError("remainder='pad' reads every record once and fills whole batches; it cannot be "
                               "combined with rebalance or aspect_buckets, which choose and group records")
+
+    def _check_types(self) -> None:
+        """Flags must be bools and counts ints: `flip="no"` would otherwise be true, and
+        `repeat="no"` an endless dataset."""
+        for name in ("training", "rebalance", "repeat"):
+            if not isinstance(getattr(self, name), bool):
+                raise LoaderError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("shuffle_files", "deterministic", "drop_remainder", "flip"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise LoaderError(f"{name} must be True, False or None, got {getattr(self, name)!r}")
+        for name, optional in (("cycle_length", False), ("threads", False), ("shuffle_buffer", True)):
+            value = getattr(self, name)
+            if not (optional and value is None) and (not isinstance(value, numbers.Integral) or isinstance(value, bool)):
+                raise LoaderError(f"{name} must be an int{' or None' if optional else ''}, got {value!r}")
+        if not isinstance(self.central_fraction, numbers.Real) or isinstance(self.central_fraction, bool):
+            raise LoaderError(f"central_fraction must be a number, got {self.central_fraction!r}")
+        if not isinstance(self.cache, (bool, str, os.PathLike)):
+            raise LoaderError(f"cache must be False, True or a file name prefix, got {self.cache!r}")
 
     def resolved(self) -> "LoadOptions":
         """A copy with every None default filled in from `training`."""

@@ -12,12 +12,15 @@ Pure Python: the framing checks come from `prep.tfrecord`.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
+import shutil
 import struct
 import tempfile
 
+from prep.errors import LoaderError
 from prep.naming import ShardName
 from prep.tfrecord import FOOTER, HEADER, masked_crc32c
 
@@ -69,6 +72,23 @@ def scan(path: str, expected: int) -> ShardDamage:
     return ShardDamage(path, expected, tuple(readable), first_bad)
 
 
+def _check_not_more(damage: ShardDamage) -> None:
+    if len(damage.readable) > damage.expected:
+        raise LoaderError(f"shard {damage.file} holds {len(damage.readable)} readable records, but the manifest "
+                          f"records {damage.expected}: it is not the shard that was converted")
+
+
+def readable_counts(source: SplitSource) -> SplitSource:
+    """`source` with each shard's count replaced by its readable records, as `skip_corrupt`
+    would read them, without copying anything (for `epoch_size`)."""
+    counts = []
+    for path, expected in zip(source.files, source.counts):
+        damage = scan(path, expected)
+        _check_not_more(damage)
+        counts.append(len(damage.readable))
+    return dataclasses.replace(source, counts=tuple(counts))
+
+
 def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[SplitSource, list[ShardDamage]]:
     """`source` with every damaged shard replaced by a copy of its readable records.
 
@@ -78,10 +98,13 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
     files, counts, damaged = list(source.files), list(source.counts), []
     for i, (path, expected) in enumerate(zip(source.files, source.counts)):
         damage = scan(path, expected)
+        _check_not_more(damage)
         if damage.skipped == 0 and damage.first_bad is None:
             continue
         damaged.append(damage)
-        cache_dir = cache_dir or tempfile.mkdtemp(prefix="loaders-repaired-")
+        if cache_dir is None:
+            cache_dir = tempfile.mkdtemp(prefix="loaders-repaired-")
+            atexit.register(shutil.rmtree, cache_dir, True)  # read lazily by the dataset, so kept until exit
         copy = os.path.join(cache_dir, ShardName.parse(os.path.basename(path)).filename)
         with open(path, "rb") as src, open(copy, "wb") as dst:
             for offset, length in damage.readable:

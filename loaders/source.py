@@ -8,6 +8,7 @@ scheme (``gs://...``) are read with `tf.io.gfile`, imported only then.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 
 from prep import manifest as manifest_lib
@@ -71,6 +72,14 @@ def read_manifest(root: str) -> dict:
         raise ManifestError(f"{path} does not exist: {root} is not a finished dataset")
     with tf.io.gfile.GFile(path, "rb") as f:
         return manifest_lib.loads(f.read(), path)
+
+
+def manifest_digest(root: str) -> str:
+    """SHA-256 of ROOT/manifest.json: a new conversion into `root` changes it (its run.created)."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(_join(os.fspath(root), manifest_lib.FILENAME), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _size(path: str) -> int | None:

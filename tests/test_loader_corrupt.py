@@ -91,6 +91,33 @@ def test_skip_mode_keeps_pipelines_equal(dataset, tmp_path):
     assert sizes == [6, 6, 6]  # 20 // 3, at most 2 dropped (remainder="drop")
 
 
+@pytest.mark.parametrize("how", ["data", "length"])
+def test_skip_mode_steps_per_epoch_counts_only_readable_records(dataset, tmp_path, how):
+    # fit(steps_per_epoch=...) and training loops run exactly this many steps: counting
+    # the manifest's records would run out of data before the epoch ends.
+    import loaders
+
+    out, _ = damaged_copy(dataset, tmp_path, how)  # 20 or 13 good records
+    kwargs = dict(training=True, on_corrupt="skip")
+    steps = loaders.steps_per_epoch(out, "train", 4, **kwargs)
+    ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), **kwargs)
+    assert steps == int(ds.cardinality()) == sum(1 for _ in ds) == {"data": 5, "length": 3}[how]
+    assert loaders.steps_per_epoch(out, "train", 4, training=True) == 5  # the manifest's 21 records
+
+
+def test_skip_mode_refuses_a_shard_with_more_records_than_the_manifest(dataset, tmp_path):
+    import loaders
+    from prep.errors import LoaderError
+
+    out, shard = damaged_copy(dataset, tmp_path, "none")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][0]["examples"] -= 2
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LoaderError, match=f"shard {out / shard} holds 11 readable records, but the manifest "
+                                          "records 9: it is not the shard that was converted"):
+        loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")
+
+
 def test_skip_mode_on_truncated_shard(dataset, tmp_path):
     import loaders
 

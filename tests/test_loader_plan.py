@@ -170,11 +170,31 @@ def test_balanced_class_weights():
     ({"rebalance": True, "training": False}, "rebalance=True is for training"),
     ({"cycle_length": 0}, "cycle_length must be >= 1, got 0"),
     ({"seed": -1}, "seed must be an int in [0, 2**63), got -1"),
+    # Wrong types: "no" would be a true flag, and repeat="no" an endless dataset.
+    ({"repeat": "no"}, "repeat must be True or False, got 'no'"),
+    ({"training": 1}, "training must be True or False, got 1"),
+    ({"flip": "no"}, "flip must be True, False or None, got 'no'"),
+    ({"shuffle_files": "yes"}, "shuffle_files must be True, False or None, got 'yes'"),
+    ({"cycle_length": "8"}, "cycle_length must be an int, got '8'"),
+    ({"threads": None}, "threads must be an int, got None"),
+    ({"shuffle_buffer": 2.5}, "shuffle_buffer must be an int or None, got 2.5"),
+    ({"central_fraction": "0.5"}, "central_fraction must be a number, got '0.5'"),
+    ({"cache": 5}, "cache must be False, True or a file name prefix, got 5"),
 ])
 def test_bad_options_name_the_value(kwargs, message):
     with pytest.raises(LoaderError) as info:
         LoadOptions(**kwargs)
     assert message in str(info.value)
+
+
+def test_numpy_numbers_and_paths_are_accepted():
+    import pathlib
+
+    import numpy as np
+
+    opts = LoadOptions(cycle_length=np.int64(4), shuffle_buffer=np.int32(16), central_fraction=np.float32(0.5),
+                       cache=pathlib.Path("/tmp/c"), flip=None)
+    assert opts.cycle_length == 4 and opts.cache == pathlib.Path("/tmp/c")
 
 
 def test_option_defaults_follow_training():

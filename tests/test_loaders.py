@@ -139,6 +139,18 @@ def test_cache_keeps_reshuffling_in_training_and_stores_decoded_images_in_evalua
     assert a.shape == (31, 8, 8, 3) and np.array_equal(a, b)
 
 
+def test_a_file_cache_is_never_read_back_for_other_pipelines_or_options(data, tmp_path):
+    out, _ = data
+    kwargs = dict(batch_size=2, image_size=(8, 8), output="features", training=False, cache=str(tmp_path / "c"))
+    assert len(filenames(loaders.load(out, "train", **kwargs))) == 31  # caches the whole split for one pipeline
+    shares = [filenames(loaders.load(out, "train", pipeline=(i, 2), **kwargs)) for i in range(2)]
+    everything = shares[0] + shares[1]
+    assert len(everything) == len(set(everything)) == 30  # 15 each; pipeline 0 once read the whole split's cache
+    small = next(iter(loaders.load(out, "train", **{**kwargs, "image_size": (4, 4)})))
+    assert small["image"].shape[1:3] == (4, 4)  # not the 8x8 images cached before
+    assert len(list(tmp_path.glob("c-train-decoded-*.index"))) == 3  # the 4x4 one, read in part, is not kept
+
+
 def test_class_weights_from_the_manifest(data):
     out, _ = data
     weights = loaders.class_weights(out, "train")
