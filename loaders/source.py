@@ -12,6 +12,7 @@ import hashlib
 import os
 
 from prep import manifest as manifest_lib
+from prep.manifest_shape import check_shape
 from prep.errors import LoaderError, ManifestError
 from prep.naming import ShardName
 
@@ -61,17 +62,20 @@ def read_manifest(root: str) -> dict:
     """Reads and checks ROOT/manifest.json.
 
     Raises:
-        ManifestError: missing, not ours, or of an unknown version.
+        ManifestError: missing, not ours, of an unknown version, or a field missing or mistyped.
     """
-    if not _is_remote(root):
-        return manifest_lib.load(root)
-    import tensorflow as tf
-
     path = _join(root, manifest_lib.FILENAME)
-    if not tf.io.gfile.exists(path):
-        raise ManifestError(f"{path} does not exist: {root} is not a finished dataset")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return manifest_lib.loads(f.read(), path)
+    if not _is_remote(root):
+        manifest = manifest_lib.load(root)
+    else:
+        import tensorflow as tf
+
+        if not tf.io.gfile.exists(path):
+            raise ManifestError(f"{path} does not exist: {root} is not a finished dataset")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            manifest = manifest_lib.loads(f.read(), path)
+    check_shape(manifest, path)  # a hand-edited field: a ManifestError naming it, not a KeyError
+    return manifest
 
 
 def manifest_digest(root: str) -> str:

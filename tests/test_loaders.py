@@ -222,6 +222,11 @@ def test_clear_errors(broken, tmp_path):
     with pytest.raises(LoaderError, match=f"shard {shard} is missing"):
         loaders.load(broken)
     manifest = json.loads((broken / "manifest.json").read_text())
+    del manifest["splits"]["train"]["shards"][0]["bytes"]
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"manifest.json is malformed: splits.train.shards\[0\].bytes must be an "
+                                            "integer >= 0, got None"):
+        loaders.load(broken)
     manifest["version"] = 99
     (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ManifestError, match="has version 99; this tool reads version 1"):
