@@ -42,6 +42,7 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
 
     opts = LoadOptions(image_size=image_size, training=training, **options)
     index, count = _check_pipeline(pipeline)
+    _check_buckets(opts, count)
     source = _open(path, split, opts)
     return build(source, opts, _check_batch(batch_size, "batch_size"), index, count)
 
@@ -76,9 +77,7 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
                           f"{replicas} replicas in sync")
     source = _open(path, split, opts)
     pipelines = num_input_pipelines(strategy)
-    if opts.aspect_buckets and pipelines > 1 and not opts.resolved().drop_remainder:
-        raise LoaderError("aspect_buckets with several input pipelines needs drop_remainder=True: "
-                          "otherwise pipelines could yield different numbers of batches")
+    _check_buckets(opts, pipelines)
     # Check sizes now, so a batch too large fails here with our message, not in a worker thread.
     plan.epoch_size(source.records, global_batch_size // replicas, pipelines, replicas // pipelines,
                     opts.resolved().drop_remainder, opts.remainder)
@@ -90,6 +89,12 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
                      per_pipeline)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _check_buckets(opts: LoadOptions, pipelines: int) -> None:
+    if opts.aspect_buckets and pipelines > 1 and not opts.resolved().drop_remainder:
+        raise LoaderError("aspect_buckets with several input pipelines needs drop_remainder=True: "
+                          "otherwise pipelines could yield different numbers of batches")
 
 
 def _open(path, split: str, opts: LoadOptions):
@@ -142,7 +147,11 @@ def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strat
     drop = training if drop_remainder is None else drop_remainder
     batch, per_pipeline = global_batch_size // replicas, replicas // pipelines
     size = plan.epoch_size(source.records, batch, pipelines, per_pipeline, drop, remainder)
-    if aspect_buckets and size.drop_remainder:
+    if aspect_buckets and not size.drop_remainder:
+        raise LoaderError("with aspect_buckets and partial batches (evaluation, or drop_remainder=False) the "
+                          "number of batches depends on how the images fall into buckets: iterate the dataset "
+                          "to its end instead")
+    if aspect_buckets:
         steps = plan.bucketed_steps(size.per_pipeline, batch, len(aspect_buckets), per_pipeline)
         size = dataclasses.replace(size, steps=steps, dropped=size.records - pipelines * steps * batch * per_pipeline)
     return size

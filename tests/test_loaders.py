@@ -192,6 +192,11 @@ def test_aspect_buckets_batch_similar_shapes_without_decoding_first(tmp_path):
             assert loaders.steps_per_epoch(out, "train", 4, aspect_buckets=(0.5, 2.0)) == 5
         else:
             assert sum(int(b["image"].shape[0]) for b in batches) == 24
+    # Evaluation batches are partial per bucket, so how many there are depends on the images.
+    with pytest.raises(LoaderError, match="with aspect_buckets and partial batches .* iterate the dataset to its end"):
+        loaders.steps_per_epoch(out, "train", 4, training=False, aspect_buckets=(0.5, 2.0))
+    with pytest.raises(LoaderError, match="aspect_buckets with several input pipelines needs drop_remainder=True"):
+        loaders.load(out, "train", 4, (16, 16), training=False, aspect_buckets=(0.5, 2.0), pipeline=(0, 2))
 
 
 @pytest.fixture
