@@ -58,6 +58,7 @@ import re
 import shutil
 import sys
 import time
+import typing
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -110,7 +111,15 @@ def _tag(kind):
     return lambda value: (kind, value)
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks: int, run_info: dict,
+class Staged(typing.NamedTuple):
+    """What the pipeline needs of a listing once its chunks are staged in .prep-tmp."""
+
+    classes: tuple[str, ...]
+    found: int
+    inputs: int  # listed inputs, early rejects aside
+
+
+def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
           group_target: int = GROUP_TARGET, lookahead: bool = False) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
@@ -132,7 +141,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Listing, num_chunks:
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
-    ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, len(listing.refs), tmp_dir, group_target)
+    ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, listing.inputs, tmp_dir, group_target)
     width = write_width(config.workers)
     written = (
         ranked
@@ -240,6 +249,8 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
 
     `group_target` bounds the references per group (see planning.py); tests
     lower it to exercise many buckets and multi-part shards on small inputs.
+    Once the listing is staged in OUTPUT/.prep-tmp, this function drops its
+    reference to it: a caller that keeps none frees its inputs' memory then.
 
     Raises:
         PrepError: a user-fixable problem, unwrapped from the runner's exception;
@@ -263,16 +274,21 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
             checkpoints.write_run(tmp_dir, record)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
+    # From here on the staged chunk files stand for the listing: the driver lets go of
+    # its inputs (~0.2 KB each; the caller passes the listing without keeping it).
+    summary, sizes = Staged(listing.classes, listing.found, len(listing.refs)), [len(c) for c in chunks]
+    num_chunks = len(chunks)
+    del listing, chunks
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     if config.resume:
-        run_info["resumed"] = {"chunks": len(chunks)}
+        run_info["resumed"] = {"chunks": num_chunks}
     beam_args, staged = staging.staging_args(runner, list(beam_args or []))
     options = pipeline_options(runner, beam_args)
     try:
-        with Progress(config.output, [len(c) for c in chunks], progress):
+        with Progress(config.output, sizes, progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, listing, len(chunks), run_info, group_target, lookahead=runner == RUNNERS_LOCAL)
+            build(p, config, summary, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL)
             result = p.run()
             try:
                 result.wait_until_finish()

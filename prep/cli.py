@@ -54,7 +54,7 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
 
     started = time.time()
     config = build_config(source, output, values)
-    listing = list_inputs(config)
+    listing = [list_inputs(config)]  # handed over below: run_conversion lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
     # Beam logs failures with tracebacks, and warnings about optional cloud
     # clients; our errors reach the user as one line instead.
@@ -70,7 +70,7 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     from beam_jobs.pipeline import run_conversion
 
-    manifest = run_conversion(config, listing, runner=runner, beam_args=list(beam_args), progress=show)
+    manifest = run_conversion(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show)
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))
