@@ -15,7 +15,7 @@ import sys
 
 from prep.config import RUNNERS_LOCAL
 from prep.errors import PrepError
-from prep.options import add_arguments, build_config, list_inputs
+from prep.options import add_arguments, build_config, check_beam_args, list_inputs
 
 
 def run(argv=None) -> dict:
@@ -30,6 +30,7 @@ def run(argv=None) -> dict:
     runner_parser = argparse.ArgumentParser(add_help=False)
     runner_parser.add_argument("--runner", default=RUNNERS_LOCAL)
     runner, pipeline_args = runner_parser.parse_known_args(pipeline_args)
+    check_beam_args(pipeline_args)
     values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
     config = build_config(known.source, known.output, values)
     return run_conversion(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
@@ -37,6 +38,9 @@ def run(argv=None) -> dict:
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
+    # A failing step is logged there with its traceback; the error reaches the user as one line below.
+    for name in ("apache_beam.runners.common", "apache_beam.runners.worker"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         manifest = run()
     except PrepError as exc:

@@ -35,11 +35,21 @@ setuptools.setup(
 '''
 
 
+def runner_class_name(runner: str) -> str:
+    """The class name Beam resolves `runner` to: it also takes "dataflow", "flink", "portable" and
+    other case and "Runner"-suffix variants (apache_beam.runners.runner.create_runner)."""
+    name = runner.split(".")[-1]
+    for known in STAGING_RUNNERS:
+        if name.lower() in (known.lower(), known.lower().removesuffix("runner")):
+            return known
+    return name
+
+
 def needs_staging(runner: str, beam_args: list[str]) -> bool:
     """Whether workers of `runner` need our code staged, given the user's Beam options."""
     from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, SetupOptions, WorkerOptions
 
-    if runner.split(".")[-1] not in STAGING_RUNNERS:
+    if runner_class_name(runner) not in STAGING_RUNNERS:
         return False
     options = PipelineOptions(beam_args)
     setup = options.view_as(SetupOptions)

@@ -50,9 +50,10 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     Beam pipeline options go after `--`, e.g.
     `prep convert SRC gs://bucket/out --runner DataflowRunner -- --project=p --region=r`.
     """
-    from prep.options import build_config, list_inputs
+    from prep.options import build_config, check_beam_args, list_inputs
 
     started = time.time()
+    check_beam_args(beam_args)
     config = build_config(source, output, values)
     listing = [list_inputs(config)]  # handed over below: run_conversion lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress

@@ -18,13 +18,13 @@ INDEX_SUFFIX = ".idx"
 # tfds pads SHARD_X_OF_Y to max(5, digits of the count) for both numbers; we pad
 # each to 5. They agree below 100,000 shards per split (tests/test_tfds.py).
 TFDS_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}" + SUFFIX
-_SPLIT_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_SPLIT_RE = re.compile(r"[A-Za-z0-9_]+")  # fullmatch: "$" would let a trailing newline through
 _NAME_RE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord$")
 
 
 def check_split_name(split: str) -> str:
     """Returns `split` if it can appear in a shard name, else raises ValueError."""
-    if not _SPLIT_RE.match(split):
+    if not _SPLIT_RE.fullmatch(split):
         raise ValueError(f"split name {split!r} must be letters, digits or '_'")
     return split
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import os
 import re
 
@@ -60,6 +61,7 @@ OPTIONS = (
 )
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_MAX_SIZE = 1 << 62
 _UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
           "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
 
@@ -69,7 +71,32 @@ def parse_size(text: str) -> int:
     match = _SIZE_RE.match(str(text))
     if not match:
         raise OptionsError(f"--shard-size {text!r} is not a size such as 128MiB or 64MB")
-    return int(float(match[1]) * _UNITS[(match[2] or "").upper()])
+    unit = (match[2] or "").upper()
+    unit = unit + "B" if unit.endswith("I") else unit  # "128Mi" is 128MiB
+    size = decimal.Decimal(match[1]) * _UNITS[unit]
+    if size > _MAX_SIZE:
+        raise OptionsError(f"--shard-size {text!r} is larger than any shard could be")
+    return int(size)
+
+
+def check_beam_args(beam_args) -> None:
+    """Refuses Beam arguments that are ours or no option at all: Beam ignores what it cannot
+    parse, so `-- --num-shards 3` or a stray `3` would otherwise change nothing, silently.
+
+    Raises:
+        OptionsError: naming the argument.
+    """
+    ours = {o.name for o in OPTIONS}
+    if beam_args and not beam_args[0].startswith("-"):
+        raise OptionsError(f"unexpected argument {beam_args[0]!r}: Beam pipeline options start with -- "
+                           "(for prep convert, after a lone --)")
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            continue
+        name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+        if name in ours:
+            raise OptionsError(f"{arg.split('=', 1)[0]} is a conversion option, not a Beam pipeline option: "
+                               f"write it as {name}, before any Beam options (for prep convert, before the --)")
 
 
 def build_config(source: str, output: str, values: dict) -> ConvertConfig:

@@ -196,6 +196,13 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
     (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
+    (lambda t: ["convert", t / "src", t / "out", "--", "--num-shards", 3],
+     "Error: --num-shards is a conversion option, not a Beam pipeline option: write it as --num-shards, before "
+     "any Beam options (for prep convert, before the --)"),
+    (lambda t: ["convert", t / "src", t / "out", 3],
+     "Error: unexpected argument '3': Beam pipeline options start with -- (for prep convert, after a lone --)"),
+    (lambda t: ["convert", t / "src", t / "out", "--shard-size", "1" * 40],
+     "Error: --shard-size '" + "1" * 40 + "' is larger than any shard could be"),
     (lambda t: ["convert", t / "src", t / "src" / "out"],
      "Error: OUTPUT {t}/src/out is inside SOURCE {t}/src: its shards would be listed as inputs (and its folder as a "
      "class) on the next run; choose an OUTPUT outside SOURCE"),
@@ -255,3 +262,25 @@ def test_progress_bar_goes_to_stderr_and_run_completes(small, tmp_path):
     assert result.exit_code == 0, result.output
     assert "prepare" in result.stderr and "img" in result.stderr
     assert "prepare" not in result.stdout and "images/s" in result.stdout
+
+
+@pytest.mark.parametrize("text, size", [("128Mi", 128 << 20), ("1Ki", 1024), ("2GiB", 2 << 30), ("64MB", 64_000_000),
+                                        ("1.5GiB", 3 << 29), ("100", 100)])
+def test_shard_sizes(text, size):
+    from prep.options import parse_size
+
+    assert parse_size(text) == size
+
+
+def test_beam_idiom_entry_point_errors_are_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
+    for extra, message in ((["--num_shards", "2"], "Error: --num_shards is a conversion option, not a Beam pipeline "
+                                                    "option: write it as --num-shards"),
+                           (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9")):
+        proc = subprocess.run([sys.executable, "-m", "beam_jobs.convert", "--source", str(tmp_path / "src"),
+                               "--output", str(tmp_path / "out"), *extra], capture_output=True, text=True)
+        assert proc.returncode == 1
+        assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -204,3 +204,12 @@ def test_rejects_of_non_utf8_names_stay_valid_utf8_and_keep_the_bytes():
     assert Reject(name, "undecodable", "x").to_json() == {
         "path": "a/caf\\xe9.jpg", "reason": "undecodable", "detail": "x", "path_hex": b"a/caf\xe9.jpg".hex()}
     assert Reject("a/café.jpg", "empty", "x").to_json() == {"path": "a/café.jpg", "reason": "empty", "detail": "x"}
+
+
+@pytest.mark.parametrize("name", ["test\n", "a b", "", "trainé", "x/y"])
+def test_split_names_are_letters_digits_or_underscore(name):
+    from prep.naming import check_split_name
+
+    with pytest.raises(ValueError, match="must be letters, digits or '_'"):
+        check_split_name(name)
+    check_split_name("validation_2")

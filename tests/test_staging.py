@@ -24,6 +24,9 @@ from beam_jobs.staging import needs_staging, staging_args, write_setup_folder
     ("local", [], False),
     ("DirectRunner", [], False),
     ("apache_beam.runners.dask.dask_runner.DaskRunner", [], False),
+    # The names Beam's create_runner also accepts.
+    ("dataflow", [], True), ("flink", [], True), ("portable", [], True), ("sparkrunner", [], True),
+    ("Direct", [], False),
 ])
 def test_needs_staging(runner, args, expected):
     assert needs_staging(runner, args) is expected
