@@ -30,11 +30,12 @@ def write_listing_rejects(tmp_dir: str, rejects) -> None:
     storage.write_atomic(listing_rejects_path(tmp_dir), json.dumps([list(r) for r in rejects]).encode())
 
 
-def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
+def finish(element, *, output, tmp_dir, labels, options, found, tool, run, splits=()):
     """(None, [(SHARD, result) | (REJECT, [Reject]) | (CAPPED, (label, count)) | (REUSED, chunk)]) -> written count.
 
     Writes rejects.jsonl and the files tensorflow-datasets reads (`prep.tfds_meta`), publishes
-    manifest.json, then removes the temporary folder.
+    manifest.json, then removes the temporary folder. `splits` are the splits SOURCE names
+    (split folders or a split column): each must keep an example.
     """
     _, items = element
     shard_results, rejects = [], [Reject(*r) for r in json.loads(storage.read_bytes(listing_rejects_path(tmp_dir)))]
@@ -64,6 +65,12 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run):
     if not shard_results:
         reasons = ", ".join(f"{k} {v}" for k, v in accounting["rejected_by_reason"].items())
         raise PlanError(f"no input could be converted ({reasons}); see {storage.join(output, manifest_lib.REJECTS)}")
+    emptied = sorted(set(splits) - {r["split"] for r in shard_results})
+    if emptied:
+        raise PlanError(f"split{'s' if len(emptied) > 1 else ''} {', '.join(map(repr, emptied))} "
+                        f"{'have' if len(emptied) > 1 else 'has'} no example left: every input listed in "
+                        f"{'them' if len(emptied) > 1 else 'it'} was rejected; see "
+                        f"{storage.join(output, manifest_lib.REJECTS)}")
     if found != written + len(rejects) + capped:
         raise RuntimeError(f"internal error: counts do not reconcile: {accounting}")
     run = dict(run, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

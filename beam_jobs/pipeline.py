@@ -117,6 +117,7 @@ class Staged(typing.NamedTuple):
     classes: tuple[str, ...]
     found: int
     inputs: int  # listed inputs, early rejects aside
+    splits: tuple[str, ...]  # the splits SOURCE names, if any
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
@@ -170,7 +171,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "GatherSummary" >> beam.GroupByKey()
         | "WriteManifest" >> beam.FlatMap(
             finish.finish, output=config.output, tmp_dir=tmp_dir, labels=labels,
-            options=config.manifest_options(), found=listing.found, tool=tool_info(), run=run_info)
+            options=config.manifest_options(), found=listing.found, tool=tool_info(), run=run_info,
+            splits=listing.splits)
     )
 
 
@@ -276,7 +278,9 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
         raise OutputError(describe_os_error(exc, config.output)) from None
     # From here on the staged chunk files stand for the listing: the driver lets go of
     # its inputs (~0.2 KB each; the caller passes the listing without keeping it).
-    summary, sizes = Staged(listing.classes, listing.found, len(listing.refs)), [len(c) for c in chunks]
+    summary = Staged(listing.classes, listing.found, len(listing.refs),
+                     tuple(sorted({r.split for r in listing.refs if r.split})))
+    sizes = [len(c) for c in chunks]
     num_chunks = len(chunks)
     del listing, chunks
     _skip_ipython_probe()

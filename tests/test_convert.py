@@ -196,6 +196,8 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
     (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
+    (lambda t: ["convert", t / "splits", t / "out"],
+     "Error: split 'test' has no example left: every input listed in it was rejected; see {t}/out/rejects.jsonl"),
     (lambda t: ["convert", t / "src", t / "out", "--", "--num-shards", 3],
      "Error: --num-shards is a conversion option, not a Beam pipeline option: write it as --num-shards, before "
      "any Beam options (for prep convert, before the --)"),
@@ -216,6 +218,9 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     (tmp_path / "junk" / "a" / ".hidden").write_text("x")
     (tmp_path / "bad" / "a").mkdir(parents=True)
     (tmp_path / "bad" / "a" / "x.jpg").write_bytes(b"nope")
+    write_class_tree(tmp_path / "splits" / "train", {"a": 2, "b": 2})
+    (tmp_path / "splits" / "test" / "a").mkdir(parents=True)
+    (tmp_path / "splits" / "test" / "a" / "x.jpg").write_bytes(b"not an image")  # all of test rejected
     result = run_cli(*args(tmp_path))
     assert result.exit_code == 1
     assert result.output.strip() == message.format(t=tmp_path)
