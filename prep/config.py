@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from fractions import Fraction
 
 from prep.errors import OptionsError
 from prep.images import ImageOptions
@@ -43,7 +44,7 @@ class ConvertConfig:
             "seed": self.plan.seed,
             "num_shards": self.plan.num_shards,
             "shard_size": self.plan.shard_size,
-            "split": None if split is None else ",".join(f"{n}={float(f):g}" for n, f in split),
+            "split": None if split is None else ",".join(f"{n}={fraction_text(f)}" for n, f in split),
             "max_per_class": self.plan.max_per_class,
             "resize": self.image.resize,
             "max_side": self.image.max_side,
@@ -56,3 +57,24 @@ class ConvertConfig:
             "allow_outside_source": self.allow_outside_source,
             "index": self.index,
         }
+
+
+def fraction_text(f: Fraction) -> str:
+    """`f` exactly: as a decimal when it has one ("0.8", "0.125"), else as "p/q" ("1/3").
+
+    The manifest and `--resume` compare it: "%g" made 1/3 and 0.3333333 both "0.333333",
+    which plan differently.
+    """
+    rest, digits = f.denominator, 0
+    for prime in (2, 5):
+        count = 0
+        while rest % prime == 0:
+            rest //= prime
+            count += 1
+        digits = max(digits, count)
+    if rest != 1:
+        return f"{f.numerator}/{f.denominator}"
+    if digits == 0:
+        return str(f.numerator)
+    scaled = str(f.numerator * 10 ** digits // f.denominator).rjust(digits + 1, "0")
+    return f"{scaled[:-digits]}.{scaled[-digits:]}"

@@ -191,3 +191,24 @@ def test_property_stratified_split_is_proportional_and_balanced(counts, seed, sp
         for name, fraction in fractions:
             assert abs(got[[n for n, _ in fractions].index(name)] - n * fraction) < 1
     check_balance(examples, plan, len(counts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fractions(min_value=Fraction(1, 10**9), max_value=1, max_denominator=10**9))
+def test_the_manifest_records_split_fractions_exactly(fraction):
+    from prep.config import fraction_text
+
+    assert Fraction(fraction_text(fraction)) == fraction
+
+
+def test_fractions_that_plan_differently_are_recorded_differently():
+    # "%g" once recorded both as 0.333333 each, so --resume took one for the other.
+    from prep.config import ConvertConfig
+
+    def recorded(text):
+        return ConvertConfig("s", "o", plan=PlanOptions(split_fractions=parse_split_fractions(text))) \
+            .manifest_options()["split"]
+
+    assert recorded("a=1/3,b=1/3,c=1/3") == "a=1/3,b=1/3,c=1/3"
+    assert recorded("a=0.3333333,b=0.3333333,c=0.3333334") == "a=0.3333333,b=0.3333333,c=0.3333334"
+    assert recorded("train=0.8,validation=0.1,test=0.1") == "train=0.8,validation=0.1,test=0.1"
