@@ -80,7 +80,7 @@ class Listing:
 def read_class_file(path: str) -> tuple[str, ...]:
     """Reads `--classes FILE`: one class name per line, in label-id order."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not part of the first name
             names = [line.strip() for line in f if line.strip()]
     except OSError as exc:
         raise SourceError(f"cannot read --classes file {path}: {exc.strerror}") from None

@@ -213,3 +213,9 @@ def test_split_names_are_letters_digits_or_underscore(name):
     with pytest.raises(ValueError, match="must be letters, digits or '_'"):
         check_split_name(name)
     check_split_name("validation_2")
+
+
+def test_classes_file_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "classes.txt"
+    path.write_bytes("\ufeffcat\ndog\n".encode("utf-8"))
+    assert read_class_file(str(path)) == ("cat", "dog")
