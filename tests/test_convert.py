@@ -196,6 +196,8 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
     (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
+    (lambda t: ["convert", t / "splits", t / "out", "--split", "train=0.5,test=0.5"],
+     "Error: --split cannot be used when SOURCE already names splits (split folders or a split column)"),
     (lambda t: ["convert", t / "splits", t / "out"],
      "Error: split 'test' has no example left: every input listed in it was rejected; see {t}/out/rejects.jsonl"),
     (lambda t: ["convert", t / "src", t / "out", "--", "--num-shards", 3],
@@ -226,6 +228,8 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     assert result.output.strip() == message.format(t=tmp_path)
     assert not (tmp_path / "out" / "manifest.json").exists()
     assert not (tmp_path / "src" / "out").exists()
+    if "--split" in map(str, args(tmp_path)):
+        assert not (tmp_path / "out").exists()  # refused before any image was read or any file written
 
 
 def test_output_inside_source(tmp_path):
