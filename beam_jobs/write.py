@@ -41,10 +41,10 @@ from prep.tfrecord import record_index
 SHARD, PART = "shard", "part"
 # Records are read in blocks of about _BLOCK bytes (at least one record each).
 # At most _AHEAD blocks wait to be written and _AHEAD more to be hashed, so a
-# part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes. Blocks of 32
-# records and _AHEAD = 4 (~1.6 MB blocks of these JPEGs) wrote no faster and
-# raised peak RSS by 15-20 MB (20,000 JPEGs at 2 workers: 195-200 against
-# 179-180 MB for 8-record blocks and _AHEAD = 2).
+# part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes. The earlier blocks
+# of 32 records with _AHEAD = 4 (~1.6 MB blocks of 50 KB JPEGs) wrote no faster
+# and gave a higher peak RSS: 208-213 against 185-186 MB for 20,000 JPEGs at 2
+# workers, 175-180 against 165-166 MB for 2,000.
 _BLOCK = 512 * 1024
 _AHEAD = 2
 
