@@ -106,6 +106,9 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         OptionsError, SourceError: a bad value or an unreadable --classes file.
     """
     v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
+    for name in ("split", "labels", "classes"):
+        if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
+            raise OptionsError(f"--{name} is empty; leave the option out instead")
     return ConvertConfig(
         source=_absolute(source), output=_absolute(output), labels=v["labels"],
         classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],

@@ -194,6 +194,8 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "src", t / "out", "--shard-size", "big"],
      "Error: --shard-size 'big' is not a size such as 128MiB or 64MB"),
     (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
+    (lambda t: ["convert", t / "src", t / "out", "--split", ""], "Error: --split is empty; leave the option out instead"),
+    (lambda t: ["convert", t / "src", t / "out", "--labels", " "], "Error: --labels is empty; leave the option out instead"),
     (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
     (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
     (lambda t: ["convert", t / "splits", t / "out", "--split", "train=0.5,test=0.5"],
