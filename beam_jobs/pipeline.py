@@ -70,9 +70,10 @@ from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from prep import manifest as manifest_lib
 from prep import tfds_meta
 from prep.config import RUNNERS_LOCAL, ConvertConfig
-from prep.errors import OutputError, PlanError, PrepError
+from prep.errors import OutputError, PrepError
 from prep.resume import run_record
 from prep.naming import ShardName
+from prep.plan import check_split_source
 from prep.sources import Listing, printable
 
 # Each chunk ends with a barrier (its index is written once all its images are
@@ -258,8 +259,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
         PrepError: a user-fixable problem, unwrapped from the runner's exception;
             OutputError for a file OUTPUT cannot hold (disk full, permissions).
     """
-    if config.plan.split_fractions and any(r.split for r in listing.refs):  # known before any image is read
-        raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
+    check_split_source(config.plan, any(r.split for r in listing.refs))  # known before any image is read
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     manifest_path = storage.join(config.output, manifest_lib.FILENAME)
     chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))

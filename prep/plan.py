@@ -193,15 +193,19 @@ class Layout:
         return next(s for s in self.splits if s.name == name)
 
 
+def check_split_source(options: PlanOptions, source_names_splits: bool) -> None:
+    """Raises PlanError if --split is given for a SOURCE that already names splits."""
+    if options.split_fractions is not None and source_names_splits:
+        raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
+
+
 def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_size: float) -> Layout:
     """The layout for groups of the given sizes ({(given split, label): examples}).
 
     Raises:
         PlanError: see `make_plan`.
     """
-    given = {split for split, _ in group_sizes}
-    if options.split_fractions is not None and given != {None}:
-        raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
+    check_split_source(options, {split for split, _ in group_sizes} != {None})
     kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in group_sizes.items()}
     ranges: dict[tuple[str, int], tuple[Group, int, int]] = {}  # (split, label) -> (group, start, end)
     if options.split_fractions is not None:
