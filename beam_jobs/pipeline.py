@@ -3,16 +3,21 @@
 What each PCollection holds:
 
     chunks    = Create | Reshuffle          # chunk id; its listing waits in .prep-tmp/listing/
-    outcomes  = ParDo(PrepareChunk)         # per chunk: (OK, [PreparedRef]) | (REJECT, [Reject]) | (REUSED, chunk id)
-    refs      = FlatMap                     # [PreparedRef(path, label, split, spill, offset, length, converted, cut, image)]
-    ranked    = PlanShards                  # (ENTRY, part key, [Entry]) | (CAPPED, label, count)   see planning.py
-    parts     = GroupByKey                  # (write task, [((split, shard, num_shards, part, num_parts), [Entry])])
+    outcomes  = ParDo(PrepareChunk)         # per chunk: (COUNTS, (chunk, counts)) | (REJECT, [Reject])
+                                            #   | (REUSED, chunk id); its references wait in its index
+    ranked    = PlanShards                  # (ENTRY, part key, Section) | (CAPPED, label, count)   see planning.py
+    parts     = GroupByKey                  # (write task, [(part key, Section)])
     written   = ParDo(WriteParts)           # per part: (SHARD, result) | (PART, shard file, part info)
     joined    = GroupByKey | ParDo(ConcatParts)   # (SHARD, result), only for shards cut into parts
     summary   = Flatten | GroupByKey(one key)     # shard results, reject lists, capped counts, reused chunks
     done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
 
-PreparedRef and Entry travel as plain tuples of their fields (see PreparedRef).
+The listing is staged sorted by (split, class, sort key, path)
+(`planning.listing_order`), so each group's inputs come in rank order and the
+planner needs only per-chunk counts to rank them exactly. References never
+travel as elements: a chunk's wait in its index, a rank task's entries in its
+entry file, and elements are counted in chunks, tasks and shard parts, so the
+memory the runner holds between steps does not grow with the inputs.
 
 Crash safety and `--resume`: every file appears under its final name only by a
 rename once complete, and manifest.json last. What each step leaves in
@@ -25,12 +30,11 @@ Images are read, checked and converted once, before planning, so the plan
 knows exactly which inputs are valid and every shard is balanced over the
 examples actually written. Their framed records wait in spill files under
 OUTPUT/.prep-tmp (without the image when it is kept as it is: the shard
-writer reads it from the source again, see spill.read_and_prepare); only
-small references are grouped, and shard writers copy records from the spill
-files. Image bytes never pass through a shuffle, and no
-group holds more than about `planning.GROUP_TARGET` references, a write task
-`MAX_WRITE_WIDTH` times that (the final summary group holds one result per
-shard and the rejects).
+writer reads it from the source again, see spill.read_and_prepare), and
+shard writers copy records from the spill files. Image bytes never pass
+through a shuffle; no task holds more than about `planning.GROUP_TARGET`
+references, a write task `MAX_WRITE_WIDTH` times that (the final summary
+group holds one result per shard and the rejects).
 
 Parallelism. The local runner runs each stage as one bundle, so parallelism
 comes from `workers` threads inside PrepareChunk (batches of a chunk's
@@ -66,7 +70,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import prep
 from beam_jobs import checkpoints, finish, prepare, resume, staging, storage, write
 from beam_jobs.progress import Progress
-from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
+from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards, listing_order
 from prep import manifest as manifest_lib
 from prep import tfds_meta
 from prep.config import RUNNERS_LOCAL, ConvertConfig
@@ -99,13 +103,16 @@ def make_chunks(refs, size: int) -> list[list]:
     return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
 
 
-def stage_listing(tmp_dir: str, listing: Listing) -> int:
-    """Writes the listing in chunk files for the pipeline to read; returns the chunk count."""
-    chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))
+def listing_chunks(listing: Listing, seed: int) -> list[list]:
+    """The listing's inputs in the chunks the pipeline prepares, in `listing_order`."""
+    return make_chunks(listing_order(listing.refs, seed), chunk_size(len(listing.refs)))
+
+
+def stage_listing(tmp_dir: str, chunks: list[list], rejects) -> None:
+    """Writes the listing's chunks (`listing_chunks`) and early rejects for the pipeline to read."""
     for i, refs in enumerate(chunks):
         prepare.write_listing(tmp_dir, i, refs)
-    finish.write_listing_rejects(tmp_dir, listing.rejects)
-    return len(chunks)
+    finish.write_listing_rejects(tmp_dir, rejects)
 
 
 def _tag(kind):
@@ -117,7 +124,6 @@ class Staged(typing.NamedTuple):
 
     classes: tuple[str, ...]
     found: int
-    inputs: int  # listed inputs, early rejects aside
     splits: tuple[str, ...]  # the splits SOURCE names, if any
 
 
@@ -139,11 +145,11 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
             prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse,
                                  lookahead=lookahead))
     )
-    refs = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.OK else [])  # [PreparedRef fields]
+    counts = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.COUNTS else [])
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
-    ranked = refs | "PlanShards" >> PlanShards(len(labels), config.plan, listing.inputs, tmp_dir, group_target)
+    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, tmp_dir, group_target)
     width = write_width(config.workers)
     written = (
         ranked
@@ -262,7 +268,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     check_split_source(config.plan, any(r.split for r in listing.refs))  # known before any image is read
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     manifest_path = storage.join(config.output, manifest_lib.FILENAME)
-    chunks = make_chunks(listing.refs, chunk_size(len(listing.refs)))
+    chunks = listing_chunks(listing, config.plan.seed)
     record = run_record(config.manifest_options(), tool_info(), listing)
     try:
         state = resume.open_interrupted(config.output, config.source, record, listing, chunks) \
@@ -274,13 +280,13 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
                 prepare_output(config.output, config.overwrite)
             else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
                 prepare_output(config.output, overwrite=True)
-            stage_listing(tmp_dir, listing)
+            stage_listing(tmp_dir, chunks, listing.rejects)
             checkpoints.write_run(tmp_dir, record)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
     # From here on the staged chunk files stand for the listing: the driver lets go of
     # its inputs (~0.2 KB each; the caller passes the listing without keeping it).
-    summary = Staged(listing.classes, listing.found, len(listing.refs),
+    summary = Staged(listing.classes, listing.found,
                      tuple(sorted({r.split for r in listing.refs if r.split})))
     sizes = [len(c) for c in chunks]
     num_chunks = len(chunks)

@@ -1,29 +1,38 @@
-"""`PlanShards`: the planner of `prep.plan`, computed with bounded groups.
+"""`PlanShards`: the planner of `prep.plan`, computed from counts, with bounded groups.
 
-The reference planner sorts each class whole. Here no key ever holds more
-than about `GROUP_TARGET` references, even for one class of 5 million:
+The reference planner sorts each class whole. Here no key and no task ever
+holds more than about `GROUP_TARGET` references, even for one class of 5
+million, and references never pass through a shuffle: they wait on disk in
+.prep-tmp, and only counts and file sections travel.
 
-    refs      # [PreparedRef fields]: the good inputs of one chunk, as plain tuples
-    keyed     = FlatMap              # ((split, label, bucket), [PreparedRef fields]); bucket = top bits of the sort key
-    sizes     = CombinePerKey(sum)   # ((split, label, bucket), (refs, bytes))
-    infos     = GroupByKey(one key) | FlatMap(layout)
-                                     # ((split, label, bucket), BucketInfo): the bucket's first rank in its
-                                     # class and the class's segments; the one group holds only counts
-    ranked    = CoGroupByKey(keyed, infos) | FlatMap(rank)
-                                     # (ENTRY, (split, shard, num_shards, part, num_parts), [Entry fields])
-                                     # or (CAPPED, label, count)
+The driver stages the listing in chunks in `listing_order`: sorted by
+(split, class, sort key, path). So each (split, class) group's inputs come in
+rank order, chunk after chunk, and a chunk's good inputs of a group hold
+consecutive ranks. Once a chunk is prepared, its references (PreparedRef) wait
+in its index (checkpoints.py) and only its counts travel:
 
-References travel in lists (a chunk's refs of one bucket; a bucket's entries
-of one part): Beam's cost per element is paid on the runner's thread, so per
-reference it would be a serial cost per image on a laptop. No list is longer
-than the group it ends up in.
+    counts  # (chunk, [(split, label, refs, bytes)]): a prepared chunk's good inputs per group
+    tasks   = Map | GroupByKey(one key) | FlatMap(layout_tasks)
+            # (task, RankTask): consecutive chunks holding about `group_target` references,
+            # with each of their groups' first rank in the chunk and the layout trimmed to those
+            # groups; the one group holds one short count list per chunk, no reference
+    ranked  = Reshuffle | FlatMap(rank_task)
+            # (ENTRY, part key, Section) per part the task sends entries to, the entries waiting
+            # in the task's entry file .prep-tmp/entries/task-NNNNNN.bin; (CAPPED, label, count)
 
-A bucket is a prefix of the sort key, so ranks inside a bucket, offset by the
-sizes of the class's earlier buckets, are exact class ranks; `Layout.locate`
-then gives split and shard exactly as `make_plan` does. A shard's entries are
+A rank task reads its chunks' indexes, in chunk order. A reference's rank in
+its group is the group's first rank in the chunk plus the references of the
+group before it in the chunk: exact, as `make_plan`'s. `Layout.locate` then
+gives split and shard exactly as `make_plan` does. A shard's entries are
 further cut into `num_parts` parts by a prefix of the order key, so that no
-group holds more than about `GROUP_TARGET` entries either; parts concatenated
-in order are the shard in order-key order.
+writer holds more than about `GROUP_TARGET` entries either; parts concatenated
+in order are the shard in order-key order. A part key is (split, shard,
+num_shards, part, num_parts); a Section is (task, offset, length) of the
+part's entries in the task's entry file.
+
+What grows with the dataset is counted in chunks (one count list each) and
+sections (one per task and part it sends entries to), never in references:
+20,000 inputs make one task and one section per shard part.
 
 Only Create, ParDo, GroupByKey and Flatten (and composites of them) are used:
 no side inputs, no tagged outputs, nothing emitted from finish_bundle, so the
@@ -33,19 +42,25 @@ DaskRunner, which translates only those four, runs it too.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
+import struct
 import typing
 
 import apache_beam as beam
 
 from beam_jobs import storage
-from beam_jobs.prepare import PreparedRef
+from beam_jobs.prepare import PreparedRef, read_prepared
 from prep.plan import Layout, PlanOptions, make_layout, sort_key
+from prep.sources import InputRef
 
 GROUP_TARGET = 20_000
 ENTRY, CAPPED = "entry", "capped"
+
+
+def listing_order(refs: list[InputRef], seed: int) -> list[InputRef]:
+    """The order the listing is staged in: by (split, class, sort key, path). Planning relies on it."""
+    return sorted(refs, key=lambda r: (r.split or "", r.label, sort_key(seed, r.path), r.path))
 
 
 def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:
@@ -58,10 +73,7 @@ def prefix(key: bytes, bits: int) -> int:
 
 
 class Entry(typing.NamedTuple):
-    """A record's place: its order key inside the shard and where its bytes are.
-
-    It travels as a plain tuple, like PreparedRef (see there); `Entry._make` names the fields.
-    """
+    """A record's place: its order key inside the shard and where its bytes are."""
 
     order: bytes
     spill: int  # spill file (prepare.spill_id), offset and length of its framed record
@@ -74,114 +86,142 @@ class Entry(typing.NamedTuple):
     image: int
 
 
+_ENTRY = struct.Struct(">32sQQQI?QQI")  # an Entry's fields, `source` last as its length, then its bytes
+
+
+def pack_entries(entries) -> bytes:
+    out = []
+    for e in entries:
+        out.append(_ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+                               len(e.source)))
+        out.append(e.source)
+    return b"".join(out)
+
+
+def unpack_entries(data: bytes) -> list[Entry]:
+    entries, pos, size = [], 0, _ENTRY.size
+    while pos < len(data):
+        order, spill, offset, length, label, converted, cut, image, n = _ENTRY.unpack_from(data, pos)
+        pos += size
+        entries.append(Entry(order, spill, offset, length, label, converted, data[pos:pos + n], cut, image))
+        pos += n
+    return entries
+
+
+def entries_path(tmp_dir: str, task: int) -> str:
+    return storage.join(tmp_dir, "entries", f"task-{task:06d}.bin")
+
+
+def read_section(tmp_dir: str, section: tuple) -> list[Entry]:
+    """The entries of one Section (task, offset, length) of a task's entry file."""
+    task, offset, length = section
+    path = entries_path(tmp_dir, task)
+    with storage.open_read(path) as f:
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise OSError(f"entry file {path} is shorter than planned")
+    return unpack_entries(data)
+
+
 @dataclasses.dataclass(frozen=True)
-class BucketInfo:
-    start: int  # rank of the bucket's first ref within its (split, label) group
-    layout: Layout  # trimmed to the bucket's group
+class RankTask:
+    chunks: tuple  # ((chunk, ((split, label, first rank), ...)), ...) in chunk order
+    layout: Layout  # trimmed to the task's groups
     part_bits: dict  # split -> bits of order-key prefix for parts
 
 
-def _sum_pairs(pairs):
-    refs = size = 0
-    for n, b in pairs:
-        refs += n
-        size += b
-    return refs, size
-
-
-def layout_infos(element, num_classes: int, options: PlanOptions, tmp_dir: str | None, group_target: int):
-    """(None, [((split, label, bucket), (refs, bytes))]) -> ((split, label, bucket), BucketInfo) per bucket."""
-    _, sizes = element
-    sizes = sorted(sizes)
+def layout_tasks(element, num_classes: int, options: PlanOptions, tmp_dir: str, group_target: int):
+    """(None, [(chunk, counts)]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs."""
+    _, chunks = element
+    chunks = sorted(chunks)
     groups: dict[tuple, int] = {}
     total_refs = total_bytes = 0
-    for (split, label, _), (refs, size) in sizes:
-        groups[(split or None, label)] = groups.get((split or None, label), 0) + refs
-        total_refs += refs
-        total_bytes += size
+    for _, counts in chunks:
+        for split, label, refs, size in counts:
+            groups[(split or None, label)] = groups.get((split or None, label), 0) + refs
+            total_refs += refs
+            total_bytes += size
     layout = make_layout(groups, num_classes, options, total_bytes / max(1, total_refs))
-    if tmp_dir is not None:
-        storage.write_atomic(storage.join(tmp_dir, "plan.json"),
-                             json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
+    storage.write_atomic(storage.join(tmp_dir, "plan.json"),
+                         json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
     part_bits = {s.name: prefix_bits(math.ceil(s.examples / s.num_shards), group_target) for s in layout.splits}
     starts: dict[tuple, int] = {}
-    for (split, label, bucket), (refs, _) in sizes:
-        group = (split or None, label)
-        start = starts.get(group, 0)
-        starts[group] = start + refs
-        trimmed = Layout({group: layout.segments[group]}, {group: layout.kept[group]}, layout.splits)
-        yield (split, label, bucket), BucketInfo(start, trimmed, part_bits)
+    members, held, task = [], 0, 0
+    for position, (chunk, counts) in enumerate(chunks):
+        firsts = []
+        for split, label, refs, _ in counts:
+            group = (split or None, label)
+            firsts.append((split, label, starts.get(group, 0)))
+            starts[group] = starts.get(group, 0) + refs
+            held += refs
+        members.append((chunk, tuple(firsts)))
+        if held >= group_target or position == len(chunks) - 1:
+            used = {(split or None, label) for _, firsts in members for split, label, _ in firsts}
+            trimmed = Layout({g: layout.segments[g] for g in used}, {g: layout.kept[g] for g in used}, layout.splits)
+            yield task, RankTask(tuple(members), trimmed, part_bits)
+            members, held, task = [], 0, task + 1
 
 
-def key_by_bucket(refs, seed: int, bits: int):
-    """[PreparedRef fields] -> ((split, label, bucket), [PreparedRef fields]) for each bucket the refs fall in."""
-    buckets: dict[tuple, list] = {}
-    for fields in refs:
-        r = PreparedRef._make(fields)
-        buckets.setdefault((r.split, r.label, prefix(sort_key(seed, r.path), bits)), []).append(fields)
-    return buckets.items()
+def rank_task(element, tmp_dir: str, seed: int):
+    """(task, RankTask) -> (ENTRY, part key, Section) per part it sends entries to, and (CAPPED, label, count).
 
-
-def bucket_size(element):
-    """((split, label, bucket), [PreparedRef fields]) -> (same key, (refs, bytes))."""
-    key, refs = element
-    return key, (len(refs), sum(PreparedRef._make(r).length for r in refs))
-
-
-def rank_bucket(element, seed: int):
-    """((split, label, bucket), {"refs": [[...]], "info": [BucketInfo]})
-    -> (ENTRY, part key, [Entry fields]) per part the bucket sends entries to, and (CAPPED, label, count)."""
-    (split, label, _), joined = element
-    (info,) = joined["info"]
-    group = (split or None, label)
-    refs = sorted(map(PreparedRef._make, itertools.chain.from_iterable(joined["refs"])),
-                  key=lambda r: (sort_key(seed, r.path), r.path))
+    Writes the task's entries to its entry file, grouped by part.
+    """
+    task, info = element
     parts: dict[tuple, list] = {}
-    capped = 0
-    for rank, ref in enumerate(refs, start=info.start):
-        where = info.layout.locate(group, rank)
-        if where is None:
-            capped += 1
-            continue
-        split_name, shard = where
-        bits = info.part_bits[split_name]
-        order = sort_key(seed, ref.path, "order")
-        key = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-        parts.setdefault(key, []).append((order, ref.spill, ref.offset, ref.length, ref.label, ref.converted,
-                                          ref.path if ref.image else b"", ref.cut, ref.image))
-    for key, entries in parts.items():
-        yield ENTRY, key, entries
-    if capped:
-        yield CAPPED, label, capped
+    capped: dict[int, int] = {}
+    last: dict[tuple, tuple] = {}
+    for chunk, firsts in info.chunks:
+        next_rank = {(split or None, label): first for split, label, first in firsts}
+        for r in map(PreparedRef._make, read_prepared(tmp_dir, chunk)):
+            group = (r.split or None, r.label)
+            key = (sort_key(seed, r.path), r.path)
+            if group in last and key <= last[group]:
+                raise RuntimeError(f"internal error: chunk {chunk} is not staged in rank order")
+            last[group] = key
+            rank = next_rank[group]
+            next_rank[group] = rank + 1
+            where = info.layout.locate(group, rank)
+            if where is None:
+                capped[r.label] = capped.get(r.label, 0) + 1
+                continue
+            split_name, shard = where
+            bits = info.part_bits[split_name]
+            order = sort_key(seed, r.path, "order")
+            part = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
+            parts.setdefault(part, []).append(Entry(order, r.spill, r.offset, r.length, r.label, r.converted,
+                                                    r.path if r.image else b"", r.cut, r.image))
+    sections, data, offset = [], [], 0
+    for part in sorted(parts):
+        packed = pack_entries(parts[part])
+        sections.append((ENTRY, part, (task, offset, len(packed))))
+        data.append(packed)
+        offset += len(packed)
+    storage.write_atomic(entries_path(tmp_dir, task), b"".join(data))
+    yield from sections
+    for label, count in sorted(capped.items()):
+        yield CAPPED, label, count
 
 
 class PlanShards(beam.PTransform):
-    """[PreparedRef fields] -> (ENTRY, part key, [Entry fields]) and (CAPPED, label, count), exactly as
-    `prep.plan.make_plan` decides."""
+    """(chunk, counts) of prepared chunks -> (ENTRY, part key, Section) and (CAPPED, label, count), exactly
+    as `prep.plan.make_plan` decides for the chunks' good inputs."""
 
-    def __init__(self, num_classes: int, options: PlanOptions, total_refs: int, tmp_dir: str | None = None,
-                 group_target: int = GROUP_TARGET):
+    def __init__(self, num_classes: int, options: PlanOptions, tmp_dir: str, group_target: int = GROUP_TARGET):
         super().__init__()
         self._num_classes = num_classes
         self._options = options
-        self._bits = prefix_bits(total_refs, group_target)
         self._tmp_dir = tmp_dir
         self._group_target = group_target
 
-    def expand(self, refs):
-        seed, bits = self._options.seed, self._bits
-        keyed = refs | "KeyByBucket" >> beam.FlatMap(key_by_bucket, seed, bits)
-        infos = (
-            keyed
-            | "BucketSize" >> beam.Map(bucket_size)
-            | "SumBuckets" >> beam.CombinePerKey(_sum_pairs)
-            | "OneKey" >> beam.Map(lambda kv: (None, kv))
-            | "GatherSizes" >> beam.GroupByKey()
-            | "Layout" >> beam.FlatMap(layout_infos, self._num_classes, self._options, self._tmp_dir,
-                                         self._group_target)
-        )
+    def expand(self, counts):
         return (
-            {"refs": keyed, "info": infos}
-            | "JoinBuckets" >> beam.CoGroupByKey()
-            | "Rank" >> beam.FlatMap(rank_bucket, seed)
+            counts
+            | "OneKey" >> beam.Map(lambda c: (None, c))
+            | "GatherCounts" >> beam.GroupByKey()
+            | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._tmp_dir,
+                                         self._group_target)
+            | "SpreadTasks" >> beam.Reshuffle()
+            | "Rank" >> beam.FlatMap(rank_task, self._tmp_dir, self._options.seed)
         )

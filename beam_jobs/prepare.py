@@ -24,7 +24,7 @@ from beam_jobs.spill import BATCH, prepare_batch, spill_id
 from prep.images import ImageOptions
 from prep.sources import InputRef, Reject
 
-OK, REJECT, REUSED = "ok", "reject", "reused"
+OK, REJECT, REUSED, COUNTS = "ok", "reject", "reused", "counts"
 
 
 class PreparedRef(typing.NamedTuple):
@@ -56,9 +56,20 @@ def write_listing(tmp_dir: str, chunk: int, refs) -> None:
     storage.write_atomic(listing_path(tmp_dir, chunk), json.dumps([list(r) for r in refs]).encode())
 
 
+def read_prepared(tmp_dir: str, chunk: int) -> list[tuple]:
+    """The PreparedRef fields of a prepared chunk's good inputs, in listing order, from its index.
+
+    The path comes back as bytes (UTF-8, undecodable bytes kept), as Entry.source holds it.
+    """
+    data = json.loads(storage.read_bytes(checkpoints.index_path(tmp_dir, chunk)))
+    return [(v[0].encode("utf-8", "surrogateescape"), *v[1:]) for kind, v in data["outcomes"] if kind == OK]
+
+
 class PrepareChunk(PooledDoFn):
-    """chunk id -> (OK, [PreparedRef fields]) for its good inputs and (REJECT, [Reject]) for its bad
+    """chunk id -> (COUNTS, (chunk, counts)) for its good inputs and (REJECT, [Reject]) for its bad
     ones, plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
+    The good inputs' references wait in the chunk's index (`read_prepared`); `counts` are
+    `chunk_counts`: what the planner needs to know of them.
 
     The chunk's inputs are cut into batches of `BATCH`; each batch is one task
     on the pool (`prepare_batch`) and writes its own spill file, so that all
@@ -67,7 +78,8 @@ class PrepareChunk(PooledDoFn):
 
     One element per chunk and kind, not one per input: Beam's cost per element
     (coders, several transforms) runs on the runner's thread, outside the pool,
-    and would otherwise be a serial cost per image. After the spill files are
+    and would otherwise be a serial cost per image; and the embedded runner
+    holds every element between steps in memory. After the spill files are
     complete, the chunk's outcomes are recorded in its index (see
     checkpoints.py), which a resumed run emits instead of reading the images again.
 
@@ -99,8 +111,8 @@ class PrepareChunk(PooledDoFn):
             recorded = checkpoints.read_chunk_index(self._tmp_dir, chunk)
             if recorded is not None:
                 yield REUSED, chunk
-                yield from _by_kind([(kind, tuple(f) if kind == OK else Reject(*f))
-                                     for kind, f in recorded.outcomes])
+                yield from _by_kind(chunk, [(kind, tuple(f) if kind == OK else Reject(*f))
+                                            for kind, f in recorded.outcomes])
                 return
         checkpoints.pause_for_tests("chunk")
         submitted = self._submit(chunk)
@@ -142,18 +154,25 @@ class PrepareChunk(PooledDoFn):
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
-        return list(_by_kind(outcomes))
+        return list(_by_kind(chunk, outcomes))
 
 
-def _by_kind(outcomes):
-    """[(kind, value)] -> (OK, [PreparedRef fields]) and (REJECT, [Reject]), each only if not empty.
+def chunk_counts(refs) -> list[tuple]:
+    """[PreparedRef fields] of one chunk -> [(split, label, refs, bytes)] per group, in order of appearance."""
+    counts: dict[tuple, list] = {}
+    for fields in refs:
+        r = PreparedRef._make(fields)
+        count = counts.setdefault((r.split, r.label), [0, 0])
+        count[0] += 1
+        count[1] += r.length
+    return [(split, label, n, size) for (split, label), (n, size) in counts.items()]
 
-    OK values come with a text path (as the chunk index records them); the path
-    leaves as bytes, which Beam's coder takes even when the name was not UTF-8.
-    """
-    for kind in (OK, REJECT):
-        values = [value for k, value in outcomes if k == kind]
-        if kind == OK:
-            values = [(v[0].encode("utf-8", "surrogateescape"), *v[1:]) for v in values]
-        if values:
-            yield kind, values
+
+def _by_kind(chunk: int, outcomes):
+    """[(kind, value)] -> (COUNTS, (chunk, counts)) and (REJECT, [Reject]), each only if not empty."""
+    good = [value for kind, value in outcomes if kind == OK]
+    if good:
+        yield COUNTS, (chunk, chunk_counts(good))
+    rejects = [value for kind, value in outcomes if kind == REJECT]
+    if rejects:
+        yield REJECT, rejects

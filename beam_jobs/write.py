@@ -1,6 +1,8 @@
 """Writing shards from planned entries. Records are copied from spill files,
 with kept images read from the source again (spill.read_record); image bytes
-never pass through a shuffle.
+never pass through a shuffle, and entries do not either: they wait in the
+rank tasks' entry files, and a part's sections of them are read here
+(planning.py).
 
 A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about
@@ -31,7 +33,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beam_jobs import checkpoints, storage
-from beam_jobs.planning import Entry
+from beam_jobs.planning import read_section
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.spill import read_record, spill_path
 from prep import manifest as manifest_lib
@@ -141,10 +143,11 @@ def write_task(key: tuple, width: int) -> tuple:
 
 
 class WriteParts(PooledDoFn):
-    """(write task, [(part key, [Entry fields])]) -> per part, (SHARD, result) or (PART, file, info).
+    """(write task, [(part key, Section)]) -> per part, (SHARD, result) or (PART, file, info).
 
-    A part key is (split, shard, num_shards, part, num_parts); its entries come
-    in lists, one per bucket that sent some (see planning.py). A task holds up
+    A part key is (split, shard, num_shards, part, num_parts); its entries wait
+    in sections of entry files, one per rank task that sent some (see
+    planning.py). A task holds up
     to `width` parts (`write_task`), written at once on as many threads: each
     part file is a stream of page-cache writes and a SHA-256 that one thread
     cannot overlap with another file's.
@@ -176,22 +179,22 @@ class WriteParts(PooledDoFn):
 
     def process(self, element):
         _, items = element
-        lists: dict[tuple, list] = {}
-        for key, entries in items:
-            lists.setdefault(key, []).append(entries)
-        keys = sorted(lists)
+        sections: dict[tuple, list] = {}
+        for key, section in items:
+            sections.setdefault(key, []).append(section)
+        keys = sorted(sections)
         # Metrics count in this thread: Beam's metrics container is per thread.
-        for output, written, size in self._parts.map(lambda key: self._write_part(key, lists[key]), keys):
+        for output, written, size in self._parts.map(lambda key: self._write_part(key, sections[key]), keys):
             if written:
                 self._written.inc(written)
                 self._bytes.inc(size)
             yield output
 
-    def _write_part(self, key: tuple, lists) -> tuple:
+    def _write_part(self, key: tuple, sections) -> tuple:
         """Writes one part (or whole shard); returns (output, records written, bytes written)."""
         split, index, count, part, parts = key
         name = ShardName(split, index, count)
-        entries = [Entry._make(e) for e in sorted(itertools.chain.from_iterable(lists))]
+        entries = sorted(itertools.chain.from_iterable(read_section(self._tmp_dir, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
         counts = collections.Counter(self._labels[e.label] for e in entries)
         class_counts = {label: counts.get(label, 0) for label in self._labels}

@@ -1,24 +1,48 @@
-"""The bucketed Beam planner gives exactly the reference plan, with bounded groups."""
+"""The Beam planner gives exactly the reference plan, with bounded groups, from per-chunk counts."""
 
+import json
+import pathlib
 import pickle
+import random
 from collections import Counter
 
 import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.planning import CAPPED, ENTRY, Entry, PlanShards, prefix_bits
-from beam_jobs.prepare import PreparedRef
+from beam_jobs import checkpoints, prepare
+from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, listing_order, pack_entries,
+                                prefix_bits, rank_task, read_section, unpack_entries)
+from prep.errors import PlanError
 from prep.plan import Example, PlanOptions, make_plan, parse_split_fractions
+from prep.sources import InputRef, Reject
+
+CHUNK = 37
 
 
-def synthetic_refs(counts, split=""):
-    refs = []
-    for label, n in enumerate(counts):
-        for i in range(n):
-            refs.append(PreparedRef(f"c{label}/{i:06d}.jpg", label, split, spill=len(refs), offset=0,
-                                    length=100 + i % 7, converted=False, cut=0, image=0))
-    return refs
+def stage(counts, options, tmp_path, splits=("",), reject_every=0):
+    """Stages synthetic chunk indexes as a conversion leaves them: the listing in `listing_order`,
+    every `reject_every`-th input rejected. Returns (examples kept, [(chunk, counts)])."""
+    inputs = [InputRef(f"c{label}/{split}{i:06d}.jpg", f"class{label:02d}", split or None)
+              for split in splits for label, n in enumerate(counts) for i in range(n)]
+    random.Random(1).shuffle(inputs)  # the order found on disk must not matter
+    ordered = listing_order(inputs, options.seed)
+    examples, elements = [], []
+    for chunk, start in enumerate(range(0, len(ordered), CHUNK)):
+        outcomes = []
+        for i, ref in enumerate(ordered[start:start + CHUNK], start=start):
+            if reject_every and i % reject_every == 0:
+                outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
+                continue
+            label = int(ref.label[5:])
+            outcomes.append((prepare.OK, (ref.path, label, ref.split or "", len(examples), 0, 100 + i % 7, False,
+                                          0, 0)))
+            examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
+        checkpoints.write_chunk_index(str(tmp_path), chunk, outcomes, {}, [])
+        good = prepare.read_prepared(str(tmp_path), chunk)
+        if good:
+            elements.append((chunk, prepare.chunk_counts(good)))
+    return examples, elements
 
 
 def _dump(items, path):
@@ -26,14 +50,12 @@ def _dump(items, path):
         pickle.dump(items, f)
 
 
-def beam_plan(refs, num_classes, options, group_target, tmp_path):
-    """{(split, shard, num_shards): [paths in write order]}, capped counts, and the largest group seen."""
-    by_spill = {r.spill: r.path for r in refs}
+def beam_plan(elements, num_classes, options, group_target, tmp_path):
+    """{(split, shard, num_shards): [spill ids in write order]}, capped counts, and the largest part."""
+    tmp = str(tmp_path)
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        # as PrepareChunk emits them: plain tuples, the path in bytes
-        batches = [[(r.path.encode(), *r[1:]) for r in refs[i:i + 37]] for i in range(0, len(refs), 37)]
-        ranked = (p | beam.Create(batches)
-                  | PlanShards(num_classes, options, len(refs), group_target=group_target))
+        ranked = (p | beam.Create(elements)
+                  | PlanShards(num_classes, options, tmp, group_target=group_target))
         parts = (ranked
                  | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
                  | beam.GroupByKey())
@@ -45,13 +67,15 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     with open(tmp_path / "plan.pickle", "rb") as f:
         out = pickle.load(f)
     capped = {key[1]: n for key, n in out if key[0] == CAPPED}
-    out = [(k, [Entry._make(e) for entries in v for e in entries]) for k, v in out if k[0] != CAPPED]
     shards, largest = {}, 0
-    for key, entries in out:
+    for key, sections in out:
+        if key[0] == CAPPED:
+            continue
         split, shard, count, part, parts = key
+        entries = [e for section in sections for e in read_section(tmp, section)]
         largest = max(largest, len(entries))
         shards.setdefault((split, shard, count), []).extend((part, e) for e in entries)
-    return {k: [by_spill[e.spill] for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
+    return {k: [e.spill for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
             for k, v in shards.items()}, capped, largest
 
 
@@ -62,16 +86,57 @@ def beam_plan(refs, num_classes, options, group_target, tmp_path):
     ([600], PlanOptions(num_shards=1), 50),  # one shard cut into parts
     ([5, 5], PlanOptions(shard_size=300), 20000),  # shard count from the size
 ])
-def test_bucketed_plan_equals_reference_plan(counts, options, group_target, tmp_path):
-    refs = synthetic_refs(counts)
-    examples = [Example(r.path, r.label, None, r.length) for r in refs]
+@pytest.mark.parametrize("reject_every", [0, 5])
+def test_plan_from_chunk_counts_equals_reference_plan(counts, options, group_target, reject_every, tmp_path):
+    examples, elements = stage(counts, options, tmp_path, reject_every=reject_every)
     reference = make_plan(examples, len(counts), options)
-    expected = {(s.name.split, s.name.index, s.name.count): [examples[m].path for m in s.members]
-                for s in reference.shards}
-    got, capped, largest = beam_plan(refs, len(counts), options, group_target, tmp_path)
+    expected = {(s.name.split, s.name.index, s.name.count): list(s.members) for s in reference.shards}
+    got, capped, largest = beam_plan(elements, len(counts), options, group_target, tmp_path)
     assert got == expected
     assert capped == dict(Counter(examples[i].label for i in reference.capped))
-    assert largest <= 3 * group_target  # hash buckets: bounded, about group_target each
+    assert largest <= 2 * group_target  # parts: bounded, about group_target each
+    # A rank task holds about group_target references: its last chunk may take it past.
+    tasks = list(layout_tasks((None, elements), len(counts), options, str(tmp_path), group_target))
+    held = {chunk: sum(c[2] for c in counts) for chunk, counts in elements}
+    assert max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks) < group_target + CHUNK
+    assert len(tasks) >= sum(held.values()) // (group_target + CHUNK)
+
+
+def test_splits_named_by_the_source_are_planned_as_the_reference_plans_them(tmp_path):
+    options = PlanOptions(num_shards=3, seed=7, max_per_class=60)
+    examples, elements = stage([10, 80, 45], options, tmp_path, splits=("train", "test"), reject_every=7)
+    reference = make_plan(examples, 3, options)
+    got, capped, _ = beam_plan(elements, 3, options, 40, tmp_path)
+    assert got == {(s.name.split, s.name.index, s.name.count): list(s.members) for s in reference.shards}
+    assert sorted(got) == [(split, i, 3) for split in ("test", "train") for i in range(3)]
+    assert capped == dict(Counter(examples[i].label for i in reference.capped))
+
+
+def test_a_chunk_staged_out_of_rank_order_is_an_internal_error_not_a_wrong_plan(tmp_path):
+    options = PlanOptions(num_shards=2)
+    _, elements = stage([30], options, tmp_path)
+    index = pathlib.Path(checkpoints.index_path(str(tmp_path), 0))
+    recorded = json.loads(index.read_text())
+    recorded["outcomes"].reverse()
+    index.write_text(json.dumps(recorded))
+    (task,) = layout_tasks((None, elements), 1, options, str(tmp_path), 1000)
+    with pytest.raises(RuntimeError, match="not staged in rank order"):
+        list(rank_task(task, str(tmp_path), options.seed))
+
+
+def test_a_split_emptied_by_the_layout_is_a_plan_error(tmp_path):
+    options = PlanOptions(num_shards=1, split_fractions=parse_split_fractions("a=0.9,b=0.1"))
+    _, elements = stage([3], options, tmp_path)
+    with pytest.raises(PlanError, match="split 'b' gets no examples"):
+        list(layout_tasks((None, elements), 1, options, str(tmp_path), 1000))
+
+
+def test_entries_survive_packing():
+    entries = [Entry(bytes(range(32)), 2**40, 5, 7, 3, True, "caf\u00e9/\udcff.jpg".encode("utf-8", "surrogateescape"),
+                     11, 13),
+               Entry(b"\xff" * 32, 0, 0, 1, 0, False, b"", 0, 0)]
+    assert unpack_entries(pack_entries(entries)) == entries
+    assert unpack_entries(b"") == []
 
 
 def test_prefix_bits():
