@@ -5,7 +5,10 @@
     .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out (spill.py)
     .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
                                          Rejects), the size of each spill file, and a
-                                         signature per input
+                                         signature per input; the planner reads its PreparedRefs
+    .prep-tmp/plan.json                  the shard count, for progress bars
+    .prep-tmp/entries/task-NNNNNN.bin    a rank task's planned entries, by shard part (planning.py);
+                                         written again by every run, never reused
     .prep-tmp/done/<shard>.json          sidecar of a complete shard: digest of its planned
                                          entries, size, SHA-256
     .prep-tmp/parts/<shard>/part-N.json  the same for a part of a multi-part shard

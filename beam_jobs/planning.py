@@ -89,13 +89,13 @@ class Entry(typing.NamedTuple):
 _ENTRY = struct.Struct(">32sQQQI?QQI")  # an Entry's fields, `source` last as its length, then its bytes
 
 
+def pack_entry(e: Entry) -> bytes:
+    return _ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+                       len(e.source)) + e.source
+
+
 def pack_entries(entries) -> bytes:
-    out = []
-    for e in entries:
-        out.append(_ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
-                               len(e.source)))
-        out.append(e.source)
-    return b"".join(out)
+    return b"".join(map(pack_entry, entries))
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
@@ -166,7 +166,8 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, tmp_dir: str, 
 def rank_task(element, tmp_dir: str, seed: int):
     """(task, RankTask) -> (ENTRY, part key, Section) per part it sends entries to, and (CAPPED, label, count).
 
-    Writes the task's entries to its entry file, grouped by part.
+    Writes the task's entries to its entry file, grouped by part. They are held
+    packed (about 100 bytes each), one chunk's index parsed at a time.
     """
     task, info = element
     parts: dict[tuple, list] = {}
@@ -190,15 +191,13 @@ def rank_task(element, tmp_dir: str, seed: int):
             bits = info.part_bits[split_name]
             order = sort_key(seed, r.path, "order")
             part = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
-            parts.setdefault(part, []).append(Entry(order, r.spill, r.offset, r.length, r.label, r.converted,
-                                                    r.path if r.image else b"", r.cut, r.image))
-    sections, data, offset = [], [], 0
+            parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
+                order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image)))
+    sections, offset = [], 0
     for part in sorted(parts):
-        packed = pack_entries(parts[part])
-        sections.append((ENTRY, part, (task, offset, len(packed))))
-        data.append(packed)
-        offset += len(packed)
-    storage.write_atomic(entries_path(tmp_dir, task), b"".join(data))
+        sections.append((ENTRY, part, (task, offset, len(parts[part]))))
+        offset += len(parts[part])
+    storage.write_atomic(entries_path(tmp_dir, task), b"".join(parts[part] for part in sorted(parts)))
     yield from sections
     for label, count in sorted(capped.items()):
         yield CAPPED, label, count

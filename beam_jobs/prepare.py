@@ -4,8 +4,9 @@ Each element is a chunk id. The driver wrote the chunk's listing to
 ``.prep-tmp/listing/chunk-NNNNNN.json``, so the pipeline graph holds only
 chunk ids, however many inputs there are. A pool of `workers` threads
 works on the chunk's images in batches (spill.py); each batch's
-framed TFRecord bytes go to its own spill file, and only a small
-`PreparedRef` (where the record is) travels on.
+framed TFRecord bytes go to its own spill file, and a small `PreparedRef`
+(where the record is) per good input goes to the chunk's index. Only the
+chunk's counts per (split, class) travel on, to the planner.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ OK, REJECT, REUSED, COUNTS = "ok", "reject", "reused", "counts"
 class PreparedRef(typing.NamedTuple):
     """A checked example whose framed record waits in a spill file.
 
-    Between steps a reference travels as a plain tuple of these fields, and
-    `PreparedRef._make` names them where they are read: Beam's coder encodes
-    plain tuples natively but pickles a NamedTuple one object at a time, 5x
-    slower (20,000 refs: 57 ms against 10 ms to encode and decode), and
-    that work falls on the runner's thread at every step.
+    References are recorded in their chunk's index (as plain lists, the path as
+    text) and read back by the planner (`read_prepared`); they never travel
+    between steps as elements.
     """
 
     path: bytes  # the input's path in UTF-8, undecodable bytes kept (surrogateescape), as image/filename

@@ -3,10 +3,14 @@
     python bench/plan_scale.py                   # 1,000,000 refs, 20 classes, 64 shards, 3 splits
     python bench/plan_scale.py --refs 200000
 
-Runs `beam_jobs.planning.PlanShards` on the embedded in-memory runner (no
-images), groups the planned entries by shard part as the real pipeline does,
-and checks the balance promise exactly from per-(split, shard, label) counts.
-Prints time, peak RSS and the largest group any key held; writes JSON to
+A child process stages what PrepareChunk leaves for the planner: chunk indexes
+in .prep-tmp, in `listing_order`, chunks of `pipeline.MAX_CHUNK`, with one
+reference in `--reject-every` rejected. Then `beam_jobs.planning.PlanShards`
+runs on the embedded in-memory runner (no images) from the chunks' counts,
+the shard parts' sections are grouped as the real pipeline groups them, and
+the balance promise is checked exactly from per-(split, shard, label) counts
+read back from the entry files. Prints the time and peak RSS of each step and
+the most references any rank task or shard part held; writes JSON to
 bench/results/plan-scale-<refs>.json.
 """
 
@@ -14,44 +18,78 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import pathlib
 import resource
+import shutil
 import tempfile
 import time
 
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs.planning import ENTRY, GROUP_TARGET, Entry, PlanShards
-from beam_jobs.prepare import PreparedRef
+from beam_jobs import checkpoints, prepare
+from beam_jobs.pipeline import chunk_size, make_chunks
+from beam_jobs.planning import ENTRY, GROUP_TARGET, PlanShards, listing_order, read_section
 from prep.plan import PlanOptions, parse_split_fractions
+from prep.sources import InputRef, Reject
 
 HERE = pathlib.Path(__file__).parent
 
 
-def synthetic(index_range, counts):
-    """PreparedRef for refs in index_range; class c holds counts[c] refs."""
-    bounds, total = [], 0
-    for n in counts:
-        total += n
-        bounds.append(total)
-    label = 0
-    for i in index_range:
-        while i >= bounds[label]:
-            label += 1
-        yield PreparedRef(f"class{label:02d}/img{i:08d}.jpg", label, "", i // 256, (i % 256) * 120_000, 110_000, False, 0, 0)
+def class_counts(refs: int, classes: int) -> list[int]:
+    half = refs // 2
+    rest = refs - half
+    return [half] + [rest // (classes - 1) + (1 if i < rest % (classes - 1) else 0) for i in range(classes - 1)]
+
+
+def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: str) -> None:
+    """Writes the chunk indexes and, to `out`, [(chunk, counts)] and the rejected count (child process)."""
+    start = time.perf_counter()
+    inputs = [InputRef(f"class{label:02d}/img{i:08d}.jpg", f"class{label:02d}", None)
+              for label, n in enumerate(counts) for i in range(n)]
+    chunks = make_chunks(listing_order(inputs, seed), chunk_size(len(inputs)))
+    del inputs
+    elements, rejected, n = [], 0, 0
+    for chunk, refs in enumerate(chunks):
+        outcomes = []
+        for ref in refs:
+            if reject_every and n % reject_every == 0:
+                outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
+                rejected += 1
+            else:
+                outcomes.append((prepare.OK, (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000,
+                                              110_000, False, 0, 0)))
+            n += 1
+        checkpoints.write_chunk_index(tmp_dir, chunk, outcomes, {}, [])
+        elements.append((chunk, prepare.chunk_counts([v for kind, v in outcomes if kind == prepare.OK])))
+        chunks[chunk] = None
+    with open(out, "w") as f:
+        json.dump({"elements": elements, "rejected": rejected, "seconds": time.perf_counter() - start,
+                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+
+
+def count_part(element, tmp_dir):
+    """(part key, [Section]) -> the part's size and its ((split, shard, label), count)s."""
+    (split, shard, _, _, _), sections = element
+    labels: dict[int, int] = {}
+    size = 0
+    for section in sections:
+        for e in read_section(tmp_dir, section):
+            labels[e.label] = labels.get(e.label, 0) + 1
+            size += 1
+    return [("size", size)] + [((split, shard, label), n) for label, n in labels.items()]
 
 
 def summarise(element, out_path):
-    counts = {}
-    largest = 0
+    counts, largest = {}, 0
     for key, value in element[1]:
         if key == "size":
             largest = max(largest, value)
         else:
             counts[key] = counts.get(key, 0) + value
     with open(out_path, "w") as f:
-        json.dump({"largest_group": largest, "counts": [[list(k), v] for k, v in counts.items()]}, f)
+        json.dump({"largest_part": largest, "counts": [[list(k), v] for k, v in counts.items()]}, f)
     yield None
 
 
@@ -60,37 +98,43 @@ def main(argv=None) -> None:
     parser.add_argument("--refs", type=int, default=1_000_000)
     parser.add_argument("--classes", type=int, default=20)
     parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument("--reject-every", type=int, default=97)
     args = parser.parse_args(argv)
-    half = args.refs // 2
-    rest = args.refs - half
-    counts = [half] + [rest // (args.classes - 1) + (1 if i < rest % (args.classes - 1) else 0)
-                       for i in range(args.classes - 1)]
+    counts = class_counts(args.refs, args.classes)
     options = PlanOptions(num_shards=args.shards, seed=1,
                           split_fractions=parse_split_fractions("train=0.8,validation=0.1,test=0.1"))
-    slices = [range(s, min(s + 10_000, args.refs)) for s in range(0, args.refs, 10_000)]
-    out_path = tempfile.mktemp(suffix=".json")
-    start = time.perf_counter()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        parts = (
-            p
-            | "Slices" >> beam.Create([(r.start, r.stop) for r in slices])
-            | "Refs" >> beam.FlatMap(lambda se: _chunks(list(synthetic(range(*se), counts))))  # [PreparedRef]
-            | "Plan" >> PlanShards(args.classes, options, args.refs)
-            | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
-            | "GroupParts" >> beam.GroupByKey()
-        )
-        (
-            parts
-            | "Flat" >> beam.Map(lambda kv: (kv[0], [e for entries in kv[1] for e in entries]))
-            | "Count" >> beam.FlatMap(lambda kv: [(("size"), len(kv[1]))] + [
-                ((kv[0][0], kv[0][1], label), n) for label, n in _by_label(kv[1]).items()])
-            | "OneKey" >> beam.Map(lambda x: (None, x))
-            | "Gather" >> beam.GroupByKey()
-            | "Summarise" >> beam.FlatMap(summarise, out_path)
-        )
-    seconds = time.perf_counter() - start
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = json.loads(pathlib.Path(out_path).read_text())
+    work = tempfile.mkdtemp(prefix="plan-scale-")
+    try:
+        staged = f"{work}/staged.json"
+        child = multiprocessing.get_context("fork").Process(
+            target=stage, args=(work, counts, options.seed, args.reject_every, staged))
+        child.start()
+        child.join()
+        staging = json.loads(pathlib.Path(staged).read_text())
+        elements = [(chunk, [tuple(c) for c in cs]) for chunk, cs in staging["elements"]]
+        del staging["elements"]
+        held = {chunk: sum(c[2] for c in cs) for chunk, cs in elements}
+        out_path = f"{work}/summary.json"
+        start = time.perf_counter()
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            ranked = p | "Counts" >> beam.Create(elements) | "Plan" >> PlanShards(args.classes, options, work)
+            (
+                ranked
+                | "Sections" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
+                | "GroupParts" >> beam.GroupByKey()
+                | "Count" >> beam.FlatMap(count_part, work)
+                | "OneKey" >> beam.Map(lambda x: (None, x))
+                | "Gather" >> beam.GroupByKey()
+                | "Summarise" >> beam.FlatMap(summarise, out_path)
+            )
+        seconds = time.perf_counter() - start
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result = json.loads(pathlib.Path(out_path).read_text())
+        from beam_jobs.planning import layout_tasks
+        tasks = list(layout_tasks((None, elements), args.classes, options, work, GROUP_TARGET))
+        largest_task = max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     per = {}
     for (split, shard, label), n in result["counts"]:
         per.setdefault(split, {}).setdefault(shard, {})[label] = n
@@ -102,27 +146,18 @@ def main(argv=None) -> None:
             spread = [c.get(label, 0) for c in shards.values()]
             ok &= max(spread) - min(spread) <= 1
     written = sum(n for _, n in result["counts"])
-    print(f"{'refs':>10}{'classes':>9}{'shards/split':>14}{'seconds':>9}{'peak RSS MB':>13}"
-          f"{'largest group':>15}{'group target':>14}{'balanced':>10}")
-    print(f"{args.refs:>10}{args.classes:>9}{args.shards:>14}{seconds:>9.1f}{peak_mb:>13.0f}"
-          f"{result['largest_group']:>15}{GROUP_TARGET:>14}{str(ok and written == args.refs):>10}")
+    ok &= written == args.refs - staging["rejected"] and len(per) == 3
+    print(f"{'refs':>10}{'rejected':>9}{'classes':>8}{'shards/split':>13}{'stage s':>8}{'stage MB':>9}"
+          f"{'plan s':>7}{'plan MB':>8}{'largest task':>13}{'largest part':>13}{'target':>7}{'balanced':>9}")
+    print(f"{args.refs:>10}{staging['rejected']:>9}{args.classes:>8}{args.shards:>13}{staging['seconds']:>8.1f}"
+          f"{staging['peak_rss_mb']:>9.0f}{seconds:>7.1f}{peak_mb:>8.0f}{largest_task:>13}"
+          f"{result['largest_part']:>13}{GROUP_TARGET:>7}{str(ok):>9}")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"plan-scale-{args.refs}.json").write_text(json.dumps({
-        "refs": args.refs, "classes": args.classes, "shards": args.shards, "seconds": seconds,
-        "peak_rss_mb": peak_mb, "largest_group": result["largest_group"], "balanced": ok,
-        "written": written}, indent=2))
-
-
-def _chunks(refs, size=256):
-    """Lists of refs as PrepareChunk emits them (plain tuples), one per chunk."""
-    return [[(r.path.encode(), *r[1:]) for r in refs[i:i + size]] for i in range(0, len(refs), size)]
-
-
-def _by_label(entries):
-    counts = {}
-    for e in map(Entry._make, entries):
-        counts[e.label] = counts.get(e.label, 0) + 1
-    return counts
+        "refs": args.refs, "rejected": staging["rejected"], "classes": args.classes, "shards": args.shards,
+        "stage_seconds": staging["seconds"], "stage_peak_rss_mb": staging["peak_rss_mb"],
+        "plan_seconds": seconds, "plan_peak_rss_mb": peak_mb, "largest_task": largest_task,
+        "largest_part": result["largest_part"], "balanced": ok, "written": written}, indent=2))
 
 
 if __name__ == "__main__":
