@@ -257,7 +257,7 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     and returns the manifest it wrote.
 
     `group_target` bounds the references per group (see planning.py); tests
-    lower it to exercise many buckets and multi-part shards on small inputs.
+    lower it to exercise many rank tasks and multi-part shards on small inputs.
     Once the listing is staged in OUTPUT/.prep-tmp, this function drops its
     reference to it: a caller that keeps none frees its inputs' memory then.
 

@@ -59,8 +59,19 @@ ENTRY, CAPPED = "entry", "capped"
 
 
 def listing_order(refs: list[InputRef], seed: int) -> list[InputRef]:
-    """The order the listing is staged in: by (split, class, sort key, path). Planning relies on it."""
-    return sorted(refs, key=lambda r: (r.split or "", r.label, sort_key(seed, r.path), r.path))
+    """The order the listing is staged in: by (split, class, sort key, path). Planning relies on it.
+
+    Sorted one group at a time, so that sort keys are held for one class, not for every input.
+    """
+    groups: dict[tuple, list] = {}
+    for r in refs:
+        groups.setdefault((r.split or "", r.label), []).append(r)
+    ordered = []
+    for group in sorted(groups):
+        members = groups.pop(group)
+        members.sort(key=lambda r: (sort_key(seed, r.path), r.path))
+        ordered += members
+    return ordered
 
 
 def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:

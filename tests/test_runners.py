@@ -53,7 +53,7 @@ def test_direct_runner_in_memory(source, reference, tmp_path):
                         beam_args=["--direct_running_mode=in_memory"]), reference)
 
 
-def test_many_buckets_and_multi_part_shards(source, reference, tmp_path):
+def test_many_rank_tasks_and_multi_part_shards(source, reference, tmp_path):
     assert_same(convert(source, tmp_path / "out", group_target=3), reference)
 
 
