@@ -4,6 +4,7 @@ refuses when the inputs or options differ. Kills of real processes: tests/test_k
 """
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -291,3 +292,17 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
     manifest = run_conversion(resume, list_inputs(resume))
     assert manifest["run"]["resumed"] == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 0}
     assert_same(out, reference)
+
+
+def test_the_listing_digest_does_not_depend_on_how_it_is_batched_and_sees_every_input():
+    from prep.resume import listing_digest
+    from prep.sources import InputRef, Listing, Reject
+
+    refs = tuple(InputRef(f"c/{i}.jpg", "c", None if i % 3 else "train") for i in range(50))
+    listing = Listing(refs, (Reject("x.txt", "not_image", "d"),), ("c",))
+    whole = listing_digest(listing, batch=10**6)
+    assert whole == hashlib.sha256(json.dumps(
+        [["c"], [list(r) for r in refs], [["x.txt", "not_image", "d"]]]).encode()).hexdigest()
+    assert {listing_digest(listing, batch=b) for b in (1, 7, 49, 50)} == {whole}
+    moved = Listing(refs[:49] + (InputRef("c/49.jpg", "c", "test"),), listing.rejects, ("c",))
+    assert listing_digest(moved, batch=7) != whole
