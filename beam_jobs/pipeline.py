@@ -42,8 +42,8 @@ images, each writing its own spill file) and WriteParts (read-ahead of
 records, and up to one part file per worker at once): Pillow releases the
 GIL while decoding, resizing and encoding (for encoding, only into a file:
 see prep.images.EncodeBuffer). On the local runner PrepareChunk keeps the
-next chunk on the pool while the runner's thread passes a chunk's
-references downstream (`lookahead`). On a cluster,
+next chunk on the pool while the runner's thread records a chunk's
+index and passes its counts downstream (`lookahead`). On a cluster,
 Reshuffle and the GroupByKeys spread chunks and shards over workers, each of
 which runs the same thread pools.
 
