@@ -383,6 +383,8 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
             continue
         split = (row.get("split") or "").strip() or None
+        # One spelling per file name: "\udcc3\udca9" is the bytes of "é", so it becomes "é".
+        raw_path = raw_path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
         rel = normalize_path(root, raw_path, allow_outside) if raw_path else None
         if not raw_path:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))

@@ -22,8 +22,11 @@ CHUNK = 37
 
 def stage(counts, options, tmp_path, splits=("",), reject_every=0):
     """Stages synthetic chunk indexes as a conversion leaves them: the listing in `listing_order`,
-    every `reject_every`-th input rejected. Returns (examples kept, [(chunk, counts)])."""
-    inputs = [InputRef(f"c{label}/{split}{i:06d}.jpg", f"class{label:02d}", split or None)
+    every `reject_every`-th input rejected (-1: every input of the second chunk), every other image
+    left in the source (`image`).
+    Returns (examples kept, [(chunk, counts)])."""
+    names = ("", "é", "\udcff")  # plain, not ASCII, and a file name that is not UTF-8
+    inputs = [InputRef(f"c{label}/{split}{names[i % 3]}{i:06d}.jpg", f"class{label:02d}", split or None)
               for split in splits for label, n in enumerate(counts) for i in range(n)]
     random.Random(1).shuffle(inputs)  # the order found on disk must not matter
     ordered = listing_order(inputs, options.seed)
@@ -31,12 +34,12 @@ def stage(counts, options, tmp_path, splits=("",), reject_every=0):
     for chunk, start in enumerate(range(0, len(ordered), CHUNK)):
         outcomes = []
         for i, ref in enumerate(ordered[start:start + CHUNK], start=start):
-            if reject_every and i % reject_every == 0:
+            if (reject_every > 0 and i % reject_every == 0) or (reject_every < 0 and chunk == 1):
                 outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
                 continue
             label = int(ref.label[5:])
             outcomes.append((prepare.OK, (ref.path, label, ref.split or "", len(examples), 0, 100 + i % 7, False,
-                                          0, 0)))
+                                          3, 50 * (i % 2))))
             examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
         checkpoints.write_chunk_index(str(tmp_path), chunk, outcomes, {}, [])
         good = prepare.read_prepared(str(tmp_path), chunk)
@@ -50,8 +53,11 @@ def _dump(items, path):
         pickle.dump(items, f)
 
 
-def beam_plan(elements, num_classes, options, group_target, tmp_path):
-    """{(split, shard, num_shards): [spill ids in write order]}, capped counts, and the largest part."""
+def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
+    """{(split, shard, num_shards): [spill ids in write order]}, capped counts, and the largest part.
+
+    Checks that each entry names its input's path exactly when its image is read from the source again.
+    """
     tmp = str(tmp_path)
     with beam.Pipeline(runner=FnApiRunner()) as p:
         ranked = (p | beam.Create(elements)
@@ -73,6 +79,9 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path):
             continue
         split, shard, count, part, parts = key
         entries = [e for section in sections for e in read_section(tmp, section)]
+        for e in entries:
+            path = examples[e.spill].path.encode("utf-8", "surrogateescape")
+            assert e.cut == 3 and e.source == (path if e.image else b"")
         largest = max(largest, len(entries))
         shards.setdefault((split, shard, count), []).extend((part, e) for e in entries)
     return {k: [e.spill for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
@@ -86,12 +95,12 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path):
     ([600], PlanOptions(num_shards=1), 50),  # one shard cut into parts
     ([5, 5], PlanOptions(shard_size=300), 20000),  # shard count from the size
 ])
-@pytest.mark.parametrize("reject_every", [0, 5])
+@pytest.mark.parametrize("reject_every", [0, 5, -1])
 def test_plan_from_chunk_counts_equals_reference_plan(counts, options, group_target, reject_every, tmp_path):
     examples, elements = stage(counts, options, tmp_path, reject_every=reject_every)
     reference = make_plan(examples, len(counts), options)
     expected = {(s.name.split, s.name.index, s.name.count): list(s.members) for s in reference.shards}
-    got, capped, largest = beam_plan(elements, len(counts), options, group_target, tmp_path)
+    got, capped, largest = beam_plan(elements, len(counts), options, group_target, tmp_path, examples)
     assert got == expected
     assert capped == dict(Counter(examples[i].label for i in reference.capped))
     assert largest <= 2 * group_target  # parts: bounded, about group_target each
@@ -106,7 +115,7 @@ def test_splits_named_by_the_source_are_planned_as_the_reference_plans_them(tmp_
     options = PlanOptions(num_shards=3, seed=7, max_per_class=60)
     examples, elements = stage([10, 80, 45], options, tmp_path, splits=("train", "test"), reject_every=7)
     reference = make_plan(examples, 3, options)
-    got, capped, _ = beam_plan(elements, 3, options, 40, tmp_path)
+    got, capped, _ = beam_plan(elements, 3, options, 40, tmp_path, examples)
     assert got == {(s.name.split, s.name.index, s.name.count): list(s.members) for s in reference.shards}
     assert sorted(got) == [(split, i, 3) for split in ("test", "train") for i in range(3)]
     assert capped == dict(Counter(examples[i].label for i in reference.capped))

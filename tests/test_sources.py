@@ -147,6 +147,16 @@ def test_jsonl_text_no_file_name_can_hold_is_a_bad_row(tmp_path):
         ("labels.jsonl:4", "label holds a lone surrogate ('cat\\ud800'), not text")]
 
 
+def test_two_spellings_of_one_file_name_are_one_input_and_a_duplicate(tmp_path):
+    # "\udcc3\udca9" spells the bytes of "é" one by one, as Python writes undecodable names:
+    # the same file, so the second row is a duplicate, not a second example.
+    listing = list_label_file(str(tmp_path), _jsonl(tmp_path, [
+        '{"path": "a/\\u00e9.png", "label": "cat"}', '{"path": "a/\\udcc3\\udca9.png", "label": "cat"}',
+        '{"path": "a/\\udcff.png", "label": "cat"}']))
+    assert [r.path for r in listing.refs] == ["a/é.png", "a/\udcff.png"]
+    assert [(r.path, r.reason) for r in listing.rejects] == [("a/é.png", "duplicate")]
+
+
 def test_csv_paths_are_kept_as_written_but_for_spaces_after_the_comma(tmp_path):
     # "x.png " and "x.png" are two files: stripping the first would label x.png twice.
     labels = tmp_path / "labels.csv"
