@@ -62,6 +62,10 @@ def parse_split_fractions(text: str) -> tuple[tuple[str, Fraction], ...]:
             raise OptionsError(f"--split: {exc}") from None
         if name in seen:
             raise OptionsError(f"--split names {name!r} twice")
+        other = next((s for s in seen if s.lower() == name.lower()), None)
+        if other is not None:
+            raise OptionsError(f"--split names {other!r} and {name!r}, which differ only in case: their shard files "
+                               "would overwrite each other on a file system that ignores case (macOS, Windows)")
         try:
             fraction = Fraction(value.strip())
         except (ValueError, ZeroDivisionError):

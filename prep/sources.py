@@ -230,6 +230,13 @@ def _finish(refs, rejects, found_classes, classes, source) -> Listing:
                 check_split_name(ref.split)
             except ValueError as exc:
                 raise SourceError(f"{printable(ref.path)}: {exc}") from None
+    by_case: dict[str, str] = {}
+    for split in sorted({ref.split for ref in kept if ref.split is not None}):
+        other = by_case.setdefault(split.lower(), split)
+        if other != split:
+            raise SourceError(f"splits {other!r} and {split!r} differ only in case: their shard files would "
+                              "overwrite each other on a file system that ignores case (macOS, Windows); "
+                              "rename one")
     kept.sort(key=lambda r: r.path)
     rejects.sort(key=lambda r: r.path)
     return Listing(tuple(kept), tuple(rejects), tuple(label_names))

@@ -140,6 +140,7 @@ def test_empty_split_is_an_error():
 @pytest.mark.parametrize("text, message", [
     ("train=0.8,test=0.1", "must sum to 1"),
     ("train=0.5,train=0.5", "names 'train' twice"),
+    ("train=0.5,Train=0.5", "names 'train' and 'Train', which differ only in case"),
     ("train", "is not NAME=FRACTION"),
     ("train=abc,test=1", "is not a number"),
     ("train=1.5,test=-0.5", r"must be in \(0, 1\]"),

@@ -32,6 +32,18 @@ def test_split_folders_detected_and_kept(tmp_path):
     assert list_folders(str(tmp_path), layout="classes").classes == ("train", "val")
 
 
+def test_splits_that_differ_only_in_case_are_refused(tmp_path):
+    # Their shard files (Train-00000-of-00001.tfrecord, train-...) are one file on macOS and Windows.
+    write_class_tree(tmp_path / "src" / "train", {"a": 1})
+    write_class_tree(tmp_path / "src" / "Train", {"a": 1})
+    with pytest.raises(SourceError, match="splits 'Train' and 'train' differ only in case"):
+        list_folders(str(tmp_path / "src"), layout="splits")
+    labels = _jsonl(tmp_path, ['{"path": "x.jpg", "label": "a", "split": "test"}',
+                               '{"path": "y.jpg", "label": "a", "split": "TEST"}'])
+    with pytest.raises(SourceError, match="splits 'TEST' and 'test' differ only in case"):
+        list_label_file(str(tmp_path), labels)
+
+
 def test_classes_file_fixes_order_and_rejects_unknown(tmp_path):
     write_class_tree(tmp_path / "src", {"a": 1, "b": 1, "c": 1})
     classes = tmp_path / "classes.txt"
