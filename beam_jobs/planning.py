@@ -205,10 +205,14 @@ def rank_task(element, tmp_dir: str, seed: int):
             parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
                 order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image)))
     sections, offset = [], 0
-    for part in sorted(parts):
-        sections.append((ENTRY, part, (task, offset, len(parts[part]))))
-        offset += len(parts[part])
-    storage.write_atomic(entries_path(tmp_dir, task), b"".join(parts[part] for part in sorted(parts)))
+    path = entries_path(tmp_dir, task)
+    with storage.open_write(path + ".part") as out:  # a part at a time: no copy of the whole file in memory
+        for part in sorted(parts):
+            packed = parts.pop(part)
+            out.write(packed)
+            sections.append((ENTRY, part, (task, offset, len(packed))))
+            offset += len(packed)
+    storage.rename(path + ".part", path)
     yield from sections
     for label, count in sorted(capped.items()):
         yield CAPPED, label, count
