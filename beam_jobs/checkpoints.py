@@ -2,6 +2,8 @@
 
     .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
                                          written once the listing is staged
+    .prep-tmp/listing/chunk-NNNNNN.json  a chunk's inputs, in start.listing_order
+    .prep-tmp/listing/rejects.json       inputs rejected while listing (finish.py)
     .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out (spill.py)
     .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
                                          Rejects), the size of each spill file, and a
@@ -74,6 +76,14 @@ def delete_tmp(tmp_dir: str) -> None:
             storage.delete(storage.join(tmp_dir, name))
     storage.delete(run_path(tmp_dir))
     storage.delete(tmp_dir)
+
+
+def listing_path(tmp_dir: str, chunk: int) -> str:
+    return storage.join(tmp_dir, "listing", f"chunk-{chunk:06d}.json")
+
+
+def write_listing(tmp_dir: str, chunk: int, refs) -> None:
+    storage.write_atomic(listing_path(tmp_dir, chunk), json.dumps([list(r) for r in refs]).encode())
 
 
 def index_path(tmp_dir: str, chunk: int) -> str:

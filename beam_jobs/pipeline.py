@@ -55,43 +55,27 @@ Only on the embedded runner does a DoFn emit from finish_bundle (PrepareChunk's
 
 from __future__ import annotations
 
-import errno
-import math
 import os
 import re
 import shutil
 import sys
 import time
-import typing
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-import prep
-from beam_jobs import checkpoints, finish, prepare, resume, staging, storage, write
+from beam_jobs import checkpoints, finish, prepare, staging, storage, write
 from beam_jobs.progress import Progress
-from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards, listing_order
+from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
+from beam_jobs.start import Staged, Started, describe_os_error, start_conversion, tool_info
 from prep import manifest as manifest_lib
-from prep import tfds_meta
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
-from prep.resume import run_record
-from prep.naming import ShardName
-from prep.plan import check_split_source
-from prep.sources import Listing, printable
+from prep.sources import Listing
 
-# Each chunk ends with a barrier (its index is written once all its images are
-# done), costing ~15 ms of idle workers: 1,024 measured 9.6 s against 10.0-11.0 s
-# for 256 on the prepare stage of 20,000 images at 2 workers.
-MAX_CHUNK = 1024
 # A write task holds this many parts at most, so that a group still holds at
 # most MAX_WRITE_WIDTH * GROUP_TARGET references.
 MAX_WRITE_WIDTH = 4
-
-
-def chunk_size(n: int) -> int:
-    """Refs per chunk: about 32 chunks for small inputs, at most MAX_CHUNK refs each."""
-    return max(16, min(MAX_CHUNK, math.ceil(n / 32)))
 
 
 def write_width(workers: int | None) -> int:
@@ -99,32 +83,8 @@ def write_width(workers: int | None) -> int:
     return max(1, min(MAX_WRITE_WIDTH, workers or os.cpu_count() or 1))
 
 
-def make_chunks(refs, size: int) -> list[list]:
-    return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
-
-
-def listing_chunks(listing: Listing, seed: int) -> list[list]:
-    """The listing's inputs in the chunks the pipeline prepares, in `listing_order`."""
-    return make_chunks(listing_order(listing.refs, seed), chunk_size(len(listing.refs)))
-
-
-def stage_listing(tmp_dir: str, chunks: list[list], rejects) -> None:
-    """Writes the listing's chunks (`listing_chunks`) and early rejects for the pipeline to read."""
-    for i, refs in enumerate(chunks):
-        prepare.write_listing(tmp_dir, i, refs)
-    finish.write_listing_rejects(tmp_dir, rejects)
-
-
 def _tag(kind):
     return lambda value: (kind, value)
-
-
-class Staged(typing.NamedTuple):
-    """What the pipeline needs of a listing once its chunks are staged in .prep-tmp."""
-
-    classes: tuple[str, ...]
-    found: int
-    splits: tuple[str, ...]  # the splits SOURCE names, if any
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
@@ -183,41 +143,6 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     )
 
 
-def tool_info() -> dict:
-    """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
-    import PIL
-
-    return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
-
-
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuses a non-empty OUTPUT unless `overwrite`; then clears what an earlier run wrote.
-
-    Raises:
-        OutputError: OUTPUT is a file, is not empty, or holds files prep did not write.
-    """
-    if not storage.is_remote(output) and os.path.exists(output) and not os.path.isdir(output):
-        raise OutputError(f"OUTPUT {output} is a file, not a folder")
-    names = storage.list_names(output)
-    if not names:
-        return
-    if not overwrite:
-        if manifest_lib.TMP_DIR in names and manifest_lib.FILENAME not in names:
-            raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
-                              "(same inputs and options) or --overwrite to start over")
-        raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
-    written = (manifest_lib.FILENAME, manifest_lib.REJECTS, *tfds_meta.file_names())
-    ours = {manifest_lib.TMP_DIR, *written, *(name + ".part" for name in written)}
-    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None]
-    if foreign:
-        raise OutputError(f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
-                          "refusing to delete them with --overwrite")
-    # The manifest goes first so that nothing left behind looks finished.
-    storage.delete(storage.join(output, manifest_lib.FILENAME))
-    for name in names:
-        storage.delete(storage.join(output, name))
-
-
 def pipeline_options(runner: str, beam_args: list[str]) -> PipelineOptions:
     options = PipelineOptions(beam_args)
     if runner != RUNNERS_LOCAL:
@@ -260,37 +185,27 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     lower it to exercise many rank tasks and multi-part shards on small inputs.
     Once the listing is staged in OUTPUT/.prep-tmp, this function drops its
     reference to it: a caller that keeps none frees its inputs' memory then.
+    `prep convert` calls `start.start_conversion` and `run_started` itself,
+    to free the listing before Beam is imported.
 
     Raises:
         PrepError: a user-fixable problem, unwrapped from the runner's exception;
             OutputError for a file OUTPUT cannot hold (disk full, permissions).
     """
-    check_split_source(config.plan, any(r.split for r in listing.refs))  # known before any image is read
+    started = start_conversion(config, listing)
+    del listing  # the staged chunk files stand for it from here on
+    return run_started(config, started, runner, beam_args, progress, group_target)
+
+
+def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_LOCAL,
+                beam_args: list[str] | None = None, progress: bool = False,
+                group_target: int = GROUP_TARGET) -> dict:
+    """Runs the pipeline of a conversion `start.start_conversion` readied; returns the manifest it wrote."""
+    if started.finished is not None:
+        return started.finished
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     manifest_path = storage.join(config.output, manifest_lib.FILENAME)
-    chunks = listing_chunks(listing, config.plan.seed)
-    record = run_record(config.manifest_options(), tool_info(), listing)
-    try:
-        state = resume.open_interrupted(config.output, config.source, record, listing, chunks) \
-            if config.resume else None
-        if state == resume.FINISHED:
-            return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
-        if state != resume.RESUME:
-            if state is None:
-                prepare_output(config.output, config.overwrite)
-            else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
-                prepare_output(config.output, overwrite=True)
-            stage_listing(tmp_dir, chunks, listing.rejects)
-            checkpoints.write_run(tmp_dir, record)
-    except OSError as exc:
-        raise OutputError(describe_os_error(exc, config.output)) from None
-    # From here on the staged chunk files stand for the listing: the driver lets go of
-    # its inputs (~0.2 KB each; the caller passes the listing without keeping it).
-    summary = Staged(listing.classes, listing.found,
-                     tuple(sorted({r.split for r in listing.refs if r.split})))
-    sizes = [len(c) for c in chunks]
-    num_chunks = len(chunks)
-    del listing, chunks
+    summary, sizes, num_chunks = started.listing, started.chunk_sizes, len(started.chunk_sizes)
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     if config.resume:
@@ -327,17 +242,6 @@ def _resumable(tmp_dir: str) -> bool:
         return checkpoints.read_run(tmp_dir) is not None
     except Exception:
         return False
-
-
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
-
-
-def describe_os_error(exc: OSError, output: str | None = None) -> str:
-    """One line for a storage failure: what it is and which file (a failed write
-    names no file: then OUTPUT, the only place the pipeline writes)."""
-    where = f" {printable(str(exc.filename))}" if exc.filename else f" to OUTPUT {output}" if output else ""
-    verb = "write" if exc.errno in _WRITE_ERRNOS or not exc.filename else "access"
-    return f"cannot {verb}{where}: {exc.strerror or exc}"
 
 
 _REMOTE_ERROR = re.compile(r"prep\.errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)

@@ -5,7 +5,7 @@ holds more than about `GROUP_TARGET` references, even for one class of 5
 million, and references never pass through a shuffle: they wait on disk in
 .prep-tmp, and only counts and file sections travel.
 
-The driver stages the listing in chunks in `listing_order`: sorted by
+The driver stages the listing in chunks in `start.listing_order`: sorted by
 (split, class, sort key, path). So each (split, class) group's inputs come in
 rank order, chunk after chunk, and a chunk's good inputs of a group hold
 consecutive ranks. Once a chunk is prepared, its references (PreparedRef) wait
@@ -52,26 +52,9 @@ import apache_beam as beam
 from beam_jobs import storage
 from beam_jobs.prepare import PreparedRef, read_prepared
 from prep.plan import Layout, PlanOptions, make_layout, sort_key
-from prep.sources import InputRef
 
 GROUP_TARGET = 20_000
 ENTRY, CAPPED = "entry", "capped"
-
-
-def listing_order(refs: list[InputRef], seed: int) -> list[InputRef]:
-    """The order the listing is staged in: by (split, class, sort key, path). Planning relies on it.
-
-    Sorted one group at a time, so that sort keys are held for one class, not for every input.
-    """
-    groups: dict[tuple, list] = {}
-    for r in refs:
-        groups.setdefault((r.split or "", r.label), []).append(r)
-    ordered = []
-    for group in sorted(groups):
-        members = groups.pop(group)
-        members.sort(key=lambda r: (sort_key(seed, r.path), r.path))
-        ordered += members
-    return ordered
 
 
 def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:

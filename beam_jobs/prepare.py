@@ -20,6 +20,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import checkpoints, storage
+from beam_jobs.checkpoints import listing_path
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.spill import BATCH, prepare_batch, spill_id
 from prep.images import ImageOptions
@@ -45,14 +46,6 @@ class PreparedRef(typing.NamedTuple):
     converted: bool
     cut: int  # where the image goes into the spilled bytes, when it was left in the source
     image: int  # bytes of the image left in the source (0: the whole record is spilled)
-
-
-def listing_path(tmp_dir: str, chunk: int) -> str:
-    return storage.join(tmp_dir, "listing", f"chunk-{chunk:06d}.json")
-
-
-def write_listing(tmp_dir: str, chunk: int, refs) -> None:
-    storage.write_atomic(listing_path(tmp_dir, chunk), json.dumps([list(r) for r in refs]).encode())
 
 
 def read_prepared(tmp_dir: str, chunk: int) -> list[tuple]:

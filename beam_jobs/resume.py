@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 
-from beam_jobs import checkpoints, finish, prepare, storage
+from beam_jobs import checkpoints, finish, storage
 from prep import manifest as manifest_lib
 from prep.errors import ResumeError
 from prep.resume import differences, listing_change
@@ -88,7 +88,7 @@ def staged_entries(tmp_dir: str, old: dict) -> list[tuple]:
     entries = [tuple(r) for r in json.loads(storage.read_bytes(finish.listing_rejects_path(tmp_dir)))]
     chunk = 0
     while len(entries) < old["listing"]["inputs"] + old["listing"]["rejected"]:
-        path = prepare.listing_path(tmp_dir, chunk)
+        path = checkpoints.listing_path(tmp_dir, chunk)
         if not storage.exists(path):
             break
         entries += [tuple(r) for r in json.loads(storage.read_bytes(path))]

@@ -19,7 +19,7 @@ from prep.sources import InputRef, Reject, printable
 from prep.tfrecord import frame, frame_around, framed_around_matches
 
 BATCH = 16  # inputs per pool task; each task writes its own spill file
-_BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (pipeline.py)
+_BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (start.py)
 
 
 def spill_id(chunk: int, batch: int) -> int:

@@ -4,7 +4,7 @@
     python bench/plan_scale.py --refs 200000
 
 A child process stages what PrepareChunk leaves for the planner: chunk indexes
-in .prep-tmp, in `listing_order`, chunks of `pipeline.MAX_CHUNK`, with one
+in .prep-tmp, in `start.listing_order`, chunks of `start.MAX_CHUNK`, with one
 reference in `--reject-every` rejected. Then `beam_jobs.planning.PlanShards`
 runs on the embedded in-memory runner (no images) from the chunks' counts,
 the shard parts' sections are grouped as the real pipeline groups them, and
@@ -29,8 +29,8 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import checkpoints, prepare
-from beam_jobs.pipeline import chunk_size, make_chunks
-from beam_jobs.planning import ENTRY, GROUP_TARGET, PlanShards, listing_order, read_section
+from beam_jobs.planning import ENTRY, GROUP_TARGET, PlanShards, read_section
+from beam_jobs.start import chunk_size, listing_order, make_chunks
 from prep.plan import PlanOptions, parse_split_fractions
 from prep.sources import InputRef, Reject
 

@@ -11,7 +11,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import checkpoints, prepare
-from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, listing_order, pack_entries,
+from beam_jobs.start import listing_order
+from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, pack_entries,
                                 prefix_bits, rank_task, read_section, unpack_entries)
 from prep.errors import PlanError
 from prep.plan import Example, PlanOptions, make_plan, parse_split_fractions
