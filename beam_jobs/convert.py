@@ -20,8 +20,6 @@ from prep.options import add_arguments, build_config, check_beam_args, list_inpu
 
 def run(argv=None) -> dict:
     """Parses argv, runs the conversion, and returns the manifest it wrote."""
-    from beam_jobs.pipeline import run_conversion
-
     parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.")
     parser.add_argument("--source", required=True, help="Class folders, or the root of --labels paths.")
     parser.add_argument("--output", required=True, help="Output folder (local, gs://, s3://).")
@@ -33,7 +31,13 @@ def run(argv=None) -> dict:
     check_beam_args(pipeline_args)
     values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
     config = build_config(known.source, known.output, values)
-    return run_conversion(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
+    # The listing is staged and let go of before Beam is imported (see beam_jobs/start.py).
+    from beam_jobs.start import start_conversion
+
+    ready = start_conversion(config, list_inputs(config))
+    from beam_jobs.pipeline import run_started
+
+    return run_started(config, ready, runner=runner.runner, beam_args=pipeline_args)
 
 
 if __name__ == "__main__":
