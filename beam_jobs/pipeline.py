@@ -12,12 +12,13 @@ What each PCollection holds:
     summary   = Flatten | GroupByKey(one key)     # shard results, reject lists, capped counts, reused chunks
     done      = FlatMap(finish)             # writes rejects.jsonl, then manifest.json
 
-The listing is staged sorted by (split, class, sort key, path)
-(`planning.listing_order`), so each group's inputs come in rank order and the
-planner needs only per-chunk counts to rank them exactly. References never
-travel as elements: a chunk's wait in its index, a rank task's entries in its
-entry file, and elements are counted in chunks, tasks and shard parts, so the
-memory the runner holds between steps does not grow with the inputs.
+Before the pipeline, `start.start_conversion` (which imports no Beam) stages
+the listing sorted by (split, class, sort key, path) (`start.listing_order`),
+so each group's inputs come in rank order and the planner needs only
+per-chunk counts to rank them exactly. References never travel as elements:
+a chunk's wait in its index, a rank task's entries in its entry file.
+Elements are counted in chunks, tasks and shard parts, so the memory the
+runner holds between steps does not grow with the inputs.
 
 Crash safety and `--resume`: every file appears under its final name only by a
 rename once complete, and manifest.json last. What each step leaves in
@@ -73,8 +74,8 @@ from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
 from prep.sources import Listing
 
-# A write task holds this many parts at most, so that a group still holds at
-# most MAX_WRITE_WIDTH * GROUP_TARGET references.
+# A write task holds this many parts at most, so that it holds at most about
+# MAX_WRITE_WIDTH * GROUP_TARGET entries.
 MAX_WRITE_WIDTH = 4
 
 
@@ -114,7 +115,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     written = (
         ranked
         | "Entries" >> beam.FlatMap(lambda r: [(write.write_task(r[1], width), (r[1], r[2]))] if r[0] == ENTRY else [])
-        | "GroupParts" >> beam.GroupByKey()  # (write task, [(part key, [Entry])])
+        | "GroupParts" >> beam.GroupByKey()  # (write task, [(part key, Section)])
         | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, tmp_dir, labels, config.workers,
                                                        width, reuse, config.index))
     )
