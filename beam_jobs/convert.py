@@ -31,13 +31,9 @@ def run(argv=None) -> dict:
     check_beam_args(pipeline_args)
     values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
     config = build_config(known.source, known.output, values)
-    # The listing is staged and let go of before Beam is imported (see beam_jobs/start.py).
-    from beam_jobs.start import start_conversion
+    from beam_jobs.start import run_conversion
 
-    ready = start_conversion(config, list_inputs(config))
-    from beam_jobs.pipeline import run_started
-
-    return run_started(config, ready, runner=runner.runner, beam_args=pipeline_args)
+    return run_conversion(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
 
 
 if __name__ == "__main__":

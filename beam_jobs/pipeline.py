@@ -68,11 +68,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs import checkpoints, finish, prepare, staging, storage, write
 from beam_jobs.progress import Progress
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
-from beam_jobs.start import Staged, Started, describe_os_error, start_conversion, tool_info
+from beam_jobs.start import Staged, Started, describe_os_error, tool_info
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError, PrepError
-from prep.sources import Listing
 
 # A write task holds this many parts at most, so that it holds at most about
 # MAX_WRITE_WIDTH * GROUP_TARGET entries.
@@ -176,32 +175,19 @@ def make_runner(runner: str):
     return None
 
 
-def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
-                   beam_args: list[str] | None = None, progress: bool = False,
-                   group_target: int = GROUP_TARGET) -> dict:
-    """Runs the whole conversion, or with `config.resume` finishes an interrupted one,
-    and returns the manifest it wrote.
+def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_LOCAL,
+                beam_args: list[str] | None = None, progress: bool = False,
+                group_target: int = GROUP_TARGET) -> dict:
+    """Runs the pipeline of a conversion `start.start_conversion` readied; returns the manifest it wrote.
 
-    `group_target` bounds the references per group (see planning.py); tests
-    lower it to exercise many rank tasks and multi-part shards on small inputs.
-    Once the listing is staged in OUTPUT/.prep-tmp, this function drops its
-    reference to it: a caller that keeps none frees its inputs' memory then.
-    `prep convert` calls `start.start_conversion` and `run_started` itself,
-    to free the listing before Beam is imported.
+    `group_target` bounds the references per task and part (see planning.py);
+    tests lower it to exercise many rank tasks and multi-part shards on small
+    inputs. Callers go through `start.run_conversion`.
 
     Raises:
         PrepError: a user-fixable problem, unwrapped from the runner's exception;
             OutputError for a file OUTPUT cannot hold (disk full, permissions).
     """
-    started = start_conversion(config, listing)
-    del listing  # the staged chunk files stand for it from here on
-    return run_started(config, started, runner, beam_args, progress, group_target)
-
-
-def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_LOCAL,
-                beam_args: list[str] | None = None, progress: bool = False,
-                group_target: int = GROUP_TARGET) -> dict:
-    """Runs the pipeline of a conversion `start.start_conversion` readied; returns the manifest it wrote."""
     if started.finished is not None:
         return started.finished
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)

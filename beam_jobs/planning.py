@@ -88,10 +88,6 @@ def pack_entry(e: Entry) -> bytes:
                        len(e.source)) + e.source
 
 
-def pack_entries(entries) -> bytes:
-    return b"".join(map(pack_entry, entries))
-
-
 def unpack_entries(data: bytes) -> list[Entry]:
     entries, pos, size = [], 0, _ENTRY.size
     while pos < len(data):
@@ -164,7 +160,7 @@ def rank_task(element, tmp_dir: str, seed: int):
     packed (about 100 bytes each), one chunk's index parsed at a time.
     """
     task, info = element
-    parts: dict[tuple, list] = {}
+    parts: dict[tuple, bytearray] = {}  # part key -> its packed entries
     capped: dict[int, int] = {}
     last: dict[tuple, tuple] = {}
     for chunk, firsts in info.chunks:

@@ -1,6 +1,8 @@
 """Everything a conversion does before its pipeline, without importing Beam.
 
-`start_conversion` checks the options against the listing, decides what
+`run_conversion` is the whole conversion: `start_conversion`, then the
+pipeline (`pipeline.run_started`). `start_conversion` checks the options
+against the listing, decides what
 `--resume` may reuse (resume.py), clears or refuses OUTPUT, and stages the
 listing in OUTPUT/.prep-tmp: its inputs in chunk files, in `listing_order`,
 which the planner relies on (planning.py), and its early rejects. It then
@@ -20,7 +22,7 @@ import prep
 from beam_jobs import checkpoints, finish, resume, storage
 from prep import manifest as manifest_lib
 from prep import tfds_meta
-from prep.config import ConvertConfig
+from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OutputError
 from prep.naming import ShardName
 from prep.plan import check_split_source, sort_key
@@ -122,6 +124,28 @@ def start_conversion(config: ConvertConfig, listing: Listing) -> Started:
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
     return Started(summary, [len(c) for c in chunks], None)
+
+
+def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
+                   beam_args: list[str] | None = None, progress: bool = False,
+                   group_target: int | None = None) -> dict:
+    """Runs the whole conversion, or with `config.resume` finishes an interrupted one,
+    and returns the manifest it wrote.
+
+    Once the listing is staged in OUTPUT/.prep-tmp, this function drops its
+    reference to it, and only then imports Beam: a caller that keeps none
+    frees its inputs' memory before the pipeline's is allocated. `group_target`:
+    see `pipeline.run_started`.
+
+    Raises:
+        PrepError: a user-fixable problem (PlanError, ResumeError, OutputError, ...).
+    """
+    ready = start_conversion(config, listing)
+    del listing  # the staged chunk files stand for it from here on
+    from beam_jobs.pipeline import run_started
+
+    more = {} if group_target is None else {"group_target": group_target}
+    return run_started(config, ready, runner, beam_args, progress, **more)
 
 
 def prepare_output(output: str, overwrite: bool) -> None:

@@ -55,7 +55,7 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
     started = time.time()
     check_beam_args(beam_args)
     config = build_config(source, output, values)
-    listing = [list_inputs(config)]  # handed over below: start_conversion lets go of it once staged
+    listing = [list_inputs(config)]  # handed over below: run_conversion lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
     # Beam logs failures with tracebacks, and warnings about optional cloud
     # clients; our errors reach the user as one line instead.
@@ -69,14 +69,9 @@ def convert(source, output, beam_args, runner, progress, verbose, **values):
         # for the process the CLI owns: prep.images changes no filter, since
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
-    from beam_jobs.start import start_conversion
+    from beam_jobs.start import run_conversion
 
-    # Staged and let go of before Beam is imported, so that the listing's memory is
-    # reused by what comes after rather than added to it.
-    ready = start_conversion(config, listing.pop())
-    from beam_jobs.pipeline import run_started
-
-    manifest = run_started(config, ready, runner=runner, beam_args=list(beam_args), progress=show)
+    manifest = run_conversion(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show)
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))

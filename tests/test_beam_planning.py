@@ -12,7 +12,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import checkpoints, prepare
 from beam_jobs.start import listing_order
-from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, pack_entries,
+from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, pack_entry,
                                 prefix_bits, rank_task, read_section, unpack_entries)
 from prep.errors import PlanError
 from prep.plan import Example, PlanOptions, make_plan, parse_split_fractions
@@ -145,7 +145,7 @@ def test_entries_survive_packing():
     entries = [Entry(bytes(range(32)), 2**40, 5, 7, 3, True, "caf\u00e9/\udcff.jpg".encode("utf-8", "surrogateescape"),
                      11, 13),
                Entry(b"\xff" * 32, 0, 0, 1, 0, False, b"", 0, 0)]
-    assert unpack_entries(pack_entries(entries)) == entries
+    assert unpack_entries(b"".join(map(pack_entry, entries))) == entries
     assert unpack_entries(b"") == []
 
 

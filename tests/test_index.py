@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from beam_jobs.pipeline import run_conversion
+from beam_jobs.start import run_conversion
 from prep.options import build_config, list_inputs
 from prep.tfrecord import record_index
 from prep.verify import verify

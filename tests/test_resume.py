@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from beam_jobs import storage
-from beam_jobs.pipeline import run_conversion
+from beam_jobs.start import run_conversion
 from prep import tfds_meta
 from prep.options import build_config, list_inputs
 from tests.imagegen import image_bytes, write_dirty_tree

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from beam_jobs.pipeline import run_conversion
+from beam_jobs.start import run_conversion
 from prep.options import build_config, list_inputs
 from tests.imagegen import write_dirty_tree
 from tests.shards import assert_same_dataset, manifest_without_run, shard_bytes
