@@ -192,7 +192,7 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
         return started.finished
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     manifest_path = storage.join(config.output, manifest_lib.FILENAME)
-    summary, sizes, num_chunks = started.listing, started.chunk_sizes, len(started.chunk_sizes)
+    summary, sizes, num_chunks = started.staged, started.chunk_sizes, len(started.chunk_sizes)
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     if config.resume:

@@ -20,7 +20,6 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import checkpoints, storage
-from beam_jobs.checkpoints import listing_path
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.spill import BATCH, prepare_batch, spill_id
 from prep.images import ImageOptions
@@ -122,7 +121,8 @@ class PrepareChunk(PooledDoFn):
                 yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _submit(self, chunk: int):
-        refs = [InputRef(*r) for r in json.loads(storage.read_bytes(listing_path(self._tmp_dir, chunk)))]
+        staged = storage.read_bytes(checkpoints.listing_path(self._tmp_dir, chunk))
+        refs = [InputRef(*r) for r in json.loads(staged)]
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         tasks = [self._pool.submit(prepare_batch, self._source, self._tmp_dir, spill_id(chunk, b), batch,
                                    self._label_ids, self._options) for b, batch in enumerate(batches)]

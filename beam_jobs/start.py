@@ -2,13 +2,14 @@
 
 `run_conversion` is the whole conversion: `start_conversion`, then the
 pipeline (`pipeline.run_started`). `start_conversion` checks the options
-against the listing, decides what
-`--resume` may reuse (resume.py), clears or refuses OUTPUT, and stages the
-listing in OUTPUT/.prep-tmp: its inputs in chunk files, in `listing_order`,
-which the planner relies on (planning.py), and its early rejects. It then
-lets go of the listing, so a caller that keeps no reference to it frees its
-memory before the pipeline (and Beam) is even imported: `prep convert` peaks
-at the larger of the two, not at their sum.
+against the listing, decides what `--resume` may reuse (resume.py), clears or
+refuses OUTPUT, and stages the listing in OUTPUT/.prep-tmp: its inputs in
+chunk files, in `listing_order`, which the planner relies on (planning.py),
+and its early rejects. `run_conversion` then lets go of the listing before
+it imports the pipeline, so a caller that keeps no reference to it frees its
+memory before Beam is imported: `prep convert` peaks at the larger of the
+two, not at their sum. (With a gs:// or s3:// OUTPUT or SOURCE, storage.py
+reaches those through Beam's FileSystems, so Beam is imported while listing.)
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Staged(typing.NamedTuple):
 class Started(typing.NamedTuple):
     """A conversion ready for its pipeline, or one `--resume` found already finished."""
 
-    listing: Staged
+    staged: Staged
     chunk_sizes: list[int]
     finished: dict | None  # the manifest, when OUTPUT already holds this finished dataset
 
@@ -142,6 +143,8 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     """
     ready = start_conversion(config, listing)
     del listing  # the staged chunk files stand for it from here on
+    if ready.finished is not None:
+        return ready.finished
     from beam_jobs.pipeline import run_started
 
     more = {} if group_target is None else {"group_target": group_target}

@@ -21,7 +21,7 @@ from prep.sources import Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
-# 4: the listing is staged in `planning.listing_order`, which the planner relies on.
+# 4: the listing is staged in `start.listing_order`, which the planner relies on.
 RUN_VERSION = 4
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 
