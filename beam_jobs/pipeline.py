@@ -178,7 +178,8 @@ def make_runner(runner: str):
 def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_LOCAL,
                 beam_args: list[str] | None = None, progress: bool = False,
                 group_target: int = GROUP_TARGET) -> dict:
-    """Runs the pipeline of a conversion `start.start_conversion` readied; returns the manifest it wrote.
+    """Runs the pipeline of a conversion `start.start_conversion` readied (not a finished one); returns
+    the manifest it wrote.
 
     `group_target` bounds the references per task and part (see planning.py);
     tests lower it to exercise many rank tasks and multi-part shards on small
@@ -188,8 +189,6 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
         PrepError: a user-fixable problem, unwrapped from the runner's exception;
             OutputError for a file OUTPUT cannot hold (disk full, permissions).
     """
-    if started.finished is not None:
-        return started.finished
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     manifest_path = storage.join(config.output, manifest_lib.FILENAME)
     summary, sizes, num_chunks = started.staged, started.chunk_sizes, len(started.chunk_sizes)
