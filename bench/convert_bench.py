@@ -26,7 +26,7 @@ import time
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
+from make_data import ensure_data, prep_command  # noqa: E402  (bench/ scripts run as files)
 
 
 
@@ -36,7 +36,7 @@ MODES = ("pass-through", "resize 256")
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     os.sync()  # the previous run's writes are on disk, not written back during this run
-    cmd = ["prep", "convert", str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
+    cmd = [prep_command(), "convert", str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

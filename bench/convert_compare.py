@@ -26,11 +26,13 @@ import time
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from make_data import ensure_data, prep_command  # noqa: E402  (bench/ scripts run as files)
 
 TOOLS = {
-    "prep convert": lambda src, out, extra: ["prep", "convert", src, out, "--num-shards", "8", "--no-progress",
+    "prep convert": lambda src, out, extra: [prep_command(), "convert", src, out, "--num-shards", "8", "--no-progress",
                                              "--workers", "2", *extra],
-    "prep convert -w 1": lambda src, out, extra: ["prep", "convert", src, out, "--num-shards", "8",
+    "prep convert -w 1": lambda src, out, extra: [prep_command(), "convert", src, out, "--num-shards", "8",
                                                   "--no-progress", "--workers", "1", *extra],
     "bare all-cores loop": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.bare_loop", src, out,
                                                     *extra],
@@ -56,9 +58,6 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="/tmp/prep-compare-out")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE))
-    from make_data import ensure_data
-
     source = str(ensure_data(args.count))
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(args.repeats):

@@ -11,6 +11,10 @@ check, convert, spill), "plan" (the planner's groups), "write" (shards),
 the command (imports, listing, building the pipeline). CPU is this process's
 (pool threads included). Configurations are interleaved within each repeat;
 the table gives medians and the ratio of 1 worker's time to 2 workers'.
+Its last line gives the ceilings of that ratio set by the stages that do not
+scale: what it would be if 2 workers took exactly half of 1 worker's time on
+the image stage alone, or on every stage the runner executes. Times are from
+inside the process: the interpreter's start and exit are not in them.
 """
 
 from __future__ import annotations
@@ -101,6 +105,11 @@ def main(argv=None) -> None:
     for n in names:
         (w1, c1), (w2, c2) = median[1][n], median[2][n]
         print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}")
+    # What 2 workers could reach at best, from 1 worker's stage times: if the image
+    # stage ran exactly twice as fast, and if every stage inside the runner did.
+    total1, prepare1, outside1 = median[1]["total"][0], median[1]["prepare"][0], median[1]["outside"][0]
+    print(f"ceiling of 'x wall' if prepare scaled 2x: {total1 / (total1 - prepare1 / 2):.2f}; "
+          f"if every stage in the runner did: {total1 / (outside1 + (total1 - outside1) / 2):.2f}")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps({"median": median, "runs": runs}, indent=2))
 

