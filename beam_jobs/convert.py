@@ -20,7 +20,8 @@ from prep.options import add_arguments, build_config, check_beam_args, list_inpu
 
 def run(argv=None) -> dict:
     """Parses argv, runs the conversion, and returns the manifest it wrote."""
-    parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.")
+    # No abbreviations: Dataflow's `--label key=value` (job labels) would be taken for our --labels.
+    parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.", allow_abbrev=False)
     parser.add_argument("--source", required=True, help="Class folders, or the root of --labels paths.")
     parser.add_argument("--output", required=True, help="Output folder (local, gs://, s3://).")
     add_arguments(parser)

@@ -56,6 +56,9 @@ Only on the embedded runner does a DoFn emit from finish_bundle (PrepareChunk's
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import io
 import os
 import re
 import shutil
@@ -64,6 +67,8 @@ import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+from apache_beam.runners.runner import create_runner
 
 from beam_jobs import checkpoints, finish, prepare, staging, storage, write
 from beam_jobs.progress import Progress
@@ -71,7 +76,8 @@ from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from beam_jobs.start import Staged, Started, describe_os_error, tool_info
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
-from prep.errors import OutputError, PrepError
+from prep.errors import OptionsError, OutputError, PrepError
+from prep.options import OPTIONS
 
 # A write task holds this many parts at most, so that it holds at most about
 # MAX_WRITE_WIDTH * GROUP_TARGET entries.
@@ -141,6 +147,51 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
             options=config.manifest_options(), found=listing.found, tool=tool_info(), run=run_info,
             splits=listing.splits)
     )
+
+
+def check_runner_options(runner: str, beam_args: list[str]) -> None:
+    """Refuses a runner Beam cannot load, Beam options that neither Beam nor the
+    runner defines, and options the runner's own checks refuse (Dataflow's
+    project, region, temp_location). Called before OUTPUT is touched: Beam
+    would stop on the first and last with a traceback once OUTPUT was readied,
+    and drop an unknown option with a warning, so `-- --num-shard 3` would
+    change nothing.
+
+    Raises:
+        OptionsError: naming the runner or the first unknown option.
+    """
+    runner_object = None
+    if runner != RUNNERS_LOCAL:
+        try:
+            runner_object = create_runner(runner)  # imports the runner's module, which may define options (Dask)
+        except ValueError:
+            raise OptionsError(f"unknown --runner {runner}: give local, a runner Beam names (DirectRunner, "
+                               "PortableRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) or the full "
+                               "name of a PipelineRunner class") from None
+        except ImportError as exc:
+            raise OptionsError(f"--runner {runner} cannot be loaded ({exc}); install what it needs, "
+                               "e.g. apache-beam[gcp] for DataflowRunner") from None
+    options = PipelineOptions(beam_args)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # argparse prints its usage, then exits
+            known = set(options.get_all_options())
+            unknown = set(options.get_all_options(retain_unknown_options=True)) - known
+    except SystemExit:
+        error = said.getvalue().strip().splitlines()[-1:] or ["cannot be parsed"]
+        raise OptionsError(f"Beam pipeline options: {error[0].split('error: ', 1)[-1]}") from None
+    for arg in beam_args:
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and name[2:].replace("-", "_") in unknown:
+            ours = [o.name for o in OPTIONS]
+            close = difflib.get_close_matches(name, ["--" + k for k in sorted(known)] + ours, n=1)
+            hint = "" if not close else f"; did you mean {close[0]}?" + (
+                " (a conversion option: it goes before any Beam options)" if close[0] in ours else "")
+            raise OptionsError(f"unknown Beam pipeline option {name}{hint}")
+    if runner_object is not None:  # what Beam checks when the pipeline is made (Dataflow: project, region, ...)
+        errors = PipelineOptionsValidator(pipeline_options(runner, beam_args), runner_object).validate()
+        if errors:
+            raise OptionsError(f"--runner {runner}: " + "; ".join(" ".join(e.split()).rstrip(".") for e in errors))
 
 
 def pipeline_options(runner: str, beam_args: list[str]) -> PipelineOptions:

@@ -9,7 +9,8 @@ and its early rejects. `run_conversion` then lets go of the listing before
 it imports the pipeline, so a caller that keeps no reference to it frees its
 memory before Beam is imported: `prep convert` peaks at the larger of the
 two, not at their sum. (With a gs:// or s3:// OUTPUT or SOURCE, storage.py
-reaches those through Beam's FileSystems, so Beam is imported while listing.)
+reaches those through Beam's FileSystems, so Beam is imported while listing;
+and a runner or Beam options are checked against Beam before anything else.)
 """
 
 from __future__ import annotations
@@ -138,9 +139,16 @@ def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNER
     frees its inputs' memory before the pipeline's is allocated. `group_target`:
     see `pipeline.run_started`.
 
+    A runner other than the local one, or Beam options, are checked first,
+    before OUTPUT is touched (`pipeline.check_runner_options`): that imports Beam.
+
     Raises:
-        PrepError: a user-fixable problem (PlanError, ResumeError, OutputError, ...).
+        PrepError: a user-fixable problem (OptionsError, PlanError, ResumeError, OutputError, ...).
     """
+    if runner != RUNNERS_LOCAL or beam_args:
+        from beam_jobs.pipeline import check_runner_options
+
+        check_runner_options(runner, list(beam_args or []))
     ready = start_conversion(config, listing)
     del listing  # the staged chunk files stand for it from here on
     if ready.finished is not None:

@@ -234,6 +234,29 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
         assert not (tmp_path / "out").exists()  # refused before any image was read or any file written
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--runner", "Nope"], "Error: unknown --runner Nope: give local, a runner Beam names (DirectRunner, PortableRunner, "
+                           "DataflowRunner, FlinkRunner, SparkRunner, ...) or the full name of a PipelineRunner class"),
+    (["--", "--num-shard", "3"], "Error: unknown Beam pipeline option --num-shard; did you mean --num-shards? "
+                                 "(a conversion option: it goes before any Beam options)"),
+    (["--", "--direct_num_wrkers=2"], "Error: unknown Beam pipeline option --direct_num_wrkers; did you mean "
+                                      "--direct_num_workers?"),
+    (["--", "--direct_num_workers=x"], "Error: Beam pipeline options: argument --direct_num_workers: invalid int "
+                                       "value: 'x'"),
+    (["--runner", "DataflowRunner"], "Error: --runner DataflowRunner: "),
+])
+def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, run_cli, extra, message):
+    # Beam would drop an unknown option with a warning, and stop on the others
+    # with a traceback after OUTPUT had been readied (an "unfinished conversion").
+    write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
+    result = run_cli("convert", tmp_path / "src", tmp_path / "out", *extra)
+    assert result.exit_code == 1
+    assert result.output.startswith(message) and result.output.count("\n") == 1
+    if extra == ["--runner", "DataflowRunner"]:
+        assert "Missing required option: project" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_output_inside_source(tmp_path):
     from prep.options import output_inside
 
@@ -290,8 +313,21 @@ def test_beam_idiom_entry_point_errors_are_one_line(tmp_path):
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
     for extra, message in ((["--num_shards", "2"], "Error: --num_shards is a conversion option, not a Beam pipeline "
                                                     "option: write it as --num-shards"),
-                           (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9")):
+                           (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9"),
+                           (["--num-sh", "2"], "Error: unknown Beam pipeline option --num-sh; did you mean --num-shards?")):
         proc = subprocess.run([sys.executable, "-m", "beam_jobs.convert", "--source", str(tmp_path / "src"),
                                "--output", str(tmp_path / "out"), *extra], capture_output=True, text=True)
         assert proc.returncode == 1
         assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_beam_idiom_entry_point_leaves_dataflow_job_labels_to_beam(tmp_path):
+    import subprocess
+    import sys
+
+    # Dataflow's --label key=value was taken for an abbreviation of our --labels (a label file).
+    write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
+    proc = subprocess.run([sys.executable, "-m", "beam_jobs.convert", "--source", str(tmp_path / "src"),
+                           "--output", str(tmp_path / "out"), "--label", "team=ml"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]["written"] == 4
