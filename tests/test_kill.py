@@ -44,7 +44,10 @@ def reference(source, tmp_path_factory):
 
 
 def start(source, out, pause: str) -> subprocess.Popen:
-    env = dict(os.environ, PREP_TEST_PAUSE=pause,
+    # Beam's own temporary folder (Pipeline.local_tempdir) outlives a SIGKILL: keep it out of the real /tmp.
+    tmp = pathlib.Path(out).parent / "killed-tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PREP_TEST_PAUSE=pause, TMPDIR=str(tmp),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.Popen([sys.executable, "-m", "prep.cli", "convert", str(source), str(out), *map(str, ARGS)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
