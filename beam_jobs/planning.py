@@ -185,13 +185,14 @@ def rank_task(element, tmp_dir: str, seed: int):
                 order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image)))
     sections, offset = [], 0
     path = entries_path(tmp_dir, task)
-    with storage.open_write(path + ".part") as out:  # a part at a time: no copy of the whole file in memory
+    tmp = storage.temp_path(path)
+    with storage.open_write(tmp) as out:  # a part at a time: no copy of the whole file in memory
         for part in sorted(parts):
             packed = parts.pop(part)
             out.write(packed)
             sections.append((ENTRY, part, (task, offset, len(packed))))
             offset += len(packed)
-    storage.rename(path + ".part", path)
+    storage.rename(tmp, path)
     yield from sections
     for label, count in sorted(capped.items()):
         yield CAPPED, label, count

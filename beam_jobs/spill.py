@@ -156,8 +156,9 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     """
     path = spill_path(tmp_dir, spill)
+    tmp = storage.temp_path(path)
     results, offset = [], 0
-    with storage.open_write(path + ".part") as f, EncodeBuffer() as buffer:
+    with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for ref in refs:
             result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer)
             if not isinstance(result, Reject):
@@ -166,5 +167,5 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature))
-    storage.rename(path + ".part", path)
+    storage.rename(tmp, path)
     return results, offset

@@ -177,7 +177,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
     written = (manifest_lib.FILENAME, manifest_lib.REJECTS, *tfds_meta.file_names())
     ours = {manifest_lib.TMP_DIR, *written, *(name + ".part" for name in written)}
-    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None]
+    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None
+               and not any(storage.is_temp_of(n, w) for w in written)]
     if foreign:
         raise OutputError(f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
                           "refusing to delete them with --overwrite")

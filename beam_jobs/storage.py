@@ -1,6 +1,10 @@
 """File access for the pipeline: local paths directly, `gs://`, `s3://` and other
 schemes through Beam's FileSystems. Writes go to a temporary name and are
 renamed into place, so a reader never sees a half-written file under its final name.
+Each writer has a temporary name of its own (`temp_path`): a runner may run two
+attempts of one task at once (a retry while the first attempt still runs, or
+speculative execution), and both then write the same bytes, each to its own
+file, and both renames succeed.
 """
 
 from __future__ import annotations
@@ -8,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
+import secrets
 import shutil
 
 
@@ -76,9 +82,22 @@ def rename(src: str, dst: str) -> None:
         _fs().rename([src], [dst])
 
 
+_TEMP = re.compile(r"\.[0-9a-f]{8}\.part")
+
+
+def temp_path(path: str) -> str:
+    """A temporary sibling of `path` to write it under, then rename: a new name for every call."""
+    return f"{path}.{secrets.token_hex(4)}.part"
+
+
+def is_temp_of(name: str, final: str) -> bool:
+    """Whether file name `name` is a `temp_path` of file name `final`."""
+    return name.startswith(final) and _TEMP.fullmatch(name, len(final)) is not None
+
+
 def write_atomic(path: str, data: bytes) -> None:
-    """Writes `data` to `path` via a temporary sibling and a rename."""
-    tmp = path + ".part"
+    """Writes `data` to `path` via a temporary sibling (`temp_path`) and a rename."""
+    tmp = temp_path(path)
     with open_write(tmp) as f:
         f.write(data)
     rename(tmp, path)

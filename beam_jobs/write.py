@@ -129,7 +129,7 @@ def blocks(entries, limit: int) -> list[list]:
 def write_index(output: str, tmp_dir: str, name: ShardName, sizes) -> dict:
     """Writes the shard's record index atomically next to it; returns its manifest entry."""
     data = record_index(sizes)
-    tmp = storage.join(tmp_dir, "shards", name.index_filename + ".part")
+    tmp = storage.temp_path(storage.join(tmp_dir, "shards", name.index_filename))
     with storage.open_write(tmp) as out:
         out.write(data)
     storage.rename(tmp, storage.join(output, name.index_filename))
@@ -201,18 +201,19 @@ class WriteParts(PooledDoFn):
         converted = sum(e.converted for e in entries)
         if parts == 1:
             path = storage.join(self._output, name.filename)
-            tmp = storage.join(self._tmp_dir, "shards", name.filename + ".part")
+            tmp = storage.temp_path(storage.join(self._tmp_dir, "shards", name.filename))
             sidecar = checkpoints.shard_sidecar(self._tmp_dir, name.filename)
         else:
-            path = tmp = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
+            path = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
+            tmp = storage.temp_path(path)
             sidecar = path + ".json"
         found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
         if found is not None:
             size, sha = found
         else:
-            with storage.open_write(tmp + ".tmp") as out:
+            with storage.open_write(tmp) as out:
                 size, sha = _copy_records(entries, out, self._tmp_dir, self._source, self._pool)
-            storage.rename(tmp + ".tmp", path)
+            storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(e.length for e in entries)  # framed records, in the order written
         if parts > 1:
@@ -250,7 +251,7 @@ class ConcatParts(beam.DoFn):
             size, sha = found
         else:
             hasher, size = hashlib.sha256(), 0
-            tmp = storage.join(self._tmp_dir, "shards", filename + ".part")
+            tmp = storage.temp_path(storage.join(self._tmp_dir, "shards", filename))
             with storage.open_write(tmp) as out:
                 for part in parts:
                     with storage.open_read(part[1]) as f:

@@ -282,7 +282,7 @@ def test_progress_counts_each_batch_spill_file_once():
 
     sizes = [2 * BATCH + 3, BATCH]  # chunk 0: batches of BATCH, BATCH, 3; chunk 1: one batch
     names = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
-    assert prepared_count(names + ["chunk-000000-0001.bin.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
+    assert prepared_count(names + ["chunk-000000-0001.bin.0a1b2c3d.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
     every = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]]
     assert prepared_count(every, sizes) == sum(sizes)
 

@@ -193,10 +193,11 @@ def test_overwrite_replaces_indexes_and_tfds_files_but_not_foreign_files(dataset
 
     out = copy(dataset, tmp_path / "out")
     (out / "train-00007-of-00009.tfrecord.idx").write_bytes(b"")  # an index of an earlier run: ours to delete
+    (out / "dataset_info.json.0a1b2c3d.part").write_bytes(b"{")  # a kill while writing it (storage.temp_path)
     config = build_config(str(tmp_path / "src"), str(out), {"num_shards": 1, "overwrite": True})
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
     run_conversion(config, list_inputs(config))
-    assert not list(out.glob("*.idx")) and (out / "dataset_info.json").exists()
+    assert not list(out.glob("*.idx")) and not list(out.glob("*.part")) and (out / "dataset_info.json").exists()
     assert verify(str(out)).ok
     (out / "notes.idx.txt").write_text("mine")
     with pytest.raises(OutputError, match="holds files prep did not write \\(e.g. notes.idx.txt\\)"):

@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -120,12 +121,13 @@ def test_disk_full_while_writing_shards_then_resume(source, reference, tmp_path,
 
 def test_permission_denied_while_preparing_is_one_line_and_no_manifest(source, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
-    fail_writes(monkeypatch, ".bin.part",
+    fail_writes(monkeypatch, "/spill/chunk-",
                 lambda path: PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
     result = run_cli("convert", source, out, *ARGS)
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot write {out}/.prep-tmp/spill/chunk-0000")
-    assert result.output.endswith(f".bin.part: Permission denied{HINT}\n") and result.output.count("\n") == 1
+    assert re.search(r"\.bin\.[0-9a-f]{8}\.part: Permission denied", result.output), result.output
+    assert result.output.endswith(f"Permission denied{HINT}\n") and result.output.count("\n") == 1
     assert not (out / "manifest.json").exists()
 
 
@@ -223,7 +225,7 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
 def test_resume_of_a_run_killed_while_staging_starts_over(source, reference, tmp_path, run_cli):
     out = tmp_path / "out"
     (out / ".prep-tmp" / "listing").mkdir(parents=True)
-    (out / ".prep-tmp" / "listing" / "chunk-000000.json.part").write_text('[["ant/ant_0')
+    (out / ".prep-tmp" / "listing" / "chunk-000000.json.0a1b2c3d.part").write_text('[["ant/ant_0')
     result = run_cli("convert", source, out, *ARGS, "--resume")
     assert result.exit_code == 0, result.output
     assert resumed(out) == {"chunks": 5, "chunks_reused": 0, "shards": 6, "shards_reused": 0}

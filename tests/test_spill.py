@@ -96,3 +96,59 @@ def test_a_label_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
             return str(exc)
 
     assert _finishes(listing) == (True, f"label file {tmp_path}/labels.csv is not a regular file")
+
+
+def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_file(tmp_path, monkeypatch):
+    # A runner may run a task again while its first attempt still runs (a retry
+    # after a lost worker, or speculative execution). With one temporary name per
+    # file, the second attempt truncated the first's file, and one rename failed.
+    import threading
+
+    from beam_jobs import storage
+
+    src, tmp = tmp_path / "src", str(tmp_path / "tmp")
+    (src / "a").mkdir(parents=True)
+    refs = []
+    for i in range(4):
+        (src / "a" / f"{i}.jpg").write_bytes(image_bytes("JPEG", size=(64 + i, 48)))
+        refs.append(InputRef(f"a/{i}.jpg", "a", None))
+    real_open, both_open = storage.open_write, threading.Barrier(2, timeout=30)
+
+    def open_write(path):
+        handle = real_open(path)
+        both_open.wait()  # each attempt holds its temporary file open before either writes
+        return handle
+
+    monkeypatch.setattr(storage, "open_write", open_write)
+    outcomes = [None, None]
+
+    def attempt(i):
+        try:
+            outcomes[i] = prepare_batch(str(src), tmp, 3, refs, {"a": 0}, ImageOptions())
+        except Exception as exc:  # noqa: BLE001 (reported by the assertion below)
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    assert outcomes[0] == outcomes[1]
+    monkeypatch.setattr(storage, "open_write", real_open)
+    alone = prepare_batch(str(src), str(tmp_path / "alone"), 3, refs, {"a": 0}, ImageOptions())
+    assert alone == outcomes[0]
+    with open(spill_path(tmp, 3), "rb") as f, open(spill_path(str(tmp_path / "alone"), 3), "rb") as g:
+        assert f.read() == g.read()
+    assert sorted(os.listdir(os.path.dirname(spill_path(tmp, 3)))) == [os.path.basename(spill_path(tmp, 3))]
+
+
+def test_temporary_names_are_new_for_each_writer_and_known_as_such():
+    from beam_jobs import storage
+
+    names = {storage.temp_path("/o/manifest.json") for _ in range(50)}
+    assert len(names) == 50
+    assert all(storage.is_temp_of(os.path.basename(n), "manifest.json") for n in names)
+    assert not storage.is_temp_of("manifest.json.part", "manifest.json")
+    assert not storage.is_temp_of("manifest.json.0a1b2c3d.part.x", "manifest.json")
+    assert not storage.is_temp_of("manifest.jsonx.0a1b2c3d.part", "manifest.json")
