@@ -108,7 +108,7 @@ def read_section(tmp_dir: str, section: tuple) -> list[Entry]:
     path = entries_path(tmp_dir, task)
     with storage.open_read(path) as f:
         f.seek(offset)
-        data = f.read(length)
+        data = storage.read_exact(f, length)
     if len(data) != length:
         raise OSError(f"entry file {path} is shorter than planned")
     return unpack_entries(data)

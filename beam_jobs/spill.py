@@ -8,6 +8,7 @@ left to the runner's thread. Tasks take and return plain values.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 
@@ -141,7 +142,7 @@ def _read_again(path: str, size: int) -> bytes | str:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             return "its bytes differ"
-        data = os.read(fd, size)
+        data = storage.read_exact(io.FileIO(fd, "rb", closefd=False), size)
     finally:
         os.close(fd)
     return data if len(data) == size else "its bytes differ"

@@ -63,6 +63,19 @@ def open_read(path: str):
     return _fs().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+def read_exact(f, size: int) -> bytes:
+    """`size` bytes from `f`, fewer only at its end: a file system's reader may return
+    less than asked at a time (a raw stream, a network read cut short)."""
+    pieces, left = [], size
+    while left > 0:
+        piece = f.read(left)
+        if not piece:
+            break
+        pieces.append(piece)
+        left -= len(piece)
+    return b"".join(pieces)
+
+
 def open_write(path: str):
     """Opens `path` for writing, creating parent folders (local)."""
     if not is_remote(path):

@@ -68,7 +68,7 @@ class _SpillReader:
             if len(self._handles) > 8:
                 self._handles.popitem(last=False)[1].close()
             handle.seek(entry.offset)
-            spilled = handle.read(entry.length - entry.image)
+            spilled = storage.read_exact(handle, entry.length - entry.image)
             if len(spilled) != entry.length - entry.image:
                 raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
             out.extend(read_record(source, entry.source, spilled, entry.cut, entry.image))

@@ -57,6 +57,32 @@ def test_many_rank_tasks_and_multi_part_shards(source, reference, tmp_path):
     assert_same(convert(source, tmp_path / "out", group_target=3), reference)
 
 
+def test_file_systems_that_return_short_reads(source, reference, tmp_path, monkeypatch):
+    # A file system's reader may return less than asked (a raw stream, a network
+    # read cut short): entry sections, spilled records and parts are read in full.
+    from beam_jobs import storage
+
+    class Trickle:
+        def __init__(self, f):
+            self._f = f
+
+        def read(self, size=-1):
+            return self._f.read(size if size is None or size < 0 else min(size, 7))
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    real = storage.open_read
+    monkeypatch.setattr(storage, "open_read", lambda path: Trickle(real(path)))
+    assert_same(convert(source, tmp_path / "out", group_target=3), reference)
+
+
 def test_direct_runner_multi_processing(source, reference, tmp_path):
     out = convert(source, tmp_path / "out", runner="DirectRunner",
                   beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"], group_target=5)
