@@ -25,7 +25,7 @@ plan gives it the same entries.
 `pause_for_tests` is the one test hook: the environment variable
 `PREP_TEST_PAUSE`, e.g. `chunk=0.3,shard=1,manifest=60`, sleeps that many
 seconds before preparing each chunk, after completing each shard, and between
-writing manifest.json.part and renaming it, so tests can kill a conversion at
+writing the manifest's temporary file and renaming it, so tests can kill a conversion at
 those points.
 """
 

@@ -1,7 +1,7 @@
 """The last step: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
 
-Order matters for crash safety: manifest.json.part is written in full, then
-renamed to manifest.json, and only then is .prep-tmp deleted. A kill before the
+Order matters for crash safety: the manifest is written in full under a
+temporary name (storage.temp_path), then renamed to manifest.json, and only then is .prep-tmp deleted. A kill before the
 rename leaves no manifest.json and a resumable .prep-tmp; a kill after it
 leaves a finished dataset plus a leftover .prep-tmp, which `--resume` (or
 `--overwrite`) removes.
@@ -82,7 +82,7 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run, split
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)
-    staged = storage.join(output, manifest_lib.FILENAME + ".part")
+    staged = storage.temp_path(storage.join(output, manifest_lib.FILENAME))
     with storage.open_write(staged) as f:
         f.write(manifest_lib.dumps(manifest))
     checkpoints.pause_for_tests("manifest")

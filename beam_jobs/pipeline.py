@@ -68,7 +68,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
-from apache_beam.runners.runner import create_runner
+from apache_beam.runners.runner import PipelineRunner, create_runner
 
 from beam_jobs import checkpoints, finish, prepare, staging, storage, write
 from beam_jobs.progress import Progress
@@ -149,44 +149,59 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     )
 
 
+# Runners that drop the options Beam does not know. Dataflow, Flink and Spark (with
+# their uber jar) and Prism hand them to the job instead, where they may mean something.
+_DROP_UNKNOWN_OPTIONS = ("FnApiRunner", "SwitchingDirectRunner", "TestDirectRunner", "BundleBasedDirectRunner",
+                         "PortableRunner", "DaskRunner")
+
+
 def check_runner_options(runner: str, beam_args: list[str]) -> None:
-    """Refuses a runner Beam cannot load, Beam options that neither Beam nor the
-    runner defines, and options the runner's own checks refuse (Dataflow's
-    project, region, temp_location). Called before OUTPUT is touched: Beam
-    would stop on the first and last with a traceback once OUTPUT was readied,
-    and drop an unknown option with a warning, so `-- --num-shard 3` would
-    change nothing.
+    """Refuses a runner Beam cannot load, Beam options it would ignore, and options
+    the runner's own checks refuse (Dataflow's project, region, temp_location).
+
+    Called before OUTPUT is touched: Beam would stop on a bad runner or refused
+    options with a traceback once OUTPUT was readied, and it ignores, with a
+    warning at most, an option spelled with dashes (`--direct-num-workers`) and,
+    on runners that do not pass options on (`_DROP_UNKNOWN_OPTIONS`), one it
+    does not know: `-- --num-shard 3` would change nothing.
 
     Raises:
-        OptionsError: naming the runner or the first unknown option.
+        OptionsError: naming the runner or the first option at fault.
     """
     runner_object = None
     if runner != RUNNERS_LOCAL:
         try:
             runner_object = create_runner(runner)  # imports the runner's module, which may define options (Dask)
-        except ValueError:
+        except ImportError as exc:
+            hint = "; install apache-beam[gcp]" if "dataflow" in runner.lower() else ""
+            raise OptionsError(f"--runner {runner} cannot be loaded ({exc}){hint}") from None
+        except (ValueError, AttributeError, TypeError):
+            pass
+        if not isinstance(runner_object, PipelineRunner):
             raise OptionsError(f"unknown --runner {runner}: give local, a runner Beam names (DirectRunner, "
                                "PortableRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) or the full "
-                               "name of a PipelineRunner class") from None
-        except ImportError as exc:
-            raise OptionsError(f"--runner {runner} cannot be loaded ({exc}); install what it needs, "
-                               "e.g. apache-beam[gcp] for DataflowRunner") from None
-    options = PipelineOptions(beam_args)
-    said = io.StringIO()
+                               "name of a PipelineRunner class")
+    parsers, said = [], io.StringIO()
     try:
         with contextlib.redirect_stderr(said):  # argparse prints its usage, then exits
-            known = set(options.get_all_options())
-            unknown = set(options.get_all_options(retain_unknown_options=True)) - known
+            PipelineOptions(beam_args).get_all_options(add_extra_args_fn=parsers.append)
     except SystemExit:
         error = said.getvalue().strip().splitlines()[-1:] or ["cannot be parsed"]
         raise OptionsError(f"Beam pipeline options: {error[0].split('error: ', 1)[-1]}") from None
+    known = {name for action in parsers[0]._actions for name in action.option_strings}
+    drops_unknown = runner_object is None or type(runner_object).__name__ in _DROP_UNKNOWN_OPTIONS
     for arg in beam_args:
         name = arg.split("=", 1)[0]
-        if name.startswith("--") and name[2:].replace("-", "_") in unknown:
+        if not name.startswith("--") or name in known:
+            continue
+        spelled = "--" + name[2:].replace("-", "_")
+        if spelled in known:
+            raise OptionsError(f"Beam pipeline option {name} is spelled {spelled}: Beam ignores it as written")
+        if drops_unknown:
             ours = [o.name for o in OPTIONS]
-            close = difflib.get_close_matches(name, ["--" + k for k in sorted(known)] + ours, n=1)
+            close = difflib.get_close_matches(name, sorted(known) + ours, n=1)
             hint = "" if not close else f"; did you mean {close[0]}?" + (
-                " (a conversion option: it goes before any Beam options)" if close[0] in ours else "")
+                " (a conversion option; for prep convert it goes before the --)" if close[0] in ours else "")
             raise OptionsError(f"unknown Beam pipeline option {name}{hint}")
     if runner_object is not None:  # what Beam checks when the pipeline is made (Dataflow: project, region, ...)
         errors = PipelineOptionsValidator(pipeline_options(runner, beam_args), runner_object).validate()

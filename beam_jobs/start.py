@@ -113,6 +113,8 @@ def start_conversion(config: ConvertConfig, listing: Listing) -> Started:
     try:
         state = resume.open_interrupted(config.output, config.source, record, listing, chunks) \
             if config.resume else None
+        if state in (resume.FINISHED, resume.RESUME):
+            delete_leftovers(config.output)
         if state == resume.FINISHED:
             path = storage.join(config.output, manifest_lib.FILENAME)
             return Started(summary, [len(c) for c in chunks], manifest_lib.loads(storage.read_bytes(path), path))
@@ -175,10 +177,10 @@ def prepare_output(output: str, overwrite: bool) -> None:
             raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
                               "(same inputs and options) or --overwrite to start over")
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
-    written = (manifest_lib.FILENAME, manifest_lib.REJECTS, *tfds_meta.file_names())
+    written = _written_names()
     ours = {manifest_lib.TMP_DIR, *written, *(name + ".part" for name in written)}
     foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None
-               and not any(storage.is_temp_of(n, w) for w in written)]
+               and not _is_leftover(n, written)]
     if foreign:
         raise OutputError(f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
                           "refusing to delete them with --overwrite")
@@ -186,6 +188,24 @@ def prepare_output(output: str, overwrite: bool) -> None:
     storage.delete(storage.join(output, manifest_lib.FILENAME))
     for name in names:
         storage.delete(storage.join(output, name))
+
+
+def _written_names() -> tuple[str, ...]:
+    """The files other than shards and indexes that a conversion writes in OUTPUT."""
+    return (manifest_lib.FILENAME, manifest_lib.REJECTS, *tfds_meta.file_names())
+
+
+def _is_leftover(name: str, written: tuple[str, ...]) -> bool:
+    return any(storage.is_temp_of(name, w) for w in written)
+
+
+def delete_leftovers(output: str) -> None:
+    """Deletes what a killed run was writing in OUTPUT (the temporary files of
+    `_written_names`), so that a resumed or finished OUTPUT holds only the dataset."""
+    written = _written_names()
+    for name in storage.list_names(output):
+        if _is_leftover(name, written):
+            storage.delete(storage.join(output, name))
 
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}

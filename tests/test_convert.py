@@ -238,12 +238,16 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     (["--runner", "Nope"], "Error: unknown --runner Nope: give local, a runner Beam names (DirectRunner, PortableRunner, "
                            "DataflowRunner, FlinkRunner, SparkRunner, ...) or the full name of a PipelineRunner class"),
     (["--", "--num-shard", "3"], "Error: unknown Beam pipeline option --num-shard; did you mean --num-shards? "
-                                 "(a conversion option: it goes before any Beam options)"),
+                                 "(a conversion option; for prep convert it goes before the --)"),
     (["--", "--direct_num_wrkers=2"], "Error: unknown Beam pipeline option --direct_num_wrkers; did you mean "
                                       "--direct_num_workers?"),
     (["--", "--direct_num_workers=x"], "Error: Beam pipeline options: argument --direct_num_workers: invalid int "
                                        "value: 'x'"),
     (["--runner", "DataflowRunner"], "Error: --runner DataflowRunner: "),
+    (["--", "--direct-num-workers=2"], "Error: Beam pipeline option --direct-num-workers is spelled "
+                                       "--direct_num_workers: Beam ignores it as written"),
+    (["--runner", "apache_beam.runners.direct.DirectRunnr"], "Error: unknown --runner "
+                                                              "apache_beam.runners.direct.DirectRunnr: "),
 ])
 def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, run_cli, extra, message):
     # Beam would drop an unknown option with a warning, and stop on the others
@@ -255,6 +259,17 @@ def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, 
     if extra == ["--runner", "DataflowRunner"]:
         assert "Missing required option: project" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_options_that_flink_spark_and_prism_pass_on_to_their_job_are_not_refused():
+    # These runners hand options Beam does not define to the job (Flink's
+    # checkpointing_interval with its uber jar, apache/beam#21318).
+    from beam_jobs.pipeline import check_runner_options
+
+    check_runner_options("FlinkRunner", ["--flink_master=localhost:8081", "--flink_submit_uber_jar",
+                                         "--environment_type=DOCKER", "--checkpointing_interval=60000"])
+    check_runner_options("SparkRunner", ["--spark_master_url=spark://host:7077", "--storage_level=MEMORY_ONLY"])
+    check_runner_options("PrismRunner", ["--job_port=8073"])
 
 
 def test_output_inside_source(tmp_path):

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from tests.imagegen import write_dirty_tree
+from beam_jobs import storage
 from prep import tfds_meta
 from tests.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
@@ -92,7 +93,8 @@ POINTS = {
     "before_any_chunk": ("chunk=60", lambda out: (out / ".prep-tmp" / "run.json").exists()),
     "after_some_chunks": ("chunk=0.4", lambda out: len(chunk_indexes(out)) >= 2),
     "after_some_shards": ("shard=1.5", lambda out: len(sidecars(out)) >= 1),
-    "during_manifest_write": ("manifest=60", lambda out: (out / "manifest.json.part").exists()),
+    "during_manifest_write": ("manifest=60", lambda out: out.exists() and any(
+        storage.is_temp_of(p.name, "manifest.json") for p in out.iterdir())),
 }
 
 
@@ -107,8 +109,8 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     present = shard_bytes(out)
     expected = shard_bytes(reference)
     assert all(data == expected[name] for name, data in present.items())
-    allowed = {".prep-tmp", "rejects.jsonl", "manifest.json.part", *tfds_meta.file_names()}
-    assert {p.name for p in out.iterdir()} - set(present) <= allowed
+    allowed = {".prep-tmp", "rejects.jsonl", *tfds_meta.file_names()}
+    assert {p.name for p in out.iterdir() if not storage.is_temp_of(p.name, "manifest.json")} - set(present) <= allowed
     chunks_done, shards_done = chunk_indexes(out), sidecars(out)
     before = {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in present}
     if point == "before_any_chunk":

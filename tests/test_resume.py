@@ -143,7 +143,7 @@ def interrupted(source, tmp_path, run_cli, monkeypatch):
     """OUTPUT of a run that failed writing its manifest (disk full): every chunk and shard complete."""
     out = tmp_path / "out"
     with monkeypatch.context() as patch:
-        fail_writes(patch, "manifest.json.part", FullDisk)
+        fail_writes(patch, "manifest.json.", FullDisk)
         result = run_cli("convert", source, out, *ARGS)
     assert result.exit_code == 1
     assert result.output == f"Error: cannot write to OUTPUT {out}: No space left on device{HINT}\n"
@@ -207,7 +207,7 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
     out = tmp_path / "out"
     config = build_config(str(source), str(out), OPTIONS)
     with monkeypatch.context() as patch:
-        fail_writes(patch, "manifest.json.part", FullDisk)
+        fail_writes(patch, "manifest.json.", FullDisk)
         with pytest.raises(Exception, match="No space left on device"):
             run_conversion(config, list_inputs(config), group_target=3)
     assert list((out / ".prep-tmp" / "parts").iterdir())
@@ -286,7 +286,7 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         real = storage.open_write
         patch.setattr(storage, "open_write", lambda p: (_ for _ in ()).throw(
-            OSError(errno.ENOSPC, "No space left on device")) if p.endswith("manifest.json.part") else real(p))
+            OSError(errno.ENOSPC, "No space left on device")) if storage.is_temp_of(os.path.basename(p), "manifest.json") else real(p))
         with pytest.raises(Exception, match="No space left on device"):
             run_conversion(config, list_inputs(config))
     shutil.rmtree(out / ".prep-tmp" / "done")  # no sidecars: every shard is written again

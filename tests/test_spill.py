@@ -152,3 +152,20 @@ def test_temporary_names_are_new_for_each_writer_and_known_as_such():
     assert not storage.is_temp_of("manifest.json.part", "manifest.json")
     assert not storage.is_temp_of("manifest.json.0a1b2c3d.part.x", "manifest.json")
     assert not storage.is_temp_of("manifest.jsonx.0a1b2c3d.part", "manifest.json")
+
+
+def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monkeypatch):
+    import io
+    import types
+
+    from beam_jobs import spill
+
+    class Trickle(io.FileIO):
+        def read(self, size=-1):
+            return super().read(size if size is None or size < 0 else min(size, 7))
+
+    src, spilled, (keep, _) = prepared
+    monkeypatch.setattr(spill, "io", types.SimpleNamespace(FileIO=Trickle))
+    jpeg = (src / "a" / "keep.jpg").read_bytes()
+    expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+    assert _record(src, spilled, keep, "a/keep.jpg") == expected
