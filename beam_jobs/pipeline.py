@@ -66,7 +66,7 @@ import sys
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.runner import PipelineRunner, create_runner
 
@@ -76,7 +76,7 @@ from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from beam_jobs.start import Staged, Started, describe_os_error, tool_info
 from prep import manifest as manifest_lib
 from prep.config import RUNNERS_LOCAL, ConvertConfig
-from prep.errors import OptionsError, OutputError, PrepError
+from prep.errors import OptionsError, OutputError, PrepError, RunnerError
 from prep.options import OPTIONS
 
 # A write task holds this many parts at most, so that it holds at most about
@@ -277,9 +277,11 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
                     client.close()
     except Exception as exc:
         error = find_prep_error(exc, config.output)
+        if error is None and runner != RUNNERS_LOCAL:  # not our code's failure: say what the runner said
+            error = RunnerError(runner_failure(runner, options, exc))
         if error is not None:
-            if isinstance(error, OutputError) and _resumable(tmp_dir):
-                error = OutputError(f"{error}; the work done so far is kept: fix this and run again with "
+            if isinstance(error, (OutputError, RunnerError)) and _resumable(tmp_dir):
+                error = type(error)(f"{error}; the work done so far is kept: fix this and run again with "
                                     "--resume to finish")
             raise error from None
         raise
@@ -287,6 +289,18 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
     return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
+
+
+def runner_failure(runner: str, options: PipelineOptions, exc: BaseException) -> str:
+    """One line for what stopped a run on a runner other than the local one (the
+    local runner's failures other than PrepErrors are bugs, and keep their traceback)."""
+    if type(exc).__name__ == "FutureTimeoutError":  # grpc's, while Beam waits for the job service
+        portable = options.view_as(PortableOptions)
+        where = f" at --job_endpoint {portable.job_endpoint}" if portable.job_endpoint else ""
+        return (f"no job service answered{where} within {portable.job_server_timeout} s "
+                "(--job_server_timeout); is it running and reachable?")
+    text = " ".join(str(exc).split())
+    return f"the {runner} run failed: {type(exc).__name__}" + (f": {text[:400]}" if text else "")
 
 
 def _resumable(tmp_dir: str) -> bool:

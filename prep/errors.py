@@ -24,6 +24,10 @@ class OutputError(PrepError):
     """OUTPUT cannot be written as asked."""
 
 
+class RunnerError(PrepError):
+    """A runner other than the local one failed: its job service could not be reached, or its job failed."""
+
+
 class ManifestError(PrepError):
     """A manifest is missing, unreadable, of an unknown version or inconsistent."""
 

@@ -140,6 +140,23 @@ def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, 
     assert_same(out, reference)
 
 
+def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_the_right_one(
+        source, reference, tmp_path, portable_services):
+    from prep.errors import RunnerError
+
+    job_port, pool_port = portable_services
+    worker = ["--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"]
+    nobody = free_port()
+    with pytest.raises(RunnerError, match=f"^no job service answered at --job_endpoint localhost:{nobody} within "
+                                          "2 s .*; the work done so far is kept: .* --resume to finish$"):
+        convert(source, tmp_path / "out", runner="PortableRunner", group_target=5,
+                beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker])
+    config = build_config(str(source), str(tmp_path / "out"), dict(OPTIONS, resume=True))
+    run_conversion(config, list_inputs(config), runner="PortableRunner", group_target=5,
+                   beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
+    assert_same(tmp_path / "out", reference)
+
+
 def test_dask_runner_on_local_cluster(source, reference, tmp_path):
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
