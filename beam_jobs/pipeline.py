@@ -46,7 +46,9 @@ see prep.images.EncodeBuffer). On the local runner PrepareChunk keeps the
 next chunk on the pool while the runner's thread records a chunk's
 index and passes its counts downstream (`lookahead`). On a cluster,
 Reshuffle and the GroupByKeys spread chunks and shards over workers, each of
-which runs the same thread pools.
+which runs the same thread pools; on the DaskRunner, only once the chunk ids
+are cut into as many partitions as the cluster has task slots
+(`dask_partition_args`; bench/runner_scaling.py measures the spread).
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
 no side inputs or tagged outputs: the DaskRunner translates nothing else.
@@ -209,6 +211,33 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
             raise OptionsError(f"--runner {runner}: " + "; ".join(" ".join(e.split()).rstrip(".") for e in errors))
 
 
+def dask_partition_args(runner: str, beam_args: list[str], num_chunks: int) -> list[str]:
+    """Beam args with `--dask_npartitions` added on the DaskRunner: as many partitions as
+    the cluster runs tasks at once, at most one per chunk, unless the user sets
+    `--dask_npartitions` or `--dask_partition_size`.
+
+    Beam's Dask translation puts up to 128 created elements in one partition, and
+    its GroupByKey keeps the number of partitions, so all chunks ran in one
+    partition on one worker: 2 workers were 1.06x 1 worker (bench/runner_scaling.py).
+    Every partition costs a lot on its own: one per chunk (32) took 20 s where one
+    took 10 s, for 2,000 images on one worker.
+    """
+    if staging.runner_class_name(runner) != "DaskRunner" or any(
+            a.split("=", 1)[0] in ("--dask_npartitions", "--dask_partition_size") for a in beam_args):
+        return beam_args
+    address = PipelineOptions(beam_args).get_all_options().get("dask_client_address")
+    slots = os.cpu_count() or 1  # without an address, the DaskRunner starts a local cluster of this machine
+    if address:
+        from distributed import Client
+
+        try:
+            with Client(address, timeout=30) as client:
+                slots = sum(client.nthreads().values()) or 1
+        except (OSError, TimeoutError):
+            return beam_args  # the DaskRunner reports it cannot connect
+    return [*beam_args, f"--dask_npartitions={max(1, min(num_chunks, slots))}"]
+
+
 def pipeline_options(runner: str, beam_args: list[str]) -> PipelineOptions:
     options = PipelineOptions(beam_args)
     if runner != RUNNERS_LOCAL:
@@ -262,7 +291,7 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
     if config.resume:
         run_info["resumed"] = {"chunks": num_chunks}
-    beam_args, staged = staging.staging_args(runner, list(beam_args or []))
+    beam_args, staged = staging.staging_args(runner, dask_partition_args(runner, list(beam_args or []), num_chunks))
     options = pipeline_options(runner, beam_args)
     try:
         with Progress(config.output, sizes, progress):

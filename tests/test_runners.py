@@ -15,6 +15,7 @@ from prep.options import build_config, list_inputs
 from tests.imagegen import write_dirty_tree
 from tests.shards import assert_same_dataset, manifest_without_run, shard_bytes
 
+DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # index: record indexes must be identical through every runner, also for shards written in parts.
 OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2,
            "index": True}
@@ -158,12 +159,18 @@ def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_
 
 
 def test_dask_runner_on_local_cluster(source, reference, tmp_path):
+    from beam_jobs.pipeline import dask_partition_args
+
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        out = convert(source, tmp_path / "out", runner="apache_beam.runners.dask.dask_runner.DaskRunner",
-                      beam_args=[f"--dask_client_address={cluster.scheduler_address}"], group_target=5)
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        # As many partitions as the cluster's task slots: Beam's default put every chunk in one.
+        assert dask_partition_args(DASK, [address], 5) == [address, "--dask_npartitions=2"]
+        assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
+        assert dask_partition_args(DASK, [address, "--dask_npartitions=7"], 5) == [address, "--dask_npartitions=7"]
+        out = convert(source, tmp_path / "out", runner=DASK, beam_args=[address], group_target=5)
     assert_same(out, reference)
 
 
