@@ -47,7 +47,7 @@ next chunk on the pool while the runner's thread records a chunk's
 index and passes its counts downstream (`lookahead`). On a cluster,
 Reshuffle and the GroupByKeys spread chunks and shards over workers, each of
 which runs the same thread pools; on the DaskRunner, only once the chunk ids
-are cut into as many partitions as the cluster has task slots
+are cut into about as many partitions as the cluster has task slots
 (`dask_partition_args`; bench/runner_scaling.py measures the spread).
 
 Only Create, ParDo, GroupByKey, Flatten and composites of them are used, with
@@ -205,16 +205,47 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
             hint = "" if not close else f"; did you mean {close[0]}?" + (
                 " (a conversion option; for prep convert it goes before the --)" if close[0] in ours else "")
             raise OptionsError(f"unknown Beam pipeline option {name}{hint}")
+    if type(runner_object).__name__ == "DaskRunner":
+        client_options = _dask_client_options(beam_args)
+        if "address" in client_options or "scheduler_file" in client_options:
+            try:
+                _dask_slots(client_options)
+            except Exception as exc:  # noqa: BLE001 (distributed raises OSError, ValueError, TimeoutError, ...)
+                where = client_options.get("address") or client_options.get("scheduler_file")
+                raise OptionsError(f"cannot reach the Dask scheduler {where}: "
+                                   f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
     if runner_object is not None:  # what Beam checks when the pipeline is made (Dataflow: project, region, ...)
         errors = PipelineOptionsValidator(pipeline_options(runner, beam_args), runner_object).validate()
         if errors:
             raise OptionsError(f"--runner {runner}: " + "; ".join(" ".join(e.split()).rstrip(".") for e in errors))
 
 
+def _dask_client_options(beam_args: list[str]) -> dict:
+    """The Dask client's options among `beam_args`, as the DaskRunner takes them
+    (address, scheduler_file, timeout, ...; npartitions and partition_size included)."""
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    return PipelineOptions(beam_args).view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
+
+
+def _dask_slots(client_options: dict) -> int:
+    """How many tasks the Dask cluster named by `client_options` runs at once.
+
+    Raises:
+        Exception: whatever `distributed.Client` raises when it cannot connect.
+    """
+    from distributed import Client
+
+    with Client(**client_options) as client:
+        return sum(client.nthreads().values()) or 1
+
+
 def dask_partition_args(runner: str, beam_args: list[str], num_chunks: int) -> list[str]:
-    """Beam args with `--dask_npartitions` added on the DaskRunner: as many partitions as
-    the cluster runs tasks at once, at most one per chunk, unless the user sets
-    `--dask_npartitions` or `--dask_partition_size`.
+    """Beam args with `--dask_npartitions` added on the DaskRunner: the cluster's task
+    slots (its workers' threads), at most one per chunk, unless the user sets
+    `--dask_npartitions` or `--dask_partition_size`. Dask cuts the chunk ids into
+    partitions of ceil(chunks / npartitions) ids, so there may be a few fewer
+    partitions than slots (32 chunks on 24 slots: 16 partitions of 2).
 
     Beam's Dask translation puts up to 128 created elements in one partition, and
     its GroupByKey keeps the number of partitions, so all chunks ran in one
@@ -222,19 +253,17 @@ def dask_partition_args(runner: str, beam_args: list[str], num_chunks: int) -> l
     Every partition costs a lot on its own: one per chunk (32) took 20 s where one
     took 10 s, for 2,000 images on one worker.
     """
-    if staging.runner_class_name(runner) != "DaskRunner" or any(
-            a.split("=", 1)[0] in ("--dask_npartitions", "--dask_partition_size") for a in beam_args):
+    if staging.runner_class_name(runner) != "DaskRunner":
         return beam_args
-    address = PipelineOptions(beam_args).get_all_options().get("dask_client_address")
-    slots = os.cpu_count() or 1  # without an address, the DaskRunner starts a local cluster of this machine
-    if address:
-        from distributed import Client
-
+    client_options = _dask_client_options(beam_args)
+    if "npartitions" in client_options or "partition_size" in client_options:
+        return beam_args
+    slots = os.cpu_count() or 1  # without a scheduler, the DaskRunner starts a local cluster of this machine
+    if "address" in client_options or "scheduler_file" in client_options:
         try:
-            with Client(address, timeout=30) as client:
-                slots = sum(client.nthreads().values()) or 1
-        except (OSError, TimeoutError):
-            return beam_args  # the DaskRunner reports it cannot connect
+            slots = _dask_slots(client_options)
+        except Exception:  # noqa: BLE001 (checked by check_runner_options; the DaskRunner reports it anyway)
+            return beam_args
     return [*beam_args, f"--dask_npartitions={max(1, min(num_chunks, slots))}"]
 
 
@@ -306,7 +335,7 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
                     client.close()
     except Exception as exc:
         error = find_prep_error(exc, config.output)
-        if error is None and runner != RUNNERS_LOCAL:  # not our code's failure: say what the runner said
+        if error is None and submits_job(runner):  # the job service's or the remote job's failure
             error = RunnerError(runner_failure(runner, options, exc))
         if error is not None:
             if isinstance(error, (OutputError, RunnerError)) and _resumable(tmp_dir):
@@ -320,9 +349,16 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
     return manifest_lib.loads(storage.read_bytes(manifest_path), manifest_path)
 
 
+def submits_job(runner: str) -> bool:
+    """Whether `runner` hands the pipeline to a job service or a cloud service (Portable,
+    Flink, Spark, Prism, Dataflow), rather than running our code where its
+    exceptions reach us as they are (local, Direct, Dask): there, an exception that
+    is not a PrepError is a bug, and keeps its traceback."""
+    return staging.runner_class_name(runner) in staging.STAGING_RUNNERS
+
+
 def runner_failure(runner: str, options: PipelineOptions, exc: BaseException) -> str:
-    """One line for what stopped a run on a runner other than the local one (the
-    local runner's failures other than PrepErrors are bugs, and keep their traceback)."""
+    """One line for what stopped a run on a runner that `submits_job`."""
     if type(exc).__name__ == "FutureTimeoutError":  # grpc's, while Beam waits for the job service
         portable = options.view_as(PortableOptions)
         where = f" at --job_endpoint {portable.job_endpoint}" if portable.job_endpoint else ""

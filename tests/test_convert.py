@@ -248,6 +248,8 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
                                        "--direct_num_workers: Beam ignores it as written"),
     (["--runner", "apache_beam.runners.direct.DirectRunnr"], "Error: unknown --runner "
                                                               "apache_beam.runners.direct.DirectRunnr: "),
+    (["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--", "--dask_client_address=localhost"],
+     "Error: cannot reach the Dask scheduler localhost: missing port number in address 'localhost'"),
 ])
 def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, run_cli, extra, message):
     # Beam would drop an unknown option with a warning, and stop on the others

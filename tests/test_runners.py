@@ -159,19 +159,43 @@ def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_
 
 
 def test_dask_runner_on_local_cluster(source, reference, tmp_path):
-    from beam_jobs.pipeline import dask_partition_args
-
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         address = f"--dask_client_address={cluster.scheduler_address}"
-        # As many partitions as the cluster's task slots: Beam's default put every chunk in one.
-        assert dask_partition_args(DASK, [address], 5) == [address, "--dask_npartitions=2"]
-        assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
-        assert dask_partition_args(DASK, [address, "--dask_npartitions=7"], 5) == [address, "--dask_npartitions=7"]
         out = convert(source, tmp_path / "out", runner=DASK, beam_args=[address], group_target=5)
     assert_same(out, reference)
+
+
+def test_dask_partitions_follow_the_clusters_task_slots():
+    # Beam's Dask translation put every chunk id in one partition: one worker did everything.
+    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
+    from beam_jobs.pipeline import dask_partition_args
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    slots = (os.cpu_count() or 1) + 1  # not this machine's count, which is the answer without a scheduler
+    with distributed.LocalCluster(n_workers=slots, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        assert dask_partition_args(DASK, [address], 40) == [address, f"--dask_npartitions={slots}"]
+        assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
+        for chosen in (["--dask_npartitions=7"], ["--dask_npartitions", "7"], ["--dask_partition_size=3"]):
+            assert dask_partition_args(DASK, [address, *chosen], 40) == [address, *chosen]
+    assert dask_partition_args(DASK, [], 40) == [f"--dask_npartitions={os.cpu_count() or 1}"]
+    assert dask_partition_args("local", [], 40) == []
+
+
+def test_a_bug_in_our_code_keeps_its_traceback_on_in_process_runners(source, tmp_path, monkeypatch):
+    # Only failures of runners that submit a job elsewhere become a one-line RunnerError.
+    from beam_jobs import prepare
+
+    def broken(self, element):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(prepare.PrepareChunk, "process", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        convert(source, tmp_path / "out", runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
 
 
 def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_path):
