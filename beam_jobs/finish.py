@@ -1,10 +1,10 @@
 """The last step: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
 
 Order matters for crash safety: the manifest is written in full under a
-temporary name (storage.temp_path), then renamed to manifest.json, and only then is .prep-tmp deleted. A kill before the
-rename leaves no manifest.json and a resumable .prep-tmp; a kill after it
-leaves a finished dataset plus a leftover .prep-tmp, which `--resume` (or
-`--overwrite`) removes.
+temporary name (storage.temp_path), then renamed to manifest.json, and only
+then is .prep-tmp deleted. A kill before the rename leaves no manifest.json
+and a resumable .prep-tmp; a kill after it leaves a finished dataset plus a
+leftover .prep-tmp, which `--resume` (or `--overwrite`) removes.
 """
 
 from __future__ import annotations
