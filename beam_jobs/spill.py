@@ -1,5 +1,6 @@
-"""The work of one pool task of PrepareChunk: read, check and convert a batch of
-inputs, and write their framed records to the batch's own spill file.
+"""Spill files: the work of one pool task of PrepareChunk (read, check and convert a batch of
+inputs, and write their framed records to the batch's own spill file), and reading a
+record back for the shard writer (`read_record`).
 
 A task writes its own file, so no lock is shared and no per-image work is
 left to the runner's thread. Tasks take and return plain values.
@@ -12,26 +13,13 @@ import io
 import os
 import stat
 
-from beam_jobs import storage
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
-from prep.errors import SourceError
-from prep.schema import ENCODED, ImageRecord, encode_example_around
-from prep.sources import InputRef, Reject, printable
-from prep.tfrecord import frame, frame_around, framed_around_matches
-
-BATCH = 16  # inputs per pool task; each task writes its own spill file
-_BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (start.py)
-
-
-def spill_id(chunk: int, batch: int) -> int:
-    """One int naming the spill file of a chunk's batch; it travels in every reference."""
-    return chunk * _BATCHES_PER_CHUNK + batch
-
-
-def spill_path(tmp_dir: str, spill: int) -> str:
-    chunk, batch = divmod(spill, _BATCHES_PER_CHUNK)
-    return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
-
+from prep.core import storage
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
+from prep.core.errors import SourceError
+from prep.core.schema import ENCODED, ImageRecord, encode_example_around
+from prep.core.listing import InputRef, Reject, printable
+from prep.core.tfrecord import frame, frame_around, framed_around_matches
+from prep.core.workdir import WorkDir
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
@@ -88,7 +76,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     what a pass-through conversion writes, and the record's CRC, spilled with
     it, shows whether the source changed in between.
 
-    `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer).
+    `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -148,7 +136,7 @@ def _read_again(path: str, size: int) -> bytes | str:
     return data if len(data) == size else "its bytes differ"
 
 
-def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
+def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
                   options: ImageOptions) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
@@ -156,7 +144,7 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
     signature), and the spill file's size. `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     """
-    path = spill_path(tmp_dir, spill)
+    path = work.spill(spill)
     tmp = storage.temp_path(path)
     results, offset = [], 0
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:

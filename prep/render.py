@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from prep.core.manifest import Manifest
 from prep.verify import Report
 
 
@@ -22,23 +23,23 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
             .rstrip() for r in rows]
 
 
-def convert_summary(manifest: dict, seconds: float) -> str:
+def convert_summary(manifest: Manifest, seconds: float) -> str:
     """The end of `prep convert`: examples and shards per split, then the input accounting."""
     rows = [("split", "examples", "shards", "bytes")]
-    for name, split in manifest["splits"].items():
-        rows.append((name, str(split["examples"]), str(split["num_shards"]), human_size(split["bytes"])))
+    for name, split in manifest.splits.items():
+        rows.append((name, str(split.examples), str(split.num_shards), human_size(split.bytes)))
     lines = table(rows)
-    inputs = manifest["inputs"]
-    rate = inputs["found"] / seconds if seconds > 0 else 0.0
-    lines.append(f"found {inputs['found']}  written {inputs['written']}  rejected {inputs['rejected']}  "
-                 f"capped {inputs['capped']}  converted {inputs['converted']}")
-    if inputs["rejected"]:
-        reasons = ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
+    inputs = manifest.inputs
+    rate = inputs.found / seconds if seconds > 0 else 0.0
+    lines.append(f"found {inputs.found}  written {inputs.written}  rejected {inputs.rejected}  "
+                 f"capped {inputs.capped}  converted {inputs.converted}")
+    if inputs.rejected:
+        reasons = ", ".join(f"{k} {v}" for k, v in (inputs.rejected_by_reason or {}).items())
         lines.append(f"rejects by reason: {reasons} (see rejects.jsonl)")
-    resumed = manifest.get("run", {}).get("resumed")
+    resumed = manifest.run.resumed
     if resumed:
-        lines.append(f"resumed: reused {resumed['chunks_reused']} of {resumed['chunks']} prepared chunks and "
-                     f"{resumed['shards_reused']} of {resumed['shards']} shards")
+        lines.append(f"resumed: reused {resumed.chunks_reused} of {resumed.chunks} prepared chunks and "
+                     f"{resumed.shards_reused} of {resumed.shards} shards")
     lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
     return "\n".join(lines)
 

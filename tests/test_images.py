@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from prep.errors import OptionsError
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
+from prep.core.errors import OptionsError
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
 from tests.imagegen import image_bytes, truncated_exif_jpeg
 
 KEEP = ImageOptions()

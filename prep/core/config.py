@@ -6,9 +6,9 @@ import dataclasses
 import os
 from fractions import Fraction
 
-from prep.errors import OptionsError
-from prep.images import ImageOptions
-from prep.plan import PlanOptions
+from prep.core.errors import OptionsError
+from prep.core.image_rules import ImageOptions
+from prep.core.layout import PlanOptions
 
 RUNNERS_LOCAL = "local"
 

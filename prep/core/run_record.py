@@ -1,4 +1,6 @@
-"""May an interrupted conversion be resumed? Pure comparisons, no file access.
+"""The run record: what decides a conversion's output, and whether an interrupted run may be resumed.
+
+Pure comparisons, no file access.
 
 A conversion records, before any image is read, what decides its output
 (`run_record`): the output-deciding options (`ConvertConfig.manifest_options`),
@@ -9,7 +11,7 @@ it is identical; `differences` says what changed, in the user's terms.
 
 What the listing cannot show, a file changed in place, is caught by the
 per-input signatures that each prepared chunk records (see
-`beam_jobs/checkpoints.py`).
+`beam_jobs.checkpoints`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ from __future__ import annotations
 import hashlib
 import json
 
-from prep.sources import Listing, printable
+import prep
+
+from prep.core.listing import Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
-# 4: the listing is staged in `start.listing_order`, which the planner relies on.
+# 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
 RUN_VERSION = 4
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
+
+
+def tool_info() -> dict:
+    """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
+    import PIL
+
+    return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
 
 
 def listing_digest(listing: Listing, batch: int = 4096) -> str:

@@ -8,7 +8,7 @@ this module; nothing else spells a feature key.
 hand, with features in sorted key order. That keeps TensorFlow out of the
 workers that write shards (importing it costs seconds and hundreds of MB per
 process) and makes the bytes deterministic by construction: protobuf map
-serialization order is otherwise unspecified. `tests/test_schema.py` checks the
+serialization order is otherwise unspecified. The record tests check the
 bytes against TensorFlow's own parser.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from prep.errors import RecordError
+from prep.core.errors import RecordError
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -107,15 +107,6 @@ class ImageRecord:
             )
         except UnicodeDecodeError as exc:
             raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
-
-
-def tf_feature_spec():
-    """The `tf.io.parse_example` feature spec of our records (imports TensorFlow)."""
-    import tensorflow as tf
-
-    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in BYTES_FEATURES}
-    spec.update({key: tf.io.FixedLenFeature([], tf.int64) for key in INT64_FEATURES})
-    return spec
 
 
 # --- protobuf wire format -------------------------------------------------------------

@@ -18,12 +18,12 @@ import hashlib
 import io
 from typing import BinaryIO, Callable
 
-from prep.errors import RecordError
-from prep.images import DEFAULT_MAX_PIXELS
-from prep.schema import FORMATS, ImageRecord
-from prep.tfrecord import FOOTER, HEADER, read_records
+from prep.core.errors import RecordError
+from prep.core.image_rules import DEFAULT_MAX_PIXELS
+from prep.core.schema import FORMATS, ImageRecord
+from prep.core.tfrecord import FOOTER, HEADER, read_records
 
-BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (256 KiB-4 MiB measure the same)
+BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (docs/design.md)
 CHANNELS = (1, 3)
 PENDING = 64  # --deep decodes in flight at most, which bounds the records held in memory
 
@@ -115,7 +115,7 @@ def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
     """Decodes the image fully and compares it with the record's stored fields (for --deep).
 
     Like `prep convert`, it checks the pixel count against the dataset's
-    `--max-pixels` itself, before decoding (importing `prep.images` turned off
+    `--max-pixels` itself, before decoding (importing `prep.core.image_rules` turned off
     Pillow's own fixed limit).
     """
     from PIL import Image
