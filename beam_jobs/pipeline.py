@@ -77,6 +77,7 @@ from beam_jobs.progress import Progress
 from beam_jobs.planning import CAPPED, ENTRY, GROUP_TARGET, PlanShards
 from beam_jobs.start import Staged, Started, describe_os_error, tool_info
 from prep import manifest as manifest_lib
+from prep import targets
 from prep.config import RUNNERS_LOCAL, ConvertConfig
 from prep.errors import OptionsError, OutputError, PrepError, RunnerError
 from prep.options import OPTIONS
@@ -111,7 +112,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse,
-                                 lookahead=lookahead))
+                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.COUNTS else [])
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])

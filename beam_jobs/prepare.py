@@ -82,8 +82,9 @@ class PrepareChunk(PooledDoFn):
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False):
+                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False):
         super().__init__(workers)
+        self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
         self._tmp_dir = tmp_dir
         self._label_ids = {name: i for i, name in enumerate(labels)}
@@ -125,7 +126,8 @@ class PrepareChunk(PooledDoFn):
         refs = [InputRef(*r) for r in json.loads(staged)]
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         tasks = [self._pool.submit(prepare_batch, self._source, self._tmp_dir, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options) for b, batch in enumerate(batches)]
+                                   self._label_ids, self._options, self._source_ids)
+                 for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
     def _complete(self, chunk: int, batches, tasks):

@@ -74,7 +74,9 @@ def test_json_report(out, run_cli):
     assert report["problems"] == [{"file": "test-00002-of-00003.tfrecord", "record": None,
                                    "message": "missing: the manifest names it but OUTPUT has no such file"}]
     assert report["splits"]["test"]["problems"] == 1 and report["splits"]["test"]["shards"] == 2
-    assert set(report) == {"version", "output", "verdict", "deep", "problems", "splits", "bytes_read", "seconds"}
+    assert set(report) == {"version", "output", "verdict", "deep", "problems", "splits", "bytes_read", "seconds",
+                           "target"}
+    assert report["target"] is None  # converted with no --target, and none asked
 
 
 @pytest.fixture(scope="module")
