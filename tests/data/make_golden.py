@@ -20,7 +20,7 @@ from PIL import Image
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from tests.imagegen import encode, image_bytes, marker_image, oriented, png_raw  # noqa: E402
+from tests.support.imagegen import encode, image_bytes, marker_image, oriented, png_raw  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent / "golden"
 

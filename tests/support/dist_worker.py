@@ -1,7 +1,7 @@
-"""One process of the distributed loader tests; the parent (tests/test_distributed.py) asserts on its JSON.
+"""One process of the distributed loader tests; the parent (tests/e2e/test_distributed.py) asserts on its JSON.
 
-    python tests/dist_worker.py mirrored DATA OUT.json --devices 3
-    python tests/dist_worker.py mwms DATA OUT.json --index 0 --ports 41001,41002
+    python tests/support/dist_worker.py mirrored DATA OUT.json --devices 3
+    python tests/support/dist_worker.py mwms DATA OUT.json --index 0 --ports 41001,41002
 
 mirrored: MirroredStrategy over N logical CPU devices (set before TensorFlow
 starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
@@ -20,7 +20,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 IMAGE = (16, 16)
 

@@ -12,8 +12,8 @@ import pytest
 
 from beam_jobs.start import run_conversion
 from prep.options import build_config, list_inputs
-from tests.imagegen import write_dirty_tree
-from tests.shards import assert_same_dataset, manifest_without_run, shard_bytes
+from tests.support.imagegen import write_dirty_tree
+from tests.support.shards import assert_same_dataset, manifest_without_run, shard_bytes
 
 DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # index: record indexes must be identical through every runner, also for shards written in parts.
@@ -114,7 +114,7 @@ def portable_services(tmp_path):
 
     The workers import this checkout's code (PYTHONPATH), not whatever copy is installed."""
     job_port, pool_port = free_port(), free_port()
-    root = str(pathlib.Path(__file__).resolve().parents[1])
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     procs = [
         subprocess.Popen([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
@@ -199,7 +199,7 @@ def test_a_bug_in_our_code_keeps_its_traceback_on_in_process_runners(source, tmp
 
 
 def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_path):
-    from tests.testfs import to_url
+    from tests.support.testfs import to_url
 
     labels = tmp_path / "labels.csv"
     rows = ["path,label"] + [f"{p.relative_to(source)},{p.parent.name}" for p in sorted(source.rglob("*.*"))]

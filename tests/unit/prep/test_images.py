@@ -14,7 +14,7 @@ from PIL import Image
 
 from prep.errors import OptionsError
 from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
-from tests.imagegen import image_bytes, truncated_exif_jpeg
+from tests.support.imagegen import image_bytes, truncated_exif_jpeg
 
 KEEP = ImageOptions()
 

@@ -13,9 +13,9 @@ import pytest
 from prep import schema, tfds_meta
 from prep.naming import TFDS_TEMPLATE, ShardName
 from prep.verify import verify
-from tests.datasets import copy
-from tests.imagegen import image_bytes, write_class_tree
-from tests.shards import convert_with_cli, read_dataset
+from tests.support.datasets import copy
+from tests.support.imagegen import image_bytes, write_class_tree
+from tests.support.shards import convert_with_cli, read_dataset
 
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")

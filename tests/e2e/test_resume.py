@@ -1,6 +1,6 @@
 """Write failures and `--resume`, in-process: a failed run leaves no manifest and a clear
 one-line error; `--resume` finishes it byte-identically, reusing what is complete, and
-refuses when the inputs or options differ. Kills of real processes: tests/test_kill.py.
+refuses when the inputs or options differ. Kills of real processes: tests/e2e/test_kill.py.
 """
 
 import errno
@@ -16,8 +16,8 @@ from beam_jobs import storage
 from beam_jobs.start import run_conversion
 from prep import tfds_meta
 from prep.options import build_config, list_inputs
-from tests.imagegen import image_bytes, write_dirty_tree
-from tests.shards import assert_same_dataset, convert_with_cli
+from tests.support.imagegen import image_bytes, write_dirty_tree
+from tests.support.shards import assert_same_dataset, convert_with_cli
 
 # --index: resumed runs must leave every shard's record index too, also for reused and multi-part shards.
 ARGS = ("--split", "train=0.7,validation=0.3", "--num-shards", 3, "--workers", 2, "--index")
@@ -279,7 +279,7 @@ def test_resume_after_the_manifest_was_published_only_cleans_up(source, referenc
 
 
 def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
-    from tests.testfs import to_url
+    from tests.support.testfs import to_url
 
     out = tmp_path / "out"
     config = build_config(to_url(str(source)), to_url(str(out)), OPTIONS)

@@ -6,7 +6,7 @@ import pytest
 
 from prep.errors import SourceError
 from prep.sources import Reject, list_folders, list_label_file, normalize_path, read_class_file
-from tests.imagegen import image_bytes, write_class_tree
+from tests.support.imagegen import image_bytes, write_class_tree
 
 
 def test_class_folders(tmp_path):

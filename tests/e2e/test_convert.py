@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from tests.imagegen import image_bytes, write_class_tree
-from tests.shards import manifest_without_run, read_dataset, shard_bytes
+from tests.support.imagegen import image_bytes, write_class_tree
+from tests.support.shards import manifest_without_run, read_dataset, shard_bytes
 
 
 def assert_balanced(shards):

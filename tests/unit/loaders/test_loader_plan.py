@@ -13,7 +13,7 @@ from loaders.options import LoadOptions
 from loaders.plan import Range, bucketed_steps, epoch_size, pipeline_ranges, records_per_pipeline, shard_order
 from loaders.weights import acceptance_probabilities, balanced_weights
 
-ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
+ROOT = str(pathlib.Path(__file__).resolve().parents[3])
 
 
 def reads(counts, pipeline, n, remainder="drop", order=None, multiple=1):

@@ -10,7 +10,7 @@ from prep.images import ImageOptions
 from prep.schema import ImageRecord
 from prep.sources import InputRef
 from prep.tfrecord import frame
-from tests.imagegen import image_bytes
+from tests.support.imagegen import image_bytes
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import loaders
-from tests.imagegen import write_class_tree
-from tests.shards import convert_with_cli
+from tests.support.imagegen import write_class_tree
+from tests.support.shards import convert_with_cli
 
 keras = pytest.importorskip("keras")
 

@@ -21,12 +21,12 @@ import time
 
 import pytest
 
-from tests.imagegen import write_dirty_tree
+from tests.support.imagegen import write_dirty_tree
 from beam_jobs import storage
 from prep import tfds_meta
-from tests.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
+from tests.support.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARGS = ("--num-shards", 6, "--workers", 2)
 SHARDS = 6
 TIMEOUT = 180  # seconds for a state to appear: generous, for a loaded machine

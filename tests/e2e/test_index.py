@@ -18,9 +18,9 @@ from beam_jobs.start import run_conversion
 from prep.options import build_config, list_inputs
 from prep.tfrecord import record_index
 from prep.verify import verify
-from tests.datasets import copy, load, save
-from tests.imagegen import image_bytes, write_class_tree
-from tests.shards import read_dataset
+from tests.support.datasets import copy, load, save
+from tests.support.imagegen import image_bytes, write_class_tree
+from tests.support.shards import read_dataset
 
 OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "seed": 3, "workers": 2, "index": True}
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 from prep import pictures
 from prep.pictures import SheetLayout
-from tests import datasets
+from tests.support import datasets
 
 # Each class is one colour (with a little noise), so a tile shows which class it came from.
 COLOURS = {"blue": (30, 60, 220), "green": (40, 200, 60), "red": (220, 40, 40)}

@@ -1,6 +1,6 @@
 """`loaders.distribute` under MirroredStrategy (2 and 3 logical CPUs) and MultiWorkerMirroredStrategy (2 workers).
 
-Each configuration runs in its own processes (tests/dist_worker.py): logical
+Each configuration runs in its own processes (tests/support/dist_worker.py): logical
 devices and TF_CONFIG must be set before TensorFlow starts. All four processes
 start at once and a timeout turns a hang into a failure. The split has 31
 records in 3 shards, so neither 2 nor 3 divides it and 2 workers share 3 shards.
@@ -16,10 +16,10 @@ from collections import Counter
 
 import pytest
 
-from tests.imagegen import write_class_tree
+from tests.support.imagegen import write_class_tree
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-WORKER = ROOT / "tests" / "dist_worker.py"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "support" / "dist_worker.py"
 COUNTS = {"a": 13, "b": 11, "c": 7}
 TIMEOUT = 300
 

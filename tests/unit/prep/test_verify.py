@@ -13,8 +13,8 @@ from prep.schema import ImageRecord
 from prep.scan import HashingReader
 from prep.tfrecord import frame
 from prep.verify import Problem, balance_problems, verify
-from tests import datasets
-from tests.imagegen import image_bytes, write_class_tree
+from tests.support import datasets
+from tests.support.imagegen import image_bytes, write_class_tree
 
 SHARD = "train-00001-of-00003.tfrecord"
 

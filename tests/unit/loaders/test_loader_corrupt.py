@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from tests.imagegen import write_class_tree
+from tests.support.imagegen import write_class_tree
 
 
 @pytest.fixture(scope="module")
