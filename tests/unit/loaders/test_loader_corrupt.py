@@ -137,3 +137,26 @@ def test_on_corrupt_option_is_checked():
 
     with pytest.raises(LoaderError, match="on_corrupt must be one of error, skip, got 'ignore'"):
         LoadOptions(on_corrupt="ignore")
+
+
+def test_skip_mode_on_a_remote_dataset(dataset, tmp_path, caplog):
+    # gs://-style paths go through tf.io.gfile; TensorFlow's ram:// file system stands in for gs:// here.
+    import tensorflow as tf
+
+    import loaders
+    from prep.errors import LoaderError
+
+    out, shard = damaged_copy(dataset, tmp_path, "data")  # 20 good records
+    root = f"ram://skip-{tmp_path.name}"
+    tf.io.gfile.makedirs(root)
+    for path in out.iterdir():
+        tf.io.gfile.copy(str(path), f"{root}/{path.name}", overwrite=True)
+    with caplog.at_level(logging.WARNING, logger="loaders"):
+        ds = loaders.load(root, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")
+    assert count(ds) == 20
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "loaders"]
+    assert f"skipping 1 corrupt or unreadable record(s) of shard {root}/{shard}, from record 3 on" in message
+    assert loaders.steps_per_epoch(root, "train", 4, training=True, on_corrupt="skip") == 5
+    tf.io.gfile.remove(f"{root}/{shard}")
+    with pytest.raises(LoaderError, match=f"shard {root}/{shard} is missing"):
+        loaders.load(root, "train", batch_size=4, image_size=(8, 8), on_corrupt="skip")
