@@ -8,7 +8,7 @@ import os
 from prep.errors import LoaderError
 from loaders import plan
 from loaders.options import LoadOptions
-from loaders.source import open_split
+from loaders.source import exists, open_split
 from loaders.weights import balanced_weights
 
 
@@ -110,7 +110,7 @@ def _open(path, split: str, opts: LoadOptions):
 
 def _check_files_exist(source) -> None:
     for file in source.files:
-        if not os.path.exists(file):
+        if not exists(file):  # a gs:// shard too, not only a local one
             raise LoaderError(f"shard {file} is missing (listed in the manifest)")
 
 

@@ -24,7 +24,7 @@ from prep.errors import LoaderError
 from prep.naming import ShardName
 from prep.tfrecord import FOOTER, HEADER, masked_crc32c
 
-from loaders.source import SplitSource
+from loaders.source import SplitSource, open_read
 
 log = logging.getLogger("loaders")
 
@@ -44,9 +44,9 @@ class ShardDamage:
 
 
 def scan(path: str, expected: int) -> ShardDamage:
-    """The readable records of one local shard file."""
+    """The readable records of one shard file, local or remote."""
     readable, first_bad, index, offset = [], None, 0, 0
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         while True:
             header = f.read(HEADER)
             if len(header) < HEADER:
@@ -106,7 +106,7 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
             cache_dir = tempfile.mkdtemp(prefix="loaders-repaired-")
             atexit.register(shutil.rmtree, cache_dir, True)  # read lazily by the dataset, so kept until exit
         copy = os.path.join(cache_dir, ShardName.parse(os.path.basename(path)).filename)
-        with open(path, "rb") as src, open(copy, "wb") as dst:
+        with open_read(path) as src, open(copy, "wb") as dst:
             for offset, length in damage.readable:
                 src.seek(offset)
                 dst.write(src.read(length))

@@ -97,6 +97,20 @@ def _size(path: str) -> int | None:
         return None
 
 
+def exists(path: str) -> bool:
+    """Whether the file `path` exists, local or any path `tf.io.gfile` reads."""
+    return _size(path) is not None
+
+
+def open_read(path: str):
+    """`path` opened for binary reading, local or any path `tf.io.gfile` reads."""
+    if _is_remote(path):
+        import tensorflow as tf
+
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
 def open_split(root: str, split: str, check_files: bool = True) -> SplitSource:
     """The shards of `split` in the dataset at `root`, checked against the manifest.
 
