@@ -34,6 +34,7 @@ from beam_jobs.checkpoints import StepHook
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import publish
 from beam_jobs.stage import Staged
+from prep.core import targets
 from prep.core.config import ConvertConfig
 from prep.core.run_record import tool_info
 from prep.core.workdir import WorkDir
@@ -70,7 +71,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, work, labels, config.image, config.workers, reuse,
-                                 lookahead=lookahead, on_step=on_step))
+                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id,
+                                 on_step=on_step))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))

@@ -113,8 +113,10 @@ class PrepareChunk(PooledDoFn):
     """
 
     def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False, on_step: StepHook | None = None):
+                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
+                 on_step: StepHook | None = None):
         super().__init__(workers)
+        self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
         self._work = work
         self._on_step = on_step
@@ -157,7 +159,8 @@ class PrepareChunk(PooledDoFn):
         refs = checkpoints.read_listing(self._work, chunk)
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options) for b, batch in enumerate(batches)]
+                                   self._label_ids, self._options, self._source_ids)
+                 for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
     def _complete(self, chunk: int, batches, tasks):

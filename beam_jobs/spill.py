@@ -13,13 +13,13 @@ import io
 import os
 import stat
 
-from prep.core import storage
-from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
+from prep.core import storage, targets
 from prep.core.errors import SourceError
-from prep.core.schema import ENCODED, ImageRecord, encode_example_around
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
 from prep.core.listing import InputRef, Reject, printable
+from prep.core.schema import ENCODED, ImageRecord, encode_example_around
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
-from prep.core.workdir import WorkDir
+from prep.core.workdir import BATCH, WorkDir
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
@@ -66,7 +66,8 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
-def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None):
+def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
+                     source_id: str | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature).
 
     A converted image's whole framed record is spilled (cut = image bytes = 0).
@@ -77,6 +78,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     it, shows whether the source changed in between.
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
+    `source_id`, when given, is written as image/source_id (--target model-garden).
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -89,7 +91,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                               label, ref.label, ref.path)
+                               label, ref.label, ref.path, source_id)
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig
     head, tail = encode_example_around(record.features(), ENCODED)
@@ -137,19 +139,23 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 
 def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  options: ImageOptions) -> tuple[list, int]:
+                  options: ImageOptions, source_ids: bool = False) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), and the spill file's size. `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
+    With `source_ids`, each record gets an image/source_id from its input's place:
+    `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
+    most BATCH inputs, and it depends on nothing but the listing and seed.
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
     results, offset = [], 0
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
-        for ref in refs:
-            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer)
+        for i, ref in enumerate(refs):
+            sid = targets.source_id(spill * BATCH + i) if source_ids else None
+            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid)
             if not isinstance(result, Reject):
                 data, cut, image, converted = result
                 f.write(data)

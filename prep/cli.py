@@ -21,6 +21,7 @@ import click
 from prep import __version__
 from prep.core.convert_options import OPTIONS
 from prep.core.errors import PrepError
+from prep.core.targets import TARGETS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +134,19 @@ def _png(ctx, param, value):
               help="Threads that decode images with --deep (default: all cores).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: on a terminal, for datasets over 256 MiB).")
+@click.option("--target", type=click.Choice(TARGETS), default=None,
+              help="Also report every record this consumer's default input pipeline would fail on, and the "
+                   "command that fixes them (default: the target the dataset was converted for, if any).")
 @click.pass_context
-def verify(ctx, output, deep, as_json, workers, progress):
+def verify(ctx, output, deep, as_json, workers, progress, target):
     """Prove that the dataset in OUTPUT is exactly what its manifest.json promises.
 
     Checks the manifest, that every shard is there with its recorded size and
     sha256 and no other shard is, every record's CRCs and schema, the counts per
-    shard, class and split, and the balance rule. Exit status: 0 intact, 1
-    problems found (each listed with its file and record index), 2 usage error.
+    shard, class and split, and the balance rule; with --target model-garden,
+    also that Model Garden's default decoders read every record. Exit status: 0
+    intact, 1 problems found (each listed with its file and record index), 2
+    usage error.
     """
     from prep import render
     from prep.verify import dumps, verify as run_verify
@@ -148,7 +154,7 @@ def verify(ctx, output, deep, as_json, workers, progress):
     _existing_folder(output)
     bar = render.ByteProgress(progress)
     try:
-        report = run_verify(output, deep=deep, workers=workers, progress=bar)
+        report = run_verify(output, deep=deep, workers=workers, progress=bar, target=target)
     finally:
         bar.close()
     click.echo(dumps(report) if as_json else render.verify_text(report))

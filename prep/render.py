@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from prep.core import targets
 from prep.core.manifest import Manifest
 from prep.verify import Report
 
@@ -36,6 +37,10 @@ def convert_summary(manifest: Manifest, seconds: float) -> str:
     if inputs.rejected:
         reasons = ", ".join(f"{k} {v}" for k, v in (inputs.rejected_by_reason or {}).items())
         lines.append(f"rejects by reason: {reasons} (see rejects.jsonl)")
+    target = manifest.options.get("target", targets.NONE)
+    if target in targets.TARGETS and target != targets.NONE:
+        lines.append(f"target {target}: {targets.get(target).promise}, for {targets.get(target).reader} "
+                     f"(num_classes {len(manifest.labels)})")
     resumed = manifest.run.resumed
     if resumed:
         lines.append(f"resumed: reused {resumed.chunks_reused} of {resumed.chunks} prepared chunks and "
@@ -62,6 +67,14 @@ def verify_text(report: Report) -> str:
     if report.problems:
         lines.append("problems:")
         lines += [f"  {p}" for p in report.problems]
+    check = report.target
+    if check is not None and check.records:
+        reasons = "; ".join(f"{check.by_reason[reason]} {text}" for reason, text in targets.REASONS.items()
+                            if check.by_reason.get(reason))
+        lines.append(f"--target {check.name}: {_plural(check.records, 'record')} that "
+                     f"{targets.get(check.name).reader} cannot read ({reasons})")
+        lines.append(f"fix: {check.fix}")
+    if report.problems:
         files = len({p.file for p in report.problems})
         lines.append(f"FAILED: {_plural(len(report.problems), 'problem')} in {_plural(files, 'file')}")
     else:
@@ -71,6 +84,9 @@ def verify_text(report: Report) -> str:
                    else "every record's CRCs and schema")
         lines.append(f"OK: {_plural(shards, 'shard')} and {_plural(records, 'record')} match the manifest "
                      f"(sizes, sha256, counts, balance, {checked})")
+        if check is not None:
+            wanted = targets.get(check.name)
+            lines.append(f"OK: --target {check.name}: {wanted.promise}, as {wanted.reader} need")
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ import hashlib
 import io
 from typing import BinaryIO, Callable
 
+from prep.core import targets
 from prep.core.errors import RecordError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS
 from prep.core.schema import FORMATS, ImageRecord
@@ -93,6 +94,8 @@ class ShardScan:
     complete: bool  # False if a framing error stopped the read before the end
     issues: tuple[Issue, ...]
     record_sizes: tuple[int, ...] = ()  # framed size of each record with valid framing, in file order
+    target_failures: dict[str, int] = dataclasses.field(default_factory=dict)  # records per prep.core.targets reason
+    target_records: int = 0  # records that fail the target's default readers for any reason
 
 
 def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> list[str]:
@@ -145,7 +148,7 @@ def _label_name(label: int, labels) -> str:
 
 def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
                pool: concurrent.futures.Executor | None = None,
-               on_block: Callable[[int], None] | None = None) -> ShardScan:
+               on_block: Callable[[int], None] | None = None, target: str = targets.NONE) -> ShardScan:
     """Reads the shard at `path` once and checks framing, CRCs, schema and (if `deep`) images.
 
     Args:
@@ -156,12 +159,16 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
         max_pixels: with `deep`, images with more pixels are reported, not decoded.
         pool: runs the image decodes of `deep` concurrently (Pillow releases the GIL).
         on_block: called with the byte count of each block read, for progress.
+        target: also report each record that this target's default readers would fail on.
 
     Raises:
         OSError: the file cannot be opened or read.
     """
     issues: list[Issue] = []
     counts: collections.Counter[str] = collections.Counter()
+    failures: collections.Counter[str] = collections.Counter()
+    failing = 0
+    first_without_id = None  # a missing image/source_id is one issue per shard: a conversion writes all or none
     pending: collections.deque = collections.deque()  # (index, future) of --deep decodes, oldest first
 
     def collect(index, result):
@@ -182,6 +189,14 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
                     continue
                 counts[_label_name(record.label, labels)] += 1
                 issues.extend((index, message) for message in record_issues(record, labels))
+                failed = targets.record_failures(target, record.encoded, record.source_id)
+                if failed:
+                    failing += 1
+                    failures.update(failed)
+                    if targets.NOT_JPEG in failed:
+                        issues.append((index, targets.not_jpeg_message(record.encoded)))
+                    if targets.NO_SOURCE_ID in failed and first_without_id is None:
+                        first_without_id = index
                 if deep:
                     if pool is None:
                         collect(index, image_issues(record, max_pixels))
@@ -198,6 +213,9 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
             stream.drain()
         for i, future in pending:
             collect(i, future.result())
-    issues.sort(key=lambda issue: issue[0])
+    if failures[targets.NO_SOURCE_ID]:
+        issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
+    issues.sort(key=lambda issue: -1 if issue[0] is None else issue[0])
     return ShardScan(size=stream.size, sha256=stream.sha256.hexdigest(), records=count,
-                     class_counts=dict(counts), complete=complete, issues=tuple(issues), record_sizes=tuple(sizes))
+                     class_counts=dict(counts), complete=complete, issues=tuple(issues), record_sizes=tuple(sizes),
+                     target_failures=dict(failures), target_records=failing)

@@ -21,6 +21,9 @@ Checks, in order (docs/verify.md lists them with their messages):
    records, and so does each class (which is the same as "differs by at most
    one between any two shards").
 7. Record indexes and tfds metadata, when present (`prep.sidecars`).
+8. With a target (`--target`, else the one the manifest records), every record
+   that target's default readers would fail on (`prep.core.targets`), counted, with
+   the command that converts the dataset for it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import warnings
 from typing import Callable
 
 from prep import sidecars
+from prep.core import targets
 from prep.core.errors import ManifestError
 from prep.core.manifest import FILENAME, REJECTS, Manifest, ShardInfo
 from prep.core.manifest_checks import contradictions, sum_counts, unbalanced
@@ -70,6 +74,20 @@ class SplitStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class TargetCheck:
+    """What `verify` found for a target (`prep.core.targets`): records its default readers would fail on."""
+
+    name: str
+    records: int  # records that fail for any reason
+    by_reason: dict[str, int]  # records per prep.core.targets reason
+    fix: str  # the prep convert command that rewrites the dataset for the target
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "records": self.records, "by_reason": self.by_reason,
+                "fix": self.fix if self.records else None}
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """The outcome of `verify`: problems (empty when the dataset is intact) and what was read."""
 
@@ -79,6 +97,7 @@ class Report:
     splits: dict[str, SplitStats]
     bytes_read: int
     seconds: float
+    target: TargetCheck | None = None  # None: no target checked
 
     @property
     def ok(self) -> bool:
@@ -100,6 +119,7 @@ class Report:
                        for name, stats in self.splits.items()},
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
+            "target": None if self.target is None else self.target.to_json(),
         }
 
 
@@ -147,7 +167,7 @@ def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
 
 
 def verify(output: str, *, deep: bool = False, workers: int | None = None,
-           progress: Progress | None = None) -> Report:
+           progress: Progress | None = None, target: str | None = None) -> Report:
     """Checks the dataset in the local folder `output` against its manifest.
 
     Args:
@@ -155,6 +175,8 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         deep: also decode every image and check its stored format and size.
         workers: threads decoding images with `deep` (default: all cores).
         progress: called as `progress(bytes_read, total_bytes)` after each block read.
+        target: also report every record this target's default readers would fail on
+            (`prep.core.targets`); None: the target the manifest records, if any.
 
     Returns:
         A `Report`; `report.ok` when nothing is wrong.
@@ -171,6 +193,11 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         return Report(output, deep, (Problem(FILENAME, None, message),), {}, 0,
                       time.perf_counter() - started)
     problems = check_manifest(manifest)
+    recorded = manifest.options.get("target", targets.NONE)
+    if target is None and recorded not in targets.TARGETS:
+        problems.append(Problem(FILENAME, None, f"options.target is {recorded!r}, not a target this "
+                                                f"version knows ({', '.join(targets.TARGETS)})"))
+    target = target or (recorded if recorded in targets.TARGETS else targets.NONE)
     problems += [Problem(*issue) for issue in sidecars.check_index_names(manifest)]
     problems += _check_rejects(output, manifest)
     problems += [Problem(*issue) for issue in sidecars.check_tfds(output, manifest)]
@@ -201,7 +228,7 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             warnings.simplefilter("ignore")  # Pillow warns about odd EXIF; decode errors are what we report
             for file, path in present.items():
                 scans[file] = scan_shard(path, labels, name=file, deep=deep, max_pixels=max_pixels, pool=pool,
-                                         on_block=on_block)
+                                         on_block=on_block, target=target)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -223,8 +250,13 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         if files and len(read) == len(files) and all(s.complete for s in read):
             problems += balance_problems(split, files, [s.class_counts for s in read])
     problems.sort(key=_problem_order(manifest))
+    check = None
+    if target != targets.NONE:
+        check = TargetCheck(target, sum(s.target_records for s in scans.values()),
+                            sum_counts(s.target_failures for s in scans.values()),
+                            targets.fix_command(manifest, output, target))
     return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
-                  time.perf_counter() - started)
+                  time.perf_counter() - started, check)
 
 
 def _problem_order(manifest: Manifest):

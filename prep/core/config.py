@@ -6,6 +6,7 @@ import dataclasses
 import os
 from fractions import Fraction
 
+from prep.core import targets
 from prep.core.errors import OptionsError
 from prep.core.image_rules import ImageOptions
 from prep.core.layout import PlanOptions
@@ -29,8 +30,13 @@ class ConvertConfig:
     resume: bool = False  # finish the interrupted conversion in OUTPUT
     allow_outside_source: bool = False  # label-file paths may point outside SOURCE
     index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
+    target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
 
     def __post_init__(self):
+        wanted = targets.get(self.target).image_format
+        if wanted is not None and self.image.image_format != wanted:
+            raise OptionsError(f"--target {self.target} stores every image as {wanted}, "
+                               f"not --image-format {self.image.image_format}")
         if self.workers is not None and self.workers < 1:
             raise OptionsError(f"--workers must be >= 1, got {self.workers}")
         if self.resume and self.overwrite:
@@ -56,6 +62,7 @@ class ConvertConfig:
             "classes_fixed": self.classes is not None,
             "allow_outside_source": self.allow_outside_source,
             "index": self.index,
+            "target": self.target,
         }
 
 

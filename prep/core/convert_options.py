@@ -12,6 +12,7 @@ import decimal
 import os
 import re
 
+from prep.core import targets
 from prep.core.config import ConvertConfig
 from prep.core.errors import OptionsError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ImageOptions
@@ -50,8 +51,8 @@ OPTIONS = (
     Option("--seed", "Seed for split assignment and record order.", int, 0),
     Option("--resize", "Downscale so the shorter side is N pixels.", int),
     Option("--max-side", "Downscale so the longer side is at most N pixels.", int),
-    Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG.",
-           default="keep", choices=IMAGE_FORMATS),
+    Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG. "
+           "Default: keep, or what --target needs (jpeg for model-garden).", choices=IMAGE_FORMATS),
     Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
     Option("--max-pixels", "Reject images with more pixels than this.", int, DEFAULT_MAX_PIXELS),
     Option("--workers", "Threads that read, convert and write in each pipeline worker "
@@ -60,6 +61,10 @@ OPTIONS = (
            "their image/filename is the path as written, normalized.", bool, False, flag=True),
     Option("--index", "Also write each shard's record index, SHARD.idx ('offset size' per record), for "
            "NVIDIA DALI's TFRecord reader and the tfrecord package's readers.", bool, False, flag=True),
+    Option("--target", "Guarantee that this consumer's default input pipeline reads every record: model-garden "
+           "stores every image as JPEG (Model Garden's classification Parser has decode_jpeg_only=True) and "
+           "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
+           default=targets.NONE, choices=targets.TARGETS),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option("--resume", "Finish an interrupted conversion in OUTPUT, reusing its completed work; refuses if "
            "the inputs or options differ.", bool, False, flag=True),
@@ -120,10 +125,11 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
                          split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
                          max_per_class=v["max_per_class"]),
-        image=ImageOptions(resize=v["resize"], max_side=v["max_side"], image_format=v["image_format"],
+        image=ImageOptions(resize=v["resize"], max_side=v["max_side"],
+                           image_format=targets.image_format(v["target"], v["image_format"]),
                            quality=v["quality"], max_pixels=v["max_pixels"]),
         workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
-        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]))
+        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"])
 
 
 def add_arguments(parser) -> None:

@@ -1,14 +1,15 @@
 """The record schema: which features a `tf.train.Example` holds, and their types.
 
-The keys are those TensorFlow's model-garden and slim image readers expect, so
-our shards drop into their input pipelines. The writer and `loaders` both import
-this module; nothing else spells a feature key.
+The keys are those of TensorFlow's classic image TFRecords (`build_imagenet_data.py`,
+slim), which Model Garden's classification Decoder reads too (its Parser's
+defaults also want JPEG images: see `targets`). The writer and `loaders`
+both import this module; nothing else spells a feature key.
 
 `ImageRecord.to_bytes` writes the `tf.train.Example` protobuf wire format by
 hand, with features in sorted key order. That keeps TensorFlow out of the
 workers that write shards (importing it costs seconds and hundreds of MB per
 process) and makes the bytes deterministic by construction: protobuf map
-serialization order is otherwise unspecified. The record tests check the
+serialization order is otherwise unspecified. tests/unit/prep/test_records.py checks the
 bytes against TensorFlow's own parser.
 """
 
@@ -28,6 +29,7 @@ LABEL = "image/class/label"
 TEXT = "image/class/text"
 FILENAME = "image/filename"
 SHA256 = "image/key/sha256"
+SOURCE_ID = "image/source_id"  # optional: written for --target model-garden (`targets`)
 
 BYTES_FEATURES = (ENCODED, FORMAT, TEXT, FILENAME, SHA256)
 INT64_FEATURES = (HEIGHT, WIDTH, CHANNELS, LABEL)
@@ -50,16 +52,18 @@ class ImageRecord:
     text: str
     filename: str
     sha256: str
+    source_id: str | None = None  # image/source_id, when written
 
     @classmethod
     def build(cls, encoded: bytes, format: str, height: int, width: int, channels: int,
-              label: int, text: str, filename: str) -> "ImageRecord":
+              label: int, text: str, filename: str, source_id: str | None = None) -> "ImageRecord":
         """Builds a record, computing `sha256` from the encoded bytes."""
         return cls(encoded, format, height, width, channels, label, text, filename,
-                   hashlib.sha256(encoded).hexdigest())
+                   hashlib.sha256(encoded).hexdigest(), source_id)
 
     def features(self) -> dict[str, bytes | int]:
-        return {
+        optional = {} if self.source_id is None else {SOURCE_ID: self.source_id.encode()}
+        return optional | {
             ENCODED: self.encoded,
             FORMAT: self.format.encode(),
             HEIGHT: self.height,
@@ -93,6 +97,12 @@ class ImageRecord:
             if kind != want or len(items) != 1:
                 raise RecordError(f"feature {key} must hold one {want} value, has {len(items)} {kind}")
             values[key] = items[0]
+        source_id = None
+        if SOURCE_ID in features:
+            kind, items = features[SOURCE_ID]
+            if kind != "bytes" or len(items) != 1:
+                raise RecordError(f"feature {SOURCE_ID} must hold one bytes value, has {len(items)} {kind}")
+            source_id = items[0]
         try:
             return cls(
                 encoded=values[ENCODED],
@@ -104,6 +114,7 @@ class ImageRecord:
                 text=values[TEXT].decode("utf-8"),
                 filename=values[FILENAME].decode("utf-8", "surrogateescape"),
                 sha256=values[SHA256].decode(),
+                source_id=None if source_id is None else source_id.decode("utf-8"),
             )
         except UnicodeDecodeError as exc:
             raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
@@ -146,7 +157,7 @@ def _key_field(key: str) -> bytes:
     return field if field is not None else _field(1, key.encode())
 
 
-_KEY_FIELDS = {key: _field(1, key.encode()) for key in ALL_FEATURES}
+_KEY_FIELDS = {key: _field(1, key.encode()) for key in (*ALL_FEATURES, SOURCE_ID)}
 
 
 def _entry(key: str, value: bytes | int) -> bytes:

@@ -1,0 +1,212 @@
+"""The same input and seed through every runner we can run here give identical shards and manifests."""
+
+import logging
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_jobs import launch
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
+from tests.support.imagegen import write_dirty_tree
+from tests.support.shards import assert_same_dataset, manifest_without_run, shard_bytes
+
+DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
+# index: record indexes must be identical through every runner, also for shards written in parts.
+OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2,
+           "index": True}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runners-src")
+    write_dirty_tree(root, {"ant": 7, "bee": 41, "cat": 18}, size=(14, 10))
+    return root
+
+
+def convert(source, out, runner="local", beam_args=(), group_target=None):
+    config = build_config(str(source), str(out), OPTIONS)
+    kwargs = {} if group_target is None else {"group_target": group_target}
+    launch.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    out = convert(source, tmp_path_factory.mktemp("ref") / "out")
+    manifest = manifest_without_run(out)
+    assert manifest["inputs"]["rejected"] == 1 and manifest["inputs"]["capped"] == 11
+    assert manifest["inputs"]["converted"] == 1
+    return out
+
+
+def assert_same(out, reference):
+    assert_same_dataset(out, reference, shards=4)
+    assert len(list(out.glob("*.tfrecord.idx"))) == 4  # compared with the reference's by assert_same_dataset
+
+
+def test_direct_runner_in_memory(source, reference, tmp_path):
+    assert_same(convert(source, tmp_path / "out", runner="DirectRunner",
+                        beam_args=["--direct_running_mode=in_memory"]), reference)
+
+
+def test_many_rank_tasks_and_multi_part_shards(source, reference, tmp_path):
+    assert_same(convert(source, tmp_path / "out", group_target=3), reference)
+
+
+def test_file_systems_that_return_short_reads(source, reference, tmp_path, monkeypatch):
+    # A file system's reader may return less than asked (a raw stream, a network
+    # read cut short): entry sections, spilled records and parts are read in full.
+    from prep.core import storage
+
+    class Trickle:
+        def __init__(self, f):
+            self._f = f
+
+        def read(self, size=-1):
+            return self._f.read(size if size is None or size < 0 else min(size, 7))
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    real = storage.open_read
+    monkeypatch.setattr(storage, "open_read", lambda path: Trickle(real(path)))
+    assert_same(convert(source, tmp_path / "out", group_target=3), reference)
+
+
+def test_direct_runner_multi_processing(source, reference, tmp_path):
+    out = convert(source, tmp_path / "out", runner="DirectRunner",
+                  beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"], group_target=5)
+    assert_same(out, reference)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"service exited early with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+@pytest.fixture
+def portable_services(tmp_path):
+    """Beam's local job service and an external worker pool: the path Flink and Spark take.
+
+    The workers import this checkout's code (PYTHONPATH), not whatever copy is installed."""
+    job_port, pool_port = free_port(), free_port()
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
+                          "--port", str(job_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                          f"--service_port={pool_port}"], cwd=tmp_path, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]
+    try:
+        wait_for_port(job_port, procs[0])
+        wait_for_port(pool_port, procs[1])
+        yield job_port, pool_port
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, portable_services):
+    job_port, pool_port = portable_services
+    out = convert(source, tmp_path / "out", runner="PortableRunner", group_target=5, beam_args=[
+        f"--job_endpoint=localhost:{job_port}", "--environment_type=EXTERNAL",
+        f"--environment_config=localhost:{pool_port}"])
+    assert_same(out, reference)
+
+
+def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_the_right_one(
+        source, reference, tmp_path, portable_services):
+    from prep.core.errors import RunnerError
+
+    job_port, pool_port = portable_services
+    worker = ["--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"]
+    nobody = free_port()
+    with pytest.raises(RunnerError, match=f"^no job service answered at --job_endpoint localhost:{nobody} within "
+                                          "2 s .*; the work done so far is kept: .* --resume to finish$"):
+        convert(source, tmp_path / "out", runner="PortableRunner", group_target=5,
+                beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker])
+    config = build_config(str(source), str(tmp_path / "out"), dict(OPTIONS, resume=True))
+    launch.convert(config, list_inputs(config), runner="PortableRunner", group_target=5,
+                   beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
+    assert_same(tmp_path / "out", reference)
+
+
+def test_dask_runner_on_local_cluster(source, reference, tmp_path):
+    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        out = convert(source, tmp_path / "out", runner=DASK, beam_args=[address], group_target=5)
+    assert_same(out, reference)
+
+
+def test_dask_partitions_follow_the_clusters_task_slots():
+    # Beam's Dask translation put every chunk id in one partition: one worker did everything.
+    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
+    from beam_jobs.runners import dask_partition_args
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    slots = (os.cpu_count() or 1) + 1  # not this machine's count, which is the answer without a scheduler
+    with distributed.LocalCluster(n_workers=slots, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        assert dask_partition_args(DASK, [address], 40) == [address, f"--dask_npartitions={slots}"]
+        assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
+        for chosen in (["--dask_npartitions=7"], ["--dask_npartitions", "7"], ["--dask_partition_size=3"]):
+            assert dask_partition_args(DASK, [address, *chosen], 40) == [address, *chosen]
+    assert dask_partition_args(DASK, [], 40) == [f"--dask_npartitions={os.cpu_count() or 1}"]
+    assert dask_partition_args("local", [], 40) == []
+
+
+def test_a_bug_in_our_code_keeps_its_traceback_on_in_process_runners(source, tmp_path, monkeypatch):
+    # Only failures of runners that submit a job elsewhere become a one-line RunnerError.
+    from beam_jobs import prepare
+
+    def broken(self, element):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(prepare.PrepareChunk, "process", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        convert(source, tmp_path / "out", runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
+
+
+def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_path):
+    from tests.support.testfs import to_url
+
+    labels = tmp_path / "labels.csv"
+    rows = ["path,label"] + [f"{p.relative_to(source)},{p.parent.name}" for p in sorted(source.rglob("*.*"))]
+    labels.write_text("\n".join(rows) + "\n")
+    convert(to_url(str(source)), to_url(str(tmp_path / "out")))
+    assert_same(tmp_path / "out", reference)
+    config = build_config(str(source), to_url(str(tmp_path / "out2")), dict(OPTIONS, labels=to_url(str(labels))))
+    launch.convert(config, list_inputs(config))
+    assert shard_bytes(tmp_path / "out2") == shard_bytes(reference)

@@ -1,0 +1,172 @@
+"""Spill files: what preparing leaves for the shard writer, and how the writer checks it."""
+
+import os
+
+import pytest
+
+from beam_jobs.spill import prepare_batch, read_record
+from prep.core.workdir import WorkDir
+from prep.core.errors import SourceError
+from prep.core.image_rules import ImageOptions
+from prep.core.schema import ImageRecord
+from prep.core.listing import InputRef
+from prep.core.tfrecord import frame
+from tests.support.imagegen import image_bytes
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    """A pass-through JPEG and a PNG converted to JPEG, prepared into one spill file."""
+    src, tmp = tmp_path / "src", str(tmp_path / "tmp")
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
+    (src / "a" / "convert.png").write_bytes(image_bytes("PNG", size=(300, 200)))
+    refs = [InputRef("a/keep.jpg", "a", None), InputRef("a/convert.png", "a", None)]
+    results, size = prepare_batch(str(src), WorkDir(tmp), 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    with open(WorkDir(tmp).spill(7), "rb") as f:
+        spilled = f.read()
+    assert len(spilled) == size
+    return src, spilled, [r for r, _ in results]
+
+
+def _record(src, spilled, result, path):
+    offset, length, _, cut, image = result
+    return b"".join(read_record(str(src), path.encode(), spilled[offset:offset + length - image], cut, image))
+
+
+def test_a_kept_image_is_read_again_from_its_source_not_spilled(prepared):
+    src, spilled, (keep, convert) = prepared
+    jpeg = (src / "a" / "keep.jpg").read_bytes()
+    offset, length, converted, cut, image = keep
+    assert not converted and image == len(jpeg) and length - image < 400  # the record without its image
+    expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+    assert _record(src, spilled, keep, "a/keep.jpg") == expected
+    offset, length, converted, cut, image = convert
+    assert converted and (cut, image) == (0, 0)  # a converted image's whole record is spilled
+    record = _record(src, spilled, convert, "a/convert.png")
+    assert len(record) == length and record == spilled[offset:offset + length]
+
+
+@pytest.mark.parametrize("change, detail", [
+    (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"\x00"), "its bytes differ"),
+    (lambda p: p.write_bytes(p.read_bytes() + b"\x00"), "its bytes differ"),
+    (os.remove, "file does not exist"),
+])
+def test_a_source_changed_before_its_shard_is_written_is_an_error_not_a_corrupt_record(prepared, change, detail):
+    src, spilled, (keep, _) = prepared
+    change(src / "a" / "keep.jpg")
+    with pytest.raises(SourceError, match=f"input a/keep.jpg changed while it was being converted \\({detail}\\)"):
+        _record(src, spilled, keep, "a/keep.jpg")
+
+
+def _finishes(fn, seconds: float = 10):
+    """fn() run on a daemon thread: (True, its result), or (False, None) if it is still blocked after `seconds`."""
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (True, out[0]) if out else (False, None)
+
+
+def test_an_input_swapped_for_a_fifo_after_its_stat_is_rejected_not_waited_on(tmp_path, monkeypatch):
+    from beam_jobs import spill
+
+    regular = tmp_path / "regular.jpg"
+    regular.write_bytes(b"x")
+    fifo = tmp_path / "fifo.jpg"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    # The stat sees a regular file; by the time the file is opened it is a FIFO.
+    monkeypatch.setattr(spill.os, "stat", lambda p, *a, **k: real_stat(regular) if str(p) == str(fifo) else real_stat(p, *a, **k))
+    done, result = _finishes(lambda: spill.read_input(str(fifo)))
+    assert done, "reading the FIFO blocked"
+    assert result == ("unreadable", "not a regular file (a FIFO)")
+
+
+def test_a_label_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
+    from prep.core.label_file import list_label_file
+
+    os.mkfifo(tmp_path / "labels.csv")
+
+    def listing():
+        try:
+            list_label_file(str(tmp_path), str(tmp_path / "labels.csv"))
+        except SourceError as exc:
+            return str(exc)
+
+    assert _finishes(listing) == (True, f"label file {tmp_path}/labels.csv is not a regular file")
+
+
+def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_file(tmp_path, monkeypatch):
+    # A runner may run a task again while its first attempt still runs (a retry
+    # after a lost worker, or speculative execution). With one temporary name per
+    # file, the second attempt truncated the first's file, and one rename failed.
+    import threading
+
+    from prep.core import storage
+
+    src, tmp = tmp_path / "src", str(tmp_path / "tmp")
+    (src / "a").mkdir(parents=True)
+    refs = []
+    for i in range(4):
+        (src / "a" / f"{i}.jpg").write_bytes(image_bytes("JPEG", size=(64 + i, 48)))
+        refs.append(InputRef(f"a/{i}.jpg", "a", None))
+    real_open, both_open = storage.open_write, threading.Barrier(2, timeout=30)
+
+    def open_write(path):
+        handle = real_open(path)
+        both_open.wait()  # each attempt holds its temporary file open before either writes
+        return handle
+
+    monkeypatch.setattr(storage, "open_write", open_write)
+    outcomes = [None, None]
+
+    def attempt(i):
+        try:
+            outcomes[i] = prepare_batch(str(src), WorkDir(tmp), 3, refs, {"a": 0}, ImageOptions())
+        except Exception as exc:  # noqa: BLE001 (reported by the assertion below)
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    assert outcomes[0] == outcomes[1]
+    monkeypatch.setattr(storage, "open_write", real_open)
+    alone = prepare_batch(str(src), WorkDir(str(tmp_path / "alone")), 3, refs, {"a": 0}, ImageOptions())
+    assert alone == outcomes[0]
+    with open(WorkDir(tmp).spill(3), "rb") as f, open(WorkDir(str(tmp_path / "alone")).spill(3), "rb") as g:
+        assert f.read() == g.read()
+    assert sorted(os.listdir(os.path.dirname(WorkDir(tmp).spill(3)))) == [os.path.basename(WorkDir(tmp).spill(3))]
+
+
+def test_temporary_names_are_new_for_each_writer_and_known_as_such():
+    from prep.core import storage
+
+    names = {storage.temp_path("/o/manifest.json") for _ in range(50)}
+    assert len(names) == 50
+    assert all(storage.is_temp_of(os.path.basename(n), "manifest.json") for n in names)
+    assert not storage.is_temp_of("manifest.json.part", "manifest.json")
+    assert not storage.is_temp_of("manifest.json.0a1b2c3d.part.x", "manifest.json")
+    assert not storage.is_temp_of("manifest.jsonx.0a1b2c3d.part", "manifest.json")
+
+
+def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monkeypatch):
+    import io
+    import types
+
+    from beam_jobs import spill
+
+    class Trickle(io.FileIO):
+        def read(self, size=-1):
+            return super().read(size if size is None or size < 0 else min(size, 7))
+
+    src, spilled, (keep, _) = prepared
+    monkeypatch.setattr(spill, "io", types.SimpleNamespace(FileIO=Trickle))
+    jpeg = (src / "a" / "keep.jpg").read_bytes()
+    expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+    assert _record(src, spilled, keep, "a/keep.jpg") == expected
