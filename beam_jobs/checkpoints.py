@@ -117,7 +117,9 @@ def entries_digest(entries) -> str:
     digest = hashlib.sha256()
     for e in entries:
         digest.update(e.order)
-        digest.update(struct.pack(">QQQQ?QQ", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image))
+        # `relabel` too: the same prepared record written with another label id is another record.
+        digest.update(struct.pack(">QQQQ?QQq", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+                                  e.relabel))
         digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
 

@@ -56,6 +56,8 @@ class ConvertConfig:
             "classes_fixed": self.classes is not None,
             "allow_outside_source": self.allow_outside_source,
             "index": self.index,
+            # Only when not the default, so that every manifest written before the option stays as it was.
+            **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
         }
 
 
