@@ -166,3 +166,18 @@ def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_
     broken["inputs"]["empty_classes"] = "bee"
     with pytest.raises(ManifestError, match=r"inputs.empty_classes must be a list, got 'bee'"):
         manifest_shape.check_shape(broken)
+
+
+def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
+    """group_target=3 cuts every shard into parts, written apart and joined (write.ConcatParts)."""
+    from beam_jobs.start import run_conversion
+    from prep.options import build_config, list_inputs
+
+    options = {"num_shards": 2, "workers": 2, "index": True, "empty_classes": "drop"}
+    config = build_config(str(sources / "mixed"), str(tmp_path / "out"), options)
+    manifest = run_conversion(config, list_inputs(config), group_target=3)
+    assert manifest["labels"] == ["ant", "cat", "dog"]
+    convert(run_cli, sources / "clean", tmp_path / "clean")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")
+    assert {k: v for k, v in other_files(tmp_path / "out").items() if k.endswith(".idx")} == {
+        k: v for k, v in other_files(tmp_path / "clean").items() if k.endswith(".idx")}
