@@ -1,7 +1,8 @@
 """What a conversion leaves in OUTPUT/.prep-tmp so that `--resume` can finish it.
 
     .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
-                                         written once the listing is staged
+                                         written once the listing is staged, and again by a
+                                         resumed run with other planning options (replan.py)
     .prep-tmp/listing/chunk-NNNNNN.json  a chunk's inputs, in start.listing_order
     .prep-tmp/listing/rejects.json       inputs rejected while listing (finish.py)
     .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out (spill.py)
@@ -12,7 +13,7 @@
     .prep-tmp/entries/task-NNNNNN.bin    a rank task's planned entries, by shard part (planning.py);
                                          written again by every run, never reused
     .prep-tmp/done/<shard>.json          sidecar of a complete shard: digest of its planned
-                                         entries, size, SHA-256
+                                         entries (label id written included), size, SHA-256
     .prep-tmp/parts/<shard>/part-N.json  the same for a part of a multi-part shard
 
 Every file is written under a temporary name and renamed, and each index or
@@ -117,7 +118,9 @@ def entries_digest(entries) -> str:
     digest = hashlib.sha256()
     for e in entries:
         digest.update(e.order)
-        digest.update(struct.pack(">QQQQ?QQ", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image))
+        # `relabel` too: the same prepared record written with another label id is another record.
+        digest.update(struct.pack(">QQQQ?QQq", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+                                  e.relabel))
         digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
 

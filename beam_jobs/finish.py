@@ -17,6 +17,7 @@ from beam_jobs import checkpoints, storage
 from prep import manifest as manifest_lib
 from prep import tfds_meta
 from prep.errors import PlanError
+from prep.naming import ShardName
 from prep.sources import Reject
 
 SHARD, REJECT, CAPPED, REUSED = "shard", "reject", "capped", "reused"
@@ -28,6 +29,38 @@ def listing_rejects_path(tmp_dir: str) -> str:
 
 def write_listing_rejects(tmp_dir: str, rejects) -> None:
     storage.write_atomic(listing_rejects_path(tmp_dir), json.dumps([list(r) for r in rejects]).encode())
+
+
+def drop_empty_classes(labels, shard_results: list[dict], accounting: dict, policy: str) -> tuple[list, list]:
+    """(labels of the manifest, names of the classes with no example written), in label order.
+
+    With `policy` "drop", those classes leave `labels` and every class count; the
+    records were written with the ids that follow from that (`prep.plan.label_ids`).
+    """
+    totals = collections.Counter()
+    for result in shard_results:
+        totals.update(result["class_counts"])
+    empty = [name for name in labels if not totals[name]]
+    if policy != "drop" or not empty:
+        return list(labels), empty
+    gone = set(empty)
+    for result in shard_results:
+        result["class_counts"] = {k: v for k, v in result["class_counts"].items() if k not in gone}
+    accounting["capped_by_class"] = {k: v for k, v in accounting["capped_by_class"].items() if k not in gone}
+    return [name for name in labels if name not in gone], empty
+
+
+def delete_unplanned_shards(output: str, manifest: dict) -> None:
+    """Deletes shard and record-index files the manifest does not name: a resumed run that
+    planned anew (other --num-shards, --split, ...) leaves none of the old plan's shards behind."""
+    planned = set()
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            planned.add(shard["file"])
+            planned.add(ShardName.parse(shard["file"]).index_filename)
+    for name in storage.list_names(output):
+        if name not in planned and (ShardName.parse(name) is not None or ShardName.parse_index(name) is not None):
+            storage.delete(storage.join(output, name))
 
 
 def finish(element, *, output, tmp_dir, labels, options, found, tool, run, splits=()):
@@ -73,12 +106,17 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run, split
                         f"{storage.join(output, manifest_lib.REJECTS)}")
     if found != written + len(rejects) + capped:
         raise RuntimeError(f"internal error: counts do not reconcile: {accounting}")
+    labels, empty = drop_empty_classes(labels, shard_results, accounting, options.get("empty_classes", "keep"))
+    if empty:  # only then, so that the manifest of a dataset without them is as it always was
+        accounting["empty_classes"] = empty
     run = dict(run, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                seconds=round(time.time() - run["started"], 3))
     if run.get("resumed") is not None:
         run["resumed"] = dict(run["resumed"], chunks_reused=chunks_reused, shards=len(shard_results),
                               shards_reused=sum(bool(r.get("reused")) for r in shard_results))
     manifest = manifest_lib.build(labels, options, shard_results, accounting, tool, run)
+    if run.get("resumed") is not None:
+        delete_unplanned_shards(output, manifest)
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)

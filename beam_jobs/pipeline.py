@@ -118,7 +118,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(
         lambda o: [(finish.REUSED, o[1])] if o[0] == prepare.REUSED else [])
-    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, tmp_dir, group_target)
+    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, tmp_dir, group_target, labels)
     width = write_width(config.workers)
     written = (
         ranked

@@ -10,17 +10,18 @@ from __future__ import annotations
 import concurrent.futures
 import json
 
-from beam_jobs import checkpoints, finish, storage
+from beam_jobs import checkpoints, finish, replan, storage
 from prep import manifest as manifest_lib
 from prep.errors import ResumeError
-from prep.resume import differences, listing_change
+from prep.resume import differences, listing_change, replanned
 from prep.sources import Listing, printable
 
 FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
 _START_OVER = "run with --overwrite instead to start over"
 
 
-def open_interrupted(output: str, source: str, record: dict, listing: Listing, chunks: list[list]) -> str:
+def open_interrupted(output: str, source: str, record: dict, listing: Listing, chunks: list[list],
+                     chunks_for=None) -> str:
     """Checks OUTPUT for an interrupted conversion that this one may finish.
 
     Returns FINISHED when OUTPUT already holds this finished dataset (a leftover
@@ -28,8 +29,14 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     FRESH when the interrupted run stopped before staging its listing (its
     .prep-tmp is removed; the caller clears OUTPUT and starts over), RESUME otherwise.
 
+    Planning options (prep.resume.PLANNING_OPTIONS) may differ from the
+    interrupted run's: then its record is replaced by this run's, and with
+    another seed the prepared chunks are staged again in this seed's order
+    (replan.py). `chunks` are this run's; `chunks_for(seed)` gives the listing's
+    chunks for another seed (the interrupted run's, to check them).
+
     Raises:
-        ResumeError: nothing to resume, or the inputs or options differ.
+        ResumeError: nothing to resume, or the inputs, image options or input files differ.
     """
     tmp_dir = storage.join(output, manifest_lib.TMP_DIR)
     names = storage.list_names(output)
@@ -48,11 +55,19 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     if old is None:
         storage.delete(tmp_dir)
         return FRESH
-    _refuse_if_different(old, record, tmp_dir, listing)
-    changed = changed_input(source, tmp_dir, chunks)
+    _refuse_if_different(old, record, tmp_dir, listing, planning=False)
+    old_seed = (old.get("options") or {}).get("seed")
+    staged = chunks if old_seed == record["options"]["seed"] or chunks_for is None else chunks_for(old_seed)
+    changed = changed_input(source, tmp_dir, staged)
     if changed is not None:
         raise ResumeError(f"cannot resume: input {printable(changed)} changed since the interrupted run "
                           f"(size, modification time or permissions); {_START_OVER}")
+    if old.get("restaged") and not replan.all_prepared(tmp_dir, len(staged)):
+        # Its chunks' references cross chunks: preparing one again would overwrite spill files others use.
+        raise ResumeError(f"cannot resume: images prepared by the interrupted run are missing from "
+                          f"{tmp_dir} (its spill files were changed or deleted); {_START_OVER}")
+    if replanned(old, record):
+        replan.replan(tmp_dir, old, record, staged, chunks)
     return RESUME
 
 
@@ -66,8 +81,8 @@ def _record_from_manifest(path: str, record: dict) -> dict:
         return {}  # unreadable: `differences` then says another version wrote it
 
 
-def _refuse_if_different(old: dict, record: dict, tmp_dir: str, listing: Listing) -> None:
-    found = differences(old, record)
+def _refuse_if_different(old: dict, record: dict, tmp_dir: str, listing: Listing, planning: bool = True) -> None:
+    found = differences(old, record, planning)
     if not found:
         return
     if found[-1] == "SOURCE lists other inputs":

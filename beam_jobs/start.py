@@ -25,9 +25,9 @@ from beam_jobs import checkpoints, finish, resume, storage
 from prep import manifest as manifest_lib
 from prep import tfds_meta
 from prep.config import RUNNERS_LOCAL, ConvertConfig
-from prep.errors import OutputError
+from prep.errors import OutputError, PlanError
 from prep.naming import ShardName
-from prep.plan import check_split_source, sort_key
+from prep.plan import check_empty_classes, check_split_source, sort_key
 from prep.resume import run_record
 from prep.sources import InputRef, Listing, printable
 
@@ -106,13 +106,14 @@ def start_conversion(config: ConvertConfig, listing: Listing) -> Started:
         OutputError: OUTPUT cannot be used or written.
     """
     check_split_source(config.plan, any(r.split for r in listing.refs))
+    check_listed_classes(config, listing)
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
     chunks = listing_chunks(listing, config.plan.seed)
     record = run_record(config.manifest_options(), tool_info(), listing)
     summary = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})))
     try:
-        state = resume.open_interrupted(config.output, config.source, record, listing, chunks) \
-            if config.resume else None
+        state = resume.open_interrupted(config.output, config.source, record, listing, chunks,
+                                        lambda seed: listing_chunks(listing, seed)) if config.resume else None
         if state in (resume.FINISHED, resume.RESUME):
             delete_leftovers(config.output)
         if state == resume.FINISHED:
@@ -128,6 +129,22 @@ def start_conversion(config: ConvertConfig, listing: Listing) -> Started:
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
     return Started(summary, [len(c) for c in chunks], None)
+
+
+def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
+    """With `--empty-classes fail`, refuses classes that list no input at all (an empty folder, or a
+    `--classes` name no input has), before any image is read.
+
+    Raises:
+        PlanError: naming them.
+    """
+    listed = {r.label for r in listing.refs}
+    empty = [i for i, name in enumerate(listing.classes) if name not in listed]
+    try:
+        check_empty_classes(listing.classes, empty, config.plan.empty_classes)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; nothing was read: run again with --empty-classes keep "
+                        "(or drop) to write the dataset") from None
 
 
 def run_conversion(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
@@ -175,7 +192,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
     if not overwrite:
         if manifest_lib.TMP_DIR in names and manifest_lib.FILENAME not in names:
             raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
-                              "(same inputs and options) or --overwrite to start over")
+                              "(same inputs and image options; the planning options may change) or --overwrite "
+                              "to start over")
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
     written = _written_names()
     ours = {manifest_lib.TMP_DIR, *written, *(name + ".part" for name in written)}

@@ -38,7 +38,8 @@ from beam_jobs.pooled import PooledDoFn
 from beam_jobs.spill import read_record, spill_path
 from prep import manifest as manifest_lib
 from prep.naming import ShardName
-from prep.tfrecord import record_index
+from prep.schema import relabel, relabelled_size
+from prep.tfrecord import FOOTER, HEADER, frame, record_index
 
 SHARD, PART = "shard", "part"
 # Records are read in blocks of about _BLOCK bytes (at least one record each).
@@ -71,12 +72,36 @@ class _SpillReader:
             spilled = storage.read_exact(handle, entry.length - entry.image)
             if len(spilled) != entry.length - entry.image:
                 raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
-            out.extend(read_record(source, entry.source, spilled, entry.cut, entry.image))
+            pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
+            if entry.relabel >= 0:
+                pieces = [relabel_framed(b"".join(pieces), entry)]
+            out.extend(pieces)
         return out
 
     def close(self):
         for handle in self._handles.values():
             handle.close()
+
+
+def written_size(entry) -> int:
+    """Bytes of the entry's framed record as written: prepared, or renumbered (`Entry.relabel`)."""
+    if entry.relabel < 0:
+        return entry.length
+    data = entry.length - HEADER - FOOTER
+    return relabelled_size(data, entry.label, entry.relabel) + HEADER + FOOTER
+
+
+def relabel_framed(framed: bytes, entry) -> bytes:
+    """The framed record with the label id `entry.relabel` instead of the one it was prepared with.
+
+    Its framing was checked when the image was read from the source again; a
+    converted record's came from our own spill file.
+    """
+    record = frame(relabel(framed[HEADER:len(framed) - FOOTER], entry.relabel))
+    if len(record) != written_size(entry):
+        raise RuntimeError(f"internal error: a renumbered record has {len(record)} bytes, "
+                           f"not the {written_size(entry)} planned")
+    return record
 
 
 def _copy_records(entries, out, tmp_dir: str, source: str, pool) -> tuple[int, str]:
@@ -215,7 +240,7 @@ class WriteParts(PooledDoFn):
                 size, sha = _copy_records(entries, out, self._tmp_dir, self._source, self._pool)
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
-        sizes = tuple(e.length for e in entries)  # framed records, in the order written
+        sizes = tuple(map(written_size, entries))  # framed records, in the order written
         if parts > 1:
             return (PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest, sizes)), 0, 0
         result = dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),

@@ -52,6 +52,9 @@ def check_shape(manifest: dict, where: str = "manifest.json") -> None:
     inputs = _check(manifest["inputs"], dict, where, "inputs")
     for key in _INPUT_KEYS:
         _check(inputs.get(key), int, where, f"inputs.{key}")
+    if "empty_classes" in inputs:  # only when a class was left with no example
+        for i, name in enumerate(_check(inputs["empty_classes"], list, where, "inputs.empty_classes")):
+            _check(name, str, where, f"inputs.empty_classes[{i}]")
     for split, info in _check(manifest["splits"], dict, where, "splits").items():
         try:
             check_split_name(split)

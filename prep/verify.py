@@ -160,7 +160,26 @@ def check_manifest(manifest: dict) -> list[Problem]:
         messages.append(f"inputs.written is {inputs['written']} but the splits hold {total}")
     if inputs["found"] != inputs["written"] + inputs["rejected"] + inputs["capped"]:
         messages.append("inputs.found is not written + rejected + capped")
+    messages += _empty_class_messages(manifest)
     return [Problem(manifest_lib.FILENAME, None, message) for message in messages]
+
+
+def _empty_class_messages(manifest: dict) -> list[str]:
+    """Where `inputs.empty_classes` contradicts the rest: a class named there must hold no
+    record, and be in `labels` unless `--empty-classes drop` took it out."""
+    messages = []
+    dropped = manifest["options"].get("empty_classes") == "drop"
+    labels = set(manifest["labels"])
+    for name in manifest["inputs"].get("empty_classes", []):
+        held = sum(info["class_counts"].get(name, 0) for info in manifest["splits"].values())
+        if held:
+            messages.append(f"inputs.empty_classes names {name!r}, which holds {held} record(s)")
+        if dropped and name in labels:
+            messages.append(f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), "
+                            "but it is in labels")
+        elif not dropped and name not in labels:
+            messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
+    return messages
 
 
 def balance_problems(split: str, files: list[str], counts: list[dict[str, int]]) -> list[Problem]:
