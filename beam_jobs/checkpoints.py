@@ -1,7 +1,9 @@
 """What a conversion leaves in its work directory so that `--resume` can finish it, and when it may be reused.
 
-Paths are `prep.core.workdir.WorkDir`'s. Every file is written under a temporary
-name and renamed, and each index or sidecar only after the file it describes is
+Paths are `prep.core.workdir.WorkDir`'s. run.json is written once the listing is staged,
+and again by a resumed run with other planning options (replan.py); a shard's sidecar
+digests its planned entries, the label id written included. Every file is written under
+a temporary name and renamed, and each index or sidecar only after the file it describes is
 complete, so whatever a kill leaves is either complete or absent. A chunk is
 reused when its index and all its spill files (of the recorded sizes) exist; a
 shard or part when its file, renamed into place, still hashes to its sidecar's
@@ -100,7 +102,9 @@ def entries_digest(entries) -> str:
     digest = hashlib.sha256()
     for e in entries:
         digest.update(e.order)
-        digest.update(struct.pack(">QQQQ?QQ", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image))
+        # `relabel` too: the same prepared record written with another label id is another record.
+        digest.update(struct.pack(">QQQQ?QQq", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+                                  e.relabel))
         digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
 

@@ -16,7 +16,7 @@ from prep.core.errors import OutputError, PrepError
 from prep.core.listing import printable
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
-# "prep.core.errors.PlanError: ..." as a remote worker's traceback shows it (and "prep.errors." before the core moved).
+# "prep.core.errors.PlanError: ..." as a remote worker's traceback shows it (and "prep.core.errors." before the core moved).
 _REMOTE_ERROR = re.compile(r"prep\.(?:core\.)?errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)
 _REMOTE_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]*)')?(?: \[while running|$)", re.MULTILINE)
 

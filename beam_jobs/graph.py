@@ -77,7 +77,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
-    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, work, group_target)
+    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, work, group_target, labels)
     width = write_width(config.workers)
     written = (
         ranked

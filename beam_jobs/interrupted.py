@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from beam_jobs import checkpoints
+from beam_jobs import checkpoints, replan
 from prep.core import storage
 from prep.core.errors import ManifestError, ResumeError
 from prep.core.listing import Listing, printable
 from prep.core.manifest import FILENAME, Manifest
-from prep.core.run_record import differences, listing_change
+from prep.core.run_record import differences, listing_change, replanned
 from prep.core.workdir import TMP_DIR, WorkDir
 
 FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
 _START_OVER = "run with --overwrite instead to start over"
 
 
-def open_interrupted(output: str, source: str, record: dict, listing: Listing, chunks: list[list]) -> str:
+def open_interrupted(output: str, source: str, record: dict, listing: Listing, chunks: list[list],
+                     chunks_for=None) -> str:
     """Checks OUTPUT for an interrupted conversion that this one may finish.
 
     Returns FINISHED when OUTPUT already holds this finished dataset (a leftover
@@ -29,8 +30,14 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     FRESH when the interrupted run stopped before staging its listing (its
     .prep-tmp is removed; the caller clears OUTPUT and starts over), RESUME otherwise.
 
+    Planning options (`run_record.PLANNING_OPTIONS`) may differ from the
+    interrupted run's: then its record is replaced by this run's, and with
+    another seed the prepared chunks are staged again in this seed's order
+    (replan.py). `chunks` are this run's; `chunks_for(seed)` gives the listing's
+    chunks for another seed (the interrupted run's, to check them).
+
     Raises:
-        ResumeError: nothing to resume, or the inputs or options differ.
+        ResumeError: nothing to resume, or the inputs, image options or input files differ.
     """
     work = WorkDir(output)
     names = storage.list_names(output)
@@ -49,11 +56,19 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     if old is None:
         storage.delete(work.root)
         return FRESH
-    _refuse_if_different(old, record, work, listing)
-    changed = changed_input(source, work, chunks)
+    _refuse_if_different(old, record, work, listing, planning=False)
+    old_seed = (old.get("options") or {}).get("seed")
+    staged = chunks if old_seed == record["options"]["seed"] or chunks_for is None else chunks_for(old_seed)
+    changed = changed_input(source, work, staged)
     if changed is not None:
         raise ResumeError(f"cannot resume: input {printable(changed)} changed since the interrupted run "
                           f"(size, modification time or permissions); {_START_OVER}")
+    if old.get("restaged") and not replan.all_prepared(work, len(staged)):
+        # Its chunks' references cross chunks: preparing one again would overwrite spill files others use.
+        raise ResumeError(f"cannot resume: images prepared by the interrupted run are missing from "
+                          f"{work.root} (its spill files were changed or deleted); {_START_OVER}")
+    if replanned(old, record):
+        replan.replan(work, old, record, staged, chunks)
     return RESUME
 
 
@@ -67,8 +82,8 @@ def _record_from_manifest(path: str, record: dict) -> dict:
     return dict(record, options=manifest.options, tool=manifest.tool, labels=list(manifest.labels))
 
 
-def _refuse_if_different(old: dict, record: dict, work: WorkDir, listing: Listing) -> None:
-    found = differences(old, record)
+def _refuse_if_different(old: dict, record: dict, work: WorkDir, listing: Listing, planning: bool = True) -> None:
+    found = differences(old, record, planning)
     if not found:
         return
     if found[-1] == "SOURCE lists other inputs":

@@ -1,4 +1,5 @@
-"""OUTPUT itself: refusing or clearing it before a conversion, and removing what a killed run was writing.
+"""OUTPUT itself: refusing or clearing it before a conversion, removing what a killed run was writing,
+and the shards an earlier plan wrote that a resumed run's plan does not name.
 
 Only files prep writes are ever deleted: shards, record indexes, manifest.json,
 rejects.jsonl, the tfds metadata, their temporary names, and the work directory.
@@ -10,7 +11,7 @@ import os
 
 from prep.core import storage, tfds_meta
 from prep.core.errors import OutputError
-from prep.core.manifest import FILENAME, REJECTS
+from prep.core.manifest import FILENAME, REJECTS, Manifest
 from prep.core.naming import ShardName
 from prep.core.workdir import TMP_DIR
 
@@ -29,7 +30,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
     if not overwrite:
         if TMP_DIR in names and FILENAME not in names:
             raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
-                              "(same inputs and options) or --overwrite to start over")
+                              "(same inputs and image options; the planning options may change) or --overwrite "
+                              "to start over")
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
     written = _written_names()
     ours = {TMP_DIR, *written, *(name + ".part" for name in written)}
@@ -59,4 +61,16 @@ def delete_leftovers(output: str) -> None:
     written = _written_names()
     for name in storage.list_names(output):
         if _is_leftover(name, written):
+            storage.delete(storage.join(output, name))
+
+
+def delete_unplanned_shards(output: str, manifest: Manifest) -> None:
+    """Deletes shard and record-index files the manifest does not name: a resumed run that
+    planned anew (other --num-shards, --split, ...) leaves none of the old plan's shards behind."""
+    planned = set()
+    for _, shard in manifest.shards():
+        planned.add(shard.file)
+        planned.add(ShardName.parse(shard.file).index_filename)
+    for name in storage.list_names(output):
+        if name not in planned and (ShardName.parse(name) is not None or ShardName.parse_index(name) is not None):
             storage.delete(storage.join(output, name))

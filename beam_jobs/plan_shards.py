@@ -41,8 +41,10 @@ import apache_beam as beam
 
 from beam_jobs.prepare import PreparedRef, read_prepared
 from prep.core import storage
-from prep.core.layout import Layout, PlanOptions, make_layout
+from prep.core.errors import PlanError
+from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
 from prep.core.ordering import sort_key
+from prep.core.run_record import REPLAN_HINT
 from prep.core.workdir import WorkDir
 
 GROUP_TARGET = 20_000  # references per rank task and per shard part, about
@@ -101,22 +103,23 @@ class Entry(typing.NamedTuple):
     source: bytes  # the input's path when the image is read from it again (see PreparedRef), else b""
     cut: int
     image: int
+    relabel: int = -1  # the label id to write instead of `label` (--empty-classes drop), or -1: write `label`
 
 
-_ENTRY = struct.Struct(">32sQQQI?QQI")  # an Entry's fields, `source` last as its length, then its bytes
+_ENTRY = struct.Struct(">32sQQQI?QQiI")  # an Entry's fields, `source` last as its length, then its bytes
 
 
 def pack_entry(e: Entry) -> bytes:
-    return _ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
+    return _ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel,
                        len(e.source)) + e.source
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
     entries, pos, size = [], 0, _ENTRY.size
     while pos < len(data):
-        order, spill, offset, length, label, converted, cut, image, n = _ENTRY.unpack_from(data, pos)
+        order, spill, offset, length, label, converted, cut, image, relabel, n = _ENTRY.unpack_from(data, pos)
         pos += size
-        entries.append(Entry(order, spill, offset, length, label, converted, data[pos:pos + n], cut, image))
+        entries.append(Entry(order, spill, offset, length, label, converted, data[pos:pos + n], cut, image, relabel))
         pos += n
     return entries
 
@@ -139,10 +142,18 @@ class RankTask:
     chunks: tuple  # ((chunk, ((split, label, first rank), ...)), ...) in chunk order
     layout: Layout  # trimmed to the task's groups
     part_bits: dict  # split -> bits of order-key prefix for parts
+    ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.core.layout.label_ids`)
 
 
-def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int):
-    """(None, [ChunkCounts]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs."""
+def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int,
+                 labels: tuple[str, ...] | None = None):
+    """(None, [ChunkCounts]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs.
+
+    Every image is prepared by now, so this is where classes left with no example
+    are known (`--empty-classes`), and where a plan that cannot be made fails:
+    before any shard is written, with the prepared images kept for `--resume`.
+    `labels` name the classes in messages.
+    """
     _, chunks = element
     chunks = sorted(chunks)
     groups: dict[tuple, int] = {}
@@ -152,7 +163,18 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir,
             groups[(split or None, label)] = groups.get((split or None, label), 0) + refs
             total_refs += refs
             total_bytes += size
-    layout = make_layout(groups, num_classes, options, total_bytes / max(1, total_refs))
+    names = labels if labels is not None else tuple(str(i) for i in range(num_classes))
+    empty = empty_labels({label for (_, label), n in groups.items() if n}, num_classes)
+    try:
+        check_empty_classes(names, empty, options.empty_classes)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; the images read so far are kept: to write the dataset, run the same command "
+                        "again with --empty-classes keep (or drop) and --resume") from None
+    try:
+        layout = make_layout(groups, num_classes, options, total_bytes / max(1, total_refs))
+    except PlanError as exc:
+        raise PlanError(f"{exc}; {REPLAN_HINT}") from None
+    ids = label_ids(num_classes, empty, options.empty_classes)
     storage.write_atomic(work.plan,
                          json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
     part_bits = {s.name: prefix_bits(math.ceil(s.examples / s.num_shards), group_target) for s in layout.splits}
@@ -169,7 +191,7 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir,
         if held >= group_target or position == len(chunks) - 1:
             used = {(split or None, label) for _, firsts in members for split, label, _ in firsts}
             trimmed = Layout({g: layout.segments[g] for g in used}, {g: layout.kept[g] for g in used}, layout.splits)
-            yield task, RankTask(tuple(members), trimmed, part_bits)
+            yield task, RankTask(tuple(members), trimmed, part_bits, ids)
             members, held, task = [], 0, task + 1
 
 
@@ -201,8 +223,10 @@ def rank_task(element, work: WorkDir, seed: int):
             bits = info.part_bits[split_name]
             order = sort_key(seed, r.path, "order")
             part = PartKey(split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
+            relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
             parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
-                order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image)))
+                order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image,
+                relabel)))
     sections, offset = [], 0
     path = work.entries(task)
     tmp = storage.temp_path(path)
@@ -222,9 +246,11 @@ class PlanShards(beam.PTransform):
     """`ChunkCounts` of prepared chunks -> `PartEntries` and `Capped`, exactly as the layout
     decides for the chunks' good inputs ranked by `sort_key`."""
 
-    def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET):
+    def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET,
+                 labels: tuple[str, ...] | None = None):
         super().__init__()
         self._num_classes = num_classes
+        self._labels = labels
         self._options = options
         self._work = work
         self._group_target = group_target
@@ -235,7 +261,7 @@ class PlanShards(beam.PTransform):
             | "OneKey" >> beam.Map(lambda c: (None, c))
             | "GatherCounts" >> beam.GroupByKey()
             | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._work,
-                                         self._group_target)
+                                         self._group_target, self._labels)
             | "SpreadTasks" >> beam.Reshuffle()
             | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed)
         )

@@ -13,6 +13,7 @@ import time
 
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
+from beam_jobs.output_dir import delete_unplanned_shards
 from beam_jobs.plan_shards import Capped
 from beam_jobs.prepare import RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
@@ -52,14 +53,18 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     rejects_path = storage.join(output, REJECTS)
     storage.write_atomic(rejects_path, accounting.rejects_jsonl(rejects))
     accounting.check_outcome(inputs, {s.name.split for s in shards}, splits, rejects_path)
+    labels, written, inputs = accounting.settle_empty_classes(labels, [(s.name, s.info) for s in shards], inputs,
+                                                              options.get("empty_classes", "keep"))
     resumed = None
     if "resumed" in run:
         resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
                           shards_reused=sum(s.reused for s in shards))
-    manifest = Manifest.build(labels, options, [(s.name, s.info) for s in shards], inputs, tool, Run(
+    manifest = Manifest.build(labels, options, written, inputs, tool, Run(
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
         resumed=resumed))
+    if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
+        delete_unplanned_shards(output, manifest)
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)

@@ -16,8 +16,8 @@ from beam_jobs.failures import describe_os_error
 from beam_jobs.output_dir import delete_leftovers, prepare_output
 from prep.core import storage
 from prep.core.config import ConvertConfig
-from prep.core.errors import OutputError
-from prep.core.layout import check_split_source
+from prep.core.errors import OutputError, PlanError
+from prep.core.layout import check_empty_classes, check_split_source
 from prep.core.listing import InputRef, Listing
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.ordering import listing_chunks
@@ -57,14 +57,15 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
         OutputError: OUTPUT cannot be used or written.
     """
     check_split_source(config.plan, any(r.split for r in listing.refs))
+    check_listed_classes(config, listing)
     work = WorkDir(config.output)
     chunks = listing_chunks(listing, config.plan.seed)
     record = run_record(config.manifest_options(), tool_info(), listing)
     staged = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})))
     sizes = [len(c) for c in chunks]
     try:
-        state = interrupted.open_interrupted(config.output, config.source, record, listing, chunks) \
-            if config.resume else None
+        state = interrupted.open_interrupted(config.output, config.source, record, listing, chunks,
+                                             lambda seed: listing_chunks(listing, seed)) if config.resume else None
         if state in (interrupted.FINISHED, interrupted.RESUME):
             delete_leftovers(config.output)
         if state == interrupted.FINISHED:
@@ -80,3 +81,19 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
     return Ready(staged, sizes, None)
+
+
+def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
+    """With `--empty-classes fail`, refuses classes that list no input at all (an empty folder, or a
+    `--classes` name no input has), before any image is read.
+
+    Raises:
+        PlanError: naming them.
+    """
+    listed = {r.label for r in listing.refs}
+    empty = [i for i, name in enumerate(listing.classes) if name not in listed]
+    try:
+        check_empty_classes(listing.classes, empty, config.plan.empty_classes)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; nothing was read: run again with --empty-classes keep "
+                        "(or drop) to write the dataset") from None

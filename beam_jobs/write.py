@@ -41,7 +41,8 @@ from beam_jobs.spill import read_record
 from prep.core import storage
 from prep.core.manifest import IndexFile, ShardInfo
 from prep.core.naming import ShardName
-from prep.core.tfrecord import record_index
+from prep.core.schema import relabel, relabelled_size
+from prep.core.tfrecord import FOOTER, HEADER, frame, record_index
 from prep.core.workdir import WorkDir
 
 # Records are read in blocks of about _BLOCK bytes (at least one record each).
@@ -94,12 +95,36 @@ class _SpillReader:
             spilled = storage.read_exact(handle, entry.length - entry.image)
             if len(spilled) != entry.length - entry.image:
                 raise OSError(f"spill file {self._work.spill(entry.spill)} is shorter than planned")
-            out.extend(read_record(source, entry.source, spilled, entry.cut, entry.image))
+            pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
+            if entry.relabel >= 0:
+                pieces = [relabel_framed(b"".join(pieces), entry)]
+            out.extend(pieces)
         return out
 
     def close(self):
         for handle in self._handles.values():
             handle.close()
+
+
+def written_size(entry) -> int:
+    """Bytes of the entry's framed record as written: prepared, or renumbered (`Entry.relabel`)."""
+    if entry.relabel < 0:
+        return entry.length
+    data = entry.length - HEADER - FOOTER
+    return relabelled_size(data, entry.label, entry.relabel) + HEADER + FOOTER
+
+
+def relabel_framed(framed: bytes, entry) -> bytes:
+    """The framed record with the label id `entry.relabel` instead of the one it was prepared with.
+
+    Its framing was checked when the image was read from the source again; a
+    converted record's came from our own spill file.
+    """
+    record = frame(relabel(framed[HEADER:len(framed) - FOOTER], entry.relabel))
+    if len(record) != written_size(entry):
+        raise RuntimeError(f"internal error: a renumbered record has {len(record)} bytes, "
+                           f"not the {written_size(entry)} planned")
+    return record
 
 
 def _copy_records(entries, out, work: WorkDir, source: str, pool) -> tuple[int, str]:
@@ -236,7 +261,7 @@ class WriteParts(PooledDoFn):
                 size, sha = _copy_records(entries, out, self._work, self._source, self._pool)
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
-        sizes = tuple(e.length for e in entries)  # framed records, in the order written
+        sizes = tuple(map(written_size, entries))  # framed records, in the order written
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
                                sizes), 0, 0

@@ -166,7 +166,9 @@ def steps_per_epoch(path, split: str = "train", global_batch_size: int = 32, **k
 def class_weights(path, split: str = "train") -> dict[int, float]:
     """``{label_id: weight}`` for ``fit(class_weight=...)``, "balanced": N / (K · n_class).
 
-    See `loaders.weights.balanced_weights`; counts come from the manifest.
+    See `loaders.weights.balanced_weights`; counts come from the manifest. Every label id of
+    the manifest's `labels` is a key: a class with no record in the split, such as one kept
+    with no example by `prep convert --empty-classes keep`, gets 0.0, which no record uses.
     """
     return balanced_weights(open_split(os.fspath(path), split, check_files=False).class_counts)
 

@@ -41,12 +41,29 @@ def convert_summary(manifest: Manifest, seconds: float) -> str:
     if target in targets.TARGETS and target != targets.NONE:
         lines.append(f"target {target}: {targets.get(target).promise}, for {targets.get(target).reader} "
                      f"(num_classes {len(manifest.labels)})")
+    warning = empty_classes_line(manifest.inputs.empty_classes or (), manifest.options.get("empty_classes"))
+    if warning:
+        lines.append("warning: " + warning)
     resumed = manifest.run.resumed
     if resumed:
         lines.append(f"resumed: reused {resumed.chunks_reused} of {resumed.chunks} prepared chunks and "
                      f"{resumed.shards_reused} of {resumed.shards} shards")
     lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
     return "\n".join(lines)
+
+
+def empty_classes_line(empty, policy: str | None) -> str | None:
+    """What became of the classes left with no example (`inputs.empty_classes`, under the manifest's
+    `options.empty_classes`), or None if none was."""
+    empty = list(empty or ())
+    if not empty:
+        return None
+    shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+    what = f"{_plural(len(empty), 'class', 'classes')} with no example ({shown})"
+    if policy == "drop":
+        return f"dropped {what} from labels: the label ids of the classes after them moved down"
+    return (f"{what}: every input rejected, or none listed; kept in labels with {'its' if len(empty) == 1 else 'their'}"
+            " label id (--empty-classes drop removes them)")
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -120,6 +137,9 @@ def inspect_text(summary: dict) -> str:
     if inputs.get("rejected_by_reason"):
         lines.append("rejects by reason: " + ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
                      + " (see rejects.jsonl)")
+    empty = empty_classes_line(summary["inputs"].get("empty_classes"), summary["options"].get("empty_classes"))
+    if empty:
+        lines.append(empty[0].upper() + empty[1:])
     rows = [("split", "records", "share", "shards", "bytes", "records/shard", "bytes/shard")]
     for name, split in summary["splits"].items():
         rows.append((name, str(split["examples"]), _percent(split["share"]), str(split["num_shards"]),

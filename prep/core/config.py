@@ -63,6 +63,8 @@ class ConvertConfig:
             "allow_outside_source": self.allow_outside_source,
             "index": self.index,
             "target": self.target,
+            # Only when not the default, so that every manifest written before the option stays as it was.
+            **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
         }
 
 

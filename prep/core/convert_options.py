@@ -16,7 +16,7 @@ from prep.core import targets
 from prep.core.config import ConvertConfig
 from prep.core.errors import OptionsError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ImageOptions
-from prep.core.layout import PlanOptions, parse_split_fractions
+from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.core.listing import LAYOUTS, read_class_file
 from prep.core.storage import is_remote
 
@@ -48,6 +48,10 @@ OPTIONS = (
     Option("--num-shards", "Shards per split (default: derived from --shard-size).", int),
     Option("--shard-size", "Target bytes per shard when --num-shards is not given.", default="128MiB"),
     Option("--max-per-class", "Keep at most N examples of each class (deterministic).", int),
+    Option("--empty-classes", "A class left with no example (its folder empty, or every input of it rejected): "
+           "keep it and its label id (a warning names it), drop it (later classes' ids move down by one), or "
+           "fail before any shard is written (the images read are kept for --resume).", default="keep",
+           choices=EMPTY_CLASSES),
     Option("--seed", "Seed for split assignment and record order.", int, 0),
     Option("--resize", "Downscale so the shorter side is N pixels.", int),
     Option("--max-side", "Downscale so the longer side is at most N pixels.", int),
@@ -66,8 +70,9 @@ OPTIONS = (
            "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
            default=targets.NONE, choices=targets.TARGETS),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
-    Option("--resume", "Finish an interrupted conversion in OUTPUT, reusing its completed work; refuses if "
-           "the inputs or options differ.", bool, False, flag=True),
+    Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
+           "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
+           "change; it refuses if the inputs or image options differ.", bool, False, flag=True),
 )
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
@@ -124,7 +129,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],
         plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
                          split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
-                         max_per_class=v["max_per_class"]),
+                         max_per_class=v["max_per_class"], empty_classes=v["empty_classes"]),
         image=ImageOptions(resize=v["resize"], max_side=v["max_side"],
                            image_format=targets.image_format(v["target"], v["image_format"]),
                            quality=v["quality"], max_pixels=v["max_pixels"]),

@@ -31,6 +31,9 @@ from prep.core.naming import check_split_name
 
 DEFAULT_SPLIT = "train"
 DEFAULT_SHARD_SIZE = 128 * 1024 * 1024
+# What becomes of a class left with no example (empty folder, or every input rejected):
+# keep it and its label id, drop it (later classes' ids move down), or stop before any shard.
+EMPTY_CLASSES = ("keep", "drop", "fail")
 
 
 def parse_split_fractions(text: str) -> tuple[tuple[str, Fraction], ...]:
@@ -79,6 +82,7 @@ class PlanOptions:
     shard_size: int = DEFAULT_SHARD_SIZE  # target bytes per shard
     split_fractions: tuple[tuple[str, Fraction], ...] | None = None
     max_per_class: int | None = None
+    empty_classes: str = "keep"  # one of EMPTY_CLASSES
 
     def __post_init__(self):
         if self.num_shards is not None and self.num_shards < 1:
@@ -87,6 +91,8 @@ class PlanOptions:
             raise OptionsError(f"--shard-size must be >= 1 byte, got {self.shard_size}")
         if self.max_per_class is not None and self.max_per_class < 1:
             raise OptionsError(f"--max-per-class must be >= 1, got {self.max_per_class}")
+        if self.empty_classes not in EMPTY_CLASSES:
+            raise OptionsError(f"--empty-classes must be one of {', '.join(EMPTY_CLASSES)}, got {self.empty_classes!r}")
 
 
 def largest_remainder(n: int, fractions: Sequence[Fraction]) -> list[int]:
@@ -157,6 +163,45 @@ class Layout:
 
     def split(self, name: str) -> SplitLayout:
         return next(s for s in self.splits if s.name == name)
+
+
+def empty_labels(present, num_classes: int) -> tuple[int, ...]:
+    """Label ids in [0, num_classes) that are not in `present` (the ids of the examples kept)."""
+    present = set(present)
+    return tuple(label for label in range(num_classes) if label not in present)
+
+
+def label_ids(num_classes: int, empty: Sequence[int], policy: str) -> tuple[int, ...]:
+    """The label id each class's records are written with, by prepared id.
+
+    Ids are stable (the identity) unless `policy` is "drop": then the classes that
+    are left keep their order and are numbered 0, 1, ... without gaps, and an
+    empty class maps to -1 (it has no record to write).
+    """
+    if policy != "drop" or not empty:
+        return tuple(range(num_classes))
+    dropped, ids, next_id = set(empty), [], 0
+    for label in range(num_classes):
+        if label in dropped:
+            ids.append(-1)
+        else:
+            ids.append(next_id)
+            next_id += 1
+    return tuple(ids)
+
+
+def names(labels: Sequence[str], ids: Sequence[int]) -> str:
+    """Class names for a message: 'a', 'b' and 3 more."""
+    shown = ", ".join(repr(labels[i]) for i in ids[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+def check_empty_classes(labels: Sequence[str], empty: Sequence[int], policy: str) -> None:
+    """Raises PlanError when classes have no example and `policy` is "fail"."""
+    if policy == "fail" and empty:
+        many = len(empty) > 1
+        raise PlanError(f"{'classes' if many else 'class'} {names(labels, empty)} {'have' if many else 'has'} no "
+                        "example (every input rejected, or none listed) and --empty-classes is fail")
 
 
 def check_split_source(options: PlanOptions, source_names_splits: bool) -> None:

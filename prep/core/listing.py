@@ -204,10 +204,11 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
 
 
 def finish_listing(refs, rejects, found_classes, classes, source) -> Listing:
-    """Checks labels against the class list and every class for examples; sorts refs and rejects by path.
+    """Checks labels against the class list, and that some class has examples (what becomes of a class
+    with none is for `--empty-classes` to say, once the images are read); sorts refs and rejects by path.
 
     Raises:
-        SourceError: a class has no examples, a split name is unusable, or two splits differ only in case.
+        SourceError: no class has examples, a split name is unusable, or two splits differ only in case.
     """
     label_names = classes if classes is not None else found_classes
     known = set(label_names)
@@ -221,7 +222,7 @@ def finish_listing(refs, rejects, found_classes, classes, source) -> Listing:
     for ref in kept:
         counts[ref.label] += 1
     empty = [name for name, n in counts.items() if n == 0]
-    if empty:
+    if empty and len(empty) == len(counts):  # some empty: --empty-classes says what becomes of them
         raise SourceError(f"class {empty[0]!r} has no images in {source}"
                           + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else ""))
     for ref in kept:

@@ -114,6 +114,7 @@ class Inputs:
     converted: int | None = None  # written after re-encoding
     rejected_by_reason: dict[str, int] | None = None
     capped_by_class: dict[str, int] | None = None
+    empty_classes: tuple[str, ...] | None = None  # only when a class was left with no example (--empty-classes)
 
     @property
     def reconciles(self) -> bool:
@@ -124,6 +125,8 @@ class Inputs:
         for key in ("converted", "rejected_by_reason", "capped_by_class"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.empty_classes is not None:
+            out["empty_classes"] = list(self.empty_classes)
         return out
 
 
@@ -257,9 +260,13 @@ class Manifest:
         raw_inputs = read.get(data, "inputs", dict, "inputs")
         counts = {key: read.get(raw_inputs, key, int, f"inputs.{key}") for key in ("found", "written", "rejected",
                                                                                   "capped")}
+        empty = None
+        if "empty_classes" in raw_inputs:  # only when a class was left with no example
+            empty = tuple(read.check(name, str, f"inputs.empty_classes[{i}]") for i, name in
+                          enumerate(read.get(raw_inputs, "empty_classes", list, "inputs.empty_classes")))
         inputs = Inputs(**counts, converted=raw_inputs.get("converted"),
                         rejected_by_reason=raw_inputs.get("rejected_by_reason"),
-                        capped_by_class=raw_inputs.get("capped_by_class"))
+                        capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty)
         splits = {name: _split(read, name, info) for name, info in read.get(data, "splits", dict, "splits").items()}
         tool = data.get("tool")
         return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,

@@ -2,7 +2,7 @@
 
 `contradictions` is what `prep verify` reports about a well-shaped manifest before it
 reads a shard: names, indexes and counts, per-split sums, `labels` against
-`class_counts`, the input accounting. `unbalanced` is the balance rule the planner
+`class_counts`, the input accounting, the empty classes. `unbalanced` is the balance rule the planner
 guarantees: every shard of a split holds ⌊n/N⌋ or ⌈n/N⌉ of its n records, and the
 same for each class's records; for counts summing to n this is exactly "any two
 shards differ by at most one".
@@ -61,6 +61,24 @@ def contradictions(manifest: Manifest) -> list[str]:
         messages.append(f"inputs.written is {inputs.written} but the splits hold {manifest.examples}")
     if not inputs.reconciles:
         messages.append("inputs.found is not written + rejected + capped")
+    return messages + _empty_class_messages(manifest)
+
+
+def _empty_class_messages(manifest: Manifest) -> list[str]:
+    """Where `inputs.empty_classes` contradicts the rest: a class named there must hold no
+    record, and be in `labels` unless `--empty-classes drop` took it out."""
+    messages = []
+    dropped = manifest.options.get("empty_classes") == "drop"
+    labels = set(manifest.labels)
+    for name in manifest.inputs.empty_classes or ():
+        held = sum(info.class_counts.get(name, 0) for info in manifest.splits.values())
+        if held:
+            messages.append(f"inputs.empty_classes names {name!r}, which holds {held} record(s)")
+        if dropped and name in labels:
+            messages.append(f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), "
+                            "but it is in labels")
+        elif not dropped and name not in labels:
+            messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
     return messages
 
 

@@ -7,7 +7,10 @@ A conversion records, before any image is read, what decides its output
 the tool and Pillow versions (Pillow encodes re-encoded images), the class
 names and a digest of the listing (every input path with its label and split,
 and every early reject). `--resume` recomputes the record and refuses unless
-it is identical; `differences` says what changed, in the user's terms.
+it is identical, but for the planning options (`PLANNING_OPTIONS`): they
+decide only which prepared example goes to which shard and the label ids
+written, so a resumed run may change them and plan the prepared images anew
+(`replanned` names them). `differences` says what changed, in the user's terms.
 
 What the listing cannot show, a file changed in place, is caught by the
 per-input signatures that each prepared chunk records (see
@@ -28,6 +31,11 @@ from prep.core.listing import Listing, printable
 # 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
 RUN_VERSION = 4
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
+# Manifest options that only shape the plan, read after every image is prepared.
+PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")
+# What a planning failure after the images were read adds: the command that recovers.
+REPLAN_HINT = ("the images read so far are kept: run the same command again with the corrected option and "
+               "--resume to plan them anew without reading them again")
 
 
 def tool_info() -> dict:
@@ -71,10 +79,22 @@ def _show(value) -> str:
     return "unset" if value is None else json.dumps(value)
 
 
-def differences(old: dict, new: dict) -> list[str]:
+def flag(key: str) -> str:
+    """The option a manifest option key comes from: "num_shards" -> "--num-shards"."""
+    return _FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def replanned(old: dict, new: dict) -> list[str]:
+    """The planning options (`PLANNING_OPTIONS`) whose values differ, as flags, sorted."""
+    then, now = old.get("options") or {}, new["options"]
+    return [flag(key) for key in sorted(PLANNING_OPTIONS) if then.get(key) != now.get(key)]
+
+
+def differences(old: dict, new: dict, planning: bool = True) -> list[str]:
     """What differs between the interrupted run's record and this run's, one phrase each.
 
     The listing is compared by digest only; `listing_change` names an input.
+    Without `planning`, changed planning options (`PLANNING_OPTIONS`) are not counted.
     """
     if not isinstance(old, dict) or old.get("version") != RUN_VERSION:
         return ["the interrupted run was recorded by another version of tfrecord-prep"]
@@ -86,9 +106,8 @@ def differences(old: dict, new: dict) -> list[str]:
     old_options = old.get("options") or {}
     for key in sorted(set(old_options) | set(new["options"])):
         then, now = old_options.get(key), new["options"].get(key)
-        if then != now:
-            flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
-            found.append(f"{flag} was {_show(then)}, now {_show(now)}")
+        if then != now and (planning or key not in PLANNING_OPTIONS):
+            found.append(f"{flag(key)} was {_show(then)}, now {_show(now)}")
     if old.get("labels") != new["labels"]:
         found.append(f"the classes were {', '.join(old.get('labels') or [])}, now {', '.join(new['labels'])}")
     if old.get("listing") != new["listing"]:

@@ -200,6 +200,32 @@ def encode_example_around(features: dict[str, bytes | int], key: str) -> tuple[b
     return _header(1, total) + before + entry_head + body_head + feature_head + value_head, after
 
 
+def relabel(data: bytes, label: int) -> bytes:
+    """A serialized record of ours with its label id replaced by `label`, every other byte as it was
+    (what `to_bytes` gives for the same record with that label).
+
+    Raises:
+        RecordError: `data` is not one of our records.
+    """
+    return dataclasses.replace(ImageRecord.from_bytes(data), label=label).to_bytes()
+
+
+def relabelled_size(size: int, old: int, new: int) -> int:
+    """The size of a serialized record of ours of `size` bytes once its label `old` becomes `new`.
+
+    Only two varints change length: the label's, and the Example's length of its
+    Features (the other headers around the label hold lengths under 128).
+    """
+    for width in range(1, 11):
+        body = size - 1 - width  # the Example: tag, varint length, Features
+        if body >= 0 and len(_varint(body)) == width:
+            break
+    else:
+        raise ValueError(f"{size} bytes cannot be a serialized Example")
+    body += len(_varint(new)) - len(_varint(old))
+    return 1 + len(_varint(body)) + body
+
+
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:

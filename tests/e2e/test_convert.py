@@ -187,9 +187,13 @@ def write_labels(tmp_path, text):
     (lambda t: ["convert", t / "empty", t / "out"], "Error: SOURCE {t}/empty has no class folders (expected {t}/empty/<class>/<image>)"),
     (lambda t: ["convert", t / "src", t / "out", "--labels", write_labels(t, "file,label\n")],
      "Error: label file {t}/labels.csv has no 'path' column (columns: file, label)"),
-    (lambda t: ["convert", t / "withempty", t / "out"], "Error: class 'zzz' has no images in {t}/withempty"),
+    (lambda t: ["convert", t / "withempty", t / "out", "--empty-classes", "fail"],
+     "Error: class 'zzz' has no example (every input rejected, or none listed) and --empty-classes is fail; nothing "
+     "was read: run again with --empty-classes keep (or drop) to write the dataset"),
     (lambda t: ["convert", t / "src", t / "out", "--num-shards", 9],
-     "Error: split 'train' has 4 example(s), fewer than --num-shards 9; use --num-shards 4 or less"),
+     "Error: split 'train' has 4 example(s), fewer than --num-shards 9; use --num-shards 4 or less; the images read "
+     "so far are kept: run the same command again with the corrected option and --resume to plan them anew "
+     "without reading them again"),
     (lambda t: ["convert", t / "src", t / "out", "--split", "train=0.9"], "Error: --split fractions must sum to 1, got 0.9"),
     (lambda t: ["convert", t / "src", t / "out", "--shard-size", "big"],
      "Error: --shard-size 'big' is not a size such as 128MiB or 64MB"),

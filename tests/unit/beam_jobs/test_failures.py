@@ -8,7 +8,7 @@ from beam_jobs.failures import find_prep_error
 from prep.core.errors import OutputError, PlanError, SourceError
 
 
-@pytest.mark.parametrize("module", ["prep.core.errors", "prep.errors"])  # this version's workers, and older ones
+@pytest.mark.parametrize("module", ["prep.core.errors", "prep.core.errors"])  # this version's workers, and older ones
 def test_a_remote_prep_error_is_found_in_the_runner_message(module):
     exc = RuntimeError(f"Traceback ...\n{module}.PlanError: split 'b' gets no examples [while running 'Layout']")
     error = find_prep_error(exc)

@@ -54,11 +54,16 @@ def test_classes_file_fixes_order_and_rejects_unknown(tmp_path):
     assert [(r.path, r.reason) for r in listing.rejects] == [("c/c_0000.jpg", "unknown_label")]
 
 
-def test_empty_class_folder_is_an_error(tmp_path):
-    write_class_tree(tmp_path, {"a": 2})
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(SourceError, match="class 'empty' has no images"):
-        list_folders(str(tmp_path))
+def test_an_empty_class_folder_is_a_class_without_inputs_and_all_empty_is_an_error(tmp_path):
+    # What becomes of a class with no example is --empty-classes's to say (tests/test_empty_classes.py).
+    write_class_tree(tmp_path / "src", {"a": 2})
+    (tmp_path / "src" / "empty").mkdir()
+    listing = list_folders(str(tmp_path / "src"))
+    assert listing.classes == ("a", "empty") and {r.label for r in listing.refs} == {"a"}
+    (tmp_path / "none" / "x").mkdir(parents=True)
+    (tmp_path / "none" / "y").mkdir()
+    with pytest.raises(SourceError, match=r"class 'x' has no images in .*none \(and 1 more empty\)"):
+        list_folders(str(tmp_path / "none"))
 
 
 @pytest.mark.parametrize("make, message", [
