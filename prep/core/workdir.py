@@ -11,8 +11,8 @@
     .prep-tmp/entries/task-NNNNNN.bin      a rank task's planned entries, by shard part;
                                            written again by every run, never reused
     .prep-tmp/shards/<file>.<hex>.part     a shard or record index being written (`storage.temp_path`)
-    .prep-tmp/done/<shard>.json            sidecar of a complete shard: digest of its planned
-                                           entries, size, SHA-256
+    .prep-tmp/done/<shard>.json            sidecar of a complete shard: digest of its planned entries (label
+                                           id written included), size, SHA-256
     .prep-tmp/parts/<shard>/part-NNNNNN    a part of a multi-part shard, and its sidecar ``part-NNNNNN.json``
 
 A spill file is named by one int, its spill id (`spill_id`): chunk * `BATCHES_PER_CHUNK`
