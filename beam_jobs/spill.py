@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import stat
 
 from beam_jobs import storage
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
+from prep.images import EncodeBuffer, ImageOptions, ImageRejected, predictable, prepare_image
 from prep.errors import SourceError
 from prep.schema import ENCODED, ImageRecord, encode_example_around
 from prep.sources import InputRef, Reject, printable
@@ -31,6 +32,13 @@ def spill_id(chunk: int, batch: int) -> int:
 def spill_path(tmp_dir: str, spill: int) -> str:
     chunk, batch = divmod(spill, _BATCHES_PER_CHUNK)
     return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
+
+
+def in_flight_path(tmp_dir: str, spill: int) -> str:
+    """The record of a batch being prepared: its inputs' paths, deleted once its spill file is complete.
+    A run killed meanwhile (the OOM killer, a codec's segfault) leaves it for `--resume`."""
+    chunk, batch = divmod(spill, _BATCHES_PER_CHUNK)
+    return storage.join(tmp_dir, "inflight", f"chunk-{chunk:06d}-{batch:04d}.json")
 
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -78,7 +86,19 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
-def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None):
+def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool):
+    """prepare_image, in the calling thread or in `sandbox` (see beam_jobs/sandbox.py): there go
+    suspects of a killed run, and under --isolate auto every input whose header does not promise
+    a decode within the bounds (`predictable`), under --isolate all every input."""
+    isolate = sandbox is not None and (suspect or options.isolate == "all" or (
+        options.isolate == "auto" and not predictable(data, options)))
+    if isolate:
+        return sandbox.prepare(data, options)[0]
+    return prepare_image(data, options, buffer)
+
+
+def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
+                     sandbox=None, suspect: bool = False):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature).
 
     A converted image's whole framed record is spilled (cut = image bytes = 0).
@@ -88,7 +108,8 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     what a pass-through conversion writes, and the record's CRC, spilled with
     it, shows whether the source changed in between.
 
-    `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer).
+    `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer); `sandbox`
+    and `suspect`: see `_prepare`.
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -97,7 +118,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         return Reject(ref.path, *data), sig or ""
     sig = sig if sig is not None else storage.signature(path, data)
     try:
-        image = prepare_image(data, options, buffer)
+        image = _prepare(data, options, buffer, sandbox, suspect)
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
@@ -149,19 +170,28 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 
 def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  options: ImageOptions) -> tuple[list, int]:
+                  options: ImageOptions, sandbox=None, suspects: frozenset = frozenset(),
+                  pause=None) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), and the spill file's size. `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
+    The batch's inputs are recorded in flight (`in_flight_path`) meanwhile;
+    `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
+    `pause`, a test hook, is called once they are recorded.
     """
     path = spill_path(tmp_dir, spill)
     tmp = storage.temp_path(path)
+    in_flight = in_flight_path(tmp_dir, spill)
+    storage.write_atomic(in_flight, json.dumps([ref.path for ref in refs]).encode())
+    if pause is not None:
+        pause()
     results, offset = [], 0
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for ref in refs:
-            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer)
+            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sandbox,
+                                                 ref.path in suspects)
             if not isinstance(result, Reject):
                 data, cut, image, converted = result
                 f.write(data)
@@ -169,4 +199,5 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
                 offset += len(data)
             results.append((result, signature))
     storage.rename(tmp, path)
+    storage.delete(in_flight)
     return results, offset
