@@ -14,7 +14,8 @@ import os
 import stat
 
 from beam_jobs import storage
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, predictable, prepare_image
+from prep.headers import predictable
+from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
 from prep.errors import SourceError
 from prep.schema import ENCODED, ImageRecord, encode_example_around
 from prep.sources import InputRef, Reject, printable

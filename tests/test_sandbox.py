@@ -17,7 +17,8 @@ import pytest
 from PIL import Image
 
 from beam_jobs.sandbox import Sandbox
-from prep.images import ImageOptions, ImageRejected, predictable, prepare_image, read_header
+from prep.headers import predictable, read_header
+from prep.images import ImageOptions, ImageRejected, prepare_image
 from tests.imagegen import (damaged_deflate_tiff, gray_png, huge_j2k, icns, ico, image_bytes, rgba_png,
                             write_class_tree)
 from tests.proctree import TreePeak
