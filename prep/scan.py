@@ -119,6 +119,7 @@ def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
     """
     from PIL import Image
 
+    from prep.headers import read_header
     from prep.images import bomb_limit
 
     bomb_limit(max_pixels)
@@ -129,7 +130,9 @@ def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
             img.load()
             found = ((img.format or "unknown").lower(), img.size[1], img.size[0], len(img.getbands()))
     except Image.DecompressionBombError as exc:
-        return [f"image has more pixels than the dataset's max_pixels {max_pixels} ({exc})"]
+        header = read_header(record.encoded)  # stored images are JPEG or PNG
+        size = f"{header.width}x{header.height} pixels" if header else f"more pixels ({exc})"
+        return [f"image has {size}, more than the dataset's max_pixels {max_pixels}"]
     except Exception as exc:  # Pillow raises many types on damaged data
         return [f"image does not decode: {type(exc).__name__}: {exc}"]
     issues = []
