@@ -194,7 +194,11 @@ def _describe(status: int | None) -> str:
 
 
 def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: the kernel kills this worker when its parent dies, even by SIGKILL."""
+    """PR_SET_PDEATHSIG: the kernel kills this worker when its parent dies, even by SIGKILL.
+
+    Strictly, when the parent's thread that started it ends: a pool thread, which lives
+    as long as the pool (PrepareChunk's teardown closes the sandbox first anyway).
+    """
     try:
         import ctypes
 

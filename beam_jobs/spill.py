@@ -12,6 +12,7 @@ import io
 import json
 import os
 import stat
+import threading
 
 from beam_jobs import storage
 from prep.headers import predictable
@@ -185,7 +186,7 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
     path = spill_path(tmp_dir, spill)
     tmp = storage.temp_path(path)
     in_flight = in_flight_path(tmp_dir, spill)
-    storage.write_atomic(in_flight, json.dumps([ref.path for ref in refs]).encode())
+    _record_in_flight(in_flight, json.dumps([ref.path for ref in refs]).encode())
     if pause is not None:
         pause()
     results, offset = [], 0
@@ -200,5 +201,31 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
                 offset += len(data)
             results.append((result, signature))
     storage.rename(tmp, path)
-    storage.delete(in_flight)
+    if storage.is_remote(in_flight):
+        storage.delete(in_flight)
+    else:
+        try:
+            os.unlink(in_flight)
+        except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
+            pass
     return results, offset
+
+
+def _record_in_flight(path: str, data: bytes) -> None:
+    """Writes `path` atomically. Locally with bare system calls: storage's general path
+    (folders made, a random temporary name, stat before delete) took 750 us a batch
+    against 150 us, with the in-flight record then 1.5% of a pass-through image's time."""
+    if storage.is_remote(path):
+        storage.write_atomic(path, data)
+        return
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.part"  # a runner may run two attempts at once
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -20,11 +20,12 @@ class Header(typing.NamedTuple):
     width: int
     height: int
     components: int  # JPEG components, or PNG samples per pixel
-    scans: int  # JPEG start-of-scan markers (progressive files have several); 1 for PNG
+    scans: int  # scans a JPEG's decode may take (see read_header); 1 for PNG
     bit_depth: int
 
 
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_JPEG_PROGRESSIVE = {0xC2, 0xC6, 0xCA, 0xCE}
 _PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 
 
@@ -53,6 +54,10 @@ def read_header(data: bytes) -> Header | None:
             if pos + 10 > len(data):
                 return None
             depth, height, width, components = struct.unpack_from(">BHHB", data, pos + 4)
+            if marker not in _JPEG_PROGRESSIVE:
+                # A sequential JPEG codes each component in one scan, so it has at most
+                # `components` scans (libjpeg refuses more), without counting them (~100 us).
+                return Header("jpeg", width, height, components, max(1, components), depth)
             # FF DA never occurs in entropy-coded data (an FF there is followed by 00), so this
             # counts scans, plus any in an embedded thumbnail: an estimate that errs high.
             return Header("jpeg", width, height, components, max(1, data.count(b"\xff\xda", pos)), depth)
