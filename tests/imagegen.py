@@ -160,8 +160,9 @@ def write_dirty_tree(root: pathlib.Path, counts: dict[str, int], size=(14, 10)) 
 # --- offenders: files that make a decoder spend far more than their header says -----------------
 
 def gray_png(width: int, height: int) -> bytes:
-    """An 8-bit grayscale PNG of zeros: cheap to store (~1 KB per Mpx), slow to decode when large."""
-    row = b"\x00" + bytes(width)
+    """An 8-bit grayscale PNG of zeros: cheap to store (~1.2 KB per Mpx), slow to decode when large.
+    Every row uses the Paeth filter, the slowest to undo (89 Mpx: 0.58 s here, 0.30 s unfiltered)."""
+    row = b"\x04" + bytes(width)
     compressor = zlib.compressobj(9)
     idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
     return _png(width, height, 8, 0, idat)
