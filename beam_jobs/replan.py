@@ -42,12 +42,20 @@ def replan(tmp_dir: str, old: dict, record: dict, staged: list[list], chunks: li
     Raises:
         ResumeError: the seed changed but not every image was prepared yet.
     """
+    from prep import targets
     from prep.errors import ResumeError
 
     then, now = old["options"]["seed"], record["options"]["seed"]
     if then == now:
         checkpoints.write_run(tmp_dir, dict(record, restaged=bool(old.get("restaged"))))
         return
+    target = record["options"].get("target", targets.NONE)
+    if targets.get(target).source_id:
+        # Prepared records carry an image/source_id from their place in the old seed's order; the
+        # new seed's fresh conversion would number them otherwise, and its bytes must be the same.
+        raise ResumeError(f"cannot resume with --seed {now}: with --target {target} every prepared record "
+                          f"holds an image/source_id from the order of --seed {then}; resume with --seed {then}, "
+                          "or run with --overwrite instead to start over")
     if not all_prepared(tmp_dir, len(staged)):
         raise ResumeError(f"cannot resume with --seed {now}: the interrupted run (--seed {then}) had not read "
                           "every image yet, and the order of another seed needs them all; resume with "
