@@ -2,7 +2,9 @@
 
 Paths are `prep.core.workdir.WorkDir`'s. run.json is written once the listing is staged,
 and again by a resumed run with other planning options (replan.py); a shard's sidecar
-digests its planned entries, the label id written included. Every file is written under
+digests its planned entries, the label id written included. A batch being prepared is
+recorded in flight (`WorkDir.in_flight`) until its spill file is complete: what a run
+killed meanwhile was reading (`read_in_flight`). Every file is written under
 a temporary name and renamed, and each index or sidecar only after the file it describes is
 complete, so whatever a kill leaves is either complete or absent. A chunk is
 reused when its index and all its spill files (of the recorded sizes) exist; a
@@ -11,8 +13,9 @@ SHA-256 and the new plan gives it the same entries.
 
 `StepHook`: the pipeline calls an injected ``on_step(point)``, if given, at the
 points where a kill leaves distinct states: "chunk" before preparing each chunk,
-"shard" after completing each shard, "manifest" between writing the manifest's
-temporary file and renaming it. Tests inject one that sleeps, to kill there.
+"batch" once each batch is recorded in flight, "shard" after completing each shard,
+"manifest" between writing the manifest's temporary file and renaming it. Tests
+inject one that sleeps, to kill there.
 """
 
 from __future__ import annotations
@@ -95,6 +98,24 @@ def read_chunk_index(work: WorkDir, chunk: int) -> ChunkIndex | None:
         return ChunkIndex([(kind, value) for kind, value in data["outcomes"]], data["inputs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def read_in_flight(work: WorkDir) -> frozenset[str]:
+    """Paths of the inputs that were being prepared when the run that used `work` was killed.
+
+    A record that cannot be read counts for nothing: it is written atomically, so only
+    a damaged work directory holds one.
+    """
+    folder = work.in_flight_folder
+    paths: set[str] = set()
+    for name in storage.list_names(folder):
+        if not name.endswith(".json"):
+            continue  # a temporary file whose rename the kill prevented: its batch had not started
+        try:
+            paths.update(p for p in json.loads(storage.read_bytes(storage.join(folder, name))) if isinstance(p, str))
+        except (OSError, ValueError, TypeError):
+            continue
+    return frozenset(paths)
 
 
 def entries_digest(entries) -> str:

@@ -42,8 +42,11 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
     num_chunks = len(ready.chunk_sizes)
     runners.skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
+    suspects = frozenset()
     if config.resume:
-        run_info["resumed"] = {"chunks": num_chunks}
+        # Inputs the killed run was reading may be what killed it: never read in this thread again.
+        suspects = checkpoints.read_in_flight(work)
+        run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
     beam_args, staged = staging.staging_args(runner, runners.dask_partition_args(runner, list(beam_args or []),
                                                                                  num_chunks))
     options = runners.pipeline_options(runner, beam_args)
@@ -51,7 +54,7 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
         with Progress(config.output, ready.chunk_sizes, progress):
             p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
             build(p, config, ready.staged, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL,
-                  on_step=on_step)
+                  on_step=on_step, suspects=suspects)
             result = p.run()
             try:
                 result.wait_until_finish()

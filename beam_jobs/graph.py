@@ -55,10 +55,12 @@ def _of(kind):
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET, lookahead: bool = False, on_step: StepHook | None = None) -> None:
+          group_target: int = GROUP_TARGET, lookahead: bool = False, on_step: StepHook | None = None,
+          suspects: frozenset = frozenset()) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
-    With `config.resume`, complete chunks and shards of the interrupted run are reused.
+    With `config.resume`, complete chunks and shards of the interrupted run are reused, and
+    `suspects`, the inputs it was reading when it was killed, are prepared in a sandbox.
     `lookahead` lets PrepareChunk emit from finish_bundle, which the runner must keep.
     `on_step` is the test hook of checkpoints.py.
     """
@@ -72,7 +74,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, work, labels, config.image, config.workers, reuse,
                                  lookahead=lookahead, source_ids=targets.get(config.target).source_id,
-                                 on_step=on_step))
+                                 suspects=suspects, on_step=on_step))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))

@@ -11,7 +11,9 @@ the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import typing
 
 from apache_beam.metrics import Metrics
@@ -22,9 +24,10 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.pooled import PooledDoFn
+from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
 from prep.core import storage
-from prep.core.image_rules import ImageOptions
+from prep.core.image_rules import ImageOptions, quiet_pillow
 from prep.core.listing import Reject
 from prep.core.workdir import BATCH, WorkDir, spill_id
 
@@ -110,11 +113,16 @@ class PrepareChunk(PooledDoFn):
     the workers wait at the end of every chunk while the runner's thread
     handles its outcomes downstream. The DaskRunner drops what finish_bundle
     emits, so only runners known to keep it get `lookahead`.
+
+    Images that `--isolate` sends to a sandbox, and `suspects` (inputs a killed
+    run was reading, see checkpoints.read_in_flight), are prepared in worker
+    processes bounded in memory and time (sandbox.py), one per thread at most,
+    started in setup() on first use and killed in teardown().
     """
 
     def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
                  reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
-                 on_step: StepHook | None = None):
+                 suspects: frozenset = frozenset(), on_step: StepHook | None = None):
         super().__init__(workers)
         self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
@@ -125,8 +133,21 @@ class PrepareChunk(PooledDoFn):
         self._reuse = reuse
         self._lookahead = lookahead
         self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
+        self._suspects = frozenset(suspects)
+        self._sandbox = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
+
+    def setup(self):
+        super().setup()
+        quiet_pillow()
+        self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
+
+    def teardown(self):
+        super().teardown()
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
 
     def start_bundle(self):
         self._pending = None
@@ -158,8 +179,10 @@ class PrepareChunk(PooledDoFn):
     def _submit(self, chunk: int):
         refs = checkpoints.read_listing(self._work, chunk)
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
+        pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options, self._source_ids)
+                                   self._label_ids, self._options, self._source_ids, self._sandbox, self._suspects,
+                                   pause)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 

@@ -18,7 +18,7 @@ from beam_jobs.plan_shards import Capped
 from beam_jobs.prepare import RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
-from prep.core.manifest import FILENAME, REJECTS, Manifest, Resumed, Run
+from prep.core.manifest import FILENAME, REJECTS, InFlight, Manifest, Resumed, Run
 from prep.core.workdir import WorkDir
 
 
@@ -57,8 +57,11 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
                                                               options.get("empty_classes", "keep"))
     resumed = None
     if "resumed" in run:
+        in_flight = set(run["resumed"].get("in_flight", ()))  # what the killed run was reading: see sandbox.py
         resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
-                          shards_reused=sum(s.reused for s in shards))
+                          shards_reused=sum(s.reused for s in shards),
+                          in_flight=InFlight(len(in_flight), accounting.reasons(r for r in rejects if r.path in in_flight))
+                          if in_flight else None)
     manifest = Manifest.build(labels, options, written, inputs, tool, Run(
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 
 from beam_jobs import checkpoints
-from prep.core import storage
+from prep.core import storage, targets
 from prep.core.errors import ResumeError
 from prep.core.workdir import WorkDir
 
@@ -51,6 +51,13 @@ def replan(work: WorkDir, old: dict, record: dict, staged: list[list], chunks: l
     if then == now:
         checkpoints.write_run(work, dict(record, restaged=bool(old.get("restaged"))))
         return
+    target = record["options"].get("target", targets.NONE)
+    if targets.get(target).source_id:
+        # Prepared records carry an image/source_id from their place in the old seed's order; the
+        # new seed's fresh conversion would number them otherwise, and its bytes must be the same.
+        raise ResumeError(f"cannot resume with --seed {now}: with --target {target} every prepared record "
+                          f"holds an image/source_id from the order of --seed {then}; resume with --seed {then}, "
+                          "or run with --overwrite instead to start over")
     if not all_prepared(work, len(staged)):
         raise ResumeError(f"cannot resume with --seed {now}: the interrupted run (--seed {then}) had not read "
                           "every image yet, and the order of another seed needs them all; resume with "

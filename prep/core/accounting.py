@@ -25,8 +25,13 @@ def tally(found: int, written: int, converted: int, rejects: Sequence[Reject],
     """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them)."""
     capped = sum(capped_by_class.values())
     return Inputs(found=found, written=written, rejected=len(rejects), capped=capped, converted=converted,
-                  rejected_by_reason=dict(sorted(collections.Counter(r.reason for r in rejects).items())),
+                  rejected_by_reason=reasons(rejects),
                   capped_by_class=dict(capped_by_class))
+
+
+def reasons(rejects: Iterable[Reject]) -> dict[str, int]:
+    """{reason: count} of `rejects`, by reason name."""
+    return dict(sorted(collections.Counter(r.reason for r in rejects).items()))
 
 
 def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: Iterable[str],

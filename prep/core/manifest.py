@@ -131,6 +131,14 @@ class Inputs:
 
 
 @dataclasses.dataclass(frozen=True)
+class InFlight:
+    """After `--resume`: the inputs the killed run was reading, prepared again in the sandbox, and their rejects."""
+
+    inputs: int
+    rejected_by_reason: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
 class Resumed:
     """After `--resume`: the prepared chunks and shard files reused from the interrupted run."""
 
@@ -138,9 +146,20 @@ class Resumed:
     chunks_reused: int
     shards: int
     shards_reused: int
+    in_flight: InFlight | None = None  # only when the killed run was reading some inputs
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Resumed":
+        in_flight = data.get("in_flight")
+        return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
+                   InFlight(**in_flight) if isinstance(in_flight, dict) else None)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
+               "shards_reused": self.shards_reused}
+        if self.in_flight is not None:
+            out["in_flight"] = dataclasses.asdict(self.in_flight)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +181,8 @@ class Run:
             return cls()
         resumed = data.get("resumed")
         try:
-            resumed = Resumed(**resumed) if isinstance(resumed, dict) else None
-        except TypeError:
+            resumed = Resumed.from_json(resumed) if isinstance(resumed, dict) else None
+        except (KeyError, TypeError):
             resumed = None
         return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
                    resumed=resumed)

@@ -7,6 +7,8 @@
     .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out
     .prep-tmp/spill/chunk-NNNNNN.json      the chunk's index: its outcomes (prepared references and
                                            rejects), the size of each spill file, a signature per input
+    .prep-tmp/inflight/chunk-NNNNNN-BBBB.json  the inputs' paths of a batch being prepared, deleted once
+                                           its spill file is complete: what a run killed meanwhile was reading
     .prep-tmp/plan.json                    the shard count, for progress bars
     .prep-tmp/entries/task-NNNNNN.bin      a rank task's planned entries, by shard part;
                                            written again by every run, never reused
@@ -79,6 +81,16 @@ class WorkDir:
     def spill(self, spill: int) -> str:
         chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
         return self._path("spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
+
+    @property
+    def in_flight_folder(self) -> str:
+        return self._path("inflight")
+
+    def in_flight(self, spill: int) -> str:
+        """The record of batch `spill` being prepared (its inputs' paths), deleted once its spill file is complete.
+        A run killed meanwhile (the OOM killer, a codec's segfault) leaves it for `--resume`."""
+        chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
+        return self._path("inflight", f"chunk-{chunk:06d}-{batch:04d}.json")
 
     def chunk_index(self, chunk: int) -> str:
         return self._path("spill", f"chunk-{chunk:06d}.json")

@@ -146,6 +146,23 @@ def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkey
                         shards=4)
 
 
+def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, run_cli, monkeypatch):
+    # --target model-garden numbers records by their place in the seed's order as they are prepared, so a
+    # resumed run with another seed could not give the bytes of a fresh conversion with that seed.
+    out = tmp_path / "out"
+    args = (*ARGS, "--target", "model-garden")
+    interrupt(source, out, run_cli, monkeypatch, args)
+    result = run_cli("convert", source, out, *args, "--seed", 7, "--resume")
+    assert (result.exit_code, result.output) == (
+        1, "Error: cannot resume with --seed 7: with --target model-garden every prepared record holds an "
+           "image/source_id from the order of --seed 0; resume with --seed 0, or run with --overwrite instead to "
+           "start over\n")
+    result = run_cli("convert", source, out, *args, "--num-shards", 2, "--resume")  # other options: fine
+    assert result.exit_code == 0, result.output
+    reference = convert_with_cli(source, tmp_path / "fresh", *with_changes(args, [("--num-shards", 2)]))
+    assert_same_dataset(out, reference, shards=4)
+
+
 def test_restaged_chunks_are_never_prepared_again(source, tmp_path, run_cli, monkeypatch):
     """After a new seed restaged the chunks, a chunk's inputs may sit in other chunks' spill files:
     one gone must not be prepared again into files others use."""
