@@ -9,6 +9,7 @@ import os
 import pytest
 
 from beam_jobs import checkpoints, prepare
+from prep.core.workdir import WorkDir
 from tests.support.imagegen import write_class_tree, write_dirty_tree
 from tests.support.shards import assert_same_dataset, convert_with_cli
 from tests.e2e.test_resume import FullDisk, fail_writes
@@ -66,9 +67,9 @@ def test_too_many_shards_names_the_command_that_recovers_and_resume_reuses_every
 
     with monkeypatch.context() as patch:
         no_reading(patch)
-        real_delete = checkpoints.delete_tmp
+        real_delete = checkpoints.delete_work
         seen = {}
-        patch.setattr(checkpoints, "delete_tmp", lambda tmp: (seen.update(spills=spill_files(out)), real_delete(tmp)))
+        patch.setattr(checkpoints, "delete_work", lambda work: (seen.update(spills=spill_files(out)), real_delete(work)))
         result = run_cli("convert", shapes, out, "--num-shards", 4, "--resume")
     assert result.exit_code == 0, result.output
     assert "resumed: reused 13 of 13 prepared chunks and 0 of 4 shards" in result.output
@@ -132,7 +133,7 @@ def test_resume_plans_anew_as_a_fresh_conversion_would(source, tmp_path, run_cli
 def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
     interrupt(source, out, run_cli, monkeypatch)
-    os.remove(checkpoints.index_path(str(out / ".prep-tmp"), 1))  # as if killed while chunk 1 was prepared
+    os.remove(WorkDir(str(out)).chunk_index(1))  # as if killed while chunk 1 was prepared
     result = run_cli("convert", source, out, *ARGS, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
         1, "Error: cannot resume with --seed 7: the interrupted run (--seed 0) had not read every image yet, and the "
@@ -199,7 +200,7 @@ def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp
 
 
 def test_planning_options_are_told_apart_from_the_others():
-    from prep.resume import RUN_VERSION, differences, replanned
+    from prep.core.run_record import RUN_VERSION, differences, replanned
 
     old = {"version": RUN_VERSION, "tool": {}, "labels": ["a"], "listing": {},
            "options": {"seed": 0, "num_shards": 3, "resize": None, "split": None}}
