@@ -7,11 +7,14 @@
   the whole picture and one of each centre crop in `CROP_SCALES`.
 
 pHash alone is thrown off by border crops: 4% cut from one side moves the
-whole frame under the 32x32 grid the hash is computed on. With several centre
-crops per image, a copy cropped by up to 5% has, among the pairs of its hashes
-and the original's, one pair framed nearly alike; `distance` is the least
-Hamming distance over all pairs. The scales and `NEAR_DISTANCE` are chosen by
-bench/dedupe_quality.py (docs/leakage.md has the figures).
+whole frame under the 32x32 grid the hash is computed on. With the same centre
+crops taken of both images, a copy cropped by up to 5% is framed nearly alike
+in at least one of them; `distance` is the least Hamming distance between
+hashes of the same crop scale. Comparing every hash with every other instead
+finds no more crops and more unrelated pairs (bench/dedupe_quality.py;
+docs/leakage.md has the figures that chose the scales and `NEAR_DISTANCE`).
+A pHash has as many 1 bits as 0 bits (a median split of 64 values), so
+distances are even: 7 and 6 draw the same line.
 
 The pHash is imagehash's (`imagehash.phash`: 32x32 gray, 2-D DCT-II, the 8x8
 lowest frequencies against their median), written over numpy: the DCT is two
@@ -132,5 +135,11 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
 
 
 def distance(a: ContentKeys, b: ContentKeys) -> int:
-    """The least Hamming distance between any hash of `a` and any hash of `b` (0 to 64)."""
-    return min((x ^ y).bit_count() for x in a.hashes for y in b.hashes)
+    """The least Hamming distance between hashes of `a` and `b` at the same crop scale (0 to 64).
+
+    Raises:
+        ValueError: `a` and `b` hold different numbers of hashes (keys made with other scales).
+    """
+    if len(a.hashes) != len(b.hashes):
+        raise ValueError(f"keys of {len(a.hashes)} and {len(b.hashes)} hashes cannot be compared")
+    return min((x ^ y).bit_count() for x, y in zip(a.hashes, b.hashes))
