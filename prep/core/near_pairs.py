@@ -131,8 +131,8 @@ def band_pairs(entries: Iterable[BandEntry], cap: int = DEFAULT_CAP,
     Returns:
         The pairs sorted, each once, and the comparisons skipped.
     """
-    if not 1 <= cap:
-        raise ValueError(f"cap must be >= 1, got {cap}")
+    if cap < 2:
+        raise ValueError(f"cap must be >= 2, got {cap}")
     entries = sorted(entries, key=lambda e: (e.item, e.rest))
     found: dict[tuple[int, int], int] = {}
     skipped = 0
