@@ -177,3 +177,37 @@ def planted_set(originals: int, edited: int, seed: int = 0, size: tuple[int, int
                 images.append((copy_name, edit(data, rnd)))
                 planted.append((kind, name, copy_name))
     return images, planted
+
+
+def write_leaky_pair(root, per_kind: int = 8, unrelated: int = 20, size: tuple[int, int] = (160, 120),
+                     seed: int = 0):
+    """Two class trees: `root/a` with photos, `root/b` with an edited copy of `per_kind` of them per kind of
+    `EDITS`, plus `unrelated` other photos; and `root/c` with only other photos.
+
+    Returns:
+        The planted leaks: (kind, path in a, path in b), paths relative to their tree, as image/filename holds them.
+    """
+    import pathlib
+
+    root = pathlib.Path(root)
+    rnd = random.Random(seed)
+    originals = per_kind * len(EDITS) + 10  # some of A's photos are in no other tree
+    classes = ("cat", "dog")
+    planted, n = [], 0
+    for i in range(originals):
+        cls = classes[i % 2]
+        data = jpeg(photo(seed * 1_000_003 + i, size))
+        (root / "a" / cls).mkdir(parents=True, exist_ok=True)
+        (root / "a" / cls / f"a{i:03d}.jpg").write_bytes(data)
+        if i < per_kind * len(EDITS):
+            kind = list(EDITS)[i % len(EDITS)]
+            (root / "b" / cls).mkdir(parents=True, exist_ok=True)
+            (root / "b" / cls / f"b{i:03d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
+            planted.append((kind, f"{cls}/a{i:03d}.jpg", f"{cls}/b{i:03d}_{kind}.jpg"))
+    for tree in ("b", "c"):
+        for j in range(unrelated):
+            cls = classes[j % 2]
+            (root / tree / cls).mkdir(parents=True, exist_ok=True)
+            n += 1
+            (root / tree / cls / f"{tree}{j:03d}.jpg").write_bytes(jpeg(photo(seed * 1_000_003 + 500_000 + n, size)))
+    return planted
