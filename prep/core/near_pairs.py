@@ -95,10 +95,11 @@ def split(value: int, nbits: int, parts: int = PARTS) -> list[tuple[int, int, in
 BandKey = tuple[int, int, int]  # (crop scale index, band index, the band's bits)
 
 
-def band_entries(item: int, keys: ContentKeys) -> list[tuple[BandKey, BandEntry]]:
-    """The (band key, entry) pairs one image files: one per hash and band."""
-    return [((scale, index, field), BandEntry(item, keys, rest, rest_bits))
-            for scale, h in enumerate(keys.hashes) for index, field, rest, rest_bits in split(h, BITS)]
+def band_entries(item: int, keys: ContentKeys, scale: int | None = None) -> list[tuple[BandKey, BandEntry]]:
+    """The (band key, entry) pairs one image files: one per hash and band (of one crop scale if given)."""
+    return [((s, index, field), BandEntry(item, keys, rest, rest_bits))
+            for s, h in enumerate(keys.hashes) if scale is None or s == scale
+            for index, field, rest, rest_bits in split(h, BITS)]
 
 
 def _close_pairs(entries: list[BandEntry], max_distance: int) -> dict[tuple[int, int], int]:
@@ -199,19 +200,24 @@ def near_pairs(keys: dict[int, ContentKeys], cap: int = DEFAULT_CAP,
     alike: dict[tuple[int, ...], list[int]] = collections.defaultdict(list)
     for item in sorted(keys):
         alike[keys[item].hashes].append(item)
-    buckets: dict[BandKey, list[BandEntry]] = collections.defaultdict(list)
-    for members in alike.values():
-        for key, entry in band_entries(members[0], keys[members[0]]):
-            buckets[key].append(entry)
     found: dict[tuple[int, int], int] = {}
     skipped = 0
-    for key in sorted(buckets):
-        if len(buckets[key]) < 2:
-            continue
-        result = band_pairs(buckets[key], cap, max_distance)
-        skipped += result.skipped
-        for p in result.pairs:
-            found.setdefault((p.a, p.b), p.distance)
+    scales = {len(h) for h in alike}
+    if len(scales) > 1:
+        raise ValueError(f"keys of {' and '.join(map(str, sorted(scales)))} hashes cannot be compared")
+    for scale in range(scales.pop() if scales else 0):  # one crop scale at a time: a fifth of the entries held
+        buckets: dict[BandKey, list[BandEntry]] = collections.defaultdict(list)
+        for members in alike.values():
+            for key, entry in band_entries(members[0], keys[members[0]], scale):
+                buckets[key].append(entry)
+        for key in sorted(buckets):
+            if len(buckets[key]) < 2:
+                continue
+            result = band_pairs(buckets[key], cap, max_distance)
+            skipped += result.skipped
+            for p in result.pairs:
+                found.setdefault((p.a, p.b), p.distance)
+        del buckets
     out = [p for members in alike.values() for p in exact_pairs(members)]  # identical hashes: distance 0
     for (a, b), d in found.items():
         out.extend(Pair(min(x, y), max(x, y), d) for x in alike[keys[a].hashes] for y in alike[keys[b].hashes])
