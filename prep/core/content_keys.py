@@ -47,6 +47,7 @@ def _dct_matrix(n: int) -> np.ndarray:
 
 
 _DCT = _dct_matrix(GRID)[:HASH_SIDE]  # only the rows of the frequencies kept
+_HALF = HASH_SIDE * HASH_SIDE // 2
 _WEIGHTS = 1 << np.arange(HASH_SIDE * HASH_SIDE - 1, -1, -1, dtype=np.uint64)  # first bit is the top bit
 
 
@@ -79,8 +80,9 @@ class ContentKeys:
 def phash(gray: Image.Image) -> int:
     """The 64-bit pHash of a gray ("L") image: imagehash.phash's bits, packed with the first bit on top."""
     pixels = np.asarray(gray.resize((GRID, GRID), Image.Resampling.LANCZOS), dtype=np.float64)
-    low = _DCT @ pixels @ _DCT.T
-    bits = (low > np.median(low)).ravel()
+    low = (_DCT @ pixels @ _DCT.T).ravel()
+    middle = np.partition(low, (_HALF - 1, _HALF))  # np.median's answer, without its checks (a third of the time)
+    bits = low > (middle[_HALF - 1] + middle[_HALF]) / 2
     return int(_WEIGHTS[bits].sum())
 
 
