@@ -188,8 +188,10 @@ class _Trouble(click.ClickException):
 @click.option("--json", "as_json", is_flag=True, help="Print the pairs as JSON (docs/leakage.md).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Threads that hash images not hashed before (default: all cores).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar while images are hashed (default: when stderr is a terminal).")
 @click.pass_context
-def leakage(ctx, a, b, as_json, workers):
+def leakage(ctx, a, b, as_json, workers, progress):
     """List the images that datasets A and B share: exact copies and near duplicates.
 
     A and B are converted datasets (OUTPUT folders). Near duplicates are
@@ -205,13 +207,31 @@ def leakage(ctx, a, b, as_json, workers):
     for name in (a, b):
         if not os.path.isdir(name):
             raise _Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
+    bars = []
+
+    def bar(name):
+        if not (sys.stderr.isatty() if progress is None else progress):
+            return None
+
+        def update(n, total):
+            if not bars or bars[-1][0] != name:
+                from tqdm import tqdm
+
+                bars.append((name, tqdm(total=total, unit="image", desc=f"hashing {name}", file=sys.stderr,
+                                        leave=False)))
+            bars[-1][1].update(n)
+        return update
+
     try:
-        report = leakage_lib.compare(a, b, workers)
+        report = leakage_lib.compare(a, b, workers, bar)
     except PrepError as exc:
         raise _Trouble(str(exc)) from None
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         raise _Trouble(f"cannot access{where}: {exc.strerror or exc}") from None
+    finally:
+        for _, shown in bars:
+            shown.close()
     for side in (report.a, report.b):
         if side.warning:
             click.echo(f"warning: {side.warning}", err=True)

@@ -58,6 +58,9 @@ def _hash_record(data: bytes, split: str, shard: str, digest: str, index: int) -
     return RecordKeys(split, shard, digest, index, record.filename, keys.sha256, keys.hashes)
 
 
+Progress = Callable[[int, int], None]  # (records just hashed, records to hash in this dataset)
+
+
 def _shard_keys(path: str, split: str, shard: str, digest: str, pool) -> list[RecordKeys]:
     """Reads one shard and hashes its images on `pool`, in record order.
 
@@ -94,9 +97,10 @@ def _write_atomic(path: str, data: bytes) -> None:
             os.unlink(tmp)
 
 
-def dataset_keys(output: str, workers: int | None = None,
-                 on_shard: Callable[[str], None] | None = None) -> DatasetKeys:
+def dataset_keys(output: str, workers: int | None = None, progress: Progress | None = None) -> DatasetKeys:
     """The content keys of every record in the dataset at `output`, from its sidecar where still valid.
+
+    `progress`, if given, is called after each shard hashed.
 
     Raises:
         ManifestError: the manifest is missing or bad.
@@ -113,19 +117,25 @@ def dataset_keys(output: str, workers: int | None = None,
             cached = keys_sidecar.loads(f.read(), {file: digest for _, file, digest, _ in shards})
     except FileNotFoundError:
         cached = None
+    def usable(split: str, file: str, examples: int) -> list[RecordKeys] | None:
+        found = (cached or {}).get(file)
+        return found if found is not None and len(found) == examples and all(r.split == split for r in found) \
+            else None
+
+    to_hash = sum(examples for split, file, _, examples in shards if usable(split, file, examples) is None)
     records, reused, computed = [], 0, 0
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
         for split, file, digest, examples in shards:
-            found = (cached or {}).get(file)
-            if found is not None and len(found) == examples and all(r.split == split for r in found):
+            found = usable(split, file, examples)
+            if found is not None:
                 records.extend(found)
                 reused += len(found)
                 continue
             fresh = _shard_keys(os.path.join(output, file), split, file, digest, pool)
             records.extend(fresh)
             computed += len(fresh)
-            if on_shard is not None:
-                on_shard(file)
+            if progress is not None:
+                progress(len(fresh), to_hash)
     warning = None
     if computed or cached is None:
         try:
@@ -154,11 +164,15 @@ class LeakageReport:
                 "pairs": [p.to_json() for p in self.found.pairs], "seconds": round(self.seconds, 3)}
 
 
-def compare(a: str, b: str, workers: int | None = None) -> LeakageReport:
-    """Every exact and near duplicate pair between the datasets at `a` and `b` (see `dataset_keys`)."""
+def compare(a: str, b: str, workers: int | None = None,
+            progress: Callable[[str], Progress | None] | None = None) -> LeakageReport:
+    """Every exact and near duplicate pair between the datasets at `a` and `b` (see `dataset_keys`).
+
+    `progress`, if given, makes the progress callback of each dataset from its name ("A" or "B").
+    """
     started = time.perf_counter()
-    keys_a = dataset_keys(a, workers)
-    keys_b = dataset_keys(b, workers)
+    keys_a = dataset_keys(a, workers, progress("A") if progress else None)
+    keys_b = dataset_keys(b, workers, progress("B") if progress else None)
     found = leak_pairs(list(keys_a.records), list(keys_b.records))
     return LeakageReport(keys_a, keys_b, found, time.perf_counter() - started)
 

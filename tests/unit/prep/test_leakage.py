@@ -181,3 +181,15 @@ def test_help_says_what_the_exit_statuses_mean(run_cli):
     result = run_cli("leakage", "--help")
     assert result.exit_code == 0
     assert "0 no pair, 1 pairs found, 2 error" in " ".join(result.output.split())
+
+
+def test_progress_goes_to_stderr_and_leaves_the_json_alone(fresh):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    _, outs = fresh
+    result = CliRunner().invoke(main, ["leakage", str(outs["a"]), str(outs["c"]), "--json", "--progress"])
+    assert result.exit_code == 0, result.output
+    assert "hashing A" in result.stderr and "hashing B" in result.stderr
+    assert json.loads(result.stdout)["a"]["keys_computed"] == 60
