@@ -196,9 +196,10 @@ def leakage(ctx, a, b, as_json, workers, progress):
 
     A and B are converted datasets (OUTPUT folders). Near duplicates are
     re-encodes, resizes, brightness changes and border crops of up to 5%
-    (docs/leakage.md). Content keys are computed from the shards the first time
-    and kept in each folder's content_keys.jsonl. Exit status, like diff: 0 no
-    pair, 1 pairs found, 2 error.
+    (docs/leakage.md). `prep leakage A A` lists the duplicates inside A, across
+    its splits and within them. Content keys are computed from the shards the
+    first time and kept in each folder's content_keys.jsonl. Exit status, like
+    diff: 0 no pair, 1 pairs found, 2 error.
     """
     import json
 

@@ -22,7 +22,7 @@ from typing import Callable
 from prep.core import content_keys as ck
 from prep.core import keys_sidecar
 from prep.core.keys_sidecar import RecordKeys
-from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs
+from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
 from prep.errors import RecordError
 from prep.manifest_shape import load_checked
 from prep.schema import ImageRecord
@@ -169,9 +169,13 @@ def compare(a: str, b: str, workers: int | None = None,
     """Every exact and near duplicate pair between the datasets at `a` and `b` (see `dataset_keys`).
 
     `progress`, if given, makes the progress callback of each dataset from its name ("A" or "B").
+    When `a` and `b` are one folder, every pair of two different records of it is listed, each
+    once (duplicates across its splits, and inside them).
     """
     started = time.perf_counter()
     keys_a = dataset_keys(a, workers, progress("A") if progress else None)
+    if os.path.samefile(a, b):
+        return LeakageReport(keys_a, keys_a, self_pairs(list(keys_a.records)), time.perf_counter() - started)
     keys_b = dataset_keys(b, workers, progress("B") if progress else None)
     found = leak_pairs(list(keys_a.records), list(keys_b.records))
     return LeakageReport(keys_a, keys_b, found, time.perf_counter() - started)

@@ -4,6 +4,8 @@ An exact pair has equal sha256 of the encoded image; a near pair has hashes at
 most `NEAR_DISTANCE` bits apart at some crop scale (`prep.core.content_keys`)
 and different bytes. Pairs inside one dataset are not listed. Every pair is
 listed: three copies in A of an image that B holds twice are six pairs.
+`self_pairs` is the same for one dataset against itself (`prep leakage A A`):
+every pair of two different records, each once.
 """
 
 from __future__ import annotations
@@ -66,4 +68,21 @@ def leak_pairs(a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP,
     near, skipped = near_pairs(hashed, cap, max_distance)
     out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near
                if p.a < len(a) <= p.b and records[p.a].sha256 != records[p.b].sha256)
+    return LeakPairs(tuple(sorted(out)), skipped)
+
+
+def self_pairs(records: list[RecordKeys], cap: int = DEFAULT_CAP, max_distance: int = NEAR_DISTANCE) -> LeakPairs:
+    """Every exact and near pair of two different records of one dataset, each once, sorted."""
+
+    def pair(i: int, j: int, kind: str, d: int) -> LeakPair:
+        x, y = sorted((records[i], records[j]), key=lambda r: (r.filename, r.split))
+        return LeakPair(x.filename, y.filename, x.split, y.split, kind, d)
+
+    by_digest: dict[str, list[int]] = collections.defaultdict(list)
+    for i, r in enumerate(records):
+        by_digest[r.sha256].append(i)
+    out = [pair(i, j, EXACT, 0) for members in by_digest.values()
+           for k, i in enumerate(members) for j in members[k + 1:]]
+    near, skipped = near_pairs({i: r.keys for i, r in enumerate(records) if r.hashes is not None}, cap, max_distance)
+    out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near if records[p.a].sha256 != records[p.b].sha256)
     return LeakPairs(tuple(sorted(out)), skipped)

@@ -78,3 +78,14 @@ def test_record_keys_hold_hashes_or_an_error():
         RecordKeys("train", "s", "d" * 64, 0, "x", "a" * 64, None, None)
     with pytest.raises(ValueError, match="exactly one of hashes and error must be set"):
         RecordKeys("train", "s", "d" * 64, 0, "x", "a" * 64, (1,), "Error")
+
+
+def test_self_pairs_lists_each_pair_of_two_different_records_once():
+    from prep.core.leak_pairs import self_pairs
+
+    base = 0x0123456789ABCDEF
+    records = [rec("x", "1", (base,)), rec("y", "1", (base,), split="test"), rec("z", "2", (base ^ 0b11,)),
+               rec("w", "3", (~base & (1 << 64) - 1,))]
+    assert [(p.a, p.b, p.split_a, p.split_b, p.kind, p.distance) for p in self_pairs(records).pairs] == [
+        ("x", "y", "train", "test", "exact", 0), ("x", "z", "train", "train", "near", 2),
+        ("y", "z", "test", "train", "near", 2)]

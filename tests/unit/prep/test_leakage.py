@@ -193,3 +193,24 @@ def test_progress_goes_to_stderr_and_leaves_the_json_alone(fresh):
     assert result.exit_code == 0, result.output
     assert "hashing A" in result.stderr and "hashing B" in result.stderr
     assert json.loads(result.stdout)["a"]["keys_computed"] == 60
+
+
+def test_a_dataset_against_itself_lists_its_own_duplicates_once(tmp_path, run_cli):
+    import random
+
+    from tests.support.photos import EDITS, jpeg, photo
+
+    for i in range(12):
+        (tmp_path / "src" / "cat").mkdir(parents=True, exist_ok=True)
+        data = jpeg(photo(900 + i, (160, 120)))
+        (tmp_path / "src" / "cat" / f"p{i:02d}.jpg").write_bytes(data)
+        if i < 2:
+            (tmp_path / "src" / "cat" / f"p{i:02d}_copy.jpg").write_bytes(data)
+            (tmp_path / "src" / "cat" / f"p{i:02d}_q60.jpg").write_bytes(EDITS["reencode_q60"](data, random.Random(0)))
+    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--split", "train=0.5,test=0.5")
+    result = run_cli("leakage", out, out, "--json")
+    assert result.exit_code == 1, result.output
+    got = {(p["a"], p["b"], p["kind"]) for p in json.loads(result.output)["pairs"]}
+    assert got == {(f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_copy.jpg", "exact") for i in range(2)} | {
+        (f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)} | {
+        (f"cat/p{i:02d}_copy.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)}
