@@ -187,7 +187,7 @@ class _Trouble(click.ClickException):
 @click.argument("b", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print the pairs as JSON (docs/leakage.md).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Threads that hash images not hashed before (default: all cores).")
+              help="Processes that hash images not hashed before (default: all cores).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar while images are hashed (default: when stderr is a terminal).")
 @click.pass_context

@@ -214,3 +214,23 @@ def test_a_dataset_against_itself_lists_its_own_duplicates_once(tmp_path, run_cl
     assert got == {(f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_copy.jpg", "exact") for i in range(2)} | {
         (f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)} | {
         (f"cat/p{i:02d}_copy.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)}
+
+
+def test_worker_processes_give_the_keys_hashed_in_process(fresh, monkeypatch):
+    import prep.leakage as leakage_lib
+
+    _, outs = fresh
+    inline = dataset_keys(str(outs["b"]), workers=1)
+    (outs["b"] / keys_sidecar.FILENAME).unlink()
+    monkeypatch.setattr(leakage_lib, "POOL_FROM", 0)
+    monkeypatch.setattr(leakage_lib, "BATCH", 4)
+    pooled = dataset_keys(str(outs["b"]), workers=2)
+    assert pooled.computed == 70 and pooled.records == inline.records
+    # a record that does not parse is named from the worker too
+    shard = datasets.load(outs["c"])["splits"]["train"]["shards"][0]
+    datas = datasets.records(outs["c"] / shard["file"])
+    datasets.rewrite_split(outs["c"], "train", [datas[:5] + [b"\x0a\x03abc"] + datas[6:]])
+    from prep.errors import RecordError
+
+    with pytest.raises(RecordError, match=rf"{shard['file']}: record 5: "):
+        dataset_keys(str(outs["c"]), workers=2)
