@@ -206,6 +206,8 @@ def leakage(ctx, a, b, as_json, workers, progress):
     from prep import leakage as leakage_lib
 
     for name in (a, b):
+        if "://" in name:
+            raise _Trouble(f"{name}: prep leakage reads local folders only; copy the dataset here first")
         if not os.path.isdir(name):
             raise _Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
     bars = []
