@@ -9,6 +9,9 @@
     .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
                                          Rejects), the size of each spill file, and a
                                          signature per input; the planner reads its PreparedRefs
+    .prep-tmp/inflight/chunk-NNNNNN-BBBB.json  paths of the inputs of a batch being prepared, deleted
+                                         once its spill file is complete (spill.in_flight_path):
+                                         what a run killed meanwhile was reading
     .prep-tmp/plan.json                  the shard count, for progress bars
     .prep-tmp/entries/task-NNNNNN.bin    a rank task's planned entries, by shard part (planning.py);
                                          written again by every run, never reused
@@ -25,7 +28,8 @@ plan gives it the same entries.
 
 `pause_for_tests` is the one test hook: the environment variable
 `PREP_TEST_PAUSE`, e.g. `chunk=0.3,shard=1,manifest=60`, sleeps that many
-seconds before preparing each chunk, after completing each shard, and between
+seconds before preparing each chunk, once each batch is recorded in flight
+(`batch`), after completing each shard, and between
 writing the manifest's temporary file and renaming it, so tests can kill a conversion at
 those points.
 """
@@ -113,6 +117,24 @@ def read_chunk_index(tmp_dir: str, chunk: int) -> ChunkIndex | None:
         return None
 
 
+def read_in_flight(tmp_dir: str) -> frozenset[str]:
+    """Paths of the inputs that were being prepared when the run that wrote `tmp_dir` was killed.
+
+    A record that cannot be read counts for nothing: it is written atomically, so only
+    a damaged .prep-tmp holds one.
+    """
+    folder = storage.join(tmp_dir, "inflight")
+    paths: set[str] = set()
+    for name in storage.list_names(folder):
+        if not name.endswith(".json"):
+            continue  # a temporary file whose rename the kill prevented: its batch had not started
+        try:
+            paths.update(p for p in json.loads(storage.read_bytes(storage.join(folder, name))) if isinstance(p, str))
+        except (OSError, ValueError, TypeError):
+            continue
+    return frozenset(paths)
+
+
 def entries_digest(entries) -> str:
     """Digest of a shard's (or part's) planned entries, in write order."""
     digest = hashlib.sha256()
@@ -154,7 +176,7 @@ def reusable(path: str, sidecar: str, digest: str) -> tuple[int, str] | None:
 
 
 def pause_for_tests(point: str) -> None:
-    """Sleeps as `PREP_TEST_PAUSE` asks at `point` (chunk, shard or manifest); see the module docstring."""
+    """Sleeps as `PREP_TEST_PAUSE` asks at `point` (chunk, batch, shard or manifest); see the module docstring."""
     spec = os.environ.get(PAUSE_ENV)
     if not spec:
         return

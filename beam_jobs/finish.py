@@ -112,8 +112,13 @@ def finish(element, *, output, tmp_dir, labels, options, found, tool, run, split
     run = dict(run, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                seconds=round(time.time() - run["started"], 3))
     if run.get("resumed") is not None:
-        run["resumed"] = dict(run["resumed"], chunks_reused=chunks_reused, shards=len(shard_results),
+        resumed = dict(run["resumed"])
+        in_flight = set(resumed.pop("in_flight", ()))
+        run["resumed"] = dict(resumed, chunks_reused=chunks_reused, shards=len(shard_results),
                               shards_reused=sum(bool(r.get("reused")) for r in shard_results))
+        if in_flight:  # what the killed run was reading, prepared again in the sandbox
+            run["resumed"]["in_flight"] = {"inputs": len(in_flight), "rejected_by_reason": dict(sorted(
+                collections.Counter(r.reason for r in rejects if r.path in in_flight).items()))}
     manifest = manifest_lib.build(labels, options, shard_results, accounting, tool, run)
     if run.get("resumed") is not None:
         delete_unplanned_shards(output, manifest)

@@ -97,10 +97,11 @@ def _tag(kind):
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET, lookahead: bool = False) -> None:
+          group_target: int = GROUP_TARGET, lookahead: bool = False, suspects: frozenset = frozenset()) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
-    With `config.resume`, complete chunks and shards of the interrupted run are reused.
+    With `config.resume`, complete chunks and shards of the interrupted run are reused, and
+    `suspects`, the inputs it was reading when it was killed, are prepared in a sandbox.
     `lookahead` lets PrepareChunk emit from finish_bundle, which the runner must keep.
     """
     tmp_dir = storage.join(config.output, manifest_lib.TMP_DIR)
@@ -112,7 +113,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, tmp_dir, labels, config.image, config.workers, reuse,
-                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id))
+                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id,
+                                 suspects=suspects))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(lambda o: [o[1]] if o[0] == prepare.COUNTS else [])
     rejects = outcomes | "Rejected" >> beam.FlatMap(lambda o: [(finish.REJECT, o[1])] if o[0] == prepare.REJECT else [])
@@ -319,14 +321,18 @@ def run_started(config: ConvertConfig, started: Started, runner: str = RUNNERS_L
     summary, sizes, num_chunks = started.staged, started.chunk_sizes, len(started.chunk_sizes)
     _skip_ipython_probe()
     run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
+    suspects = frozenset()
     if config.resume:
-        run_info["resumed"] = {"chunks": num_chunks}
+        # Inputs the killed run was reading may be what killed it: never read in this thread again.
+        suspects = checkpoints.read_in_flight(tmp_dir)
+        run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
     beam_args, staged = staging.staging_args(runner, dask_partition_args(runner, list(beam_args or []), num_chunks))
     options = pipeline_options(runner, beam_args)
     try:
         with Progress(config.output, sizes, progress):
             p = beam.Pipeline(runner=make_runner(runner), options=options)
-            build(p, config, summary, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL)
+            build(p, config, summary, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL,
+                  suspects=suspects)
             result = p.run()
             try:
                 result.wait_until_finish()

@@ -11,7 +11,9 @@ chunk's counts per (split, class) travel on, to the planner.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import typing
 
 from apache_beam.metrics import Metrics
@@ -21,8 +23,9 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import checkpoints, storage
 from beam_jobs.pooled import PooledDoFn
+from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import BATCH, prepare_batch, spill_id
-from prep.images import ImageOptions
+from prep.images import ImageOptions, quiet_pillow
 from prep.sources import InputRef, Reject
 
 OK, REJECT, REUSED, COUNTS = "ok", "reject", "reused", "counts"
@@ -79,10 +82,16 @@ class PrepareChunk(PooledDoFn):
     the workers wait at the end of every chunk while the runner's thread
     handles its outcomes downstream. The DaskRunner drops what finish_bundle
     emits, so only runners known to keep it get `lookahead`.
+
+    Images that `--isolate` sends to a sandbox, and `suspects` (inputs a killed
+    run was reading, see checkpoints.read_in_flight), are prepared in worker
+    processes bounded in memory and time (sandbox.py), one per thread at most,
+    started in setup() on first use and killed in teardown().
     """
 
     def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False):
+                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
+                 suspects: frozenset = frozenset()):
         super().__init__(workers)
         self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
@@ -92,8 +101,21 @@ class PrepareChunk(PooledDoFn):
         self._reuse = reuse
         self._lookahead = lookahead
         self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
+        self._suspects = frozenset(suspects)
+        self._sandbox = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
+
+    def setup(self):
+        super().setup()
+        quiet_pillow()
+        self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
+
+    def teardown(self):
+        super().teardown()
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
 
     def start_bundle(self):
         self._pending = None
@@ -125,8 +147,10 @@ class PrepareChunk(PooledDoFn):
         staged = storage.read_bytes(checkpoints.listing_path(self._tmp_dir, chunk))
         refs = [InputRef(*r) for r in json.loads(staged)]
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
+        pause = functools.partial(checkpoints.pause_for_tests, "batch")
         tasks = [self._pool.submit(prepare_batch, self._source, self._tmp_dir, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options, self._source_ids)
+                                   self._label_ids, self._options, self._sandbox, self._suspects, pause,
+                                   self._source_ids)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 

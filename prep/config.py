@@ -57,6 +57,10 @@ class ConvertConfig:
             "image_format": self.image.image_format,
             "quality": self.image.quality,
             "max_pixels": self.image.max_pixels,
+            # These decide which inputs are rejected (image_memory, image_timeout), hence the output.
+            "max_image_memory": self.image.max_image_memory,
+            "image_timeout": self.image.image_timeout,
+            "isolate": self.image.isolate,
             "layout": self.layout if self.labels is None else "label_file",
             "label_file": None if self.labels is None else os.path.basename(self.labels),
             "classes_fixed": self.classes is not None,

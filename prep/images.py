@@ -25,23 +25,33 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import struct
 import tempfile
+import warnings
 import zlib
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from prep.errors import OptionsError
+from prep.headers import read_header
 
-# We check the pixel count ourselves against `ImageOptions.max_pixels`, so that
-# the limit is an option rather than Pillow's fixed guess.
-Image.MAX_IMAGE_PIXELS = None
+# Pillow's bomb check is tied to --max-pixels (`bomb_limit`): it raises above the limit and
+# warns above half of it, which means nothing here. Set once: filters are process-wide,
+# and changing them while other threads decode is not safe.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 IMAGE_FORMATS = ("keep", "jpeg", "png")
+ISOLATE = ("auto", "all", "none")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
+DEFAULT_MAX_IMAGE_MEMORY = 2 << 30  # README "Images": the largest JPEG or PNG of --max-pixels needs 1.7 GiB
+DEFAULT_IMAGE_TIMEOUT = 60.0
 _KEEP_MODES = ("L", "RGB")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _ORIENTATION_TAG = 0x0112
+
+
+MIN_IMAGE_MEMORY = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +63,9 @@ class ImageOptions:
     image_format: str = "keep"
     quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_image_memory: int = DEFAULT_MAX_IMAGE_MEMORY  # bytes one image's decode may allocate
+    image_timeout: float = DEFAULT_IMAGE_TIMEOUT  # seconds one image may take
+    isolate: str = "auto"  # which images are prepared in a sandboxed process (beam_jobs/sandbox.py)
 
     def __post_init__(self):
         for name in ("resize", "max_side"):
@@ -65,6 +78,13 @@ class ImageOptions:
             raise OptionsError(f"--quality must be in [1, 100], got {self.quality}")
         if self.max_pixels < 1:
             raise OptionsError(f"--max-pixels must be >= 1, got {self.max_pixels}")
+        if not MIN_IMAGE_MEMORY <= self.max_image_memory <= 1 << 40:
+            raise OptionsError(f"--max-image-memory must be in [{MIN_IMAGE_MEMORY >> 20}MiB, 1TiB], "
+                               f"got {self.max_image_memory} bytes")
+        if not 0 < self.image_timeout <= 86400:
+            raise OptionsError(f"--image-timeout must be in (0, 86400] seconds, got {self.image_timeout}")
+        if self.isolate not in ISOLATE:
+            raise OptionsError(f"--isolate must be one of {', '.join(ISOLATE)}, got {self.isolate!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +153,26 @@ def _to_output_mode(img: Image.Image, sixteen_bit: bool) -> Image.Image:
     if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         import numpy as np
 
-        values = np.asarray(img, dtype=np.float64)
+        values = np.asarray(img)
         # 16-bit samples are scaled even when the image is dark (every value
         # < 256); 32-bit "I" from other formats is scaled only if it needs it.
+        # Integers stay integers (v // 256 is the old float64 path's truncation of
+        # v / 256, in a quarter of its memory: 2.2 GiB for 89 Mpx before).
         if sixteen_bit or img.mode.startswith("I;16"):
-            scale = 256.0
+            scale = 256
         else:
-            scale = 256.0 if img.mode != "F" and values.max(initial=0) > 255 else 1.0
-        return Image.fromarray(np.clip(values / scale, 0, 255).astype(np.uint8), "L")
+            scale = 256 if img.mode != "F" and values.max(initial=0) > 255 else 1
+        if values.dtype.kind == "f":
+            gray = np.clip(values.astype(np.float64) / scale, 0, 255).astype(np.uint8)
+        else:
+            gray = np.clip(values // scale, 0, 255).astype(np.uint8)
+        key = img.info.get("transparency")
+        if isinstance(key, int) and not isinstance(key, bool):
+            # A grayscale tRNS colour (16-bit for a 16-bit PNG): those pixels go onto white,
+            # and the result is RGB, as for 8-bit grayscale with a transparent colour.
+            gray = np.where(values == key, 255, gray).astype(np.uint8)
+            return Image.fromarray(np.repeat(gray[..., None], 3, axis=2), "RGB")
+        return Image.fromarray(gray, "L")
     if _has_transparency(img):
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -198,6 +230,41 @@ def _encode(img: Image.Image, fmt: str, quality: int, buffer: EncodeBuffer | Non
     return out.getvalue()
 
 
+def quiet_pillow() -> None:
+    """Keeps Pillow's Python warnings (a corrupt EXIF block, a truncated TIFF tag) off the
+    console. Warning filters are
+    process-wide, so this is called once per process, by the pipeline and the sandbox."""
+    warnings.filterwarnings("ignore", module=r"PIL\.")
+
+
+def bomb_limit(max_pixels: int) -> None:
+    """Ties Pillow's own decompression-bomb check to `max_pixels`.
+
+    Pillow raises DecompressionBombError above 2 x MAX_IMAGE_PIXELS (only warns
+    above 1 x), and checks the sizes inside containers too (ICNS, ICO, TIFF tiles,
+    GIF frames), which our check of the header's size cannot see. Its limit is a
+    module global: every call of one conversion sets the same value, so threads
+    agree; two conversions with different --max-pixels in one process would race.
+    """
+    Image.MAX_IMAGE_PIXELS = max_pixels / 2
+
+
+_BOMB_PIXELS = re.compile(r"\((\d+) pixels\)")
+
+
+def _failure(exc: BaseException, options: ImageOptions, size: str = "an inner image or frame of ") -> ImageRejected:
+    """The rejection for an exception Pillow raised while opening or decoding; `size`
+    says whose size Pillow's bomb check found too large."""
+    if isinstance(exc, Image.DecompressionBombError):
+        found = _BOMB_PIXELS.search(str(exc))
+        pixels = f"{found[1]} pixels" if found else "more pixels"
+        return ImageRejected("too_large", f"{size}{pixels} exceeds --max-pixels {options.max_pixels}")
+    if isinstance(exc, MemoryError):
+        return ImageRejected("image_memory", f"decoding needs more than --max-image-memory "
+                                             f"{options.max_image_memory} bytes (MemoryError)")
+    return ImageRejected("undecodable", f"{type(exc).__name__}: {exc}")
+
+
 def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None) -> PreparedImage:
     """Checks `data` and returns the bytes to store, following the module's rule.
 
@@ -209,12 +276,17 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     """
     if not data:
         raise ImageRejected("empty", "file has zero bytes")
+    bomb_limit(options.max_pixels)
     try:
         img = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise ImageRejected("undecodable", "not an image format Pillow can identify") from None
+    except Image.DecompressionBombError as exc:
+        header = read_header(data)
+        size = f"{header.width}x{header.height} = " if header else ""
+        raise _failure(exc, options, size) from None
     except Exception as exc:  # Pillow raises many types on hostile headers
-        raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+        raise _failure(exc, options, "") from None
     width, height = img.size
     if width * height > options.max_pixels:
         raise ImageRejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}")
@@ -235,7 +307,7 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
         try:
             img.load()
         except Exception as exc:
-            raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+            raise _failure(exc, options) from None
     try:
         orientation = int(img.getexif().get(_ORIENTATION_TAG, 1))
     except Exception:
@@ -275,5 +347,5 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     except ImageRejected:
         raise
     except Exception as exc:
-        raise ImageRejected("undecodable", f"{type(exc).__name__}: {exc}") from None
+        raise _failure(exc, options) from None
     return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True)

@@ -11,7 +11,7 @@ import re
 from prep import targets
 from prep.config import ConvertConfig
 from prep.errors import OptionsError, SourceError
-from prep.images import DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ImageOptions
+from prep.images import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.plan import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.sources import LAYOUTS, Listing, list_folders, list_label_file, read_class_file
 
@@ -53,7 +53,15 @@ OPTIONS = (
     Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG. "
            "Default: keep, or what --target needs (jpeg for model-garden).", choices=IMAGE_FORMATS),
     Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
-    Option("--max-pixels", "Reject images with more pixels than this.", int, DEFAULT_MAX_PIXELS),
+    Option("--max-pixels", "Reject images with more pixels than this, also inside containers (ICO, ICNS, "
+           "TIFF, animated frames).", int, DEFAULT_MAX_PIXELS),
+    Option("--max-image-memory", "Reject (image_memory) an image whose decoding needs more memory than this.",
+           default="2GiB"),
+    Option("--image-timeout", "Reject (image_timeout) an image not prepared within this many seconds.", float,
+           DEFAULT_IMAGE_TIMEOUT),
+    Option("--isolate", "Which images are decoded in a worker process bounded by --max-image-memory and "
+           "--image-timeout; auto: all but JPEGs and PNGs whose header promises a decode within them.",
+           default="auto", choices=ISOLATE),
     Option("--workers", "Threads that read, convert and write in each pipeline worker "
            "(default: all cores of that worker).", int),
     Option("--allow-outside-source", "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
@@ -76,16 +84,17 @@ _UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB":
           "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, flag: str = "--shard-size") -> int:
     """Parses '128MiB', '64MB', '1.5GiB' or a byte count."""
     match = _SIZE_RE.match(str(text))
     if not match:
-        raise OptionsError(f"--shard-size {text!r} is not a size such as 128MiB or 64MB")
+        raise OptionsError(f"{flag} {text!r} is not a size such as 128MiB or 64MB")
     unit = (match[2] or "").upper()
     unit = unit + "B" if unit.endswith("I") else unit  # "128Mi" is 128MiB
     size = decimal.Decimal(match[1]) * _UNITS[unit]
     if size > _MAX_SIZE:
-        raise OptionsError(f"--shard-size {text!r} is larger than any shard could be")
+        raise OptionsError(f"{flag} {text!r} is larger than any {'shard' if flag == '--shard-size' else 'memory'} "
+                           "could be")
     return int(size)
 
 
@@ -127,7 +136,9 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
                          max_per_class=v["max_per_class"], empty_classes=v["empty_classes"]),
         image=ImageOptions(resize=v["resize"], max_side=v["max_side"],
                            image_format=targets.image_format(v["target"], v["image_format"]),
-                           quality=v["quality"], max_pixels=v["max_pixels"]),
+                           quality=v["quality"], max_pixels=v["max_pixels"],
+                           max_image_memory=parse_size(v["max_image_memory"], "--max-image-memory"),
+                           image_timeout=v["image_timeout"], isolate=v["isolate"]),
         workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
         allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"])
 

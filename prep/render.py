@@ -47,6 +47,12 @@ def convert_summary(manifest: dict, seconds: float) -> str:
     if resumed:
         lines.append(f"resumed: reused {resumed['chunks_reused']} of {resumed['chunks']} prepared chunks and "
                      f"{resumed['shards_reused']} of {resumed['shards']} shards")
+        in_flight = resumed.get("in_flight") or {}
+        if in_flight.get("inputs"):
+            rejected = in_flight["rejected_by_reason"]
+            verdict = ("rejected " + ", ".join(f"{k} {v}" for k, v in rejected.items())) if rejected else "none rejected"
+            lines.append(f"resumed: {_plural(in_flight['inputs'], 'input was', 'inputs were')} being read when the "
+                         f"run was killed; prepared again in the sandbox, not in-process: {verdict}")
     lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
     return "\n".join(lines)
 

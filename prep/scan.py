@@ -118,17 +118,24 @@ def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
     """Decodes the image fully and compares it with the record's stored fields (for --deep).
 
     Like `prep convert`, it checks the pixel count against the dataset's
-    `--max-pixels` itself, before decoding (importing `prep.images` turned off
-    Pillow's own fixed limit).
+    `--max-pixels`, before decoding, with Pillow's bomb check tied to it.
     """
     from PIL import Image
 
+    from prep.headers import read_header
+    from prep.images import bomb_limit
+
+    bomb_limit(max_pixels)
     try:
         with Image.open(io.BytesIO(record.encoded)) as img:
             if img.width * img.height > max_pixels:
                 return [f"image has {img.width}x{img.height} pixels, more than the dataset's max_pixels {max_pixels}"]
             img.load()
             found = ((img.format or "unknown").lower(), img.size[1], img.size[0], len(img.getbands()))
+    except Image.DecompressionBombError as exc:
+        header = read_header(record.encoded)  # stored images are JPEG or PNG
+        size = f"{header.width}x{header.height} pixels" if header else f"more pixels ({exc})"
+        return [f"image has {size}, more than the dataset's max_pixels {max_pixels}"]
     except Exception as exc:  # Pillow raises many types on damaged data
         return [f"image does not decode: {type(exc).__name__}: {exc}"]
     issues = []
