@@ -2,7 +2,7 @@
 
 A thread cannot be bounded: a codec that allocates 24 GB or loops for minutes
 takes the whole run with it. A sandbox worker is a lean Python process (it
-imports Pillow, numpy and prep.images, never Beam or TensorFlow) that prepares
+imports Pillow, numpy and prep.core.image_rules, never Beam or TensorFlow) that prepares
 one image at a time under `resource.setrlimit(RLIMIT_AS)` = its size when the
 image arrives + `--max-image-memory`, while the calling thread waits at most
 `--image-timeout` for the answer. Whatever happens to the image, the run goes on:
@@ -34,7 +34,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from prep.images import ImageOptions, ImageRejected, PreparedImage
+from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
 
 _READY = b"ready"
 # A worker whose RSS stays this far above its start after an image (heap fragments) is
@@ -124,7 +124,7 @@ class Sandbox:
         self._closed = False
 
     def prepare(self, data: bytes, options: ImageOptions) -> tuple[PreparedImage, str]:
-        """Prepares `data` as prep.images.prepare_image would, in a bounded worker.
+        """Prepares `data` as prep.core.image_rules.prepare_image would, in a bounded worker.
 
         Returns the image and what the codec printed while preparing it ("" if nothing).
 
@@ -218,10 +218,10 @@ def serve() -> None:
     import resource
     import warnings
 
-    import numpy  # noqa: F401  (imported before the limit is set: prep.images needs it for 16-bit images)
+    import numpy  # noqa: F401  (imported before the limit is set: image_rules needs it for 16-bit images)
     from PIL import Image
 
-    from prep import images
+    from prep.core import image_rules as images
 
     Image.init()  # every format plugin, now rather than during an image's time
     images.quiet_pillow()

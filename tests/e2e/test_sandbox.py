@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 
 from beam_jobs.sandbox import Sandbox
-from prep.headers import predictable, read_header
-from prep.images import ImageOptions, ImageRejected, prepare_image
+from prep.core.headers import predictable, read_header
+from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
 from tests.support.imagegen import (damaged_deflate_tiff, gray_png, huge_j2k, icns, ico, image_bytes, rgba_png,
                             write_class_tree)
 from tests.support.proctree import TreePeak
@@ -202,7 +202,7 @@ def test_resume_prepares_the_killed_batch_in_the_sandbox(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PREP_TEST_PAUSE="batch=600",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "prep.cli", "convert", str(src), str(out), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.paused_cli", "convert", str(src), str(out), *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from prep.errors import OptionsError
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
+from prep.core.errors import OptionsError
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
 from tests.support.imagegen import bomb_png, encode, huge_j2k, icns, ico, image_bytes, truncated_exif_jpeg
 
 KEEP = ImageOptions()

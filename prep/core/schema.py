@@ -2,14 +2,14 @@
 
 The keys are those of TensorFlow's classic image TFRecords (`build_imagenet_data.py`,
 slim), which Model Garden's classification Decoder reads too (its Parser's
-defaults also want JPEG images: see `prep.targets`). The writer and `loaders`
+defaults also want JPEG images: see `targets`). The writer and `loaders`
 both import this module; nothing else spells a feature key.
 
 `ImageRecord.to_bytes` writes the `tf.train.Example` protobuf wire format by
 hand, with features in sorted key order. That keeps TensorFlow out of the
 workers that write shards (importing it costs seconds and hundreds of MB per
 process) and makes the bytes deterministic by construction: protobuf map
-serialization order is otherwise unspecified. `tests/test_schema.py` checks the
+serialization order is otherwise unspecified. tests/unit/prep/test_records.py checks the
 bytes against TensorFlow's own parser.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from prep.errors import RecordError
+from prep.core.errors import RecordError
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -29,7 +29,7 @@ LABEL = "image/class/label"
 TEXT = "image/class/text"
 FILENAME = "image/filename"
 SHA256 = "image/key/sha256"
-SOURCE_ID = "image/source_id"  # optional: written for --target model-garden (prep.targets)
+SOURCE_ID = "image/source_id"  # optional: written for --target model-garden (`targets`)
 
 BYTES_FEATURES = (ENCODED, FORMAT, TEXT, FILENAME, SHA256)
 INT64_FEATURES = (HEIGHT, WIDTH, CHANNELS, LABEL)
@@ -118,15 +118,6 @@ class ImageRecord:
             )
         except UnicodeDecodeError as exc:
             raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
-
-
-def tf_feature_spec():
-    """The `tf.io.parse_example` feature spec of our records (imports TensorFlow)."""
-    import tensorflow as tf
-
-    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in BYTES_FEATURES}
-    spec.update({key: tf.io.FixedLenFeature([], tf.int64) for key in INT64_FEATURES})
-    return spec
 
 
 # --- protobuf wire format -------------------------------------------------------------

@@ -1,10 +1,17 @@
-"""File access for the pipeline: local paths directly, `gs://`, `s3://` and other
-schemes through Beam's FileSystems. Writes go to a temporary name and are
-renamed into place, so a reader never sees a half-written file under its final name.
-Each writer has a temporary name of its own (`temp_path`): a runner may run two
-attempts of one task at once (a retry while the first attempt still runs, or
-speculative execution), and both then write the same bytes, each to its own
-file, and both renames succeed.
+"""Local and remote paths, for every layer: the one place that tells them apart.
+
+A path with a scheme (``gs://``, ``s3://``, ``testfs://``) is remote (`is_remote`);
+anything else is a local path and is handled here with the standard library. The core
+cannot import Beam or TensorFlow, so remote paths go through a `RemoteFileSystem` that
+an edge installs: `beam_jobs` installs Beam's FileSystems when it is imported, `loaders`
+installs `tf.io.gfile`. Of the installed file systems, the newest that `handles` a path
+serves it; with none installed, a remote path is an `OSError` that says so.
+
+Writes go to a temporary name and are renamed into place (`write_atomic`), so a reader
+never sees a half-written file under its final name. Each writer has a temporary name of
+its own (`temp_path`): a runner may run two attempts of one task at once (a retry, or
+speculative execution); both write the same bytes, each to its own file, and both
+renames succeed.
 """
 
 from __future__ import annotations
@@ -15,10 +22,54 @@ import posixpath
 import re
 import secrets
 import shutil
+from typing import BinaryIO, Protocol
+
+SCHEME_SEPARATOR = "://"
+
+
+class RemoteFileSystem(Protocol):
+    """What an edge provides for remote paths (Beam's FileSystems, tf.io.gfile, ...)."""
+
+    def handles(self, path: str) -> bool: ...
+
+    def open_read(self, path: str) -> BinaryIO: ...
+
+    def open_write(self, path: str) -> BinaryIO: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def size(self, path: str) -> int | None: ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def delete(self, paths: list[str]) -> None: ...
+
+    def match(self, pattern: str) -> list[tuple[str, int]]:
+        """(path, size) of every file matching a glob pattern (``prefix/**``)."""
+        ...
+
+
+_installed: list[RemoteFileSystem] = []
+
+
+def install(fs: RemoteFileSystem) -> None:
+    """Makes `fs` serve the remote paths it `handles`, before those installed earlier."""
+    if fs not in _installed:
+        _installed.append(fs)
+
+
+def _remote(path: str) -> RemoteFileSystem:
+    for fs in reversed(_installed):
+        if fs.handles(path):
+            return fs
+    if _installed:  # none claims the scheme: the newest reports it in its own words
+        return _installed[-1]
+    raise OSError(f"no file system is installed for {path} (import beam_jobs or loaders first)")
 
 
 def is_remote(path: str) -> bool:
-    return "://" in path
+    """Whether `path` names an object in a remote file system (it has a scheme)."""
+    return SCHEME_SEPARATOR in path
 
 
 def join(base: str, *parts: str) -> str:
@@ -31,36 +82,23 @@ def input_path(source: str, path: str) -> str:
     """Where an input is: `path` relative to SOURCE, or, for paths outside SOURCE
     (`--allow-outside-source`), an absolute path or URL, or a relative one
     starting with `../`."""
-    if "://" in path or (not is_remote(source) and os.path.isabs(path)):
+    if is_remote(path) or (not is_remote(source) and os.path.isabs(path)):
         return path
     if is_remote(source) and path.startswith("../"):
-        scheme, _, rest = source.partition("://")
-        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, path))}"
+        scheme, _, rest = source.partition(SCHEME_SEPARATOR)
+        return f"{scheme}{SCHEME_SEPARATOR}{posixpath.normpath(posixpath.join(rest, path))}"
     return join(source, path)
 
 
-def _fs():
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
-
-
 def read_bytes(path: str) -> bytes:
-    if not is_remote(path):
-        with open(path, "rb") as f:
-            return f.read()
-    from apache_beam.io.filesystem import CompressionTypes
-
-    with _fs().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with open_read(path) as f:
         return f.read()
 
 
-def open_read(path: str):
+def open_read(path: str) -> BinaryIO:
     if not is_remote(path):
         return open(path, "rb")
-    from apache_beam.io.filesystem import CompressionTypes
-
-    return _fs().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _remote(path).open_read(path)
 
 
 def read_exact(f, size: int) -> bytes:
@@ -76,23 +114,20 @@ def read_exact(f, size: int) -> bytes:
     return b"".join(pieces)
 
 
-def open_write(path: str):
+def open_write(path: str) -> BinaryIO:
     """Opens `path` for writing, creating parent folders (local)."""
     if not is_remote(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         return open(path, "wb")
-    from apache_beam.io.filesystem import CompressionTypes
-
-    return _fs().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _remote(path).open_write(path)
 
 
 def rename(src: str, dst: str) -> None:
+    """Moves `src` to `dst`, replacing `dst` if it exists."""
     if not is_remote(src):
         os.replace(src, dst)
     else:
-        if exists(dst):
-            _fs().delete([dst])
-        _fs().rename([src], [dst])
+        _remote(src).rename(src, dst)
 
 
 _TEMP = re.compile(r"\.[0-9a-f]{8}\.part")
@@ -119,7 +154,7 @@ def write_atomic(path: str, data: bytes) -> None:
 def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
-    return _fs().exists(path)
+    return _remote(path).exists(path)
 
 
 def size(path: str) -> int | None:
@@ -129,8 +164,7 @@ def size(path: str) -> int | None:
             return os.path.getsize(path)
         except OSError:
             return None
-    matches = _fs().match([path])[0].metadata_list
-    return matches[0].size_in_bytes if matches else None
+    return _remote(path).size(path)
 
 
 def signature(path: str, data: bytes | None = None) -> str:
@@ -150,7 +184,7 @@ def signature(path: str, data: bytes | None = None) -> str:
         return str(len(data))
     try:
         found = size(path)
-    except Exception:  # each FileSystem raises its own types
+    except Exception:  # each file system raises its own types
         return ""
     return "" if found is None else str(found)
 
@@ -173,11 +207,12 @@ def delete(path: str) -> None:
         elif os.path.lexists(path):
             os.remove(path)
         return
-    under = [m.path for m in _fs().match([path.rstrip("/") + "/**"])[0].metadata_list]
-    if exists(path):
+    fs = _remote(path)
+    under = [p for p, _ in fs.match(path.rstrip("/") + "/**")]
+    if fs.exists(path):
         under.append(path)
     if under:
-        _fs().delete(under)
+        fs.delete(under)
 
 
 def list_names(folder: str) -> list[str]:
@@ -188,14 +223,12 @@ def list_names(folder: str) -> list[str]:
         except FileNotFoundError:
             return []
     prefix = folder.rstrip("/") + "/"
-    # "**", not "*": FileSystems built on glob match only files with "*", and leave out names
-    # starting with "." (such as .prep-tmp); object stores match across "/" with either.
-    matches = _fs().match([prefix + "**"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/")[0] for m in matches if m.path.startswith(prefix)})
+    matches = _remote(folder).match(prefix + "**")
+    return sorted({p[len(prefix):].split("/")[0] for p, _ in matches if p.startswith(prefix)})
 
 
 def list_files(root: str) -> list[tuple[str, None]]:
-    """(path relative to root, None) for every object under a remote root, as `prep.sources` expects."""
+    """(path relative to root, None) for every object under a remote root, as `listing.list_folders` takes."""
     prefix = root.rstrip("/") + "/"
-    matches = _fs().match([prefix + "**"])[0].metadata_list
-    return sorted((m.path[len(prefix):], None) for m in matches if m.path.startswith(prefix) and m.path != prefix)
+    matches = _remote(root).match(prefix + "**")
+    return sorted((p[len(prefix):], None) for p, _ in matches if p.startswith(prefix) and p != prefix)

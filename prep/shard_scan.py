@@ -18,13 +18,13 @@ import hashlib
 import io
 from typing import BinaryIO, Callable
 
-from prep import targets
-from prep.errors import RecordError
-from prep.images import DEFAULT_MAX_PIXELS
-from prep.schema import FORMATS, ImageRecord
-from prep.tfrecord import FOOTER, HEADER, read_records
+from prep.core import targets
+from prep.core.errors import RecordError
+from prep.core.image_rules import DEFAULT_MAX_PIXELS
+from prep.core.schema import FORMATS, ImageRecord
+from prep.core.tfrecord import FOOTER, HEADER, read_records
 
-BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (256 KiB-4 MiB measure the same)
+BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (docs/design.md)
 CHANNELS = (1, 3)
 PENDING = 64  # --deep decodes in flight at most, which bounds the records held in memory
 
@@ -94,7 +94,7 @@ class ShardScan:
     complete: bool  # False if a framing error stopped the read before the end
     issues: tuple[Issue, ...]
     record_sizes: tuple[int, ...] = ()  # framed size of each record with valid framing, in file order
-    target_failures: dict[str, int] = dataclasses.field(default_factory=dict)  # records per prep.targets reason
+    target_failures: dict[str, int] = dataclasses.field(default_factory=dict)  # records per prep.core.targets reason
     target_records: int = 0  # records that fail the target's default readers for any reason
 
 
@@ -122,8 +122,8 @@ def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
     """
     from PIL import Image
 
-    from prep.headers import read_header
-    from prep.images import bomb_limit
+    from prep.core.headers import read_header
+    from prep.core.image_rules import bomb_limit
 
     bomb_limit(max_pixels)
     try:

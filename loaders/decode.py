@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from prep import schema
+from prep.core import schema
+
+
+def tf_feature_spec() -> dict:
+    """The `tf.io.parse_example` feature spec of our records (`prep.core.schema`)."""
+    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in schema.BYTES_FEATURES}
+    spec.update({key: tf.io.FixedLenFeature([], tf.int64) for key in schema.INT64_FEATURES})
+    return spec
 
 _WHOLE = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])  # bounding box covering the image
 CROP, FLIP, KEEP = 1, 2, 3  # second half of a stateless seed [element seed, use]: one stream per use

@@ -74,7 +74,3 @@ class ShardName:
             return None
         return cls.parse(filename[:-len(INDEX_SUFFIX)])
 
-
-def shard_names(split: str, count: int) -> list[ShardName]:
-    """All shard names of a split with `count` shards, in index order."""
-    return [ShardName(split, i, count) for i in range(count)]

@@ -8,8 +8,8 @@ import numbers
 import os
 from typing import Callable
 
-from prep.errors import LoaderError
-from loaders.plan import REMAINDERS
+from prep.core.errors import LoaderError
+from loaders.epoch import REMAINDERS
 
 ON_CORRUPT = ("error", "skip")
 
@@ -42,7 +42,7 @@ class LoadOptions:
         shuffle_buffer: records in the shuffle buffer; 0 disables (default 1024 when training, 0 else).
         deterministic: keep tf.data's element order reproducible (default: not `training`).
         cycle_length: shard ranges read concurrently by `interleave`.
-        remainder: "drop" or "pad": how inputs are balanced across pipelines (see `loaders.plan`);
+        remainder: "drop" or "pad": how inputs are balanced across pipelines (see `loaders.epoch`);
             "pad" drops nothing and fills every batch, padding with sample weight 0.
         drop_remainder: drop partial batches (default: `training`); needed for static shapes.
             Ignored with remainder="pad", whose batches are all full.

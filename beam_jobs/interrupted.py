@@ -1,4 +1,4 @@
-"""`--resume`: decides, before the pipeline starts, what an interrupted conversion left to reuse.
+"""`--resume`: decides, before the pipeline starts, whether OUTPUT holds an interrupted conversion to finish.
 
 The pipeline itself then reuses work where it finds it complete (prepared
 chunks in PrepareChunk, shards and parts in WriteParts and ConcatParts);
@@ -8,13 +8,14 @@ this module only refuses when reuse would be wrong, with a message that says why
 from __future__ import annotations
 
 import concurrent.futures
-import json
 
-from beam_jobs import checkpoints, finish, replan, storage
-from prep import manifest as manifest_lib
-from prep.errors import ResumeError
-from prep.resume import differences, listing_change, replanned
-from prep.sources import Listing, printable
+from beam_jobs import checkpoints, replan
+from prep.core import storage
+from prep.core.errors import ManifestError, ResumeError
+from prep.core.listing import Listing, printable
+from prep.core.manifest import FILENAME, Manifest
+from prep.core.run_record import differences, listing_change, replanned
+from prep.core.workdir import TMP_DIR, WorkDir
 
 FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
 _START_OVER = "run with --overwrite instead to start over"
@@ -29,7 +30,7 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     FRESH when the interrupted run stopped before staging its listing (its
     .prep-tmp is removed; the caller clears OUTPUT and starts over), RESUME otherwise.
 
-    Planning options (prep.resume.PLANNING_OPTIONS) may differ from the
+    Planning options (`run_record.PLANNING_OPTIONS`) may differ from the
     interrupted run's: then its record is replaced by this run's, and with
     another seed the prepared chunks are staged again in this seed's order
     (replan.py). `chunks` are this run's; `chunks_for(seed)` gives the listing's
@@ -38,36 +39,36 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     Raises:
         ResumeError: nothing to resume, or the inputs, image options or input files differ.
     """
-    tmp_dir = storage.join(output, manifest_lib.TMP_DIR)
+    work = WorkDir(output)
     names = storage.list_names(output)
-    old = checkpoints.read_run(tmp_dir) if manifest_lib.TMP_DIR in names else None
-    if manifest_lib.FILENAME in names:
-        if manifest_lib.TMP_DIR not in names:
+    old = checkpoints.read_run(work) if TMP_DIR in names else None
+    if FILENAME in names:
+        if TMP_DIR not in names:
             raise ResumeError(f"OUTPUT {output} holds a finished dataset (manifest.json): nothing to resume")
-        if old is None:  # killed after checkpoints.delete_tmp deleted run.json, its last file
-            old = _record_from_manifest(storage.join(output, manifest_lib.FILENAME), record)
-        _refuse_if_different(old, record, tmp_dir, listing)
-        checkpoints.delete_tmp(tmp_dir)
+        if old is None:  # killed after checkpoints.delete_work deleted run.json, its last file
+            old = _record_from_manifest(storage.join(output, FILENAME), record)
+        _refuse_if_different(old, record, work, listing)
+        checkpoints.delete_work(work)
         return FINISHED
-    if manifest_lib.TMP_DIR not in names:
+    if TMP_DIR not in names:
         raise ResumeError(f"nothing to resume: OUTPUT {output} holds no interrupted conversion (no "
-                          f"{manifest_lib.TMP_DIR} folder); run without --resume")
+                          f"{TMP_DIR} folder); run without --resume")
     if old is None:
-        storage.delete(tmp_dir)
+        storage.delete(work.root)
         return FRESH
-    _refuse_if_different(old, record, tmp_dir, listing, planning=False)
+    _refuse_if_different(old, record, work, listing, planning=False)
     old_seed = (old.get("options") or {}).get("seed")
     staged = chunks if old_seed == record["options"]["seed"] or chunks_for is None else chunks_for(old_seed)
-    changed = changed_input(source, tmp_dir, staged)
+    changed = changed_input(source, work, staged)
     if changed is not None:
         raise ResumeError(f"cannot resume: input {printable(changed)} changed since the interrupted run "
                           f"(size, modification time or permissions); {_START_OVER}")
-    if old.get("restaged") and not replan.all_prepared(tmp_dir, len(staged)):
+    if old.get("restaged") and not replan.all_prepared(work, len(staged)):
         # Its chunks' references cross chunks: preparing one again would overwrite spill files others use.
         raise ResumeError(f"cannot resume: images prepared by the interrupted run are missing from "
-                          f"{tmp_dir} (its spill files were changed or deleted); {_START_OVER}")
+                          f"{work.root} (its spill files were changed or deleted); {_START_OVER}")
     if replanned(old, record):
-        replan.replan(tmp_dir, old, record, staged, chunks)
+        replan.replan(work, old, record, staged, chunks)
     return RESUME
 
 
@@ -75,19 +76,19 @@ def _record_from_manifest(path: str, record: dict) -> dict:
     """A finished run's record rebuilt from its manifest: options, tool and classes
     (the listing's digest is only in run.json, so it is taken as unchanged)."""
     try:
-        manifest = json.loads(storage.read_bytes(path))
-        return dict(record, options=manifest["options"], tool=manifest["tool"], labels=manifest["labels"])
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = Manifest.from_json(storage.read_bytes(path), path)
+    except (OSError, ManifestError):
         return {}  # unreadable: `differences` then says another version wrote it
+    return dict(record, options=manifest.options, tool=manifest.tool, labels=list(manifest.labels))
 
 
-def _refuse_if_different(old: dict, record: dict, tmp_dir: str, listing: Listing, planning: bool = True) -> None:
+def _refuse_if_different(old: dict, record: dict, work: WorkDir, listing: Listing, planning: bool = True) -> None:
     found = differences(old, record, planning)
     if not found:
         return
     if found[-1] == "SOURCE lists other inputs":
         try:
-            found[-1] += f" ({listing_change(staged_entries(tmp_dir, old), current_entries(listing))})"
+            found[-1] += f" ({listing_change(staged_entries(work, old), current_entries(listing))})"
         except (OSError, ValueError):
             pass  # the staged listing is damaged: the plain phrase is all we can say
     raise ResumeError(f"cannot resume: the inputs or options differ from the interrupted run: "
@@ -98,24 +99,23 @@ def current_entries(listing: Listing) -> list[tuple]:
     return [tuple(r) for r in listing.refs] + [tuple(r) for r in listing.rejects]
 
 
-def staged_entries(tmp_dir: str, old: dict) -> list[tuple]:
-    """The interrupted run's listing, read back from .prep-tmp/listing."""
-    entries = [tuple(r) for r in json.loads(storage.read_bytes(finish.listing_rejects_path(tmp_dir)))]
+def staged_entries(work: WorkDir, old: dict) -> list[tuple]:
+    """The interrupted run's listing, read back from the work directory."""
+    entries = [tuple(r) for r in checkpoints.read_listing_rejects(work)]
     chunk = 0
     while len(entries) < old["listing"]["inputs"] + old["listing"]["rejected"]:
-        path = checkpoints.listing_path(tmp_dir, chunk)
-        if not storage.exists(path):
+        if not storage.exists(work.listing_chunk(chunk)):
             break
-        entries += [tuple(r) for r in json.loads(storage.read_bytes(path))]
+        entries += [tuple(r) for r in checkpoints.read_listing(work, chunk)]
         chunk += 1
     return entries
 
 
-def changed_input(source: str, tmp_dir: str, chunks: list[list]) -> str | None:
+def changed_input(source: str, work: WorkDir, chunks: list[list]) -> str | None:
     """The first input of a reusable chunk whose file changed since it was prepared, if any."""
     jobs = []
     for chunk, refs in enumerate(chunks):
-        index = checkpoints.read_chunk_index(tmp_dir, chunk)
+        index = checkpoints.read_chunk_index(work, chunk)
         if index is not None:
             jobs += [(ref.path, then) for ref, then in zip(refs, index.inputs)]
     if not jobs:

@@ -6,10 +6,10 @@ import dataclasses
 import os
 from fractions import Fraction
 
-from prep import targets
-from prep.errors import OptionsError
-from prep.images import ImageOptions
-from prep.plan import PlanOptions
+from prep.core import targets
+from prep.core.errors import OptionsError
+from prep.core.image_rules import ImageOptions
+from prep.core.layout import PlanOptions
 
 RUNNERS_LOCAL = "local"
 
@@ -30,7 +30,7 @@ class ConvertConfig:
     resume: bool = False  # finish the interrupted conversion in OUTPUT
     allow_outside_source: bool = False  # label-file paths may point outside SOURCE
     index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
-    target: str = targets.NONE  # a consumer whose default pipeline must read every record (prep.targets)
+    target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
 
     def __post_init__(self):
         wanted = targets.get(self.target).image_format

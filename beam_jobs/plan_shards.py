@@ -1,42 +1,32 @@
-"""`PlanShards`: the planner of `prep.plan`, computed from counts, with bounded groups.
+"""`PlanShards`: the shard layout of `prep.core.layout` applied to prepared chunks, with bounded groups.
 
-The reference planner sorts each class whole. Here no key and no task ever
-holds more than about `GROUP_TARGET` references, even for one class of 5
-million, and references never pass through a shuffle: they wait on disk in
-.prep-tmp, and only counts and file sections travel.
+No key and no task ever holds more than about `GROUP_TARGET` references, even for
+one class of 5 million, and references never pass through a shuffle: they wait on
+disk in the work directory, and only counts and file sections travel.
 
-The driver stages the listing in chunks in `start.listing_order`: sorted by
-(split, class, sort key, path). So each (split, class) group's inputs come in
-rank order, chunk after chunk, and a chunk's good inputs of a group hold
-consecutive ranks. Once a chunk is prepared, its references (PreparedRef) wait
-in its index (checkpoints.py) and only its counts travel:
+The driver stages the listing in chunks in `prep.core.ordering.listing_order`, whose
+contract makes a chunk's good inputs of a group hold consecutive ranks. Once a chunk
+is prepared, its references (PreparedRef) wait in its index and only its counts travel:
 
-    counts  # (chunk, [(split, label, refs, bytes)]): a prepared chunk's good inputs per group
+    counts  : ChunkCounts                 a prepared chunk's good inputs per group
     tasks   = Map | GroupByKey(one key) | FlatMap(layout_tasks)
-            # (task, RankTask): consecutive chunks holding about `group_target` references,
-            # with each of their groups' first rank in the chunk and the layout trimmed to those
-            # groups; the one group holds one short count list per chunk, no reference
+            : (task, RankTask)            consecutive chunks holding about `group_target`
+                                          references, each group's first rank in each chunk,
+                                          the layout trimmed to those groups
     ranked  = Reshuffle | FlatMap(rank_task)
-            # (ENTRY, part key, Section) per part the task sends entries to, the entries waiting
-            # in the task's entry file .prep-tmp/entries/task-NNNNNN.bin; (CAPPED, label, count)
+            : PartEntries | Capped        a Section of the task's entry file per shard part
+                                          it sends entries to; capped counts per label
 
-A rank task reads its chunks' indexes, in chunk order. A reference's rank in
-its group is the group's first rank in the chunk plus the references of the
-group before it in the chunk: exact, as `make_plan`'s. `Layout.locate` then
-gives split and shard exactly as `make_plan` does. A shard's entries are
-further cut into `num_parts` parts by a prefix of the order key, so that no
-writer holds more than about `GROUP_TARGET` entries either; parts concatenated
-in order are the shard in order-key order. A part key is (split, shard,
-num_shards, part, num_parts); a Section is (task, offset, length) of the
-part's entries in the task's entry file.
+A reference's rank in its group is the group's first rank in the chunk plus the
+references of the group before it in the chunk: exact. `Layout.locate` then gives
+split and shard. A shard's entries are further cut into `num_parts` parts by a prefix
+of the order key, so that no writer holds more than about `GROUP_TARGET` entries
+either; parts concatenated in order are the shard in order-key order.
 
-What grows with the dataset is counted in chunks (one count list each) and
-sections (one per task and part it sends entries to), never in references:
-20,000 inputs make one task and one section per shard part.
-
-Only Create, ParDo, GroupByKey and Flatten (and composites of them) are used:
-no side inputs, no tagged outputs, nothing emitted from finish_bundle, so the
-DaskRunner, which translates only those four, runs it too.
+What grows with the dataset is counted in chunks (one count list each) and sections
+(one per task and part it sends entries to), never in references. Only Create, ParDo,
+GroupByKey and Flatten are used, nothing emitted from finish_bundle, so the DaskRunner
+runs it too.
 """
 
 from __future__ import annotations
@@ -49,14 +39,47 @@ import typing
 
 import apache_beam as beam
 
-from beam_jobs import storage
 from beam_jobs.prepare import PreparedRef, read_prepared
-from prep.errors import PlanError
-from prep.plan import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout, sort_key
-from prep.resume import REPLAN_HINT
+from prep.core import storage
+from prep.core.errors import PlanError
+from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
+from prep.core.ordering import sort_key
+from prep.core.run_record import REPLAN_HINT
+from prep.core.workdir import WorkDir
 
-GROUP_TARGET = 20_000
-ENTRY, CAPPED = "entry", "capped"
+GROUP_TARGET = 20_000  # references per rank task and per shard part, about
+
+
+class PartKey(typing.NamedTuple):
+    """One part of a shard: the entries of shard `shard` of `split` whose order-key prefix is `part`."""
+
+    split: str
+    shard: int
+    num_shards: int
+    part: int
+    num_parts: int
+
+
+class Section(typing.NamedTuple):
+    """Where a part's entries from one rank task wait: a byte range of the task's entry file."""
+
+    task: int
+    offset: int
+    length: int
+
+
+class PartEntries(typing.NamedTuple):
+    """A rank task's entries for one part."""
+
+    key: PartKey
+    section: Section
+
+
+class Capped(typing.NamedTuple):
+    """Inputs of class `label` left out by --max-per-class."""
+
+    label: int
+    count: int
 
 
 def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:
@@ -101,33 +124,30 @@ def unpack_entries(data: bytes) -> list[Entry]:
     return entries
 
 
-def entries_path(tmp_dir: str, task: int) -> str:
-    return storage.join(tmp_dir, "entries", f"task-{task:06d}.bin")
-
-
-def read_section(tmp_dir: str, section: tuple) -> list[Entry]:
-    """The entries of one Section (task, offset, length) of a task's entry file."""
-    task, offset, length = section
-    path = entries_path(tmp_dir, task)
+def read_section(work: WorkDir, section: Section) -> list[Entry]:
+    """The entries of one Section of a task's entry file."""
+    path = work.entries(section.task)
     with storage.open_read(path) as f:
-        f.seek(offset)
-        data = storage.read_exact(f, length)
-    if len(data) != length:
+        f.seek(section.offset)
+        data = storage.read_exact(f, section.length)
+    if len(data) != section.length:
         raise OSError(f"entry file {path} is shorter than planned")
     return unpack_entries(data)
 
 
 @dataclasses.dataclass(frozen=True)
 class RankTask:
+    """Consecutive prepared chunks ranked by one task."""
+
     chunks: tuple  # ((chunk, ((split, label, first rank), ...)), ...) in chunk order
     layout: Layout  # trimmed to the task's groups
     part_bits: dict  # split -> bits of order-key prefix for parts
-    ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.plan.label_ids`)
+    ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.core.layout.label_ids`)
 
 
-def layout_tasks(element, num_classes: int, options: PlanOptions, tmp_dir: str, group_target: int,
+def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int,
                  labels: tuple[str, ...] | None = None):
-    """(None, [(chunk, counts)]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs.
+    """(None, [ChunkCounts]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs.
 
     Every image is prepared by now, so this is where classes left with no example
     are known (`--empty-classes`), and where a plan that cannot be made fails:
@@ -155,7 +175,7 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, tmp_dir: str, 
     except PlanError as exc:
         raise PlanError(f"{exc}; {REPLAN_HINT}") from None
     ids = label_ids(num_classes, empty, options.empty_classes)
-    storage.write_atomic(storage.join(tmp_dir, "plan.json"),
+    storage.write_atomic(work.plan,
                          json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
     part_bits = {s.name: prefix_bits(math.ceil(s.examples / s.num_shards), group_target) for s in layout.splits}
     starts: dict[tuple, int] = {}
@@ -175,19 +195,19 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, tmp_dir: str, 
             members, held, task = [], 0, task + 1
 
 
-def rank_task(element, tmp_dir: str, seed: int):
-    """(task, RankTask) -> (ENTRY, part key, Section) per part it sends entries to, and (CAPPED, label, count).
+def rank_task(element, work: WorkDir, seed: int):
+    """(task, RankTask) -> `PartEntries` per part it sends entries to, and `Capped` per label.
 
     Writes the task's entries to its entry file, grouped by part. They are held
     packed (about 100 bytes each), one chunk's index parsed at a time.
     """
     task, info = element
-    parts: dict[tuple, bytearray] = {}  # part key -> its packed entries
+    parts: dict[PartKey, bytearray] = {}  # its packed entries
     capped: dict[int, int] = {}
     last: dict[tuple, tuple] = {}
     for chunk, firsts in info.chunks:
         next_rank = {(split or None, label): first for split, label, first in firsts}
-        for r in map(PreparedRef._make, read_prepared(tmp_dir, chunk)):
+        for r in map(PreparedRef._make, read_prepared(work, chunk)):
             group = (r.split or None, r.label)
             key = (sort_key(seed, r.path), r.path)
             if group in last and key <= last[group]:
@@ -202,37 +222,37 @@ def rank_task(element, tmp_dir: str, seed: int):
             split_name, shard = where
             bits = info.part_bits[split_name]
             order = sort_key(seed, r.path, "order")
-            part = (split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
+            part = PartKey(split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
             relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
             parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
                 order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image,
                 relabel)))
     sections, offset = [], 0
-    path = entries_path(tmp_dir, task)
+    path = work.entries(task)
     tmp = storage.temp_path(path)
     with storage.open_write(tmp) as out:  # a part at a time: no copy of the whole file in memory
         for part in sorted(parts):
             packed = parts.pop(part)
             out.write(packed)
-            sections.append((ENTRY, part, (task, offset, len(packed))))
+            sections.append(PartEntries(part, Section(task, offset, len(packed))))
             offset += len(packed)
     storage.rename(tmp, path)
     yield from sections
     for label, count in sorted(capped.items()):
-        yield CAPPED, label, count
+        yield Capped(label, count)
 
 
 class PlanShards(beam.PTransform):
-    """(chunk, counts) of prepared chunks -> (ENTRY, part key, Section) and (CAPPED, label, count), exactly
-    as `prep.plan.make_plan` decides for the chunks' good inputs."""
+    """`ChunkCounts` of prepared chunks -> `PartEntries` and `Capped`, exactly as the layout
+    decides for the chunks' good inputs ranked by `sort_key`."""
 
-    def __init__(self, num_classes: int, options: PlanOptions, tmp_dir: str, group_target: int = GROUP_TARGET,
+    def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET,
                  labels: tuple[str, ...] | None = None):
         super().__init__()
         self._num_classes = num_classes
         self._labels = labels
         self._options = options
-        self._tmp_dir = tmp_dir
+        self._work = work
         self._group_target = group_target
 
     def expand(self, counts):
@@ -240,8 +260,8 @@ class PlanShards(beam.PTransform):
             counts
             | "OneKey" >> beam.Map(lambda c: (None, c))
             | "GatherCounts" >> beam.GroupByKey()
-            | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._tmp_dir,
+            | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._work,
                                          self._group_target, self._labels)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Rank" >> beam.FlatMap(rank_task, self._tmp_dir, self._options.seed)
+            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed)
         )

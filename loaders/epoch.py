@@ -30,7 +30,7 @@ import math
 import random
 from typing import Sequence
 
-from prep.errors import LoaderError
+from prep.core.errors import LoaderError
 
 REMAINDERS = ("drop", "pad")
 

@@ -5,7 +5,7 @@ for `prep verify --target`, which records that consumer's defaults would fail
 on (`record_failures`), and the command that fixes them (`fix_command`).
 
 `model-garden` is TensorFlow Model Garden (tf-models-official): checked against
-its `official/vision/dataloaders`, tested in tests/test_model_garden.py.
+its `official/vision/dataloaders`, tested in tests/e2e/test_model_garden.py.
 - `classification_input.Parser` defaults to `decode_jpeg_only=True`: it reads
   the image with `tf.image.extract_jpeg_shape` and `decode_and_crop_jpeg`, so a
   PNG record fails ("Invalid JPEG data"). Every record is stored as JPEG.
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from prep.errors import OptionsError
+from prep.core.errors import OptionsError
+from prep.core.manifest import Manifest
 
 NONE = "none"
 MODEL_GARDEN = "model-garden"
@@ -126,15 +127,15 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def fix_command(manifest: dict, output: str, target: str) -> str:
+def fix_command(manifest: Manifest, output: str, target: str) -> str:
     """The `prep convert` command that rewrites the dataset in `output` for `target`.
 
     Rebuilt from the manifest's options. Two are recorded only in part: --labels
     by its base name (give its path if it is not in the current folder) and
     --classes by a flag (CLASSES stands for the file).
     """
-    options = manifest.get("options") or {}
-    source = (manifest.get("run") or {}).get("source") or "SOURCE"
+    options = manifest.options
+    source = manifest.run.source or "SOURCE"
     words = ["prep", "convert", _quote(str(source)), _quote(output)]
 
     def add(flag, value):
@@ -152,7 +153,7 @@ def fix_command(manifest: dict, output: str, target: str) -> str:
         add("--num-shards", options["num_shards"])
     elif options.get("shard_size") not in (None, 128 << 20):
         add("--shard-size", options["shard_size"])
-    from prep.images import DEFAULT_MAX_PIXELS  # Pillow: not at import, `prep --help` stays light
+    from prep.core.image_rules import DEFAULT_MAX_PIXELS  # Pillow: not at import, `prep --help` stays light
 
     defaults = {"seed": 0, "quality": 95, "max_pixels": DEFAULT_MAX_PIXELS}
     for key in ("max_per_class", "seed", "resize", "max_side", "quality", "max_pixels"):

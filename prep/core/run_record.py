@@ -1,4 +1,6 @@
-"""May an interrupted conversion be resumed? Pure comparisons, no file access.
+"""The run record: what decides a conversion's output, and whether an interrupted run may be resumed.
+
+Pure comparisons, no file access.
 
 A conversion records, before any image is read, what decides its output
 (`run_record`): the output-deciding options (`ConvertConfig.manifest_options`),
@@ -12,7 +14,7 @@ written, so a resumed run may change them and plan the prepared images anew
 
 What the listing cannot show, a file changed in place, is caught by the
 per-input signatures that each prepared chunk records (see
-`beam_jobs/checkpoints.py`).
+`beam_jobs.checkpoints`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 
-from prep.sources import Listing, printable
+import prep
+
+from prep.core.listing import Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
-# 4: the listing is staged in `start.listing_order`, which the planner relies on.
+# 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
 RUN_VERSION = 4
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 # Manifest options that only shape the plan, read after every image is prepared.
@@ -32,6 +36,13 @@ PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class"
 # What a planning failure after the images were read adds: the command that recovers.
 REPLAN_HINT = ("the images read so far are kept: run the same command again with the corrected option and "
                "--resume to plan them anew without reading them again")
+
+
+def tool_info() -> dict:
+    """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
+    import PIL
+
+    return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
 
 
 def listing_digest(listing: Listing, batch: int = 4096) -> str:

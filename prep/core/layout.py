@@ -1,49 +1,39 @@
-"""Planning: which example goes to which split, shard and position. Pure functions.
+"""The shard layout: which split, shard and position each example of a group goes to. Pure.
 
-Given the examples that passed the image check, `make_plan` decides:
+Examples are grouped by (split given by SOURCE or None, label) and ranked inside
+a group by `ordering.sort_key` (see `ordering` for the order's contract). From the
+group sizes alone, `make_layout` decides:
 
-1. Order. Each example gets a sort key ``sha256(seed, path)`` from its path
-   relative to SOURCE, so the plan never depends on the order a file system
-   lists files, and another seed gives another order.
-2. Cap. `max_per_class` keeps the first N of each class in key order (before a
+1. Cap. `max_per_class` keeps the first N of each group in rank order (before a
    stratified split; within each given split when the source names splits).
-3. Split. With fractions, each class is split in the same proportions by
-   largest-remainder rounding; the first examples in key order go to the first
-   split named, and so on.
-4. Shards. Within a split, classes are laid end to end (label order, key order
+2. Split. With fractions, each class is split in the same proportions by
+   largest-remainder rounding; the first ranks go to the first split named, and so on.
+3. Shards. Within a split, classes are laid end to end (label order, rank order
    inside a class) and position p goes to shard ``p mod N``. So every shard holds
    ⌊n/N⌋ or ⌈n/N⌉ examples and every class's count differs by at most one
    between any two shards.
-5. Order in a shard: by a second seeded hash, so reading one shard does not
-   give one class at a time.
+
+Inside a shard, records are written in `sort_key(seed, path, "order")` order, so
+reading one shard does not give one class at a time. `beam_jobs.plan_shards`
+applies the layout to ranked references; tests/support/reference_plan.py is the
+whole plan in memory, the tests' oracle.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from fractions import Fraction
 from typing import Sequence
 
-from prep.errors import OptionsError, PlanError
-from prep.naming import ShardName, check_split_name
+from prep.core.errors import OptionsError, PlanError
+from prep.core.naming import check_split_name
 
 DEFAULT_SPLIT = "train"
 DEFAULT_SHARD_SIZE = 128 * 1024 * 1024
 # What becomes of a class left with no example (empty folder, or every input rejected):
 # keep it and its label id, drop it (later classes' ids move down), or stop before any shard.
 EMPTY_CLASSES = ("keep", "drop", "fail")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Example:
-    """What the planner needs to know of one checked example."""
-
-    path: str  # relative to SOURCE, '/'-separated
-    label: int
-    split: str | None  # from split folders or a split column; None if not given
-    size: int  # bytes of its serialized record
 
 
 def parse_split_fractions(text: str) -> tuple[tuple[str, Fraction], ...]:
@@ -103,34 +93,6 @@ class PlanOptions:
             raise OptionsError(f"--max-per-class must be >= 1, got {self.max_per_class}")
         if self.empty_classes not in EMPTY_CLASSES:
             raise OptionsError(f"--empty-classes must be one of {', '.join(EMPTY_CLASSES)}, got {self.empty_classes!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardPlan:
-    """One shard: its name and its members (indices into the examples) in write order."""
-
-    name: ShardName
-    members: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The whole plan: shards of every split, in (split, index) order, and what was capped."""
-
-    shards: tuple[ShardPlan, ...]
-    capped: tuple[int, ...]  # indices of examples left out by max_per_class
-
-    def splits(self) -> list[str]:
-        return list(dict.fromkeys(s.name.split for s in self.shards))
-
-
-def sort_key(seed: int, path: str | bytes, purpose: str = "rank") -> bytes:
-    """The seeded hash that orders examples; `purpose` separates independent orders.
-
-    `path` as text, or already encoded as UTF-8 with surrogateescape.
-    """
-    raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
-    return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + raw).digest()
 
 
 def largest_remainder(n: int, fractions: Sequence[Fraction]) -> list[int]:
@@ -252,7 +214,8 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
     """The layout for groups of the given sizes ({(given split, label): examples}).
 
     Raises:
-        PlanError: see `make_plan`.
+        PlanError: a split would be empty, has fewer examples than shards asked
+            for, or a split is given by both the source and the options.
     """
     check_split_source(options, {split for split, _ in group_sizes} != {None})
     kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in group_sizes.items()}
@@ -283,37 +246,3 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
             raise PlanError(f"split {name!r} gets no examples; use fewer splits or more data")
         splits.append(SplitLayout(name, position, shard_count(position, mean_size, options, name)))
     return Layout({g: tuple(s) for g, s in segments.items()}, kept, tuple(splits))
-
-
-def make_plan(examples: Sequence[Example], num_classes: int, options: PlanOptions) -> Plan:
-    """Plans splits and balanced shards for `examples`. See the module docstring.
-
-    This is the reference planner; `beam_jobs.planning` computes the same plan
-    with bounded groups, from the same `make_layout`.
-
-    Raises:
-        PlanError: a split would be empty, has fewer examples than shards asked
-            for, or a split is given by both the source and the options.
-    """
-    groups: dict[Group, list[int]] = {}
-    keys = [sort_key(options.seed, e.path) for e in examples]
-    for index in sorted(range(len(examples)), key=lambda i: (keys[i], examples[i].path)):
-        groups.setdefault((examples[index].split, examples[index].label), []).append(index)
-    mean_size = sum(e.size for e in examples) / max(1, len(examples))
-    layout = make_layout({g: len(m) for g, m in groups.items()}, num_classes, options, mean_size)
-    members: dict[tuple[str, int], list[int]] = {}
-    capped = []
-    for group, indices in groups.items():
-        for rank, index in enumerate(indices):
-            where = layout.locate(group, rank)
-            if where is None:
-                capped.append(index)
-            else:
-                members.setdefault(where, []).append(index)
-    shards = []
-    for split in layout.splits:
-        for i in range(split.num_shards):
-            ordered = sorted(members.get((split.name, i), []),
-                             key=lambda m: sort_key(options.seed, examples[m].path, "order"))
-            shards.append(ShardPlan(ShardName(split.name, i, split.num_shards), tuple(ordered)))
-    return Plan(tuple(shards), tuple(sorted(capped)))

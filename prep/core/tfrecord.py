@@ -13,11 +13,12 @@ exactly what DALI's `tfrecord2idx` tool writes.
 from __future__ import annotations
 
 import struct
+import typing
 from typing import BinaryIO, Iterable, Iterator
 
 import google_crc32c
 
-from prep.errors import RecordError
+from prep.core.errors import RecordError
 
 HEADER = 12  # length + its CRC
 FOOTER = 4  # data CRC
@@ -63,12 +64,28 @@ def frame(data: bytes) -> bytes:
                      struct.pack("<I", masked_crc32c(data))))
 
 
-def read_records(stream: BinaryIO, name: str = "<stream>") -> Iterator[tuple[int, int, bytes]]:
-    """Yields (record index, byte offset, data) for each record, checking both CRCs.
+class Frame(typing.NamedTuple):
+    """One framed record as read: its index and byte offset in the file, its data, and
+    whether the data's CRC holds (the length's always does, or no frame is given)."""
+
+    index: int
+    offset: int
+    data: bytes
+    intact: bool
+
+    @property
+    def size(self) -> int:
+        """The whole framed record's bytes."""
+        return HEADER + len(self.data) + FOOTER
+
+
+def frames(stream: BinaryIO, name: str = "<stream>") -> Iterator[Frame]:
+    """Yields each record's `Frame`, stepping over a record whose data CRC fails: its
+    length is still trusted. A record that cannot be framed ends the file for a reader.
 
     Raises:
         RecordError: naming the file, record index and offset, on a truncated
-            record or a CRC mismatch.
+            header or record or a length CRC mismatch (nothing after it can be found).
     """
     index = offset = 0
     while True:
@@ -86,11 +103,22 @@ def read_records(stream: BinaryIO, name: str = "<stream>") -> Iterator[tuple[int
         if len(body) < length + FOOTER:
             raise RecordError(f"{where}: truncated record ({len(body)} of {length + FOOTER} bytes)")
         data, (data_crc,) = body[:length], struct.unpack("<I", body[length:])
-        if masked_crc32c(data) != data_crc:
-            raise RecordError(f"{where}: data CRC mismatch")
-        yield index, offset, data
+        yield Frame(index, offset, data, masked_crc32c(data) == data_crc)
         index += 1
         offset += HEADER + length + FOOTER
+
+
+def read_records(stream: BinaryIO, name: str = "<stream>") -> Iterator[tuple[int, int, bytes]]:
+    """Yields (record index, byte offset, data) for each record, checking both CRCs.
+
+    Raises:
+        RecordError: naming the file, record index and offset, on a truncated
+            record or a CRC mismatch.
+    """
+    for frame_ in frames(stream, name):
+        if not frame_.intact:
+            raise RecordError(f"{name}: record {frame_.index} at byte {frame_.offset}: data CRC mismatch")
+        yield frame_.index, frame_.offset, frame_.data
 
 
 def record_index(sizes: Iterable[int]) -> bytes:

@@ -6,10 +6,10 @@ kinds of files in the folder (`tfds.core.read_only_builder`):
 - ``dataset_info.json``: the `DatasetInfo` proto in proto3's JSON mapping
   (camelCase names, int64 values as strings): name, version, file format,
   supervised keys, and per split its shard lengths, bytes and file-name
-  template. The template (`prep.naming.TFDS_TEMPLATE`) lets tfds find our shard
+  template. The template (`naming.TFDS_TEMPLATE`) lets tfds find our shard
   names as they are.
 - ``features.json``: `FeaturesDict.to_json()` of our record schema, one entry
-  per key of `prep.schema`, so tfds parses and decodes every field we write.
+  per key of `schema`, so tfds parses and decodes every field we write.
 - ``image.class.label.labels.txt``: the class names, in label-id order.
   `ClassLabel.load_metadata` reads ``{feature name, '/' as '.'}.labels.txt``.
 
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 
-from prep import schema
-from prep.naming import TFDS_TEMPLATE
+from prep.core import schema
+from prep.core.manifest import Manifest
+from prep.core.naming import TFDS_TEMPLATE
 
 NAME = "tfrecord_prep"  # fixed, not the folder's name: the bytes must not depend on where OUTPUT is
 VERSION = "1.0.0"
@@ -72,14 +73,14 @@ def features_json(labels: list[str]) -> dict:
     }
 
 
-def dataset_info_json(manifest: dict) -> dict:
+def dataset_info_json(manifest: Manifest) -> dict:
     """The `DatasetInfo` proto, as JSON, of a dataset described by `manifest`."""
     splits = []
-    for name, info in sorted(manifest["splits"].items()):
+    for name, info in sorted(manifest.splits.items()):
         splits.append({
             "name": name,
-            "numBytes": str(info["bytes"]),
-            "shardLengths": [str(shard["examples"]) for shard in info["shards"]],
+            "numBytes": str(info.bytes),
+            "shardLengths": [str(shard.examples) for shard in info.shards],
             "filepathTemplate": TFDS_TEMPLATE,
         })
     return {
@@ -97,9 +98,9 @@ def _dumps(value: dict) -> bytes:
     return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode()
 
 
-def files(manifest: dict) -> dict[str, bytes]:
+def files(manifest: Manifest) -> dict[str, bytes]:
     """``{file name: bytes}`` of the tfds metadata for `manifest`, in the order to write them."""
-    labels = list(manifest["labels"])
+    labels = list(manifest.labels)
     return {
         labels_file(): "".join(name + "\n" for name in labels).encode("utf-8"),
         FEATURES_FILE: _dumps(features_json(labels)),

@@ -1,5 +1,9 @@
-"""The conversion options, defined once for both `prep convert` (click) and
-`python -m beam_jobs.convert` (argparse), and turned into a `ConvertConfig`."""
+"""The conversion options: one table (`OPTIONS`) for `prep convert` (click) and
+`python -m beam_jobs.convert` (argparse), and the one way values become a `ConvertConfig`.
+
+The table is plain data; `prep.cli` turns it into click options and `add_arguments`
+into argparse ones, so both entry points take the same names, defaults and help.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,13 @@ import decimal
 import os
 import re
 
-from prep import targets
-from prep.config import ConvertConfig
-from prep.errors import OptionsError, SourceError
-from prep.images import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
-from prep.plan import EMPTY_CLASSES, PlanOptions, parse_split_fractions
-from prep.sources import LAYOUTS, Listing, list_folders, list_label_file, read_class_file
+from prep.core import targets
+from prep.core.config import ConvertConfig
+from prep.core.errors import OptionsError
+from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
+from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
+from prep.core.listing import LAYOUTS, read_class_file
+from prep.core.storage import is_remote
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,50 +148,6 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"])
 
 
-def _absolute(path: str) -> str:
-    """Local paths become absolute, so that pipeline workers in other folders find them."""
-    return path if "://" in path else os.path.abspath(path)
-
-
-def output_inside(output: str, source: str) -> bool:
-    """Whether folder `output` is `source` or under it (local paths compared after resolving symlinks)."""
-    if "://" in output or "://" in source:
-        inner, outer = output.rstrip("/") + "/", source.rstrip("/") + "/"
-    else:
-        inner, outer = os.path.realpath(output) + os.sep, os.path.realpath(source).rstrip(os.sep) + os.sep
-    return inner.startswith(outer)
-
-
-def list_inputs(config: ConvertConfig) -> Listing:
-    """Lists SOURCE as the config says: a label file or class folders, local or in an object store."""
-    remote = "://" in config.source
-    if config.labels:
-        data = None
-        if "://" in config.labels:
-            from beam_jobs import storage
-
-            try:
-                data = storage.read_bytes(config.labels)
-            except Exception as exc:  # each FileSystem raises its own types
-                raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
-        return list_label_file(config.source, config.labels, config.classes, data=data,
-                               allow_outside=config.allow_outside_source)
-    if output_inside(config.output, config.source):
-        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
-                          "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")
-    if remote:
-        from beam_jobs import storage
-
-        try:
-            files = storage.list_files(config.source)
-        except Exception as exc:
-            raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
-        if not files:
-            raise SourceError(f"SOURCE {config.source} holds no files")
-        return list_folders(config.source, config.layout, config.classes, files=files)
-    return list_folders(config.source, config.layout, config.classes)
-
-
 def add_arguments(parser) -> None:
     """Adds the options to an argparse parser (Beam's idiom)."""
     for o in OPTIONS:
@@ -197,15 +158,6 @@ def add_arguments(parser) -> None:
                                 help=o.help)
 
 
-def click_options(command):
-    """Decorates a click command with the options."""
-    import click
-
-    for o in reversed(OPTIONS):
-        if o.flag:
-            command = click.option(o.name, is_flag=True, help=o.help)(command)
-        else:
-            kind = click.Choice(list(o.choices)) if o.choices else o.type
-            command = click.option(o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar,
-                                   show_default=o.default is not None)(command)
-    return command
+def _absolute(path: str) -> str:
+    """Local paths become absolute, so that pipeline workers in other folders find them."""
+    return path if is_remote(path) else os.path.abspath(path)
