@@ -28,10 +28,10 @@ from prep.core import content_keys as ck
 from prep.core import keys_sidecar
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
-from prep.errors import RecordError
-from prep.manifest_shape import load_checked
-from prep.schema import ImageRecord
-from prep.tfrecord import read_records
+from prep.core.errors import RecordError
+from prep.core.manifest import Manifest
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import read_records
 
 JSON_VERSION = 1
 BATCH = 32  # records per task sent to a worker process
@@ -159,9 +159,8 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
         OSError: a shard cannot be read.
     """
     started = time.perf_counter()
-    manifest = load_checked(output)
-    shards = [(split, s["file"], s["sha256"], s["examples"])
-              for split in sorted(manifest["splits"]) for s in manifest["splits"][split]["shards"]]
+    manifest = Manifest.load(output)
+    shards = [(split.name, shard.file, shard.sha256, shard.examples) for split, shard in manifest.shards()]
     sidecar = os.path.join(output, keys_sidecar.FILENAME)
     try:
         with open(sidecar, "rb") as f:

@@ -10,7 +10,7 @@ import pytest
 
 from prep.core import keys_sidecar
 from prep.leakage import compare, dataset_keys
-from prep.schema import ImageRecord
+from prep.core.schema import ImageRecord
 from tests.support import datasets
 from tests.support.photos import write_leaky_pair
 
@@ -233,7 +233,7 @@ def test_worker_processes_give_the_keys_hashed_in_process(fresh, monkeypatch):
     shard = datasets.load(outs["c"])["splits"]["train"]["shards"][0]
     datas = datasets.records(outs["c"] / shard["file"])
     datasets.rewrite_split(outs["c"], "train", [datas[:5] + [b"\x0a\x03abc"] + datas[6:]])
-    from prep.errors import RecordError
+    from prep.core.errors import RecordError
 
     with pytest.raises(RecordError, match=rf"{shard['file']}: record 5: "):
         dataset_keys(str(outs["c"]), workers=2)
