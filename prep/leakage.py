@@ -29,6 +29,7 @@ from prep.core import keys_sidecar
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
 from prep.core.errors import RecordError
+from prep.core.image_rules import DEFAULT_MAX_PIXELS, bomb_limit
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import read_records
@@ -73,12 +74,17 @@ def _hash_record(data: bytes, split: str, shard: str, digest: str, index: int) -
 Progress = Callable[[int, int], None]  # (records just hashed, records to hash in this dataset)
 
 
-def _hash_batch(batch: list[tuple[int, bytes]], path: str, split: str, shard: str, digest: str) -> list[RecordKeys]:
+def _hash_batch(batch: list[tuple[int, bytes]], path: str, split: str, shard: str, digest: str,
+                max_pixels: int) -> list[RecordKeys]:
     """The keys of a batch of (record index, serialized record) of one shard (run in a worker process).
+
+    Pillow's bomb check is set to the dataset's --max-pixels, as `verify --deep` does: every
+    image the conversion accepted decodes, whatever limit the calling process had set.
 
     Raises:
         RecordError: naming the shard and the record that does not parse.
     """
+    bomb_limit(max_pixels)
     out = []
     for index, data in batch:
         try:
@@ -114,7 +120,8 @@ def _executor(workers: int, records: int):
                                                   mp_context=multiprocessing.get_context("spawn"))
 
 
-def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: int) -> list[RecordKeys]:
+def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: int,
+                max_pixels: int) -> list[RecordKeys]:
     """Reads one shard and hashes its images on `pool` in batches, in record order.
 
     Raises:
@@ -126,12 +133,12 @@ def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: i
         for index, _, data in read_records(f, path):
             batch.append((index, data))
             if len(batch) == BATCH:
-                pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest))
+                pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest, max_pixels))
                 batch = []
                 if len(pending) >= PENDING * workers:
                     out.extend(pending.popleft().result())
     if batch:
-        pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest))
+        pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest, max_pixels))
     while pending:
         out.extend(pending.popleft().result())
     return out
@@ -161,6 +168,7 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
     started = time.perf_counter()
     manifest = Manifest.load(output)
     shards = [(split.name, shard.file, shard.sha256, shard.examples) for split, shard in manifest.shards()]
+    max_pixels = manifest.options.get("max_pixels") or DEFAULT_MAX_PIXELS
     sidecar = os.path.join(output, keys_sidecar.FILENAME)
     try:
         with open(sidecar, "rb") as f:
@@ -182,7 +190,7 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
                 records.extend(found)
                 reused += len(found)
                 continue
-            fresh = _shard_keys(os.path.join(output, file), split, file, digest, pool, workers)
+            fresh = _shard_keys(os.path.join(output, file), split, file, digest, pool, workers, max_pixels)
             records.extend(fresh)
             computed += len(fresh)
             if progress is not None:

@@ -237,3 +237,12 @@ def test_worker_processes_give_the_keys_hashed_in_process(fresh, monkeypatch):
 
     with pytest.raises(RecordError, match=rf"{shard['file']}: record 5: "):
         dataset_keys(str(outs["c"]), workers=2)
+
+
+def test_images_decode_up_to_the_datasets_max_pixels_whatever_pillow_was_set_to(fresh, monkeypatch):
+    from PIL import Image
+
+    _, outs = fresh
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # as a caller's own bomb limit could leave it
+    keys = dataset_keys(str(outs["c"]), workers=1)
+    assert keys.computed == 20 and not keys.unreadable
