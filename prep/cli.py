@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import os
 import sys
 import time
 import warnings
@@ -203,6 +204,74 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     if plot:
         width, height = pictures.write_plot(summary, plot)
         click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
+
+
+class _Trouble(click.ClickException):
+    """An error of a command whose exit status 1 means something else (`leakage`, like diff): exit 2."""
+
+    exit_code = 2
+
+
+@main.command()
+@click.argument("a", type=str)
+@click.argument("b", type=str)
+@click.option("--json", "as_json", is_flag=True, help="Print the pairs as JSON (docs/leakage.md).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes that hash images not hashed before (default: all cores).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar while images are hashed (default: when stderr is a terminal).")
+@click.pass_context
+def leakage(ctx, a, b, as_json, workers, progress):
+    """List the images that datasets A and B share: exact copies and near duplicates.
+
+    A and B are converted datasets (OUTPUT folders). Near duplicates are
+    re-encodes, resizes, brightness changes and border crops of up to 5%
+    (docs/leakage.md). `prep leakage A A` lists the duplicates inside A, across
+    its splits and within them. Content keys are computed from the shards the
+    first time and kept in each folder's content_keys.jsonl. Exit status, like
+    diff: 0 no pair, 1 pairs found, 2 error.
+    """
+    import json
+
+    from prep import leakage as leakage_lib
+
+    for name in (a, b):
+        if "://" in name:
+            raise _Trouble(f"{name}: prep leakage reads local folders only; copy the dataset here first")
+        if not os.path.isdir(name):
+            raise _Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
+    bars = []
+
+    def bar(name):
+        if not (sys.stderr.isatty() if progress is None else progress):
+            return None
+
+        def update(n, total):
+            if not bars or bars[-1][0] != name:
+                from tqdm import tqdm
+
+                bars.append((name, tqdm(total=total, unit="image", desc=f"hashing {name}", file=sys.stderr,
+                                        leave=False)))
+            bars[-1][1].update(n)
+        return update
+
+    try:
+        report = leakage_lib.compare(a, b, workers, bar)
+    except PrepError as exc:
+        raise _Trouble(str(exc)) from None
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        raise _Trouble(f"cannot access{where}: {exc.strerror or exc}") from None
+    finally:
+        for _, shown in bars:
+            shown.close()
+    for side in (report.a, report.b):
+        if side.warning:
+            click.echo(f"warning: {side.warning}", err=True)
+    click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) if as_json
+               else leakage_lib.render_text(report))
+    if report.found.pairs:
+        ctx.exit(1)
 
 
 def run() -> None:

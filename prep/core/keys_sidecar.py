@@ -1,0 +1,106 @@
+"""`content_keys.jsonl`: the content keys of every record of a converted dataset, beside its manifest. Pure.
+
+`prep leakage` writes it after computing the keys from the shards, so a second
+run does not decode again; the conversion will write the same file. JSON
+lines, keys sorted:
+
+- line 1, the header: `format` ("tfrecord-prep-content-keys"), `version` (1), and
+  what decides the hashes: `crop_scales`, `grid`, `hash_side`, `draft`;
+- then one line per record, in shard and record order: `shard` (file name),
+  `shard_sha256` (the manifest's digest of that shard when the keys were made),
+  `record` (its index in the shard), `split`, `filename` (image/filename),
+  `sha256` (of image/encoded), and `hashes` (16 hex digits each, whole picture
+  first, then the crops) or null with `error` when the image did not decode.
+
+A reader keeps a shard's lines only if the header matches the hashing in use and
+`shard_sha256` is the manifest's digest of that shard now: a reconverted or
+edited dataset, or keys made another way, are computed again, never trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from prep.core import content_keys as ck
+
+FILENAME = "content_keys.jsonl"
+FORMAT = "tfrecord-prep-content-keys"
+VERSION = 1
+
+
+def header() -> dict:
+    """The first line: the format and everything that decides the hashes."""
+    return {"format": FORMAT, "version": VERSION, "crop_scales": list(ck.CROP_SCALES), "grid": ck.GRID,
+            "hash_side": ck.HASH_SIDE, "draft": ck.DRAFT}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordKeys:
+    """The keys of one record: where it is, and its sha256 and hashes (None if the image did not decode)."""
+
+    split: str
+    shard: str
+    shard_sha256: str
+    record: int
+    filename: str
+    sha256: str
+    hashes: tuple[int, ...] | None
+    error: str | None = None
+
+    def __post_init__(self):
+        if (self.hashes is None) == (self.error is None):
+            raise ValueError(f"record {self.shard}#{self.record}: exactly one of hashes and error must be set")
+        if self.record < 0:
+            raise ValueError(f"record index must be >= 0, got {self.record}")
+
+    @property
+    def keys(self) -> ck.ContentKeys | None:
+        return None if self.hashes is None else ck.ContentKeys(self.sha256, self.hashes)
+
+    def to_json(self) -> dict:
+        out = {"split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
+               "filename": self.filename, "sha256": self.sha256,
+               "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "RecordKeys":
+        hashes = obj["hashes"]
+        return cls(obj["split"], obj["shard"], obj["shard_sha256"], obj["record"], obj["filename"], obj["sha256"],
+                   None if hashes is None else tuple(int(h, 16) for h in hashes), obj.get("error"))
+
+
+def dumps(records: list[RecordKeys]) -> bytes:
+    lines = [json.dumps(header(), sort_keys=True)]
+    lines += [json.dumps(r.to_json(), sort_keys=True, ensure_ascii=True) for r in records]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def loads(data: bytes, shard_digests: dict[str, str]) -> dict[str, list[RecordKeys]]:
+    """The records still valid in a sidecar's bytes, by shard file name.
+
+    Args:
+        data: the file's bytes.
+        shard_digests: {shard file name: its sha256 in the manifest now}.
+
+    Returns:
+        The records of each shard whose lines all carry its current digest; nothing
+        if the header is not this hashing's, or the file is damaged (it is then
+        simply made again).
+    """
+    try:
+        lines = data.decode().splitlines()
+        if not lines or json.loads(lines[0]) != header():
+            return {}
+        by_shard: dict[str, list[RecordKeys]] = {}
+        for line in lines[1:]:
+            record = RecordKeys.from_json(json.loads(line))
+            by_shard.setdefault(record.shard, []).append(record)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return {shard: records for shard, records in by_shard.items()
+            if shard in shard_digests and all(r.shard_sha256 == shard_digests[shard] for r in records)
+            and [r.record for r in records] == list(range(len(records)))}

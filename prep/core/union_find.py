@@ -1,0 +1,65 @@
+"""Duplicate groups: connected components of the duplicate pairs, bounded in memory and in size. Pure.
+
+Memory: two arrays of `n` 32-bit integers (parent, size): 8 bytes per image
+whatever the number of pairs, which are streamed through `union` and never
+kept. 100 million images take 800 MB, so the pipeline runs it once over all
+pairs (a pair is two ids and a distance) rather than per worker.
+
+Size: near-duplicate links chain (A looks like B, B like C, ...), so one
+component could swallow a whole dataset of similar pictures. A union that
+would make a group larger than `max_size` is refused and counted in
+`refused`; which unions are refused depends only on the order of the pairs,
+so callers feed them sorted (exact pairs first, then by distance, then ids).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_MAX_SIZE = 1_000
+
+
+class UnionFind:
+    """Disjoint sets over the ids 0..n-1, no set larger than `max_size`."""
+
+    def __init__(self, n: int, max_size: int = DEFAULT_MAX_SIZE):
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if max_size < 1:
+            raise ValueError(f"max_size must be >= 1, got {max_size}")
+        if n >= 1 << 31:
+            raise ValueError(f"n must be < 2**31 (32-bit ids), got {n}")
+        self.parent = np.arange(n, dtype=np.int32)
+        self.size = np.ones(n, dtype=np.int32)
+        self.max_size = max_size
+        self.refused = 0
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = int(parent[root])
+        while parent[x] != root:  # path compression: later finds are near O(1)
+            parent[x], x = root, int(parent[x])
+        return root
+
+    def union(self, a: int, b: int) -> bool:
+        """Joins the sets of `a` and `b`. False if already one set or if the joined set would be too large."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self.size[ra] + self.size[rb] > self.max_size:
+            self.refused += 1
+            return False
+        if self.size[ra] < self.size[rb] or (self.size[ra] == self.size[rb] and rb < ra):
+            ra, rb = rb, ra  # union by size; ties to the smaller id, so the result is order-independent per pair
+        self.parent[rb] = ra
+        self.size[ra] += self.size[rb]
+        return True
+
+    def groups(self) -> list[list[int]]:
+        """The sets of two or more ids, each sorted, ordered by their smallest id."""
+        members: dict[int, list[int]] = {}
+        for x in range(len(self.parent)):
+            members.setdefault(self.find(x), []).append(x)
+        return sorted((m for m in members.values() if len(m) > 1), key=lambda m: m[0])

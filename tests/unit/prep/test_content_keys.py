@@ -1,0 +1,121 @@
+"""Content keys (prep.core.content_keys): the pHash itself, the displayed picture, and detection quality."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from prep.core import content_keys as ck
+from tests.support.dedupe_eval import score
+from tests.support.imagegen import encode, oriented
+from tests.support.photos import photo, planted_set
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """100 photos, 40 of them with one copy of each edit: small enough for the fast loop."""
+    return planted_set(100, 40, seed=7, size=(192, 144))
+
+
+def test_planted_copies_are_found_and_unrelated_photos_are_not(planted):
+    images, pairs = planted
+    quality = score({name: ck.image_keys(data) for name, data in images}, pairs)
+    for kind in ("copy", "reencode_q60", "resize_75", "brightness_12"):
+        assert quality.recall(kind) == 1.0, (kind, quality)
+    assert quality.recall("crop_5") >= 0.9, quality
+    assert quality.false_pairs == 0, quality  # of 43,860 unrelated pairs
+    assert quality.skipped == 0
+
+
+def test_crops_beat_the_plain_phash(planted):
+    """The crop hashes are what finds the crops: pHash alone misses some on the same set."""
+    images, pairs = planted
+    crops = [p for p in pairs if p[0] == "crop_5"]
+    data = dict(images)
+    plain = score({n: ck.image_keys(data[n], scales=()) for n in {x for _, *ab in crops for x in ab}}, crops)
+    ours = score({n: ck.image_keys(data[n]) for n in {x for _, *ab in crops for x in ab}}, crops)
+    assert ours.recall("crop_5") > plain.recall("crop_5")
+
+
+def test_the_dct_is_scipys_orthonormal_dct_ii():
+    fft = pytest.importorskip("scipy.fft")
+    x = np.random.default_rng(0).random((ck.GRID, ck.GRID))
+    want = fft.dctn(x, type=2, norm="ortho")[:ck.HASH_SIDE, :ck.HASH_SIDE]
+    np.testing.assert_allclose(ck._DCT @ x @ ck._DCT.T, want, atol=1e-9)
+
+
+def test_phash_has_as_many_ones_as_zeros_so_distances_are_even():
+    keys = [ck.image_keys(encode(photo(s, (96, 72)), "PNG")) for s in range(6)]
+    for k in keys:
+        assert all(h.bit_count() == 32 for h in k.hashes)
+    assert all(ck.distance(a, b) % 2 == 0 for a in keys for b in keys)
+
+
+def test_sha256_is_of_the_bytes_and_the_keys_have_one_hash_per_scale():
+    data = encode(photo(1, (96, 72)), "JPEG", quality=90)
+    keys = ck.image_keys(data)
+    assert keys.sha256 == hashlib.sha256(data).hexdigest()
+    assert len(keys.hashes) == 1 + len(ck.CROP_SCALES)
+
+
+def test_exif_orientation_is_applied_before_hashing():
+    upright = np.asarray(photo(3, (96, 64)))
+    plain = ck.image_keys(encode(Image.fromarray(upright), "JPEG", quality=95))
+    for orientation in (3, 6, 8):
+        turned = ck.image_keys(oriented(upright, orientation))
+        assert ck.distance(plain, turned) <= 4, orientation
+    # the stored (unrotated) pixels of orientation 6 are not the same picture
+    stored = ck.image_keys(encode(Image.fromarray(np.rot90(upright).copy()), "JPEG", quality=95))
+    assert ck.distance(plain, stored) > ck.NEAR_DISTANCE
+
+
+def test_transparency_is_composited_on_white():
+    rgb = np.asarray(photo(4, (96, 72))).copy()
+    alpha = np.full(rgb.shape[:2], 255, np.uint8)
+    alpha[:, :40] = 0  # the left part transparent: shown white, whatever the hidden colour
+    rgba = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+    on_white = rgb.copy()
+    on_white[:, :40] = 255
+    assert ck.distance(ck.image_keys(encode(rgba, "PNG")),
+                       ck.image_keys(encode(Image.fromarray(on_white), "PNG"))) == 0
+
+
+def test_sixteen_bit_gray_is_the_same_picture_as_eight_bit():
+    gray8 = np.asarray(photo(5, (96, 72)).convert("L"))
+    img16 = Image.fromarray(gray8.astype(np.uint16) * 257)
+    assert ck.distance(ck.image_keys(encode(img16, "PNG")), ck.image_keys(encode(Image.fromarray(gray8), "PNG"))) <= 2
+
+
+def test_undecodable_bytes_raise_what_pillow_raises():
+    with pytest.raises(OSError):
+        ck.image_keys(b"not an image")
+
+
+def test_keys_round_trip_through_json_and_are_checked():
+    keys = ck.ContentKeys("ab" * 32, (0, 1 << 63, (1 << 64) - 1))
+    assert ck.ContentKeys.from_json(keys.to_json()) == keys
+    with pytest.raises(ValueError, match="sha256 must be 64 lowercase hex digits, got 'AB'"):
+        ck.ContentKeys("AB", (1,))
+    with pytest.raises(ValueError, match="64-bit unsigned integer, got 18446744073709551616"):
+        ck.ContentKeys("ab" * 32, (1 << 64,))
+    with pytest.raises(ValueError, match="at least the whole picture"):
+        ck.ContentKeys("ab" * 32, ())
+
+
+def test_keys_of_other_scales_are_not_compared():
+    with pytest.raises(ValueError, match="keys of 2 and 3 hashes cannot be compared"):
+        ck.distance(ck.ContentKeys("ab" * 32, (1, 2)), ck.ContentKeys("ab" * 32, (1, 2, 3)))
+
+
+def test_jpeg_draft_decoding_keeps_the_hash():
+    """Decoding JPEGs at a reduced DCT scale barely moves the bits (the hash looks at 32x32 pixels)."""
+    for seed in range(4):
+        data = encode(photo(seed, (640, 480)), "JPEG", quality=90)
+        assert ck.distance(ck.image_keys(data), ck.image_keys(data, draft=None)) <= 4
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("L", (ck.DRAFT, ck.DRAFT))
+            assert img.size[0] < 640  # the draft did take a smaller scale
