@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from prep.core import storage, tfds_meta
+from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.errors import OutputError
 from prep.core.manifest import FILENAME, REJECTS, Manifest
 from prep.core.naming import ShardName
@@ -47,8 +47,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
 
 
 def _written_names() -> tuple[str, ...]:
-    """The files other than shards and indexes that a conversion writes in OUTPUT."""
-    return (FILENAME, REJECTS, *tfds_meta.file_names())
+    """The files other than shards and indexes that prep writes in OUTPUT (`prep leakage` its key sidecar)."""
+    return (FILENAME, REJECTS, *tfds_meta.file_names(), keys_sidecar.FILENAME)
 
 
 def _is_leftover(name: str, written: tuple[str, ...]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import pathlib
 import shutil
 
 import pytest
@@ -246,3 +247,14 @@ def test_images_decode_up_to_the_datasets_max_pixels_whatever_pillow_was_set_to(
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # as a caller's own bomb limit could leave it
     keys = dataset_keys(str(outs["c"]), workers=1)
     assert keys.computed == 20 and not keys.unreadable
+
+
+def test_convert_overwrite_replaces_a_dataset_with_its_key_sidecar(fresh, run_cli):
+    # The sidecar is prep's own file: --overwrite must not take it for a file of the user's.
+    planted, outs = fresh
+    dataset_keys(str(outs["c"]))
+    assert (outs["c"] / keys_sidecar.FILENAME).exists()
+    source = pathlib.Path(json.loads((outs["c"] / "manifest.json").read_text())["run"]["source"])
+    result = run_cli("convert", source, outs["c"], "--split", "train=0.5,test=0.5", "--overwrite", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert not (outs["c"] / keys_sidecar.FILENAME).exists()
