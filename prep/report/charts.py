@@ -61,15 +61,16 @@ def heat_map(heat: HeatMap, labels: list[str], title: str, salt: str = "heat") -
     rows, columns = heat.cells.shape
     # ids inside an SVG derive from the salt: one salt per chart, or two inline charts could share an id
     with matplotlib.rc_context(_RC | {"svg.hashsalt": salt}):
-        fig = Figure(figsize=(min(11.0, 3.4 + 0.25 * columns), min(9.0, 1.5 + 0.22 * rows)), layout="constrained")
+        fig = Figure(figsize=(min(10.0, 3.4 + 0.25 * columns), min(6.5, 1.5 + 0.22 * rows)), layout="constrained")
         ax = fig.subplots()
-        limit = max(1.0, float(np.abs(heat.cells).max(initial=0)))
+        # the rule keeps every cell within (-1, 1): such cells stay pale, a break of it shows dark
+        limit = max(2.0, float(np.abs(heat.cells).max(initial=0)))
         image = ax.imshow(heat.cells, aspect="auto", interpolation="nearest", cmap="RdBu_r", vmin=-limit, vmax=limit)
         if heat.counts is not None and rows * columns <= 300:  # small enough to print the counts
             for (row, column), value in np.ndenumerate(heat.counts):
                 ax.text(column, row, str(value), ha="center", va="center", fontsize=7)
         fig.colorbar(image, ax=ax, label="records - class mean per shard" if heat.counts is not None
-                     else "largest distance in the cell")
+                     else "largest (records - class mean) in the cell")
         if rows <= 40:
             r = heat.row_edges
             names = [labels[r[i]] if r[i + 1] - r[i] == 1 else f"{labels[r[i]]} … (+{r[i + 1] - r[i] - 1})"

@@ -50,10 +50,9 @@ def _rejects(output: str, manifest, limits: content.Limits, source: str | None):
     for reason, count in sorted(rejects.counts.items(), key=lambda kv: (-kv[1], kv[0])):
         items = []
         for i, reject in enumerate(rejects.listed.get(reason, [])):
-            uri = None
-            if folder and reason not in NO_THUMBNAIL and i < limits.reject_thumbnails:
-                uri = thumbs.file_uri(thumbs.input_path(folder, reject.path, reject.raw_path), limits.tile)
-            items.append({"path": reject.path, "detail": reject.detail, "thumbnail": uri})
+            tried = bool(folder) and reason not in NO_THUMBNAIL and i < limits.reject_thumbnails
+            uri = thumbs.file_uri(thumbs.input_path(folder, reject.path, reject.raw_path), limits.tile) if tried else None
+            items.append({"path": reject.path, "detail": reject.detail, "thumbnail": uri, "tried": tried})
         reasons.append({"reason": reason, "count": count, "items": items})
     return reasons, rejects.note, note
 

@@ -125,3 +125,44 @@ def test_report_without_its_source_still_opens(dirty, tmp_path):
     _checks(visit)
     assert f"source {tmp_path / 'gone'} is not a folder here" in visit.text
     assert "banana/cut.jpg" in visit.text
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    from tests.support import large_dataset
+
+    out = large_dataset.write(tmp_path_factory.mktemp("large") / "big")
+    from click.testing import CliRunner
+    from prep.cli import main
+
+    result = CliRunner().invoke(main, ["report", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out / "report.html"
+
+
+def test_large_report_stays_small(large):
+    """1,000,000 examples in 1,000 classes and 640 shards: under 10 MB, charts aggregated, tables paginated."""
+    html = large.read_text()
+    assert large.stat().st_size < 10_000_000
+    assert "960 others (mean)" in html  # the class chart: 20 largest, 20 smallest and one bar for the rest
+    assert html.count("<svg") == 4  # one class chart and a heat map per split, ...
+    assert "in 60 x 100 cells" in html and "in 60 x 64 cells" in html  # ... binned
+    assert html.count('class="thumb"') == 2000  # the sample grid's budget: 2 per class
+    assert "and 1,467 more in rejects.jsonl" in html  # 200 of 1,667 listed per reason
+
+
+@needs_browser
+def test_large_report_in_browser(large):
+    def page_through(page):
+        rows = lambda: page.eval_on_selector_all("#class-table tbody tr", "els => els.filter(e => e.offsetParent).length")
+        first = rows()
+        page.fill("input.filter", "class_0999")
+        found = page.inner_text("#class-table tbody")
+        return {"first": first, "filtered": found}
+
+    visit = browser.visit(large, page_through)
+    _checks(visit)
+    assert visit.extra["first"] == 25
+    assert "class_0999" in visit.extra["filtered"] and "class_0998" not in visit.extra["filtered"]
+    assert "page 1 of 40 (1000 items)" in visit.text
+    assert "train: balanced" in visit.text
