@@ -12,12 +12,16 @@ Needs tf-models-official (`pip install --no-deps tf-models-official==2.20.0` plu
 import argparse
 import json
 import math
+import pathlib
 import sys
 
-import tensorflow as tf
-from official.core import exp_factory
-from official.vision import registry_imports  # noqa: F401  registers the vision experiments and tasks
-from official.vision.tasks import image_classification
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from samples.quiet_tf import import_tensorflow  # noqa: E402
+
+tf = import_tensorflow()  # before Model Garden imports it, without its start-up log lines
+from official.core import exp_factory  # noqa: E402
+from official.vision import registry_imports  # noqa: E402,F401  registers the vision experiments and tasks
+from official.vision.tasks import image_classification  # noqa: E402
 
 
 def main() -> int:
