@@ -66,3 +66,26 @@ def visit(path: pathlib.Path, actions=None, width: int = 1280, height: int = 900
         finally:
             browser.close()
     return PageVisit(url, errors, requests, images, text, shot, extra or {})
+
+
+def screenshot(page_path: pathlib.Path, png: pathlib.Path, width: int = 1280, height: int = 1350) -> None:
+    """Writes a PNG of the top `height` pixels of the page, as headless Chromium draws it."""
+    from playwright.sync_api import sync_playwright
+
+    executable, reason = chromium()
+    if executable is None:
+        raise RuntimeError(reason)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(page_path.resolve().as_uri(), wait_until="load")
+            page.screenshot(path=str(png), clip={"x": 0, "y": 0, "width": width, "height": height})
+        finally:
+            browser.close()
+
+
+if __name__ == "__main__":  # docs/report.png: python -m tests.support.browser out/shapes/report.html docs/report.png
+    import sys
+
+    screenshot(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]))
