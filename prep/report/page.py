@@ -16,7 +16,9 @@ import time
 from importlib import resources
 
 from prep import __version__
-from prep.report import charts, content, thumbs
+import prep.report.charts as charts
+import prep.report.content as content
+import prep.report.thumbs as thumbs
 from prep.report.dataset import load_manifest, read_rejects, read_samples
 
 NO_THUMBNAIL = {"bad_row", "missing", "broken_symlink", "symlink_loop", "unreadable", "empty", "duplicate"}
