@@ -150,3 +150,26 @@ def test_manifest_is_read_through_attributes(tmp_path):
     assert m.examples == 40 and len(m.labels) == 3 and m.inputs.rejected == 0
     assert sorted(m.splits) == ["test", "train"] and m.splits["train"].shards[1].index == 1
     assert m.run.source.endswith("gone")
+
+
+def test_cli_errors_are_one_line(tmp_path, run_cli):
+    missing = run_cli("report", tmp_path / "nope")
+    assert missing.exit_code == 2 and f"Error: DATASET {tmp_path / 'nope'} does not exist" in missing.output
+    not_dataset = run_cli("report", tmp_path)
+    assert not_dataset.exit_code == 1
+    assert not_dataset.output.strip() == (f"Error: {tmp_path / 'manifest.json'} does not exist: {tmp_path} is not a "
+                                          "finished dataset")
+    bad_name = run_cli("report", tmp_path, "-o", tmp_path / "r.png")
+    assert bad_name.exit_code == 2 and "must be an .html file name" in bad_name.output
+    remote = run_cli("convert", tmp_path, "gs://bucket/out", "--report")
+    assert remote.exit_code == 2 and "--report needs a local OUTPUT" in remote.output
+
+
+def test_cli_writes_the_page_where_asked(tmp_path, run_cli):
+    out = large_dataset.write(tmp_path / "d", examples=40, classes=3, per_class=1, rejects=0,
+                              splits={"train": (0.8, 2), "test": (0.2, 1)})
+    result = run_cli("report", out, "--output", tmp_path / "page.html")
+    assert result.exit_code == 0 and result.output.startswith(f"wrote {tmp_path / 'page.html'} (")
+    assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")
+    assert not (out / "report.html").exists()
+    assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []  # written under a temporary name, renamed
