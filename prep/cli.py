@@ -187,14 +187,18 @@ def _html(ctx, param, value):
     return value
 
 
-def _write_report(dataset: str, path: str | None, **kwargs) -> None:
+def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
+    """Writes the report page; returns the problems `prep verify` found (None: not run)."""
     import os
 
     from prep import report as report_lib
 
     path = path or os.path.join(dataset, report_lib.FILENAME)
-    size = report_lib.write(dataset, path, **kwargs)
-    click.echo(f"wrote {path} ({size / 1e6:.1f} MB)")
+    written = report_lib.write(dataset, path, **kwargs)
+    click.echo(f"wrote {path} ({written.bytes / 1e6:.1f} MB)")
+    if written.verify_problems:
+        click.echo(f"verify: {written.verify_problems} problem(s), listed on the page (prep verify prints them)")
+    return written.verify_problems
 
 
 @main.command()
@@ -204,16 +208,20 @@ def _write_report(dataset: str, path: str | None, **kwargs) -> None:
 @click.option("--verify", "run_verify", is_flag=True, help="Also run `prep verify` and show its verdict on the page.")
 @click.option("--source", metavar="DIR", default=None,
               help="Where the rejected inputs are, for their thumbnails (default: the source the manifest records).")
-def report(dataset, path, run_verify, source):
+@click.pass_context
+def report(ctx, dataset, path, run_verify, source):
     """Write one self-contained HTML page about the dataset in DATASET.
 
     Overview, classes per split with class weights, per-shard balance, sample
     pictures per class read from the shards, rejects with their reasons and
     thumbnails, warnings; with --verify, the verdict of `prep verify`. The page
-    inlines everything it shows and makes no network request.
+    inlines everything it shows and makes no network request. Exit status: 0
+    written, 1 an error (or, with --verify, problems found: the page is still
+    written), 2 usage error.
     """
     _existing_folder(dataset, "DATASET")
-    _write_report(dataset, path, verify=run_verify, source=source)
+    if _write_report(dataset, path, verify=run_verify, source=source):
+        ctx.exit(1)
 
 
 def run() -> None:

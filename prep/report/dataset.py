@@ -79,8 +79,10 @@ def read_samples(manifest, output: str, wanted: dict[int, int], max_records: int
                         missing -= 1
                     if not missing or read >= max_records:
                         break
-        except (OSError, PrepError) as exc:  # a damaged dataset still gets its page
-            notes.append(f"{shard.file}: {getattr(exc, 'strerror', None) or exc}")
+        except OSError as exc:  # a damaged dataset still gets its page
+            notes.append(f"{shard.file}: {exc.strerror or exc}")
+        except PrepError as exc:  # names the shard and record already
+            notes.append(str(exc))
     if missing and read >= max_records:
         notes.append(f"stopped after reading {read} records; some classes have fewer samples than asked")
     return Samples(picked, read, tuple(notes))

@@ -101,9 +101,17 @@ def _verify(output: str, limits: content.Limits):
             "target": None if report.target is None else dataclasses.asdict(report.target)}
 
 
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """A rendered report: its HTML, and the number of problems `prep verify` found (None: not run)."""
+
+    html: str
+    verify_problems: int | None
+
+
 def build(output: str, *, verify: bool = False, source: str | None = None,
-          limits: content.Limits = content.Limits()) -> str:
-    """The report page of the dataset in OUTPUT, as HTML text.
+          limits: content.Limits = content.Limits()) -> Page:
+    """The report page of the dataset in OUTPUT.
 
     Args:
         output: a local dataset folder (with its manifest.json).
@@ -152,12 +160,21 @@ def build(output: str, *, verify: bool = False, source: str | None = None,
     page["css"] = files.joinpath("report.css").read_text("utf-8")
     page["js"] = files.joinpath("report.js").read_text("utf-8")
     page["build_seconds"] = time.perf_counter() - started
-    return template.render(page)
+    return Page(template.render(page), None if page["verify"] is None else page["verify"]["problem_count"])
 
 
-def write(output: str, path: str, **kwargs) -> int:
-    """Writes the report to `path` atomically (a temporary name, then renamed); returns its size in bytes."""
-    data = build(output, **kwargs).encode("utf-8")
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What `write` wrote: the file's size in bytes, and verify's problem count (None: not run)."""
+
+    bytes: int
+    verify_problems: int | None
+
+
+def write(output: str, path: str, **kwargs) -> Written:
+    """Writes the report to `path` atomically (a temporary name, then renamed)."""
+    page = build(output, **kwargs)
+    data = page.html.encode("utf-8")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -166,4 +183,4 @@ def write(output: str, path: str, **kwargs) -> int:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return len(data)
+    return Written(len(data), page.verify_problems)

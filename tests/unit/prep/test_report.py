@@ -135,7 +135,7 @@ def test_page_escapes_user_text_and_survives_missing_shards(tmp_path):
         f.write(json.dumps({"path": "<img src=x onerror=alert(1)>.jpg", "reason": "undecodable", "detail": "</div>"})
                 + "\n")
     os.remove(out / "train-00000-of-00002.tfrecord")  # the shard samples are read from
-    html = build(str(out))
+    html = build(str(out)).html
     assert hostile not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;.jpg" in html
     assert "b &amp; c" in html
@@ -173,3 +173,20 @@ def test_cli_writes_the_page_where_asked(tmp_path, run_cli):
     assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")
     assert not (out / "report.html").exists()
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []  # written under a temporary name, renamed
+
+
+def test_report_verify_on_a_damaged_dataset_writes_the_page_and_exits_1(tmp_path, run_cli):
+    from tests.support.imagegen import write_class_tree
+
+    write_class_tree(tmp_path / "src", {"a": 4, "b": 3})
+    assert run_cli("convert", tmp_path / "src", tmp_path / "out", "--no-progress").exit_code == 0
+    shard = next((tmp_path / "out").glob("train-*.tfrecord"))
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = run_cli("report", tmp_path / "out", "--verify")
+    assert result.exit_code == 1
+    assert "verify: 2 problem(s), listed on the page (prep verify prints them)" in result.output
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "FAILED: 2 problem(s)" in html and "data CRC mismatch" in html
+    assert f"{shard.name}: record 0 at byte 0: data CRC mismatch" in html  # the sample grid's note, named once
