@@ -190,3 +190,18 @@ def test_report_verify_on_a_damaged_dataset_writes_the_page_and_exits_1(tmp_path
     html = (tmp_path / "out" / "report.html").read_text()
     assert "FAILED: 2 problem(s)" in html and "data CRC mismatch" in html
     assert f"{shard.name}: record 0 at byte 0: data CRC mismatch" in html  # the sample grid's note, named once
+
+
+def test_report_imports_neither_tensorflow_nor_beam(tmp_path):
+    import subprocess
+    import sys
+
+    out = large_dataset.write(tmp_path / "d", examples=40, classes=3, per_class=1, rejects=1,
+                              splits={"train": (0.8, 2), "test": (0.2, 1)})
+    code = ("import sys; from prep.cli import main\n"
+            "try:\n    main(['report', sys.argv[1], '--verify'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('tensorflow', 'apache_beam', 'loaders.dataset') if m in sys.modules))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": root})
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
