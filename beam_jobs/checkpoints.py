@@ -1,116 +1,121 @@
-"""What a conversion leaves in OUTPUT/.prep-tmp so that `--resume` can finish it.
+"""What a conversion leaves in its work directory so that `--resume` can finish it, and when it may be reused.
 
-    .prep-tmp/run.json                   what decides the output (prep.resume.run_record);
-                                         written once the listing is staged, and again by a
-                                         resumed run with other planning options (replan.py)
-    .prep-tmp/listing/chunk-NNNNNN.json  a chunk's inputs, in start.listing_order
-    .prep-tmp/listing/rejects.json       inputs rejected while listing (finish.py)
-    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out (spill.py)
-    .prep-tmp/spill/chunk-NNNNNN.json    the chunk's index: its outcomes (PreparedRefs and
-                                         Rejects), the size of each spill file, and a
-                                         signature per input; the planner reads its PreparedRefs
-    .prep-tmp/plan.json                  the shard count, for progress bars
-    .prep-tmp/entries/task-NNNNNN.bin    a rank task's planned entries, by shard part (planning.py);
-                                         written again by every run, never reused
-    .prep-tmp/done/<shard>.json          sidecar of a complete shard: digest of its planned
-                                         entries (label id written included), size, SHA-256
-    .prep-tmp/parts/<shard>/part-N.json  the same for a part of a multi-part shard
+Paths are `prep.core.workdir.WorkDir`'s. run.json is written once the listing is staged,
+and again by a resumed run with other planning options (replan.py); a shard's sidecar
+digests its planned entries, the label id written included. A batch being prepared is
+recorded in flight (`WorkDir.in_flight`) until its spill file is complete: what a run
+killed meanwhile was reading (`read_in_flight`). Every file is written under
+a temporary name and renamed, and each index or sidecar only after the file it describes is
+complete, so whatever a kill leaves is either complete or absent. A chunk is
+reused when its index and all its spill files (of the recorded sizes) exist; a
+shard or part when its file, renamed into place, still hashes to its sidecar's
+SHA-256 and the new plan gives it the same entries.
 
-Every file is written under a temporary name and renamed, and each index or
-sidecar only after the file it describes is complete, so whatever a kill
-leaves is either complete or absent. A chunk is reused when its index and
-all its spill files (of the recorded sizes) exist; a shard or part when its
-file, renamed into place, still hashes to its sidecar's SHA-256 and the new
-plan gives it the same entries.
-
-`pause_for_tests` is the one test hook: the environment variable
-`PREP_TEST_PAUSE`, e.g. `chunk=0.3,shard=1,manifest=60`, sleeps that many
-seconds before preparing each chunk, after completing each shard, and between
-writing the manifest's temporary file and renaming it, so tests can kill a conversion at
-those points.
+`StepHook`: the pipeline calls an injected ``on_step(point)``, if given, at the
+points where a kill leaves distinct states: "chunk" before preparing each chunk,
+"batch" once each batch is recorded in flight, "shard" after completing each shard,
+"manifest" between writing the manifest's temporary file and renaming it. Tests
+inject one that sleeps, to kill there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import time
 import typing
+from typing import Callable
 
-from beam_jobs import storage
-from beam_jobs.spill import spill_path
+from prep.core import storage
+from prep.core.listing import InputRef, Reject
+from prep.core.workdir import RUN, WorkDir
 
-RUN = "run.json"
-PAUSE_ENV = "PREP_TEST_PAUSE"
+StepHook = Callable[[str], None]  # called with "chunk", "shard" or "manifest"
 
 
 class ChunkIndex(typing.NamedTuple):
-    outcomes: list  # [(kind, fields)] as PrepareChunk emitted them
+    outcomes: list  # [(kind, fields)] as PrepareChunk recorded them
     inputs: list[str]  # storage.signature of each listed input, in listing order
 
 
-def run_path(tmp_dir: str) -> str:
-    return storage.join(tmp_dir, RUN)
+def write_run(work: WorkDir, record: dict) -> None:
+    storage.write_atomic(work.run_record, json.dumps(record, sort_keys=True, indent=1).encode())
 
 
-def write_run(tmp_dir: str, record: dict) -> None:
-    storage.write_atomic(run_path(tmp_dir), json.dumps(record, sort_keys=True, indent=1).encode())
-
-
-def read_run(tmp_dir: str) -> dict | None:
+def read_run(work: WorkDir) -> dict | None:
     """The interrupted run's record, or None if it never got that far."""
-    if not storage.exists(run_path(tmp_dir)):
+    if not storage.exists(work.run_record):
         return None
     try:
-        return json.loads(storage.read_bytes(run_path(tmp_dir)))
+        return json.loads(storage.read_bytes(work.run_record))
     except ValueError:
         return None
 
 
-def delete_tmp(tmp_dir: str) -> None:
-    """Deletes .prep-tmp with run.json last: a kill midway leaves the record that
+def delete_work(work: WorkDir) -> None:
+    """Deletes the work directory with run.json last: a kill midway leaves the record that
     `--resume` checks a finished dataset against."""
-    for name in storage.list_names(tmp_dir):
+    for name in storage.list_names(work.root):
         if name != RUN:
-            storage.delete(storage.join(tmp_dir, name))
-    storage.delete(run_path(tmp_dir))
-    storage.delete(tmp_dir)
+            storage.delete(storage.join(work.root, name))
+    storage.delete(work.run_record)
+    storage.delete(work.root)
 
 
-def listing_path(tmp_dir: str, chunk: int) -> str:
-    return storage.join(tmp_dir, "listing", f"chunk-{chunk:06d}.json")
+def write_listing(work: WorkDir, chunk: int, refs) -> None:
+    storage.write_atomic(work.listing_chunk(chunk), json.dumps([list(r) for r in refs]).encode())
 
 
-def write_listing(tmp_dir: str, chunk: int, refs) -> None:
-    storage.write_atomic(listing_path(tmp_dir, chunk), json.dumps([list(r) for r in refs]).encode())
+def read_listing(work: WorkDir, chunk: int) -> list[InputRef]:
+    return [InputRef(*r) for r in json.loads(storage.read_bytes(work.listing_chunk(chunk)))]
 
 
-def index_path(tmp_dir: str, chunk: int) -> str:
-    return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}.json")
+def write_listing_rejects(work: WorkDir, rejects) -> None:
+    storage.write_atomic(work.listing_rejects, json.dumps([list(r) for r in rejects]).encode())
 
 
-def write_chunk_index(tmp_dir: str, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:
+def read_listing_rejects(work: WorkDir) -> list[Reject]:
+    return [Reject(*r) for r in json.loads(storage.read_bytes(work.listing_rejects))]
+
+
+def write_chunk_index(work: WorkDir, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:
     """Records a prepared chunk: outcomes, {spill id: bytes} of its spill files, input signatures."""
     data = {"spills": sorted(spills.items()), "outcomes": [[kind, list(value)] for kind, value in outcomes],
             "inputs": inputs}
-    storage.write_atomic(index_path(tmp_dir, chunk), json.dumps(data).encode())
+    storage.write_atomic(work.chunk_index(chunk), json.dumps(data).encode())
 
 
-def read_chunk_index(tmp_dir: str, chunk: int) -> ChunkIndex | None:
+def read_chunk_index(work: WorkDir, chunk: int) -> ChunkIndex | None:
     """The chunk's recorded outcomes if its index and all its spill files are complete, else None."""
-    path = index_path(tmp_dir, chunk)
+    path = work.chunk_index(chunk)
     try:
         if not storage.exists(path):
             return None
         data = json.loads(storage.read_bytes(path))
         for spill, size in data["spills"]:
-            if storage.size(spill_path(tmp_dir, spill)) != size:
+            if storage.size(work.spill(spill)) != size:
                 return None
         return ChunkIndex([(kind, value) for kind, value in data["outcomes"]], data["inputs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def read_in_flight(work: WorkDir) -> frozenset[str]:
+    """Paths of the inputs that were being prepared when the run that used `work` was killed.
+
+    A record that cannot be read counts for nothing: it is written atomically, so only
+    a damaged work directory holds one.
+    """
+    folder = work.in_flight_folder
+    paths: set[str] = set()
+    for name in storage.list_names(folder):
+        if not name.endswith(".json"):
+            continue  # a temporary file whose rename the kill prevented: its batch had not started
+        try:
+            paths.update(p for p in json.loads(storage.read_bytes(storage.join(folder, name))) if isinstance(p, str))
+        except (OSError, ValueError, TypeError):
+            continue
+    return frozenset(paths)
 
 
 def entries_digest(entries) -> str:
@@ -123,10 +128,6 @@ def entries_digest(entries) -> str:
                                   e.relabel))
         digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
-
-
-def shard_sidecar(tmp_dir: str, filename: str) -> str:
-    return storage.join(tmp_dir, "done", filename + ".json")
 
 
 def record_complete(sidecar: str, digest: str, size: int, sha256: str) -> None:
@@ -151,14 +152,3 @@ def reusable(path: str, sidecar: str, digest: str) -> tuple[int, str] | None:
     if (size, sha) != (recorded.get("bytes"), recorded.get("sha256")):
         return None
     return size, sha
-
-
-def pause_for_tests(point: str) -> None:
-    """Sleeps as `PREP_TEST_PAUSE` asks at `point` (chunk, shard or manifest); see the module docstring."""
-    spec = os.environ.get(PAUSE_ENV)
-    if not spec:
-        return
-    for item in spec.split(","):
-        name, _, seconds = item.partition("=")
-        if name.strip() == point:
-            time.sleep(float(seconds))

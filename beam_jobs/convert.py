@@ -3,7 +3,7 @@
     python -m beam_jobs.convert --source SRC --output OUT [conversion options] [Beam pipeline options]
 
 The conversion options and defaults are those of `prep convert` (one table,
-`prep.options.OPTIONS`); everything else goes to Beam's `PipelineOptions`.
+`prep.core.convert_options.OPTIONS`); everything else goes to Beam's `PipelineOptions`.
 Without `--runner`, the embedded local runner is used, as for `prep convert`.
 """
 
@@ -13,12 +13,14 @@ import argparse
 import logging
 import sys
 
-from prep.config import RUNNERS_LOCAL
-from prep.errors import PrepError
-from prep.options import add_arguments, build_config, check_beam_args, list_inputs
+from prep.core.config import RUNNERS_LOCAL
+from prep.core.errors import PrepError
+from prep.core.convert_options import add_arguments, build_config, check_beam_args
+from prep.core.inputs import list_inputs
+from prep.core.manifest import Manifest
 
 
-def run(argv=None) -> dict:
+def run(argv=None) -> Manifest:
     """Parses argv, runs the conversion, and returns the manifest it wrote."""
     # No abbreviations: Dataflow's `--label key=value` (job labels) would be taken for our --labels.
     parser = argparse.ArgumentParser(description="Convert images into balanced TFRecord shards.", allow_abbrev=False)
@@ -32,9 +34,9 @@ def run(argv=None) -> dict:
     check_beam_args(pipeline_args)
     values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
     config = build_config(known.source, known.output, values)
-    from beam_jobs.start import run_conversion
+    from beam_jobs.launch import convert
 
-    return run_conversion(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
+    return convert(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
 
 
 if __name__ == "__main__":
@@ -49,4 +51,4 @@ if __name__ == "__main__":
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         sys.exit(f"Error: cannot access{where}: {exc.strerror or exc}")
-    print({split: info["examples"] for split, info in manifest["splits"].items()})
+    print({name: split.examples for name, split in manifest.splits.items()})

@@ -14,9 +14,7 @@ class PooledDoFn(beam.DoFn):
     (PrepareChunk's `lookahead`, which emits from finish_bundle, is for the embedded runner only).
 
     Threads, not processes: the image work releases the GIL in Pillow's C code,
-    and a pool of worker processes measured no faster at 2 workers (20,000
-    JPEGs: 12.5-12.9 s against 12.3-12.9 s pass-through, 39.9 s against
-    35.6 s with --resize 256), with every image ~10% slower in one process.
+    and a pool of worker processes measured no faster (docs/design.md).
     """
 
     def __init__(self, workers: int | None):

@@ -1,17 +1,19 @@
-"""Reading, checking and converting images; their records go to spill files.
+"""`PrepareChunk`: reading, checking and converting a chunk's images; their records go to spill files.
 
-Each element is a chunk id. The driver wrote the chunk's listing to
-``.prep-tmp/listing/chunk-NNNNNN.json``, so the pipeline graph holds only
-chunk ids, however many inputs there are. A pool of `workers` threads
-works on the chunk's images in batches (spill.py); each batch's
-framed TFRecord bytes go to its own spill file, and a small `PreparedRef`
-(where the record is) per good input goes to the chunk's index. Only the
-chunk's counts per (split, class) travel on, to the planner.
+Each element is a chunk id. The driver staged the chunk's listing in the work
+directory (`WorkDir.listing_chunk`), so the pipeline graph holds only chunk ids,
+however many inputs there are. A pool of `workers` threads works on the chunk's
+images in batches (spill.py); each batch's framed TFRecord bytes go to its own spill
+file, and a small `PreparedRef` (where the record is) per good input goes to the
+chunk's index. Only the chunk's counts per (split, class) travel on, to the planner:
+the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import typing
 
 from apache_beam.metrics import Metrics
@@ -19,13 +21,45 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs import checkpoints, storage
+from beam_jobs import checkpoints
+from beam_jobs.checkpoints import StepHook
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.spill import BATCH, prepare_batch, spill_id
-from prep.images import ImageOptions
-from prep.sources import InputRef, Reject
+from beam_jobs.sandbox import Sandbox
+from beam_jobs.spill import prepare_batch
+from prep.core import storage
+from prep.core.image_rules import ImageOptions, quiet_pillow
+from prep.core.listing import Reject
+from prep.core.workdir import BATCH, WorkDir, spill_id
 
-OK, REJECT, REUSED, COUNTS = "ok", "reject", "reused", "counts"
+OK, REJECT = "ok", "reject"  # the kinds of outcome a chunk index records
+
+
+class GroupCount(typing.NamedTuple):
+    """A prepared chunk's good inputs of one (split, class) group."""
+
+    split: str  # "" when the source names no split
+    label: int
+    refs: int
+    bytes: int  # of their framed records
+
+
+class ChunkCounts(typing.NamedTuple):
+    """What the planner needs of a prepared chunk: its good inputs per group, in order of appearance."""
+
+    chunk: int
+    counts: tuple[GroupCount, ...]
+
+
+class RejectedInputs(typing.NamedTuple):
+    """A chunk's inputs that cannot become records."""
+
+    rejects: tuple[Reject, ...]
+
+
+class ReusedChunk(typing.NamedTuple):
+    """A chunk that `--resume` found prepared by the interrupted run."""
+
+    chunk: int
 
 
 class PreparedRef(typing.NamedTuple):
@@ -47,20 +81,19 @@ class PreparedRef(typing.NamedTuple):
     image: int  # bytes of the image left in the source (0: the whole record is spilled)
 
 
-def read_prepared(tmp_dir: str, chunk: int) -> list[tuple]:
+def read_prepared(work: WorkDir, chunk: int) -> list[tuple]:
     """The PreparedRef fields of a prepared chunk's good inputs, in listing order, from its index.
 
     The path comes back as bytes (UTF-8, undecodable bytes kept), as Entry.source holds it.
     """
-    data = json.loads(storage.read_bytes(checkpoints.index_path(tmp_dir, chunk)))
+    data = json.loads(storage.read_bytes(work.chunk_index(chunk)))
     return [(v[0].encode("utf-8", "surrogateescape"), *v[1:]) for kind, v in data["outcomes"] if kind == OK]
 
 
 class PrepareChunk(PooledDoFn):
-    """chunk id -> (COUNTS, (chunk, counts)) for its good inputs and (REJECT, [Reject]) for its bad
-    ones, plus (REUSED, chunk id) when `reuse` finds the chunk complete from an interrupted run.
-    The good inputs' references wait in the chunk's index (`read_prepared`); `counts` are
-    `chunk_counts`: what the planner needs to know of them.
+    """chunk id -> `ChunkCounts` of its good inputs and `RejectedInputs` for its bad ones, plus
+    `ReusedChunk` when `reuse` finds the chunk complete from an interrupted run. The good
+    inputs' references wait in the chunk's index (`read_prepared`).
 
     The chunk's inputs are cut into batches of `BATCH`; each batch is one task
     on the pool (`prepare_batch`) and writes its own spill file, so that all
@@ -73,40 +106,62 @@ class PrepareChunk(PooledDoFn):
     holds every element between steps in memory. After the spill files are
     complete, the chunk's outcomes are recorded in its index (see
     checkpoints.py), which a resumed run emits instead of reading the images again.
+    `on_step("chunk")`, if given, is called before a chunk's images are read (a test hook).
 
     With `lookahead`, a chunk's outcomes are emitted while the next chunk is
     already on the pool, and the last chunk's from finish_bundle: otherwise
     the workers wait at the end of every chunk while the runner's thread
     handles its outcomes downstream. The DaskRunner drops what finish_bundle
     emits, so only runners known to keep it get `lookahead`.
+
+    Images that `--isolate` sends to a sandbox, and `suspects` (inputs a killed
+    run was reading, see checkpoints.read_in_flight), are prepared in worker
+    processes bounded in memory and time (sandbox.py), one per thread at most,
+    started in setup() on first use and killed in teardown().
     """
 
-    def __init__(self, source: str, tmp_dir: str, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False):
+    def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
+                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
+                 suspects: frozenset = frozenset(), on_step: StepHook | None = None):
         super().__init__(workers)
         self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
-        self._tmp_dir = tmp_dir
+        self._work = work
+        self._on_step = on_step
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._options = options
         self._reuse = reuse
         self._lookahead = lookahead
         self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
+        self._suspects = frozenset(suspects)
+        self._sandbox = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
+
+    def setup(self):
+        super().setup()
+        quiet_pillow()
+        self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
+
+    def teardown(self):
+        super().teardown()
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
 
     def start_bundle(self):
         self._pending = None
 
     def process(self, chunk: int):
         if self._reuse:
-            recorded = checkpoints.read_chunk_index(self._tmp_dir, chunk)
+            recorded = checkpoints.read_chunk_index(self._work, chunk)
             if recorded is not None:
-                yield REUSED, chunk
+                yield ReusedChunk(chunk)
                 yield from _by_kind(chunk, [(kind, tuple(f) if kind == OK else Reject(*f))
                                             for kind, f in recorded.outcomes])
                 return
-        checkpoints.pause_for_tests("chunk")
+        if self._on_step is not None:
+            self._on_step("chunk")
         submitted = self._submit(chunk)
         if not self._lookahead:
             yield from self._complete(*submitted)
@@ -122,11 +177,12 @@ class PrepareChunk(PooledDoFn):
                 yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _submit(self, chunk: int):
-        staged = storage.read_bytes(checkpoints.listing_path(self._tmp_dir, chunk))
-        refs = [InputRef(*r) for r in json.loads(staged)]
+        refs = checkpoints.read_listing(self._work, chunk)
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
-        tasks = [self._pool.submit(prepare_batch, self._source, self._tmp_dir, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options, self._source_ids)
+        pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
+        tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
+                                   self._label_ids, self._options, self._source_ids, self._sandbox, self._suspects,
+                                   pause)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
@@ -144,29 +200,29 @@ class PrepareChunk(PooledDoFn):
                 offset, length, converted, cut, image = result
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
                                       offset, length, converted, cut, image)))  # a PreparedRef's, path as text
-        checkpoints.write_chunk_index(self._tmp_dir, chunk, outcomes, spills, signatures)
+        checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(len(outcomes) - rejected)
         return list(_by_kind(chunk, outcomes))
 
 
-def chunk_counts(refs) -> list[tuple]:
-    """[PreparedRef fields] of one chunk -> [(split, label, refs, bytes)] per group, in order of appearance."""
+def chunk_counts(refs) -> tuple[GroupCount, ...]:
+    """[PreparedRef fields] of one chunk -> a `GroupCount` per group, in order of appearance."""
     counts: dict[tuple, list] = {}
     for fields in refs:
         r = PreparedRef._make(fields)
         count = counts.setdefault((r.split, r.label), [0, 0])
         count[0] += 1
         count[1] += r.length
-    return [(split, label, n, size) for (split, label), (n, size) in counts.items()]
+    return tuple(GroupCount(split, label, n, size) for (split, label), (n, size) in counts.items())
 
 
 def _by_kind(chunk: int, outcomes):
-    """[(kind, value)] -> (COUNTS, (chunk, counts)) and (REJECT, [Reject]), each only if not empty."""
+    """[(kind, value)] -> `ChunkCounts` and `RejectedInputs`, each only if not empty."""
     good = [value for kind, value in outcomes if kind == OK]
     if good:
-        yield COUNTS, (chunk, chunk_counts(good))
-    rejects = [value for kind, value in outcomes if kind == REJECT]
+        yield ChunkCounts(chunk, chunk_counts(good))
+    rejects = tuple(value for kind, value in outcomes if kind == REJECT)
     if rejects:
-        yield REJECT, rejects
+        yield RejectedInputs(rejects)

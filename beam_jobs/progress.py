@@ -8,28 +8,24 @@ whatever runner executes the pipeline, as long as OUTPUT is local.
 from __future__ import annotations
 
 import json
-import os
-import re
+import os.path
 import sys
 import threading
 
-from beam_jobs import storage
-from beam_jobs.spill import BATCH
-from prep import manifest as manifest_lib
-from prep.naming import ShardName
-
-
-_SPILL = re.compile(r"chunk-(\d{6})-(\d{4})\.bin")
+from prep.core import storage
+from prep.core.naming import ShardName
+from prep.core.workdir import BATCH, WorkDir, parse_spill_name
 
 
 def prepared_count(names, chunk_sizes: list[int]) -> int:
     """Inputs prepared, from the names of the complete spill files: one per batch of
-    `BATCH` inputs of a chunk (spill.spill_path), the chunk's last batch maybe shorter."""
+    `BATCH` inputs of a chunk, the chunk's last batch maybe shorter."""
     count = 0
     for name in names:
-        match = _SPILL.fullmatch(name)
-        if match and int(match[1]) < len(chunk_sizes):
-            count += max(0, min(BATCH, chunk_sizes[int(match[1])] - int(match[2]) * BATCH))
+        spill = parse_spill_name(name)
+        if spill is not None and spill[0] < len(chunk_sizes):
+            chunk, batch = spill
+            count += max(0, min(BATCH, chunk_sizes[chunk] - batch * BATCH))
     return count
 
 
@@ -37,7 +33,7 @@ class Progress:
     """Polls the temporary folder of a local OUTPUT and drives two progress bars."""
 
     def __init__(self, output: str, chunk_sizes: list[int], enabled: bool):
-        self._tmp = os.path.join(output, manifest_lib.TMP_DIR)
+        self._work = WorkDir(output)
         self._output = output
         self._chunk_sizes = chunk_sizes
         self._enabled = enabled and not storage.is_remote(output)
@@ -60,10 +56,9 @@ class Progress:
         images = tqdm(total=sum(self._chunk_sizes), unit="img", desc="prepare", file=sys.stderr, leave=False)
         shards = None
         while not self._stop.wait(0.25):
-            spill = os.path.join(self._tmp, "spill")
-            images.n = prepared_count(storage.list_names(spill), self._chunk_sizes)
+            images.n = prepared_count(storage.list_names(self._work.spill_folder), self._chunk_sizes)
             images.refresh()
-            plan = os.path.join(self._tmp, "plan.json")
+            plan = self._work.plan
             if shards is None and os.path.exists(plan):
                 with open(plan) as f:
                     shards = tqdm(total=json.load(f)["shards"], unit="shard", desc="write", file=sys.stderr,

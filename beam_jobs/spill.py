@@ -1,5 +1,6 @@
-"""The work of one pool task of PrepareChunk: read, check and convert a batch of
-inputs, and write their framed records to the batch's own spill file.
+"""Spill files: the work of one pool task of PrepareChunk (read, check and convert a batch of
+inputs, and write their framed records to the batch's own spill file), and reading a
+record back for the shard writer (`read_record`).
 
 A task writes its own file, so no lock is shared and no per-image work is
 left to the runner's thread. Tasks take and return plain values.
@@ -9,30 +10,19 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import stat
+import threading
 
-from beam_jobs import storage
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
-from prep import targets
-from prep.errors import SourceError
-from prep.schema import ENCODED, ImageRecord, encode_example_around
-from prep.sources import InputRef, Reject, printable
-from prep.tfrecord import frame, frame_around, framed_around_matches
-
-BATCH = 16  # inputs per pool task; each task writes its own spill file
-_BATCHES_PER_CHUNK = 1024  # at least MAX_CHUNK / BATCH (start.py)
-
-
-def spill_id(chunk: int, batch: int) -> int:
-    """One int naming the spill file of a chunk's batch; it travels in every reference."""
-    return chunk * _BATCHES_PER_CHUNK + batch
-
-
-def spill_path(tmp_dir: str, spill: int) -> str:
-    chunk, batch = divmod(spill, _BATCHES_PER_CHUNK)
-    return storage.join(tmp_dir, "spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
-
+from prep.core import storage, targets
+from prep.core.errors import SourceError
+from prep.core.headers import predictable
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
+from prep.core.listing import InputRef, Reject, printable
+from prep.core.schema import ENCODED, ImageRecord, encode_example_around
+from prep.core.tfrecord import frame, frame_around, framed_around_matches
+from prep.core.workdir import BATCH, WorkDir
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
@@ -79,8 +69,19 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
+def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool):
+    """prepare_image, in the calling thread or in `sandbox` (see beam_jobs/sandbox.py): there go
+    suspects of a killed run, and under --isolate auto every input whose header does not promise
+    a decode within the bounds (`predictable`), under --isolate all every input."""
+    isolate = sandbox is not None and (suspect or options.isolate == "all" or (
+        options.isolate == "auto" and not predictable(data, options)))
+    if isolate:
+        return sandbox.prepare(data, options)[0]
+    return prepare_image(data, options, buffer)
+
+
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None):
+                     source_id: str | None = None, sandbox=None, suspect: bool = False):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature).
 
     A converted image's whole framed record is spilled (cut = image bytes = 0).
@@ -90,8 +91,9 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     what a pass-through conversion writes, and the record's CRC, spilled with
     it, shows whether the source changed in between.
 
-    `buffer` is this thread's, for re-encoding (see prep.images.EncodeBuffer).
-    `source_id`, when given, is written as image/source_id (--target model-garden).
+    `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
+    `source_id`, when given, is written as image/source_id (--target model-garden);
+    `sandbox` and `suspect`: see `_prepare`.
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -100,7 +102,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         return Reject(ref.path, *data), sig or ""
     sig = sig if sig is not None else storage.signature(path, data)
     try:
-        image = prepare_image(data, options, buffer)
+        image = _prepare(data, options, buffer, sandbox, suspect)
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig
     record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
@@ -151,8 +153,9 @@ def _read_again(path: str, size: int) -> bytes | str:
     return data if len(data) == size else "its bytes differ"
 
 
-def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  options: ImageOptions, source_ids: bool = False) -> tuple[list, int]:
+def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
+                  options: ImageOptions, source_ids: bool = False, sandbox=None, suspects: frozenset = frozenset(),
+                  pause=None) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
@@ -161,14 +164,22 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
     most BATCH inputs, and it depends on nothing but the listing and seed.
+    The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
+    `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
+    `pause`, a test hook, is called once they are recorded.
     """
-    path = spill_path(tmp_dir, spill)
+    path = work.spill(spill)
     tmp = storage.temp_path(path)
+    in_flight = work.in_flight(spill)
+    _record_in_flight(in_flight, json.dumps([ref.path for ref in refs]).encode())
+    if pause is not None:
+        pause()
     results, offset = [], 0
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids else None
-            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid)
+            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid, sandbox,
+                                                 ref.path in suspects)
             if not isinstance(result, Reject):
                 data, cut, image, converted = result
                 f.write(data)
@@ -176,4 +187,31 @@ def prepare_batch(source: str, tmp_dir: str, spill: int, refs: list[InputRef], l
                 offset += len(data)
             results.append((result, signature))
     storage.rename(tmp, path)
+    if storage.is_remote(in_flight):
+        storage.delete(in_flight)
+    else:
+        try:
+            os.unlink(in_flight)
+        except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
+            pass
     return results, offset
+
+
+def _record_in_flight(path: str, data: bytes) -> None:
+    """Writes `path` atomically. Locally with bare system calls: storage's general path
+    (folders made, a random temporary name, stat before delete) costs several times more,
+    once per batch (docs/design.md)."""
+    if storage.is_remote(path):
+        storage.write_atomic(path, data)
+        return
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.part"  # a runner may run two attempts at once
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

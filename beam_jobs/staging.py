@@ -21,7 +21,8 @@ import tempfile
 import prep
 
 WORKER_REQUIREMENTS = ("pillow>=10", "google-crc32c>=1.5", "numpy>=1.24")
-PACKAGES = ("prep", "beam_jobs", "loaders")
+PACKAGES = ("prep", "beam_jobs", "loaders")  # copied whole, subpackages included
+SETUP_PACKAGES = ("prep", "prep.core", "beam_jobs", "loaders")  # what setup.py installs from the copies
 STAGING_RUNNERS = ("DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner", "PrismRunner")
 
 SETUP_PY = '''import setuptools
@@ -68,7 +69,7 @@ def write_setup_folder(folder: str) -> str:
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     path = os.path.join(folder, "setup.py")
     with open(path, "w") as f:
-        f.write(SETUP_PY.format(version=prep.__version__, packages=list(PACKAGES),
+        f.write(SETUP_PY.format(version=prep.__version__, packages=list(SETUP_PACKAGES),
                                 requirements=list(WORKER_REQUIREMENTS)))
     return path
 

@@ -2,11 +2,11 @@
 with kept images read from the source again (spill.read_record); image bytes
 never pass through a shuffle, and entries do not either: they wait in the
 rank tasks' entry files, and a part's sections of them are read here
-(planning.py).
+(plan_shards.py).
 
 A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about
-`planning.GROUP_TARGET` records), the part is written straight to its shard.
+`plan_shards.GROUP_TARGET` records), the part is written straight to its shard.
 Otherwise parts go to part files, and `ConcatParts` joins them in part order.
 Every file appears under its final name only by a rename once complete, and
 then gets a sidecar in .prep-tmp (see checkpoints.py). With `reuse` (a resumed
@@ -14,7 +14,7 @@ run), a shard or part whose file is complete and holds exactly the planned
 entries is kept as it is.
 
 With `index` (``--index``), each shard also gets its record index (DALI's
-``offset size`` lines, `prep.tfrecord.record_index`). It comes from the planned
+``offset size`` lines, `prep.core.tfrecord.record_index`). It comes from the planned
 entries' framed lengths, which are exactly the bytes copied in order, so no
 shard is read again; a multi-part shard's parts pass their lengths on to
 `ConcatParts`, whose concatenated list shifts each part by the parts before
@@ -28,35 +28,58 @@ import collections
 import concurrent.futures
 import hashlib
 import itertools
+import typing
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs import checkpoints, storage
-from beam_jobs.planning import read_section
+from beam_jobs import checkpoints
+from beam_jobs.checkpoints import StepHook
+from beam_jobs.plan_shards import PartKey, Section, read_section
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.spill import read_record, spill_path
-from prep import manifest as manifest_lib
-from prep.naming import ShardName
-from prep.schema import relabel, relabelled_size
-from prep.tfrecord import FOOTER, HEADER, frame, record_index
+from beam_jobs.spill import read_record
+from prep.core import storage
+from prep.core.manifest import IndexFile, ShardInfo
+from prep.core.naming import ShardName
+from prep.core.schema import relabel, relabelled_size
+from prep.core.tfrecord import FOOTER, HEADER, frame, record_index
+from prep.core.workdir import WorkDir
 
-SHARD, PART = "shard", "part"
 # Records are read in blocks of about _BLOCK bytes (at least one record each).
 # At most _AHEAD blocks wait to be written and _AHEAD more to be hashed, so a
-# part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes. The earlier blocks
-# of 32 records with _AHEAD = 4 (~1.6 MB blocks of 50 KB JPEGs) wrote no faster
-# and gave a higher peak RSS: 208-213 against 185-186 MB for 20,000 JPEGs at 2
-# workers, 175-180 against 165-166 MB for 2,000.
+# part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes (docs/design.md).
 _BLOCK = 512 * 1024
 _AHEAD = 2
+
+
+class WrittenShard(typing.NamedTuple):
+    """A complete shard: its name, its manifest entry, and how it came to be."""
+
+    name: ShardName
+    info: ShardInfo
+    converted: int  # records re-encoded rather than copied as the original bytes
+    reused: bool  # kept from an interrupted run
+
+
+class WrittenPart(typing.NamedTuple):
+    """A complete part file of a multi-part shard, for `ConcatParts`."""
+
+    shard: str  # the shard's file name
+    part: int
+    path: str
+    examples: int
+    bytes: int
+    class_counts: dict
+    converted: int
+    digest: str  # of its planned entries
+    record_sizes: tuple[int, ...]  # framed records, in the order written
 
 
 class _SpillReader:
     """Reads (spill, offset, length) ranges from spill files, keeping a few open."""
 
-    def __init__(self, tmp_dir: str):
-        self._tmp_dir = tmp_dir
+    def __init__(self, work: WorkDir):
+        self._work = work
         self._handles = collections.OrderedDict()
 
     def read_batch(self, entries, source: str) -> list[bytes]:
@@ -64,14 +87,14 @@ class _SpillReader:
         from it (`spill.read_record`)."""
         out = []
         for entry in entries:
-            handle = self._handles.pop(entry.spill, None) or storage.open_read(spill_path(self._tmp_dir, entry.spill))
+            handle = self._handles.pop(entry.spill, None) or storage.open_read(self._work.spill(entry.spill))
             self._handles[entry.spill] = handle
             if len(self._handles) > 8:
                 self._handles.popitem(last=False)[1].close()
             handle.seek(entry.offset)
             spilled = storage.read_exact(handle, entry.length - entry.image)
             if len(spilled) != entry.length - entry.image:
-                raise OSError(f"spill file {spill_path(self._tmp_dir, entry.spill)} is shorter than planned")
+                raise OSError(f"spill file {self._work.spill(entry.spill)} is shorter than planned")
             pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
             if entry.relabel >= 0:
                 pieces = [relabel_framed(b"".join(pieces), entry)]
@@ -104,7 +127,7 @@ def relabel_framed(framed: bytes, entry) -> bytes:
     return record
 
 
-def _copy_records(entries, out, tmp_dir: str, source: str, pool) -> tuple[int, str]:
+def _copy_records(entries, out, work: WorkDir, source: str, pool) -> tuple[int, str]:
     """Writes the entries' records to `out` in order; returns (bytes, sha256).
 
     Three things overlap, all outside the GIL for large buffers: batches are
@@ -116,7 +139,7 @@ def _copy_records(entries, out, tmp_dir: str, source: str, pool) -> tuple[int, s
     batches = blocks(entries, _BLOCK)
 
     def read(batch):
-        reader = _SpillReader(tmp_dir)
+        reader = _SpillReader(work)
         try:
             return b"".join(reader.read_batch(batch, source))
         finally:
@@ -151,39 +174,38 @@ def blocks(entries, limit: int) -> list[list]:
     return out
 
 
-def write_index(output: str, tmp_dir: str, name: ShardName, sizes) -> dict:
+def write_index(output: str, work: WorkDir, name: ShardName, sizes) -> IndexFile:
     """Writes the shard's record index atomically next to it; returns its manifest entry."""
     data = record_index(sizes)
-    tmp = storage.temp_path(storage.join(tmp_dir, "shards", name.index_filename))
+    tmp = work.shard_temp(name.index_filename)
     with storage.open_write(tmp) as out:
         out.write(data)
     storage.rename(tmp, storage.join(output, name.index_filename))
-    return {"file": name.index_filename, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return IndexFile(name.index_filename, len(data), hashlib.sha256(data).hexdigest())
 
 
-def write_task(key: tuple, width: int) -> tuple:
+def write_task(key: PartKey, width: int) -> tuple[str, int]:
     """The write task of part `key`: `width` consecutive parts of a split, written at once."""
-    split, shard, _, part, num_parts = key
-    return split, (shard * num_parts + part) // width
+    return key.split, (key.shard * key.num_parts + key.part) // width
 
 
 class WriteParts(PooledDoFn):
-    """(write task, [(part key, Section)]) -> per part, (SHARD, result) or (PART, file, info).
+    """(write task, [(PartKey, Section)]) -> per part, a `WrittenShard` or a `WrittenPart`.
 
-    A part key is (split, shard, num_shards, part, num_parts); its entries wait
-    in sections of entry files, one per rank task that sent some (see
-    planning.py). A task holds up
+    A part's entries wait in sections of entry files, one per rank task that sent
+    some (see plan_shards.py). A task holds up
     to `width` parts (`write_task`), written at once on as many threads: each
     part file is a stream of page-cache writes and a SHA-256 that one thread
     cannot overlap with another file's.
     """
 
-    def __init__(self, output: str, source: str, tmp_dir: str, labels: tuple[str, ...], workers: int | None,
-                 width: int = 1, reuse: bool = False, index: bool = False):
+    def __init__(self, output: str, source: str, work: WorkDir, labels: tuple[str, ...], workers: int | None,
+                 width: int = 1, reuse: bool = False, index: bool = False, on_step: StepHook | None = None):
         super().__init__(workers)
         self._output = output
         self._source = source
-        self._tmp_dir = tmp_dir
+        self._work = work
+        self._on_step = on_step
         self._labels = labels
         self._width = width
         self._reuse = reuse
@@ -204,7 +226,7 @@ class WriteParts(PooledDoFn):
 
     def process(self, element):
         _, items = element
-        sections: dict[tuple, list] = {}
+        sections: dict[PartKey, list[Section]] = {}
         for key, section in items:
             sections.setdefault(key, []).append(section)
         keys = sorted(sections)
@@ -215,51 +237,52 @@ class WriteParts(PooledDoFn):
                 self._bytes.inc(size)
             yield output
 
-    def _write_part(self, key: tuple, sections) -> tuple:
+    def _write_part(self, key: PartKey, sections: list[Section]) -> tuple:
         """Writes one part (or whole shard); returns (output, records written, bytes written)."""
-        split, index, count, part, parts = key
-        name = ShardName(split, index, count)
-        entries = sorted(itertools.chain.from_iterable(read_section(self._tmp_dir, s) for s in sorted(sections)))
+        name = ShardName(key.split, key.shard, key.num_shards)
+        entries = sorted(itertools.chain.from_iterable(read_section(self._work, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
         counts = collections.Counter(self._labels[e.label] for e in entries)
         class_counts = {label: counts.get(label, 0) for label in self._labels}
         converted = sum(e.converted for e in entries)
-        if parts == 1:
+        if key.num_parts == 1:
             path = storage.join(self._output, name.filename)
-            tmp = storage.temp_path(storage.join(self._tmp_dir, "shards", name.filename))
-            sidecar = checkpoints.shard_sidecar(self._tmp_dir, name.filename)
+            tmp = self._work.shard_temp(name.filename)
+            sidecar = self._work.shard_sidecar(name.filename)
         else:
-            path = storage.join(self._tmp_dir, "parts", name.filename, f"part-{part:06d}")
+            path = self._work.part(name.filename, key.part)
             tmp = storage.temp_path(path)
-            sidecar = path + ".json"
+            sidecar = self._work.part_sidecar(name.filename, key.part)
         found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
         if found is not None:
             size, sha = found
         else:
             with storage.open_write(tmp) as out:
-                size, sha = _copy_records(entries, out, self._tmp_dir, self._source, self._pool)
+                size, sha = _copy_records(entries, out, self._work, self._source, self._pool)
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
-        if parts > 1:
-            return (PART, name.filename, (part, path, len(entries), size, class_counts, converted, digest, sizes)), 0, 0
-        result = dict(manifest_lib.shard_result(name, len(entries), size, sha, class_counts),
-                      converted=converted, reused=found is not None)
-        if self._index:
-            result["index_file"] = write_index(self._output, self._tmp_dir, name, sizes)
+        if key.num_parts > 1:
+            return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
+                               sizes), 0, 0
+        index_file = write_index(self._output, self._work, name, sizes) if self._index else None
+        info = ShardInfo(name.filename, name.index, len(entries), size, sha, class_counts, index_file)
+        result = WrittenShard(name, info, converted, reused=found is not None)
         if found is not None:
-            return (SHARD, result), 0, 0
-        checkpoints.pause_for_tests("shard")
-        return (SHARD, result), len(entries), size
+            return result, 0, 0
+        if self._on_step is not None:
+            self._on_step("shard")
+        return result, len(entries), size
 
 
 class ConcatParts(beam.DoFn):
-    """(shard file, [part info]) -> (SHARD, result): joins part files in part order."""
+    """(shard file, [WrittenPart]) -> `WrittenShard`: joins part files in part order."""
 
-    def __init__(self, output: str, tmp_dir: str, labels: tuple[str, ...], reuse: bool = False,
-                 index: bool = False):
+    def __init__(self, output: str, work: WorkDir, labels: tuple[str, ...], reuse: bool = False,
+                 index: bool = False, on_step: StepHook | None = None):
         self._output = output
-        self._tmp_dir = tmp_dir
+        self._work = work
+        self._on_step = on_step
         self._labels = labels
         self._reuse = reuse
         self._index = index
@@ -269,17 +292,17 @@ class ConcatParts(beam.DoFn):
         name = ShardName.parse(filename)
         parts = sorted(parts)
         path = storage.join(self._output, filename)
-        sidecar = checkpoints.shard_sidecar(self._tmp_dir, filename)
-        digest = hashlib.sha256("".join(p[6] for p in parts).encode()).hexdigest()
+        sidecar = self._work.shard_sidecar(filename)
+        digest = hashlib.sha256("".join(p.digest for p in parts).encode()).hexdigest()
         found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
         if found is not None:
             size, sha = found
         else:
             hasher, size = hashlib.sha256(), 0
-            tmp = storage.temp_path(storage.join(self._tmp_dir, "shards", filename))
+            tmp = self._work.shard_temp(filename)
             with storage.open_write(tmp) as out:
                 for part in parts:
-                    with storage.open_read(part[1]) as f:
+                    with storage.open_read(part.path) as f:
                         while block := f.read(8 << 20):
                             out.write(block)
                             hasher.update(block)
@@ -287,10 +310,10 @@ class ConcatParts(beam.DoFn):
             storage.rename(tmp, path)
             sha = hasher.hexdigest()
             checkpoints.record_complete(sidecar, digest, size, sha)
-            checkpoints.pause_for_tests("shard")
-        class_counts = {label: sum(p[4][label] for p in parts) for label in self._labels}
-        result = dict(manifest_lib.shard_result(name, sum(p[2] for p in parts), size, sha, class_counts),
-                      converted=sum(p[5] for p in parts), reused=found is not None)
-        if self._index:
-            result["index_file"] = write_index(self._output, self._tmp_dir, name, [n for p in parts for n in p[7]])
-        yield SHARD, result
+            if self._on_step is not None:
+                self._on_step("shard")
+        class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._labels}
+        index_file = write_index(self._output, self._work, name, [n for p in parts for n in p.record_sizes]) \
+            if self._index else None
+        info = ShardInfo(filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file)
+        yield WrittenShard(name, info, sum(p.converted for p in parts), reused=found is not None)

@@ -54,7 +54,7 @@ def ensure_dataset(source: pathlib.Path, out: pathlib.Path, count: int, shards: 
 
 
 def hand_tuned(files, batch, size, tf, options):
-    from prep.schema import tf_feature_spec
+    from loaders.decode import tf_feature_spec
 
     spec = tf_feature_spec()
     box = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])
@@ -82,7 +82,7 @@ def hand_tuned(files, batch, size, tf, options):
 
 
 def seed_style(files, batch, size, tf):
-    from prep.schema import tf_feature_spec
+    from loaders.decode import tf_feature_spec
 
     spec = tf_feature_spec()
 

@@ -4,8 +4,8 @@
     python bench/plan_scale.py --refs 200000
 
 A child process stages what PrepareChunk leaves for the planner: chunk indexes
-in .prep-tmp, in `start.listing_order`, chunks of `start.MAX_CHUNK`, with one
-reference in `--reject-every` rejected. Then `beam_jobs.planning.PlanShards`
+in .prep-tmp, in `ordering.listing_order`, chunks of `ordering.MAX_CHUNK`, with one
+reference in `--reject-every` rejected. Then `beam_jobs.plan_shards.PlanShards`
 runs on the embedded in-memory runner (no images) from the chunks' counts,
 the shard parts' sections are grouped as the real pipeline groups them, and
 the balance promise is checked exactly from per-(split, shard, label) counts
@@ -29,10 +29,11 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import checkpoints, prepare
-from beam_jobs.planning import ENTRY, GROUP_TARGET, PlanShards, read_section
-from beam_jobs.start import chunk_size, listing_order, make_chunks
-from prep.plan import PlanOptions, parse_split_fractions
-from prep.sources import InputRef, Reject
+from beam_jobs.plan_shards import GROUP_TARGET, PartEntries, PlanShards, read_section
+from prep.core.layout import PlanOptions, parse_split_fractions
+from prep.core.listing import InputRef, Reject
+from prep.core.ordering import chunk_size, listing_order, make_chunks
+from prep.core.workdir import WorkDir
 
 HERE = pathlib.Path(__file__).parent
 
@@ -61,7 +62,7 @@ def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: st
                 outcomes.append((prepare.OK, (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000,
                                               110_000, False, 0, 0)))
             n += 1
-        checkpoints.write_chunk_index(tmp_dir, chunk, outcomes, {}, [])
+        checkpoints.write_chunk_index(WorkDir(tmp_dir), chunk, outcomes, {}, [])
         elements.append((chunk, prepare.chunk_counts([v for kind, v in outcomes if kind == prepare.OK])))
         chunks[chunk] = None
     with open(out, "w") as f:
@@ -69,13 +70,13 @@ def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: st
                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
 
 
-def count_part(element, tmp_dir):
+def count_part(element, work):
     """(part key, [Section]) -> the part's size and its ((split, shard, label), count)s."""
     (split, shard, _, _, _), sections = element
     labels: dict[int, int] = {}
     size = 0
     for section in sections:
-        for e in read_section(tmp_dir, section):
+        for e in read_section(work, section):
             labels[e.label] = labels.get(e.label, 0) + 1
             size += 1
     return [("size", size)] + [((split, shard, label), n) for label, n in labels.items()]
@@ -111,18 +112,19 @@ def main(argv=None) -> None:
         child.start()
         child.join()
         staging = json.loads(pathlib.Path(staged).read_text())
-        elements = [(chunk, [tuple(c) for c in cs]) for chunk, cs in staging["elements"]]
+        elements = [prepare.ChunkCounts(chunk, tuple(prepare.GroupCount(*c) for c in cs))
+                    for chunk, cs in staging["elements"]]
         del staging["elements"]
         held = {chunk: sum(c[2] for c in cs) for chunk, cs in elements}
         out_path = f"{work}/summary.json"
         start = time.perf_counter()
         with beam.Pipeline(runner=FnApiRunner()) as p:
-            ranked = p | "Counts" >> beam.Create(elements) | "Plan" >> PlanShards(args.classes, options, work)
+            ranked = p | "Counts" >> beam.Create(elements) | "Plan" >> PlanShards(args.classes, options, WorkDir(work))
             (
                 ranked
-                | "Sections" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
+                | "Sections" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
                 | "GroupParts" >> beam.GroupByKey()
-                | "Count" >> beam.FlatMap(count_part, work)
+                | "Count" >> beam.FlatMap(count_part, WorkDir(work))
                 | "OneKey" >> beam.Map(lambda x: (None, x))
                 | "Gather" >> beam.GroupByKey()
                 | "Summarise" >> beam.FlatMap(summarise, out_path)
@@ -130,8 +132,8 @@ def main(argv=None) -> None:
         seconds = time.perf_counter() - start
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result = json.loads(pathlib.Path(out_path).read_text())
-        from beam_jobs.planning import layout_tasks
-        tasks = list(layout_tasks((None, elements), args.classes, options, work, GROUP_TARGET))
+        from beam_jobs.plan_shards import layout_tasks
+        tasks = list(layout_tasks((None, elements), args.classes, options, WorkDir(work), GROUP_TARGET))
         largest_task = max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks)
     finally:
         shutil.rmtree(work, ignore_errors=True)

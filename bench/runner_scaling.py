@@ -11,7 +11,7 @@ GroupByKey keeps the number of partitions, so everything stays in one
 partition, on one worker. The pipeline puts a Reshuffle between the chunk
 ids and PrepareChunk, so that the DirectRunner can cut that stage's input
 into bundles for its workers, and on the DaskRunner it asks for as many
-partitions as the cluster has task slots (`pipeline.dask_partition_args`).
+partitions as the cluster has task slots (`runners.dask_partition_args`).
 This script checks both, with `--workers 1` (one image thread per runner
 worker) so that all parallelism comes from the runner:
 

@@ -8,13 +8,18 @@
     steps = loaders.steps_per_epoch("out/shapes", "train", 64, strategy=strategy)
 
 Importing this package does not import TensorFlow; `load`, `distribute` and
-`train_loop` do, when called. See docs/loaders.md.
+`train_loop` do, when called, and so does a remote path (``gs://``), which is read
+with `tf.io.gfile` as tf.data reads it. See docs/loaders.md.
 """
 
-from prep.errors import LoaderError
 from loaders.api import class_weights, distribute, epoch_size, load, num_input_pipelines, steps_per_epoch
-from loaders.options import LoadOptions
-from loaders.plan import EpochSize
+from loaders.epoch import EpochSize
+from loaders.gfile_fs import GFileSystem
+from loaders.load_options import LoadOptions
+from prep.core import storage
+from prep.core.errors import LoaderError
+
+storage.install(GFileSystem())  # remote datasets are read as tf.data reads them
 
 
 def train_loop(*args, **kwargs):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from prep.errors import LoaderError
-from loaders import plan
-from loaders.options import LoadOptions
-from loaders.source import exists, open_split
+import loaders.epoch as plan
+from loaders.load_options import LoadOptions
+from loaders.source import open_split
+from prep.core import storage
+from prep.core.errors import LoaderError
 from loaders.weights import balanced_weights
 
 
@@ -115,7 +116,7 @@ def _open(path, split: str, opts: LoadOptions):
 
 def _check_files_exist(source) -> None:
     for file in source.files:
-        if not exists(file):  # a gs:// shard too, not only a local one
+        if not storage.exists(file):  # a gs:// shard too, not only a local one
             raise LoaderError(f"shard {file} is missing (listed in the manifest)")
 
 

@@ -2,10 +2,10 @@
 
 Stages, in order:
 
-1. Ranges: the (shard, skip, take) ranges `loaders.plan` gives this pipeline.
+1. Ranges: the (shard, skip, take) ranges `loaders.epoch` gives this pipeline.
    When training with `shuffle_files`, a new plan per epoch: an epoch seed
    drawn by ``Dataset.random(seed, rerandomize_each_iteration=True)`` (the
-   same on every worker) is passed to `plan.shard_order`, so the union over
+   same on every worker) is passed to `epoch.shard_order`, so the union over
    pipelines stays the split and every pipeline's count stays equal.
 2. ``interleave(TFRecordDataset(file).skip(skip).take(take), cycle_length,
    num_parallel_calls=AUTOTUNE, deterministic=...)``.
@@ -14,7 +14,7 @@ Stages, in order:
 4. Rebalance (option): repeat, keep a record of class c with probability
    min_n / n_c, take exactly this pipeline's count.
 5. Shuffle buffer (training), then batch (or aspect buckets via
-   `group_by_window`), take exactly the batches `plan.epoch_size` promises.
+   `group_by_window`), take exactly the batches `epoch.epoch_size` promises.
 6. Vectorized `tf.io.parse_example`, decode (random-resized crop through
    `decode_and_crop_jpeg` when training; centre crop or resize otherwise), flip.
 7. Cache, evaluation: decoded, resized images, before normalisation.
@@ -32,9 +32,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from prep import schema
-from loaders import images, plan
-from loaders.options import LoadOptions
+from prep.core import schema
+import loaders.decode as images
+import loaders.epoch as plan
+from loaders.load_options import LoadOptions
 from loaders.source import SplitSource, manifest_digest
 from loaders.weights import acceptance_probabilities
 
@@ -220,7 +221,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
 
 
 def _decoder(opts: LoadOptions):
-    spec = schema.tf_feature_spec()
+    spec = images.tf_feature_spec()
     keys = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.LABEL, schema.TEXT,
             schema.FILENAME, schema.SHA256)
     buckets = opts.aspect_buckets
@@ -290,11 +291,10 @@ def data_options(opts: LoadOptions, sharded: bool) -> tf.data.Options:
     Autotuning on (parallelism and prefetch buffers); determinism from the
     options (off when training: faster, order only); map parallelization; an
     optional private thread pool; and, when the pipeline is one of several,
-    auto-sharding off, because `loaders.plan` already gave it its exact share.
+    auto-sharding off, because `loaders.epoch` already gave it its exact share.
     Intra-op parallelism is turned on (0: the machine's default) on purpose:
     tf.data limits it to 1 unless told otherwise, but a batch is decoded by one
-    `map_fn` whose iterations run concurrently only with it (at 1, throughput
-    fell by 3x on the benchmark).
+    `map_fn` whose iterations run concurrently only with it (docs/design.md).
     """
     options = tf.data.Options()
     options.autotune.enabled = True

@@ -7,7 +7,7 @@ own reader stops at the first bad record either way, so shards with bad records
 are copied, good records only, to a cache folder and read from there, with their
 real record counts, so that every input pipeline still gets an equal share.
 
-Pure Python: the framing checks come from `prep.tfrecord`.
+Pure Python: the framing is `prep.core.tfrecord.frames`, files go through `prep.core.storage`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import dataclasses
 import logging
 import os
 import shutil
-import struct
 import tempfile
 
-from prep.errors import LoaderError
-from prep.naming import ShardName
-from prep.tfrecord import FOOTER, HEADER, masked_crc32c
-
-from loaders.source import SplitSource, open_read
+from loaders.source import SplitSource
+from prep.core import storage
+from prep.core.errors import LoaderError, RecordError
+from prep.core.naming import ShardName
+from prep.core.tfrecord import frames
 
 log = logging.getLogger("loaders")
 
@@ -44,29 +43,18 @@ class ShardDamage:
 
 
 def scan(path: str, expected: int) -> ShardDamage:
-    """The readable records of one shard file, local or remote."""
-    readable, first_bad, index, offset = [], None, 0, 0
-    with open_read(path) as f:
-        while True:
-            header = f.read(HEADER)
-            if len(header) < HEADER:
-                if header and first_bad is None:
-                    first_bad = index
-                break
-            if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
-                first_bad = index if first_bad is None else first_bad
-                break  # the length cannot be trusted: the rest of the shard is lost
-            (length,) = struct.unpack("<Q", header[:8])
-            body = f.read(length + FOOTER)
-            if len(body) < length + FOOTER:
-                first_bad = index if first_bad is None else first_bad
-                break
-            if masked_crc32c(body[:length]) == struct.unpack("<I", body[length:])[0]:
-                readable.append((offset, HEADER + length + FOOTER))
-            elif first_bad is None:
-                first_bad = index
-            offset += HEADER + length + FOOTER
-            index += 1
+    """The readable records of one shard file (local or remote, through `storage`)."""
+    readable, first_bad, index = [], None, 0
+    with storage.open_read(path) as f:
+        try:
+            for frame in frames(f, path):
+                index = frame.index + 1
+                if frame.intact:
+                    readable.append((frame.offset, frame.size))
+                elif first_bad is None:
+                    first_bad = frame.index
+        except RecordError:  # the length cannot be trusted, or the file ends: the rest of the shard is lost
+            first_bad = index if first_bad is None else first_bad
     if len(readable) < expected and first_bad is None:
         first_bad = len(readable)
     return ShardDamage(path, expected, tuple(readable), first_bad)
@@ -106,7 +94,7 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
             cache_dir = tempfile.mkdtemp(prefix="loaders-repaired-")
             atexit.register(shutil.rmtree, cache_dir, True)  # read lazily by the dataset, so kept until exit
         copy = os.path.join(cache_dir, ShardName.parse(os.path.basename(path)).filename)
-        with open_read(path) as src, open(copy, "wb") as dst:
+        with storage.open_read(path) as src, open(copy, "wb") as dst:
             for offset, length in damage.readable:
                 src.seek(offset)
                 dst.write(src.read(length))

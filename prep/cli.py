@@ -1,20 +1,47 @@
-"""The `prep` command line. Thin: it parses options, calls the core, and turns
-every `PrepError` into a one-line `Error: ...` with a non-zero exit."""
+"""The `prep` command line. Thin: it parses options, calls the core and the pipeline, and
+turns every `PrepError` into a one-line `Error: ...` with a non-zero exit.
+
+`main` takes an optional `CliHooks` as click's context object (`main(args, obj=...)`):
+the one way tests inject a hook into a conversion (`on_step`, see
+`beam_jobs.checkpoints`); the console script passes none.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import sys
 import time
 import warnings
+from typing import Callable
 
 import click
 
 from prep import __version__
-from prep.errors import PrepError
-from prep.options import click_options
-from prep.targets import TARGETS
+from prep.core.convert_options import OPTIONS
+from prep.core.errors import PrepError
+from prep.core.targets import TARGETS
+
+
+@dataclasses.dataclass(frozen=True)
+class CliHooks:
+    """Callbacks a caller of `main` injects (tests); see the module docstring."""
+
+    on_step: Callable[[str], None] | None = None
+
+
+def click_options(command):
+    """Decorates a click command with the conversion options (`prep.core.convert_options.OPTIONS`)."""
+    for o in reversed(OPTIONS):
+        if o.flag:
+            command = click.option(o.name, is_flag=True, help=o.help)(command)
+        else:
+            kind = click.Choice(list(o.choices)) if o.choices else o.type
+            command = click.option(o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar,
+                                   show_default=o.default is not None)(command)
+    return command
+
 
 
 class _Group(click.Group):
@@ -48,20 +75,23 @@ def main():
 @click.option("--verbose", is_flag=True, help="Show Beam's own log messages (hidden by default).")
 @click.option("--report", "write_report", is_flag=True,
               help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).")
-def convert(source, output, beam_args, runner, progress, verbose, write_report, **values):
+@click.pass_context
+def convert(ctx, source, output, beam_args, runner, progress, verbose, write_report, **values):
     """Convert SOURCE (class folders or a --labels file) into balanced TFRecord shards in OUTPUT.
 
     Beam pipeline options go after `--`, e.g.
     `prep convert SRC gs://bucket/out --runner DataflowRunner -- --project=p --region=r`.
     """
-    from prep.options import build_config, check_beam_args, list_inputs
+    from beam_jobs import launch  # installs Beam's FileSystems for a remote SOURCE or label file
+    from prep.core.convert_options import build_config, check_beam_args
+    from prep.core.inputs import list_inputs
 
     started = time.time()
     check_beam_args(beam_args)
     if write_report and "://" in output:
         raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
-    listing = [list_inputs(config)]  # handed over below: run_conversion lets go of it once staged
+    listing = [list_inputs(config)]  # handed over below: launch.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
     # Beam logs failures with tracebacks, and warnings about optional cloud
     # clients; our errors reach the user as one line instead.
@@ -72,12 +102,12 @@ def convert(source, output, beam_args, runner, progress, verbose, write_report, 
         # Pillow warns about files it can still read (corrupt EXIF, an APNG read
         # as PNG); the image rule decides what becomes of them and rejects are
         # recorded, so the warnings would only bury the progress bar. Set here,
-        # for the process the CLI owns: prep.images changes no filter, since
+        # for the process the CLI owns: prep.core.image_rules changes no filter, since
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
-    from beam_jobs.start import run_conversion
-
-    manifest = run_conversion(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show)
+    hooks = ctx.obj if isinstance(ctx.obj, CliHooks) else CliHooks()
+    manifest = launch.convert(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show,
+                              on_step=hooks.on_step)
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))
@@ -160,20 +190,20 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
 
     from prep import inspect as inspect_lib
     from prep import pictures, render
-    from prep.manifest_shape import load_checked
+    from prep.core.manifest import Manifest
 
     _existing_folder(output)
-    manifest = load_checked(output)
-    if split is not None and split not in manifest["splits"]:
-        raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest['splits'])})",
+    manifest = Manifest.load(output)
+    if split is not None and split not in manifest.splits:
+        raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest.splits)})",
                                  param_hint="'--split'")
     summary = inspect_lib.summary(manifest, output)
     click.echo(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) if as_json
                else render.inspect_text(summary))
     if sheet:
         picked = inspect_lib.samples(manifest, output, per_class, split)
-        layout = pictures.SheetLayout(rows=len(manifest["labels"]), columns=per_class, tile=tile)
-        pictures.render_sheet(manifest["labels"], picked, layout).save(sheet, "PNG")
+        layout = pictures.SheetLayout(rows=len(manifest.labels), columns=per_class, tile=tile)
+        pictures.render_sheet(list(manifest.labels), picked, layout).save(sheet, "PNG")
         click.echo(f"wrote {sheet} ({layout.size[0]}x{layout.size[1]}, {sum(map(len, picked.values()))} images)",
                    err=as_json)
     if plot:
@@ -228,9 +258,8 @@ def run() -> None:
     """The `prep` console script: `main`, then a quick exit.
 
     Freezing the heap before the interpreter exits spares it a last garbage
-    collection of every object Beam and TensorFlow left (~0.3 s after a
-    conversion, measured with `python -c "import apache_beam"` against the same
-    with gc.freeze()). atexit handlers still run, but a file left open in a
+    collection of every object Beam and TensorFlow left (docs/design.md).
+    atexit handlers still run, but a file left open in a
     reference cycle would no longer be flushed: every command closes its files
     (`with`) before it returns. Tests call `main` in process, where freezing
     would keep their garbage alive.

@@ -2,7 +2,7 @@
 
 `summary` is a pure function of the manifest (the `--json` document, see
 docs/verify.md); `samples` reads records from the shards for the contact sheet
-(`prep.contact_sheet`). Neither imports TensorFlow.
+(`prep.pictures`). Neither imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from prep.schema import ImageRecord
-from prep.tfrecord import read_records
+from prep.core.manifest import Manifest
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import read_records
 
 JSON_VERSION = 1
 
@@ -24,53 +25,52 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 6) if whole else 0.0
 
 
-def summary(manifest: dict, output: str) -> dict:
+def summary(manifest: Manifest, output: str) -> dict:
     """What the dataset holds, as a JSON-ready dict: totals, options, accounting, per-split class tables.
 
     Args:
-        manifest: a manifest that passed `prep.manifest_shape.load_checked`.
+        manifest: the dataset's manifest.
         output: the dataset folder, reported as given.
     """
-    labels = manifest["labels"]
-    total = sum(info["examples"] for info in manifest["splits"].values())
+    labels = list(manifest.labels)
+    total = manifest.examples
     splits = {}
-    for name, info in manifest["splits"].items():
-        shards = info["shards"]
+    for name, info in manifest.splits.items():
+        shards = info.shards
         classes = {}
         for label in labels:
-            count = info["class_counts"].get(label, 0)
-            classes[label] = {"count": count, "share": _share(count, info["examples"]),
-                              "per_shard": _spread([s["class_counts"].get(label, 0) for s in shards])}
-        splits[name] = {"examples": info["examples"], "num_shards": info["num_shards"], "bytes": info["bytes"],
-                        "share": _share(info["examples"], total),
-                        "per_shard": _spread([s["examples"] for s in shards]),
-                        "shard_bytes": _spread([s["bytes"] for s in shards]),
+            count = info.class_counts.get(label, 0)
+            classes[label] = {"count": count, "share": _share(count, info.examples),
+                              "per_shard": _spread([s.class_counts.get(label, 0) for s in shards])}
+        splits[name] = {"examples": info.examples, "num_shards": info.num_shards, "bytes": info.bytes,
+                        "share": _share(info.examples, total),
+                        "per_shard": _spread([s.examples for s in shards]),
+                        "shard_bytes": _spread([s.bytes for s in shards]),
                         "classes": classes}
-    inputs = manifest["inputs"]
-    run = manifest.get("run") or {}
+    inputs = manifest.inputs.to_json()
     return {
         "version": JSON_VERSION,
         "output": output,
-        "manifest_version": manifest["version"],
-        "tool": manifest.get("tool", {}),
-        "created": run.get("created"),
-        "runner": run.get("runner"),
+        "manifest_version": manifest.version,
+        "tool": dict(manifest.tool),
+        "created": manifest.run.created,
+        "runner": manifest.run.runner,
         "labels": labels,
-        "seed": manifest["options"].get("seed"),
-        "options": manifest["options"],
+        "seed": manifest.options.get("seed"),
+        "options": dict(manifest.options),
         "totals": {"examples": total, "shards": sum(s["num_shards"] for s in splits.values()),
                    "bytes": sum(s["bytes"] for s in splits.values()), "classes": len(labels),
                    "splits": len(splits)},
-        "rejects": inputs["rejected"],
+        "rejects": manifest.inputs.rejected,
         "inputs": inputs,
         "splits": splits,
     }
 
 
-def shard_paths(manifest: dict, output: str, split: str | None = None) -> list[str]:
+def shard_paths(manifest: Manifest, output: str, split: str | None = None) -> list[str]:
     """Shard files of `split` (or of every split, largest first) in index order."""
-    names = [split] if split else sorted(manifest["splits"], key=lambda s: -manifest["splits"][s]["examples"])
-    return [os.path.join(output, shard["file"]) for name in names for shard in manifest["splits"][name]["shards"]]
+    names = [split] if split else sorted(manifest.splits, key=lambda s: -manifest.splits[s].examples)
+    return [os.path.join(output, shard.file) for name in names for shard in manifest.splits[name].shards]
 
 
 def _records(paths: list[str]) -> Iterator[ImageRecord]:
@@ -80,7 +80,7 @@ def _records(paths: list[str]) -> Iterator[ImageRecord]:
                 yield ImageRecord.from_bytes(data)
 
 
-def samples(manifest: dict, output: str, per_class: int, split: str | None = None) -> dict[int, list[ImageRecord]]:
+def samples(manifest: Manifest, output: str, per_class: int, split: str | None = None) -> dict[int, list[ImageRecord]]:
     """The first `per_class` records of each label, reading shards in order until every class has them.
 
     Records inside a shard are in a seeded shuffled order, so the first ones are
@@ -91,7 +91,7 @@ def samples(manifest: dict, output: str, per_class: int, split: str | None = Non
         RecordError: a shard read on the way is corrupt (`prep verify` says more).
         OSError: a shard cannot be read.
     """
-    wanted = {label: min(per_class, _available(manifest, label, split)) for label in range(len(manifest["labels"]))}
+    wanted = {label: min(per_class, _available(manifest, label, split)) for label in range(len(manifest.labels))}
     picked: dict[int, list[ImageRecord]] = {label: [] for label in wanted}
     missing = sum(wanted.values())
     if missing:
@@ -105,7 +105,7 @@ def samples(manifest: dict, output: str, per_class: int, split: str | None = Non
     return picked
 
 
-def _available(manifest: dict, label: int, split: str | None) -> int:
-    name = manifest["labels"][label]
-    splits = [split] if split else list(manifest["splits"])
-    return sum(manifest["splits"][s]["class_counts"].get(name, 0) for s in splits)
+def _available(manifest: Manifest, label: int, split: str | None) -> int:
+    name = manifest.labels[label]
+    splits = [split] if split else list(manifest.splits)
+    return sum(manifest.splits[s].class_counts.get(name, 0) for s in splits)

@@ -11,7 +11,7 @@ import dataclasses
 import io
 import warnings
 
-from prep.schema import ImageRecord
+from prep.core.schema import ImageRecord
 
 BACKGROUND = (255, 255, 255)
 EMPTY = (238, 238, 238)  # a tile with no image: the class has fewer records than asked for

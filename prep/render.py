@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from prep import targets
+from prep.core import targets
+from prep.core.manifest import Manifest
 from prep.verify import Report
 
 
@@ -23,42 +24,49 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
             .rstrip() for r in rows]
 
 
-def convert_summary(manifest: dict, seconds: float) -> str:
+def convert_summary(manifest: Manifest, seconds: float) -> str:
     """The end of `prep convert`: examples and shards per split, then the input accounting."""
     rows = [("split", "examples", "shards", "bytes")]
-    for name, split in manifest["splits"].items():
-        rows.append((name, str(split["examples"]), str(split["num_shards"]), human_size(split["bytes"])))
+    for name, split in manifest.splits.items():
+        rows.append((name, str(split.examples), str(split.num_shards), human_size(split.bytes)))
     lines = table(rows)
-    inputs = manifest["inputs"]
-    rate = inputs["found"] / seconds if seconds > 0 else 0.0
-    lines.append(f"found {inputs['found']}  written {inputs['written']}  rejected {inputs['rejected']}  "
-                 f"capped {inputs['capped']}  converted {inputs['converted']}")
-    if inputs["rejected"]:
-        reasons = ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
+    inputs = manifest.inputs
+    rate = inputs.found / seconds if seconds > 0 else 0.0
+    lines.append(f"found {inputs.found}  written {inputs.written}  rejected {inputs.rejected}  "
+                 f"capped {inputs.capped}  converted {inputs.converted}")
+    if inputs.rejected:
+        reasons = ", ".join(f"{k} {v}" for k, v in (inputs.rejected_by_reason or {}).items())
         lines.append(f"rejects by reason: {reasons} (see rejects.jsonl)")
-    target = manifest["options"].get("target", targets.NONE)
+    target = manifest.options.get("target", targets.NONE)
     if target in targets.TARGETS and target != targets.NONE:
         lines.append(f"target {target}: {targets.get(target).promise}, for {targets.get(target).reader} "
-                     f"(num_classes {len(manifest['labels'])})")
-    warning = empty_classes_line(manifest)
+                     f"(num_classes {len(manifest.labels)})")
+    warning = empty_classes_line(manifest.inputs.empty_classes or (), manifest.options.get("empty_classes"))
     if warning:
         lines.append("warning: " + warning)
-    resumed = manifest.get("run", {}).get("resumed")
+    resumed = manifest.run.resumed
     if resumed:
-        lines.append(f"resumed: reused {resumed['chunks_reused']} of {resumed['chunks']} prepared chunks and "
-                     f"{resumed['shards_reused']} of {resumed['shards']} shards")
+        lines.append(f"resumed: reused {resumed.chunks_reused} of {resumed.chunks} prepared chunks and "
+                     f"{resumed.shards_reused} of {resumed.shards} shards")
+        in_flight = resumed.in_flight
+        if in_flight is not None and in_flight.inputs:
+            rejected = in_flight.rejected_by_reason
+            verdict = ("rejected " + ", ".join(f"{k} {v}" for k, v in rejected.items())) if rejected else "none rejected"
+            lines.append(f"resumed: {_plural(in_flight.inputs, 'input was', 'inputs were')} being read when the "
+                         f"run was killed; prepared again in the sandbox, not in-process: {verdict}")
     lines.append(f"{seconds:.1f} s, {rate:.1f} images/s")
     return "\n".join(lines)
 
 
-def empty_classes_line(manifest: dict) -> str | None:
-    """What became of the classes left with no example (`inputs.empty_classes`), or None if none was."""
-    empty = manifest["inputs"].get("empty_classes") or []
+def empty_classes_line(empty, policy: str | None) -> str | None:
+    """What became of the classes left with no example (`inputs.empty_classes`, under the manifest's
+    `options.empty_classes`), or None if none was."""
+    empty = list(empty or ())
     if not empty:
         return None
     shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
     what = f"{_plural(len(empty), 'class', 'classes')} with no example ({shown})"
-    if manifest["options"].get("empty_classes") == "drop":
+    if policy == "drop":
         return f"dropped {what} from labels: the label ids of the classes after them moved down"
     return (f"{what}: every input rejected, or none listed; kept in labels with {'its' if len(empty) == 1 else 'their'}"
             " label id (--empty-classes drop removes them)")
@@ -135,7 +143,7 @@ def inspect_text(summary: dict) -> str:
     if inputs.get("rejected_by_reason"):
         lines.append("rejects by reason: " + ", ".join(f"{k} {v}" for k, v in inputs["rejected_by_reason"].items())
                      + " (see rejects.jsonl)")
-    empty = empty_classes_line(summary)
+    empty = empty_classes_line(summary["inputs"].get("empty_classes"), summary["options"].get("empty_classes"))
     if empty:
         lines.append(empty[0].upper() + empty[1:])
     rows = [("split", "records", "share", "shards", "bytes", "records/shard", "bytes/shard")]

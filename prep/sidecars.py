@@ -1,11 +1,11 @@
 """`prep verify`'s checks of the files beside the shards: record indexes and tfds metadata. Pure.
 
-- A record index (``--index``; `prep.tfrecord.record_index`) must be where the
+- A record index (``--index``; `prep.core.tfrecord.record_index`) must be where the
   manifest's `index_file` says, have the recorded size and sha256, and, for a
   shard read to its end, list exactly the shard's records: every offset at a
   record's start and every size its framed length, as read from the framing.
 - ``*.tfrecord.idx`` files the manifest does not name are reported, as stray shards are.
-- The tfds metadata (`prep.tfds_meta`) is optional (datasets written before it
+- The tfds metadata (`prep.core.tfds_meta`) is optional (datasets written before it
   existed lack it), but when a file is present it must be exactly what the
   manifest gives: otherwise tfds would read other shard lengths or labels.
 
@@ -17,29 +17,28 @@ from __future__ import annotations
 import hashlib
 import os
 
-from prep import tfds_meta
-from prep.naming import INDEX_SUFFIX, SUFFIX, ShardName
-from prep.tfrecord import record_index
+from prep.core import tfds_meta
+from prep.core.manifest import FILENAME, Manifest, ShardInfo
+from prep.core.naming import INDEX_SUFFIX, SUFFIX, ShardName
+from prep.core.tfrecord import record_index
 
 Issue = tuple[str, "int | None", str]
 
 
-def check_index_names(manifest: dict) -> list[Issue]:
+def check_index_names(manifest: Manifest) -> list[Issue]:
     """Index files the manifest names under another name than their shard's plus ``.idx``."""
     issues = []
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            index = shard.get("index_file")
-            if index is not None and index["file"] != shard["file"] + INDEX_SUFFIX:
-                issues.append(("manifest.json", None, f"{shard['file']}: index_file is {index['file']!r}, "
-                                                      f"must be {shard['file'] + INDEX_SUFFIX!r}"))
+    for _, shard in manifest.shards():
+        index = shard.index_file
+        if index is not None and index.file != shard.file + INDEX_SUFFIX:
+            issues.append((FILENAME, None, f"{shard.file}: index_file is {index.file!r}, "
+                                           f"must be {shard.file + INDEX_SUFFIX!r}"))
     return issues
 
 
-def unexpected_indexes(names: list[str], manifest: dict) -> list[Issue]:
+def unexpected_indexes(names: list[str], manifest: Manifest) -> list[Issue]:
     """Record index files in OUTPUT (`names`) that the manifest does not name."""
-    named = {shard["index_file"]["file"] for info in manifest["splits"].values() for shard in info["shards"]
-             if "index_file" in shard}
+    named = {shard.index_file.file for _, shard in manifest.shards() if shard.index_file is not None}
     return [(name, None, "unexpected record index file: the manifest does not name it")
             for name in names if name.endswith(SUFFIX + INDEX_SUFFIX) and name not in named]
 
@@ -54,7 +53,7 @@ def _first_difference(found: bytes, expected: bytes) -> str:
     return f"lists {len(have)} records, the shard holds {len(want)}"
 
 
-def check_index(output: str, shard: dict, record_sizes: tuple[int, ...] | None) -> list[Issue]:
+def check_index(output: str, shard: ShardInfo, record_sizes: tuple[int, ...] | None) -> list[Issue]:
     """The record index of one shard against the manifest and the shard's framing.
 
     Args:
@@ -63,30 +62,30 @@ def check_index(output: str, shard: dict, record_sizes: tuple[int, ...] | None) 
         record_sizes: the framed size of each record, as the shard was read; None when the
             shard was not read to its end (its framing then says nothing about the index).
     """
-    entry = shard.get("index_file")
+    entry = shard.index_file
     if entry is None:
         return []
-    file = entry["file"]
+    file = entry.file
     path = os.path.join(output, file)
     if os.path.basename(file) != file or not os.path.isfile(path):
         return [(file, None, "missing: the manifest names it but OUTPUT has no such file")]
     with open(path, "rb") as f:
         data = f.read()
     issues = []
-    if len(data) != entry["bytes"]:
-        issues.append((file, None, f"size is {len(data)} bytes, the manifest says {entry['bytes']}"))
+    if len(data) != entry.bytes:
+        issues.append((file, None, f"size is {len(data)} bytes, the manifest says {entry.bytes}"))
     sha = hashlib.sha256(data).hexdigest()
-    if sha != entry["sha256"]:
-        issues.append((file, None, f"sha256 is {sha}, the manifest says {entry['sha256']}"))
+    if sha != entry.sha256:
+        issues.append((file, None, f"sha256 is {sha}, the manifest says {entry.sha256}"))
     if record_sizes is not None:
         expected = record_index(record_sizes)
         if data != expected:
-            issues.append((file, None, "does not match the records of " + shard["file"] + ": "
+            issues.append((file, None, "does not match the records of " + shard.file + ": "
                            + _first_difference(data, expected)))
     return issues
 
 
-def check_tfds(output: str, manifest: dict) -> list[Issue]:
+def check_tfds(output: str, manifest: Manifest) -> list[Issue]:
     """tfds metadata files that are present but differ from what the manifest gives."""
     issues = []
     for name, expected in tfds_meta.files(manifest).items():

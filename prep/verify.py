@@ -1,4 +1,8 @@
-"""`prep verify`: is a dataset folder exactly what its manifest promises? Pure: no click, no TensorFlow.
+"""`prep verify`: is a dataset folder exactly what its manifest promises? No click, no TensorFlow.
+
+An I/O edge, not core: it walks a local OUTPUT and reads every shard; the decisions it
+applies (the manifest's shape and self-consistency, the balance rule, shard names) are
+`prep.core`'s.
 
 Checks, in order (docs/verify.md lists them with their messages):
 
@@ -8,7 +12,7 @@ Checks, in order (docs/verify.md lists them with their messages):
    sums, `labels` against `class_counts`, the input accounting.
 3. Every shard it names is a file in OUTPUT; no other ``*.tfrecord`` (or record
    index) is there.
-4. Each shard, read once (`prep.scan`): size and sha256 as recorded, every
+4. Each shard, read once (`prep.shard_scan`): size and sha256 as recorded, every
    record's framing and CRCs, every record parses with our schema and its label
    and class text agree with `labels`; with `deep`, every image decodes to its
    stored format, height, width and channels.
@@ -18,13 +22,12 @@ Checks, in order (docs/verify.md lists them with their messages):
    one between any two shards").
 7. Record indexes and tfds metadata, when present (`prep.sidecars`).
 8. With a target (`--target`, else the one the manifest records), every record
-   that target's default readers would fail on (`prep.targets`), counted, with
+   that target's default readers would fail on (`prep.core.targets`), counted, with
    the command that converts the dataset for it.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -33,12 +36,13 @@ import time
 import warnings
 from typing import Callable
 
-from prep import manifest as manifest_lib
-from prep import sidecars, targets
-from prep.errors import ManifestError
-from prep.manifest_shape import load_checked
-from prep.naming import INDEX_SUFFIX, SUFFIX, ShardName
-from prep.scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
+from prep import sidecars
+from prep.core import targets
+from prep.core.errors import ManifestError
+from prep.core.manifest import FILENAME, REJECTS, Manifest, ShardInfo
+from prep.core.manifest_checks import contradictions, sum_counts, unbalanced
+from prep.core.naming import INDEX_SUFFIX, SUFFIX
+from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
 JSON_VERSION = 1
 
@@ -71,11 +75,11 @@ class SplitStats:
 
 @dataclasses.dataclass(frozen=True)
 class TargetCheck:
-    """What `verify` found for a target (`prep.targets`): records its default readers would fail on."""
+    """What `verify` found for a target (`prep.core.targets`): records its default readers would fail on."""
 
     name: str
     records: int  # records that fail for any reason
-    by_reason: dict[str, int]  # records per prep.targets reason
+    by_reason: dict[str, int]  # records per prep.core.targets reason
     fix: str  # the prep convert command that rewrites the dataset for the target
 
     def to_json(self) -> dict:
@@ -122,124 +126,43 @@ class Report:
 Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)
 
 
-def check_manifest(manifest: dict) -> list[Problem]:
-    """Where a well-shaped manifest contradicts itself (names, indexes, sums, accounting)."""
-    labels = manifest["labels"]
-    messages = []
-    if len(set(labels)) != len(labels):
-        messages.append("labels repeat a class name")
-    for split, info in manifest["splits"].items():
-        shards = info["shards"]
-        if info["num_shards"] != len(shards):
-            messages.append(f"split {split}: num_shards is {info['num_shards']} but {len(shards)} shards are listed")
-        for i, shard in enumerate(shards):
-            name = ShardName(split, i, len(shards)).filename
-            if (shard["file"], shard["index"]) != (name, i):
-                messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
-                                f"not {shard['file']} with index {shard['index']}")
-            in_classes = sum(shard["class_counts"].values())
-            if in_classes != shard["examples"]:
-                messages.append(f"{shard['file']}: examples is {shard['examples']} but its class_counts sum "
-                                f"to {in_classes}")
-        for key in ("examples", "bytes"):
-            summed = sum(s[key] for s in shards)
-            if info[key] != summed:
-                messages.append(f"split {split}: {key} is {info[key]} but its shards sum to {summed}")
-        summed = _sum_counts(s["class_counts"] for s in shards)
-        for name in sorted(set(summed) | set(info["class_counts"])):
-            claimed = info["class_counts"].get(name, 0)
-            if claimed != summed.get(name, 0):
-                messages.append(f"split {split}: class_counts[{name!r}] is {claimed} but its shards sum to "
-                                f"{summed.get(name, 0)}")
-        unknown = sorted(set(info["class_counts"]) - set(labels))
-        if unknown:
-            messages.append(f"split {split}: class_counts name classes not in labels: {', '.join(map(repr, unknown))}")
-    inputs = manifest["inputs"]
-    total = sum(info["examples"] for info in manifest["splits"].values())
-    if inputs["written"] != total:
-        messages.append(f"inputs.written is {inputs['written']} but the splits hold {total}")
-    if inputs["found"] != inputs["written"] + inputs["rejected"] + inputs["capped"]:
-        messages.append("inputs.found is not written + rejected + capped")
-    messages += _empty_class_messages(manifest)
-    return [Problem(manifest_lib.FILENAME, None, message) for message in messages]
-
-
-def _empty_class_messages(manifest: dict) -> list[str]:
-    """Where `inputs.empty_classes` contradicts the rest: a class named there must hold no
-    record, and be in `labels` unless `--empty-classes drop` took it out."""
-    messages = []
-    dropped = manifest["options"].get("empty_classes") == "drop"
-    labels = set(manifest["labels"])
-    for name in manifest["inputs"].get("empty_classes", []):
-        held = sum(info["class_counts"].get(name, 0) for info in manifest["splits"].values())
-        if held:
-            messages.append(f"inputs.empty_classes names {name!r}, which holds {held} record(s)")
-        if dropped and name in labels:
-            messages.append(f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), "
-                            "but it is in labels")
-        elif not dropped and name not in labels:
-            messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
-    return messages
+def check_manifest(manifest: Manifest) -> list[Problem]:
+    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`)."""
+    return [Problem(FILENAME, None, message) for message in contradictions(manifest)]
 
 
 def balance_problems(split: str, files: list[str], counts: list[dict[str, int]]) -> list[Problem]:
-    """Shards of one split that break the balance rule, given what each holds per class.
-
-    Every shard must hold ⌊n/N⌋ or ⌈n/N⌉ of the split's n records, and the same for
-    each class's records; for counts summing to n this is exactly "any two shards
-    differ by at most one".
-    """
-    problems = []
-
-    def check(values: list[int], what: str, of: str):
-        n, shards = sum(values), len(values)
-        low, high = n // shards, -(-n // shards)
-        allowed = f"{low}" if low == high else f"{low} or {high}"
-        for file, value in zip(files, values):
-            if value not in (low, high):
-                problems.append(Problem(file, None, f"unbalanced: holds {value} {what}; split {split} has {n} {of} "
-                                                    f"in {shards} shards, so each must hold {allowed}"))
-
-    check([sum(c.values()) for c in counts], "records", "records")
-    for name in sorted(set().union(*counts)):
-        check([c.get(name, 0) for c in counts], f"of class {name!r}", f"of class {name!r}")
-    return problems
+    """Shards of one split that break the balance rule (`manifest_checks.unbalanced`)."""
+    return [Problem(file, None, message) for file, message in unbalanced(split, files, counts)]
 
 
-def _sum_counts(counts) -> dict[str, int]:
-    total: collections.Counter[str] = collections.Counter()
-    for c in counts:
-        total.update(c)
-    return dict(total)
-
-
-def _compare_shard(file: str, entry: dict, scan: ShardScan) -> list[Problem]:
+def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem]:
     problems = [Problem(file, index, message) for index, message in scan.issues]
-    if scan.size != entry["bytes"]:
-        problems.append(Problem(file, None, f"size is {scan.size} bytes, the manifest says {entry['bytes']}"))
-    if scan.sha256 != entry["sha256"]:
-        problems.append(Problem(file, None, f"sha256 is {scan.sha256}, the manifest says {entry['sha256']}"))
+    if scan.size != entry.bytes:
+        problems.append(Problem(file, None, f"size is {scan.size} bytes, the manifest says {entry.bytes}"))
+    if scan.sha256 != entry.sha256:
+        problems.append(Problem(file, None, f"sha256 is {scan.sha256}, the manifest says {entry.sha256}"))
     if not scan.complete:
         return problems  # the counts of a shard read only in part say nothing more
-    if scan.records != entry["examples"]:
-        problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry['examples']}"))
-    names = sorted(set(scan.class_counts) | set(entry["class_counts"]))
-    diffs = [f"{name} {scan.class_counts.get(name, 0)} (manifest {entry['class_counts'].get(name, 0)})"
-             for name in names if scan.class_counts.get(name, 0) != entry["class_counts"].get(name, 0)]
+    if scan.records != entry.examples:
+        problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry.examples}"))
+    names = sorted(set(scan.class_counts) | set(entry.class_counts))
+    diffs = [f"{name} {scan.class_counts.get(name, 0)} (manifest {entry.class_counts.get(name, 0)})"
+             for name in names if scan.class_counts.get(name, 0) != entry.class_counts.get(name, 0)]
     if diffs:
         problems.append(Problem(file, None, f"records per class differ from the manifest: {', '.join(diffs)}"))
     return problems
 
 
-def _check_rejects(output: str, manifest: dict) -> list[Problem]:
-    path = os.path.join(output, manifest_lib.REJECTS)
+def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
+    path = os.path.join(output, REJECTS)
     if not os.path.isfile(path):
         return []  # optional: it explains the accounting, the shards do not depend on it
     with open(path, "rb") as f:
         lines = sum(1 for line in f if line.strip())
-    expected = manifest["inputs"].get("rejected")
+    expected = manifest.inputs.rejected
     if lines != expected:
-        return [Problem(manifest_lib.REJECTS, None, f"has {lines} lines, the manifest counts {expected} rejects")]
+        return [Problem(REJECTS, None, f"has {lines} lines, the manifest counts {expected} rejects")]
     return []
 
 
@@ -253,7 +176,7 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         workers: threads decoding images with `deep` (default: all cores).
         progress: called as `progress(bytes_read, total_bytes)` after each block read.
         target: also report every record this target's default readers would fail on
-            (`prep.targets`); None: the target the manifest records, if any.
+            (`prep.core.targets`); None: the target the manifest records, if any.
 
     Returns:
         A `Report`; `report.ok` when nothing is wrong.
@@ -263,22 +186,22 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     """
     started = time.perf_counter()
     try:
-        manifest = load_checked(output)
+        manifest = Manifest.load(output)
     except ManifestError as exc:
-        path = os.path.join(output, manifest_lib.FILENAME)
+        path = os.path.join(output, FILENAME)
         message = str(exc).removeprefix(path).removeprefix(" ").removeprefix(": ")
-        return Report(output, deep, (Problem(manifest_lib.FILENAME, None, message),), {}, 0,
+        return Report(output, deep, (Problem(FILENAME, None, message),), {}, 0,
                       time.perf_counter() - started)
     problems = check_manifest(manifest)
-    recorded = manifest["options"].get("target", targets.NONE)
+    recorded = manifest.options.get("target", targets.NONE)
     if target is None and recorded not in targets.TARGETS:
-        problems.append(Problem(manifest_lib.FILENAME, None, f"options.target is {recorded!r}, not a target this "
-                                                             f"version knows ({', '.join(targets.TARGETS)})"))
+        problems.append(Problem(FILENAME, None, f"options.target is {recorded!r}, not a target this "
+                                                f"version knows ({', '.join(targets.TARGETS)})"))
     target = target or (recorded if recorded in targets.TARGETS else targets.NONE)
     problems += [Problem(*issue) for issue in sidecars.check_index_names(manifest)]
     problems += _check_rejects(output, manifest)
     problems += [Problem(*issue) for issue in sidecars.check_tfds(output, manifest)]
-    entries = {shard["file"]: (split, shard) for split, info in manifest["splits"].items() for shard in info["shards"]}
+    entries = {shard.file: (split.name, shard) for split, shard in manifest.shards()}
     present = {}
     for file in entries:
         path = os.path.join(output, file)
@@ -295,8 +218,8 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     total = sum(os.path.getsize(path) for path in present.values())
     on_block = (lambda n: progress(n, total)) if progress else None
     scans: dict[str, ShardScan] = {}
-    labels = manifest["labels"]
-    max_pixels = manifest["options"].get("max_pixels")
+    labels = manifest.labels
+    max_pixels = manifest.options.get("max_pixels")
     if not isinstance(max_pixels, int) or max_pixels < 1:
         max_pixels = DEFAULT_MAX_PIXELS
     pool = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) if deep else None
@@ -317,10 +240,10 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         problems += [Problem(*issue) for issue in sidecars.check_index(output, entry, sizes)]
 
     splits = {}
-    for split, info in manifest["splits"].items():
-        files = [s["file"] for s in info["shards"]]
+    for split, info in manifest.splits.items():
+        files = [s.file for s in info.shards]
         read = [scans[f] for f in files if f in scans]
-        counts = _sum_counts(s.class_counts for s in read)
+        counts = sum_counts(s.class_counts for s in read)
         splits[split] = SplitStats(shards=len(read), examples=sum(s.records for s in read),
                                    bytes=sum(s.size for s in read),
                                    class_counts={**{name: 0 for name in labels}, **counts})
@@ -330,19 +253,18 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     check = None
     if target != targets.NONE:
         check = TargetCheck(target, sum(s.target_records for s in scans.values()),
-                            _sum_counts(s.target_failures for s in scans.values()),
+                            sum_counts(s.target_failures for s in scans.values()),
                             targets.fix_command(manifest, output, target))
     return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
                   time.perf_counter() - started, check)
 
 
-def _problem_order(manifest: dict):
+def _problem_order(manifest: Manifest):
     """Manifest problems first, then by file in manifest order (indexes after their shards), then record index."""
-    rank = {manifest_lib.FILENAME: (0, 0), manifest_lib.REJECTS: (0, 1)}
-    for split, info in manifest["splits"].items():
-        for shard in info["shards"]:
-            rank.setdefault(shard["file"], (1, len(rank)))
-            rank.setdefault(shard["file"] + INDEX_SUFFIX, (1, len(rank)))  # a shard's index right after it
+    rank = {FILENAME: (0, 0), REJECTS: (0, 1)}
+    for _, shard in manifest.shards():
+        rank.setdefault(shard.file, (1, len(rank)))
+        rank.setdefault(shard.file + INDEX_SUFFIX, (1, len(rank)))  # a shard's index right after it
     return lambda p: (rank.get(p.file, (2, 0)), p.file, -1 if p.record is None else p.record)
 
 

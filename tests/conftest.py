@@ -17,3 +17,14 @@ def run_cli():
 @pytest.fixture(autouse=True)
 def _quiet_beam():
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
+
+
+@pytest.fixture(autouse=True)
+def _pillow_bomb_limit():
+    """prepare_image sets Pillow's process-wide bomb limit from its options (one set per run in the
+    product); a test with a small --max-pixels must not leave it to the tests after it."""
+    from PIL import Image
+
+    saved = Image.MAX_IMAGE_PIXELS
+    yield
+    Image.MAX_IMAGE_PIXELS = saved

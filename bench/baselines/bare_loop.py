@@ -3,7 +3,7 @@
     python -m bench.baselines.bare_loop SOURCE OUTPUT [--resize 256] [--processes N]
 
 One process per core, each taking every Nth image (sorted paths), running
-`prep.images.prepare_image` (the exact check/convert work `prep convert` does),
+`prep.core.image_rules.prepare_image` (the exact check/convert work `prep convert` does),
 building the same Example bytes and appending framed records to its own file.
 No planning, balancing, manifest or atomic renames.
 """
@@ -15,9 +15,9 @@ import multiprocessing
 import os
 import pathlib
 
-from prep.images import ImageOptions, ImageRejected, prepare_image
-from prep.schema import ImageRecord
-from prep.tfrecord import frame
+from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import frame
 
 
 def _work(args):

@@ -3,7 +3,7 @@
     python -m bench.baselines.naive_beam SOURCE OUTPUT [--resize 256] [--shards N]
 
 The first thing one writes with Beam: every image converted in a Map (the same
-`prep.images.prepare_image` work and Example bytes as `prep convert`), written
+`prep.core.image_rules.prepare_image` work and Example bytes as `prep convert`), written
 with Beam's own `WriteToTFRecord`, on the embedded runner. No balancing.
 """
 
@@ -17,8 +17,8 @@ import pathlib
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from prep.images import ImageOptions, ImageRejected, prepare_image
-from prep.schema import ImageRecord
+from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
+from prep.core.schema import ImageRecord
 
 
 def convert(rel, source, resize):

@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from prep.core.class_weights import balanced_weights
 from prep.verify import balance_problems
 
 
@@ -48,8 +49,6 @@ def weight_split(manifest) -> str | None:
 
 def class_weights(manifest, split: str) -> list[float]:
     """The "balanced" weights `loaders.class_weights(DATASET, split)` gives, in label order."""
-    from loaders.weights import balanced_weights
-
     counts = manifest.splits[split].class_counts
     weights = balanced_weights([counts.get(name, 0) for name in manifest.labels])
     return [weights[i] for i in range(len(manifest.labels))]

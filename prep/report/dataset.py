@@ -1,8 +1,8 @@
 """What `prep report` reads from a dataset folder: the manifest, records from the shards, rejects.
 
-`load_manifest` is the one place that knows how the manifest is stored; every other
-report module reads it through attributes (`manifest.labels`, `split.shards`,
-`shard.class_counts`, `manifest.inputs.found`, `manifest.run.source`, ...). Reading is
+The manifest is the typed `prep.core.manifest.Manifest`; the report reads its attributes
+(`manifest.labels`, `split.shards`, `shard.class_counts`, `manifest.inputs.found`,
+`manifest.run.source`, ...). Reading is
 tolerant: a shard that is missing or damaged, or a rejects file that is not there,
 becomes a note on the page (`prep verify` says exactly what is wrong), never a failed report.
 """
@@ -13,36 +13,20 @@ import dataclasses
 import itertools
 import json
 import os
-from types import SimpleNamespace
 
-from prep import manifest as manifest_lib
-from prep.errors import PrepError
-from prep.schema import ImageRecord
-from prep.tfrecord import read_records
+from prep.core.errors import PrepError
+from prep.core.manifest import REJECTS, Manifest
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import read_records
 
 
-def load_manifest(output: str):
-    """The manifest of OUTPUT, read through attributes.
+def load_manifest(output: str) -> Manifest:
+    """The manifest of OUTPUT (`prep.core.manifest.Manifest`).
 
     Raises:
-        ManifestError: missing, not ours, or of an unknown version.
+        ManifestError: missing, not ours, of an unknown version, or malformed.
     """
-    data = manifest_lib.load(output)
-    ns = SimpleNamespace
-    splits = {}
-    for name, info in data["splits"].items():
-        shards = tuple(ns(file=s["file"], index=s["index"], examples=s["examples"], bytes=s["bytes"],
-                          class_counts=s["class_counts"]) for s in info["shards"])
-        splits[name] = ns(name=name, examples=info["examples"], bytes=info["bytes"], num_shards=info["num_shards"],
-                          class_counts=info["class_counts"], shards=shards)
-    raw = data["inputs"]
-    inputs = ns(found=raw["found"], written=raw["written"], rejected=raw["rejected"], capped=raw["capped"],
-                converted=raw.get("converted"), rejected_by_reason=raw.get("rejected_by_reason"),
-                capped_by_class=raw.get("capped_by_class"), empty_classes=raw.get("empty_classes"))
-    run = data.get("run") or {}
-    run = ns(**{k: run.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")})
-    return ns(labels=tuple(data["labels"]), options=data["options"], splits=splits, inputs=inputs,
-              tool=data.get("tool") or {}, run=run, examples=sum(s.examples for s in splits.values()))
+    return Manifest.load(output)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +94,7 @@ class Rejects:
 def read_rejects(output: str, limit: int) -> Rejects:
     counts: dict[str, int] = {}
     listed: dict[str, list[Reject]] = {}
-    path = os.path.join(output, manifest_lib.REJECTS)
+    path = os.path.join(output, REJECTS)
     try:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
@@ -121,13 +105,13 @@ def read_rejects(output: str, limit: int) -> Rejects:
                     reject = Reject(str(row["path"]), str(row["reason"]), str(row.get("detail") or ""),
                                     bytes.fromhex(row["path_hex"]) if "path_hex" in row else None)
                 except (ValueError, KeyError, TypeError):
-                    return Rejects(counts, listed, f"{manifest_lib.REJECTS} line {number} is not a reject record")
+                    return Rejects(counts, listed, f"{REJECTS} line {number} is not a reject record")
                 counts[reject.reason] = counts.get(reject.reason, 0) + 1
                 shown = listed.setdefault(reject.reason, [])
                 if len(shown) < limit:
                     shown.append(reject)
     except FileNotFoundError:
-        return Rejects(counts, listed, f"{manifest_lib.REJECTS} is not in {output}")
+        return Rejects(counts, listed, f"{REJECTS} is not in {output}")
     except (OSError, UnicodeDecodeError) as exc:
         return Rejects(counts, listed, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
     return Rejects(counts, listed)

@@ -270,7 +270,7 @@ def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, 
 def test_options_that_flink_spark_and_prism_pass_on_to_their_job_are_not_refused():
     # These runners hand options Beam does not define to the job (Flink's
     # checkpointing_interval with its uber jar, apache/beam#21318).
-    from beam_jobs.pipeline import check_runner_options
+    from beam_jobs.runners import check_runner_options
 
     check_runner_options("FlinkRunner", ["--flink_master=localhost:8081", "--flink_submit_uber_jar",
                                          "--environment_type=DOCKER", "--checkpointing_interval=60000"])
@@ -279,7 +279,7 @@ def test_options_that_flink_spark_and_prism_pass_on_to_their_job_are_not_refused
 
 
 def test_output_inside_source(tmp_path):
-    from prep.options import output_inside
+    from prep.core.inputs import output_inside
 
     (tmp_path / "src").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "src")
@@ -299,12 +299,12 @@ def test_help_texts(run_cli):
 
 def test_progress_counts_each_batch_spill_file_once():
     from beam_jobs.progress import prepared_count
-    from beam_jobs.spill import BATCH, spill_path
+    from prep.core.workdir import BATCH, WorkDir, spill_id
 
     sizes = [2 * BATCH + 3, BATCH]  # chunk 0: batches of BATCH, BATCH, 3; chunk 1: one batch
-    names = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
+    names = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
     assert prepared_count(names + ["chunk-000000-0001.bin.0a1b2c3d.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
-    every = [spill_path("t", chunk * 1024 + batch).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]]
+    every = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]]
     assert prepared_count(every, sizes) == sum(sizes)
 
 
@@ -322,7 +322,7 @@ def test_progress_bar_goes_to_stderr_and_run_completes(small, tmp_path):
 @pytest.mark.parametrize("text, size", [("128Mi", 128 << 20), ("1Ki", 1024), ("2GiB", 2 << 30), ("64MB", 64_000_000),
                                         ("1.5GiB", 3 << 29), ("100", 100)])
 def test_shard_sizes(text, size):
-    from prep.options import parse_size
+    from prep.core.convert_options import parse_size
 
     assert parse_size(text) == size
 

@@ -9,10 +9,11 @@ import shutil
 import pytest
 
 import loaders
-from prep import manifest_shape, render
-from prep.errors import ManifestError, PlanError
-from prep.plan import check_empty_classes, empty_labels, label_ids
-from prep.schema import ImageRecord, relabel, relabelled_size
+from prep import render
+from prep.core.manifest import Manifest
+from prep.core.errors import ManifestError, PlanError
+from prep.core.layout import check_empty_classes, empty_labels, label_ids
+from prep.core.schema import ImageRecord, relabel, relabelled_size
 from prep.verify import check_manifest
 from tests.support.imagegen import image_bytes, write_class_tree
 from tests.support.shards import manifest_without_run, other_files, read_dataset, shard_bytes
@@ -107,7 +108,8 @@ def test_without_empty_classes_nothing_is_added(sources, tmp_path, run_cli):
     assert "warning" not in output and "empty_classes" not in manifest["inputs"]
     _, keep = convert(run_cli, sources / "clean", tmp_path / "keep")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "keep")
-    assert render.empty_classes_line(keep) is None and "empty_classes" not in keep["options"]
+    assert render.empty_classes_line(keep["inputs"].get("empty_classes"), keep["options"].get("empty_classes")) is None
+    assert "empty_classes" not in keep["options"]
 
 
 @pytest.mark.parametrize("extra", [(), ("--resize", 8)])  # images kept as they are, and re-encoded
@@ -152,31 +154,31 @@ def test_fail_on_a_class_with_no_input_at_all_stops_before_reading(sources, tmp_
 
 def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_path, run_cli):
     _, manifest = convert(run_cli, sources / "mixed", tmp_path / "out")
-    manifest_shape.check_shape(manifest)
-    assert check_manifest(manifest) == []
+    assert check_manifest(Manifest.from_json(manifest)) == []
     broken = json.loads(json.dumps(manifest))
     broken["inputs"]["empty_classes"] = ["ant", "zebra"]
-    assert [p.message for p in check_manifest(broken)] == [
+    assert [p.message for p in check_manifest(Manifest.from_json(broken))] == [
         "inputs.empty_classes names 'ant', which holds 9 record(s)",
         "inputs.empty_classes names 'zebra', which is not in labels"]
     broken["options"]["empty_classes"] = "drop"
     broken["inputs"]["empty_classes"] = ["bee"]
-    assert [p.message for p in check_manifest(broken)] == [
+    assert [p.message for p in check_manifest(Manifest.from_json(broken))] == [
         "inputs.empty_classes names 'bee' as dropped (--empty-classes drop), but it is in labels"]
     broken["inputs"]["empty_classes"] = "bee"
     with pytest.raises(ManifestError, match=r"inputs.empty_classes must be a list, got 'bee'"):
-        manifest_shape.check_shape(broken)
+        Manifest.from_json(broken)
 
 
 def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
     """group_target=3 cuts every shard into parts, written apart and joined (write.ConcatParts)."""
-    from beam_jobs.start import run_conversion
-    from prep.options import build_config, list_inputs
+    from beam_jobs import launch
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
 
     options = {"num_shards": 2, "workers": 2, "index": True, "empty_classes": "drop"}
     config = build_config(str(sources / "mixed"), str(tmp_path / "out"), options)
-    manifest = run_conversion(config, list_inputs(config), group_target=3)
-    assert manifest["labels"] == ["ant", "cat", "dog"]
+    manifest = launch.convert(config, list_inputs(config), group_target=3)
+    assert manifest.labels == ("ant", "cat", "dog")
     convert(run_cli, sources / "clean", tmp_path / "clean")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")
     assert {k: v for k, v in other_files(tmp_path / "out").items() if k.endswith(".idx")} == {

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from prep.schema import FILENAME, ImageRecord, decode_example
-from prep.tfrecord import read_records
-from tests.support.imagegen import (bomb_png, encode, image_bytes, marker_image, oriented, png_raw,
-                                    truncated_exif_jpeg, write_class_tree, ycck_jpeg)
+from prep.core.schema import FILENAME, ImageRecord, decode_example
+from prep.core.tfrecord import read_records
+from tests.support.imagegen import (bomb_png, encode, image_bytes, marker_image, oriented, png_raw, truncated_exif_jpeg,
+                            write_class_tree, ycck_jpeg)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

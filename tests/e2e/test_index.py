@@ -14,9 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from beam_jobs.start import run_conversion
-from prep.options import build_config, list_inputs
-from prep.tfrecord import record_index
+from beam_jobs import launch
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
+from prep.core.tfrecord import record_index
 from prep.verify import verify
 from tests.support.datasets import copy, load, save
 from tests.support.imagegen import image_bytes, write_class_tree
@@ -32,12 +33,12 @@ def dataset(tmp_path_factory):
     write_class_tree(root / "src", {"ant": 9, "bee": 14, "cat": 5}, size=(22, 14), png_every=3)
     (root / "src" / "cat" / "gray.jpg").write_bytes(image_bytes("JPEG", size=(17, 11), mode="L"))
     config = build_config(str(root / "src"), str(root / "out"), OPTIONS)
-    run_conversion(config, list_inputs(config), group_target=4)
+    launch.convert(config, list_inputs(config), group_target=4)
     return root / "out"
 
 
 def framing(path) -> bytes:
-    """The index read from the file's own framing, independently of prep.tfrecord: headers only."""
+    """The index read from the file's own framing, independently of prep.core.tfrecord: headers only."""
     import struct
 
     lines, data, offset = [], path.read_bytes(), 0
@@ -77,7 +78,7 @@ def test_every_offset_matches_the_framing_and_the_manifest_records_each_index(da
 def test_without_index_nothing_is_written(tmp_path):
     write_class_tree(tmp_path / "src", {"a": 3, "b": 3})
     config = build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"num_shards": 2})
-    run_conversion(config, list_inputs(config))
+    launch.convert(config, list_inputs(config))
     assert not list((tmp_path / "out").glob("*.idx"))
     assert all("index_file" not in shard for shard in shards(tmp_path / "out"))
 
@@ -189,16 +190,16 @@ def test_dali_reads_a_shard_through_the_index(dataset):
 
 
 def test_overwrite_replaces_indexes_and_tfds_files_but_not_foreign_files(dataset, tmp_path):
-    from prep.errors import OutputError
+    from prep.core.errors import OutputError
 
     out = copy(dataset, tmp_path / "out")
     (out / "train-00007-of-00009.tfrecord.idx").write_bytes(b"")  # an index of an earlier run: ours to delete
     (out / "dataset_info.json.0a1b2c3d.part").write_bytes(b"{")  # a kill while writing it (storage.temp_path)
     config = build_config(str(tmp_path / "src"), str(out), {"num_shards": 1, "overwrite": True})
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
-    run_conversion(config, list_inputs(config))
+    launch.convert(config, list_inputs(config))
     assert not list(out.glob("*.idx")) and not list(out.glob("*.part")) and (out / "dataset_info.json").exists()
     assert verify(str(out)).ok
     (out / "notes.idx.txt").write_text("mine")
     with pytest.raises(OutputError, match="holds files prep did not write \\(e.g. notes.idx.txt\\)"):
-        run_conversion(config, list_inputs(config))
+        launch.convert(config, list_inputs(config))

@@ -6,9 +6,10 @@ Then `--resume` ends byte-identical to an uninterrupted run (shards, manifest
 without "run", rejects.jsonl), and reused what was complete: prepared chunks and
 shard files, whose inode and mtime show they were not written again.
 
-To hit each point on a machine of any speed, the child runs with the one test hook,
-PREP_TEST_PAUSE (beam_jobs/checkpoints.py), which sleeps at that point; the test
-waits for the file-system state it wants, then kills.
+To hit each point on a machine of any speed, the child runs the CLI through
+tests/support/paused_cli.py, which injects a step hook (`beam_jobs.checkpoints.StepHook`)
+that sleeps at that point as PREP_TEST_PAUSE says; the test waits for the file-system
+state it wants, then kills.
 """
 
 import json
@@ -22,8 +23,8 @@ import time
 import pytest
 
 from tests.support.imagegen import write_dirty_tree
-from beam_jobs import storage
-from prep import tfds_meta
+from prep.core import storage
+from prep.core import tfds_meta
 from tests.support.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -50,7 +51,8 @@ def start(source, out, pause: str) -> subprocess.Popen:
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, PREP_TEST_PAUSE=pause, TMPDIR=str(tmp),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.Popen([sys.executable, "-m", "prep.cli", "convert", str(source), str(out), *map(str, ARGS)],
+    return subprocess.Popen([sys.executable, "-m", "tests.support.paused_cli", "convert", str(source), str(out),
+                             *map(str, ARGS)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

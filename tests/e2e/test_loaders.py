@@ -11,7 +11,7 @@ from PIL import Image
 
 import loaders
 from prep.cli import main
-from prep.errors import LoaderError, ManifestError
+from prep.core.errors import LoaderError, ManifestError
 from tests.support.imagegen import image_bytes, write_class_tree
 
 tf = pytest.importorskip("tensorflow")

@@ -9,9 +9,10 @@ import os
 import pytest
 
 from beam_jobs import checkpoints, prepare
+from prep.core.workdir import WorkDir
 from tests.support.imagegen import write_class_tree, write_dirty_tree
 from tests.support.shards import assert_same_dataset, convert_with_cli
-from tests.test_resume import FullDisk, fail_writes
+from tests.e2e.test_resume import FullDisk, fail_writes
 
 # The bundled sample's class sizes (samples/shapes: 204 images in 5 uneven classes).
 SHAPES = {"circle": 60, "square": 48, "triangle": 40, "star": 32, "cross": 24}
@@ -66,9 +67,9 @@ def test_too_many_shards_names_the_command_that_recovers_and_resume_reuses_every
 
     with monkeypatch.context() as patch:
         no_reading(patch)
-        real_delete = checkpoints.delete_tmp
+        real_delete = checkpoints.delete_work
         seen = {}
-        patch.setattr(checkpoints, "delete_tmp", lambda tmp: (seen.update(spills=spill_files(out)), real_delete(tmp)))
+        patch.setattr(checkpoints, "delete_work", lambda work: (seen.update(spills=spill_files(out)), real_delete(work)))
         result = run_cli("convert", shapes, out, "--num-shards", 4, "--resume")
     assert result.exit_code == 0, result.output
     assert "resumed: reused 13 of 13 prepared chunks and 0 of 4 shards" in result.output
@@ -132,7 +133,7 @@ def test_resume_plans_anew_as_a_fresh_conversion_would(source, tmp_path, run_cli
 def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
     interrupt(source, out, run_cli, monkeypatch)
-    os.remove(checkpoints.index_path(str(out / ".prep-tmp"), 1))  # as if killed while chunk 1 was prepared
+    os.remove(WorkDir(str(out)).chunk_index(1))  # as if killed while chunk 1 was prepared
     result = run_cli("convert", source, out, *ARGS, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
         1, "Error: cannot resume with --seed 7: the interrupted run (--seed 0) had not read every image yet, and the "
@@ -143,6 +144,23 @@ def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkey
     assert resumed(out)["chunks_reused"] == 4
     assert_same_dataset(out, convert_with_cli(source, tmp_path / "fresh", *with_changes(ARGS, [("--num-shards", 2)])),
                         shards=4)
+
+
+def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, run_cli, monkeypatch):
+    # --target model-garden numbers records by their place in the seed's order as they are prepared, so a
+    # resumed run with another seed could not give the bytes of a fresh conversion with that seed.
+    out = tmp_path / "out"
+    args = (*ARGS, "--target", "model-garden")
+    interrupt(source, out, run_cli, monkeypatch, args)
+    result = run_cli("convert", source, out, *args, "--seed", 7, "--resume")
+    assert (result.exit_code, result.output) == (
+        1, "Error: cannot resume with --seed 7: with --target model-garden every prepared record holds an "
+           "image/source_id from the order of --seed 0; resume with --seed 0, or run with --overwrite instead to "
+           "start over\n")
+    result = run_cli("convert", source, out, *args, "--num-shards", 2, "--resume")  # other options: fine
+    assert result.exit_code == 0, result.output
+    reference = convert_with_cli(source, tmp_path / "fresh", *with_changes(args, [("--num-shards", 2)]))
+    assert_same_dataset(out, reference, shards=4)
 
 
 def test_restaged_chunks_are_never_prepared_again(source, tmp_path, run_cli, monkeypatch):
@@ -182,7 +200,7 @@ def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp
 
 
 def test_planning_options_are_told_apart_from_the_others():
-    from prep.resume import RUN_VERSION, differences, replanned
+    from prep.core.run_record import RUN_VERSION, differences, replanned
 
     old = {"version": RUN_VERSION, "tool": {}, "labels": ["a"], "listing": {},
            "options": {"seed": 0, "num_shards": 3, "resize": None, "split": None}}

@@ -12,10 +12,11 @@ import shutil
 
 import pytest
 
-from beam_jobs import storage
-from beam_jobs.start import run_conversion
-from prep import tfds_meta
-from prep.options import build_config, list_inputs
+from prep.core import storage
+from beam_jobs import launch
+from prep.core import tfds_meta
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
 from tests.support.imagegen import image_bytes, write_dirty_tree
 from tests.support.shards import assert_same_dataset, convert_with_cli
 
@@ -84,7 +85,7 @@ def fail_writes(monkeypatch, where, make):
 
 
 def test_differences_name_each_change_in_the_users_terms():
-    from prep.resume import RUN_VERSION, differences, listing_change
+    from prep.core.run_record import RUN_VERSION, differences, listing_change
 
     old = {"version": RUN_VERSION, "tool": {"version": "0.1.0", "pillow": "12.3.0"}, "labels": ["a", "b"],
            "options": {"seed": 0, "split": None, "label_file": "l.csv"}, "listing": {"sha256": "x"}}
@@ -211,7 +212,7 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
     with monkeypatch.context() as patch:
         fail_writes(patch, "manifest.json.", FullDisk)
         with pytest.raises(Exception, match="No space left on device"):
-            run_conversion(config, list_inputs(config), group_target=3)
+            launch.convert(config, list_inputs(config), group_target=3)
     assert list((out / ".prep-tmp" / "parts").iterdir())
     shards = sorted(out.glob("*.tfrecord"))
     damaged = bytearray(shards[0].read_bytes())
@@ -219,8 +220,8 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
     shards[0].write_bytes(bytes(damaged))
     shards[3].unlink()
     resume = build_config(str(source), str(out), dict(OPTIONS, resume=True))
-    manifest = run_conversion(resume, list_inputs(resume), group_target=3)
-    assert manifest["run"]["resumed"] == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 4}
+    manifest = launch.convert(resume, list_inputs(resume), group_target=3)
+    assert manifest.run.resumed.to_json() == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 4}
     assert_same(out, reference)
 
 
@@ -290,17 +291,17 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
         patch.setattr(storage, "open_write", lambda p: (_ for _ in ()).throw(
             OSError(errno.ENOSPC, "No space left on device")) if storage.is_temp_of(os.path.basename(p), "manifest.json") else real(p))
         with pytest.raises(Exception, match="No space left on device"):
-            run_conversion(config, list_inputs(config))
+            launch.convert(config, list_inputs(config))
     shutil.rmtree(out / ".prep-tmp" / "done")  # no sidecars: every shard is written again
     resume = build_config(to_url(str(source)), to_url(str(out)), dict(OPTIONS, resume=True))
-    manifest = run_conversion(resume, list_inputs(resume))
-    assert manifest["run"]["resumed"] == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 0}
+    manifest = launch.convert(resume, list_inputs(resume))
+    assert manifest.run.resumed.to_json() == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 0}
     assert_same(out, reference)
 
 
 def test_the_listing_digest_does_not_depend_on_how_it_is_batched_and_sees_every_input():
-    from prep.resume import listing_digest
-    from prep.sources import InputRef, Listing, Reject
+    from prep.core.run_record import listing_digest
+    from prep.core.listing import InputRef, Listing, Reject
 
     refs = tuple(InputRef(f"c/{i}.jpg", "c", None if i % 3 else "train") for i in range(50))
     listing = Listing(refs, (Reject("x.txt", "not_image", "d"),), ("c",))

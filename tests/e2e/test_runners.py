@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from beam_jobs.start import run_conversion
-from prep.options import build_config, list_inputs
+from beam_jobs import launch
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
 from tests.support.imagegen import write_dirty_tree
 from tests.support.shards import assert_same_dataset, manifest_without_run, shard_bytes
 
@@ -31,7 +32,7 @@ def source(tmp_path_factory):
 def convert(source, out, runner="local", beam_args=(), group_target=None):
     config = build_config(str(source), str(out), OPTIONS)
     kwargs = {} if group_target is None else {"group_target": group_target}
-    run_conversion(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
+    launch.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
     return out
 
 
@@ -61,7 +62,7 @@ def test_many_rank_tasks_and_multi_part_shards(source, reference, tmp_path):
 def test_file_systems_that_return_short_reads(source, reference, tmp_path, monkeypatch):
     # A file system's reader may return less than asked (a raw stream, a network
     # read cut short): entry sections, spilled records and parts are read in full.
-    from beam_jobs import storage
+    from prep.core import storage
 
     class Trickle:
         def __init__(self, f):
@@ -143,7 +144,7 @@ def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, 
 
 def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_the_right_one(
         source, reference, tmp_path, portable_services):
-    from prep.errors import RunnerError
+    from prep.core.errors import RunnerError
 
     job_port, pool_port = portable_services
     worker = ["--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"]
@@ -153,7 +154,7 @@ def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_
         convert(source, tmp_path / "out", runner="PortableRunner", group_target=5,
                 beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker])
     config = build_config(str(source), str(tmp_path / "out"), dict(OPTIONS, resume=True))
-    run_conversion(config, list_inputs(config), runner="PortableRunner", group_target=5,
+    launch.convert(config, list_inputs(config), runner="PortableRunner", group_target=5,
                    beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
     assert_same(tmp_path / "out", reference)
 
@@ -171,7 +172,7 @@ def test_dask_runner_on_local_cluster(source, reference, tmp_path):
 def test_dask_partitions_follow_the_clusters_task_slots():
     # Beam's Dask translation put every chunk id in one partition: one worker did everything.
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-    from beam_jobs.pipeline import dask_partition_args
+    from beam_jobs.runners import dask_partition_args
 
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
     slots = (os.cpu_count() or 1) + 1  # not this machine's count, which is the answer without a scheduler
@@ -207,5 +208,5 @@ def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_p
     convert(to_url(str(source)), to_url(str(tmp_path / "out")))
     assert_same(tmp_path / "out", reference)
     config = build_config(str(source), to_url(str(tmp_path / "out2")), dict(OPTIONS, labels=to_url(str(labels))))
-    run_conversion(config, list_inputs(config))
+    launch.convert(config, list_inputs(config))
     assert shard_bytes(tmp_path / "out2") == shard_bytes(reference)

@@ -10,19 +10,20 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 SCRIPT = """
 import importlib.abc, sys, weakref
-from prep.options import build_config, list_inputs
-from beam_jobs import start
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
+from beam_jobs import launch, output_dir, stage
 
 config = build_config(sys.argv[1], sys.argv[2], {"num_shards": 1})
-start.start_conversion(config, list_inputs(config))
+stage.ready_output(config, list_inputs(config))
 print("beam imported while starting:", "apache_beam" in sys.modules)
-start.prepare_output(config.output, overwrite=True)  # start over, this time through run_conversion
+output_dir.prepare_output(config.output, overwrite=True)  # start over, this time through launch.convert
 
 alive, seen = None, []
 
 class Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "beam_jobs.pipeline":
+        if name == "beam_jobs.execute":
             seen.append(alive() is not None)
         return None
 
@@ -33,9 +34,9 @@ def listed():  # the caller keeps no reference, as prep convert does
     return listing
 
 sys.meta_path.insert(0, Hook())
-manifest = start.run_conversion(config, listed())
+manifest = launch.convert(config, listed())
 print("listing alive when the pipeline was imported:", seen)
-print("examples:", manifest["splits"]["train"]["examples"])
+print("examples:", manifest.splits["train"].examples)
 """
 
 def test_the_listing_is_staged_and_freed_before_beam_is_imported(tmp_path):

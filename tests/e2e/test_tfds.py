@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from prep import schema, tfds_meta
-from prep.naming import TFDS_TEMPLATE, ShardName
+from prep.core import schema, tfds_meta
+from prep.core.naming import TFDS_TEMPLATE, ShardName
 from prep.verify import verify
 from tests.support.datasets import copy
 from tests.support.imagegen import image_bytes, write_class_tree

@@ -8,11 +8,12 @@ import shutil
 
 from click.testing import CliRunner
 
-from prep import manifest as manifest_lib
-from prep import tfds_meta
+from prep.core import manifest as manifest_lib
+from prep.core import tfds_meta
+from prep.core.errors import ManifestError
 from prep.cli import main
-from prep.schema import ImageRecord
-from prep.tfrecord import frame, read_records
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import frame, read_records
 
 
 def convert(source: pathlib.Path, out: pathlib.Path, *args) -> pathlib.Path:
@@ -31,8 +32,13 @@ def load(out: pathlib.Path) -> dict:
 
 
 def save(out: pathlib.Path, manifest: dict) -> None:
-    """Writes `manifest`, and the tfds metadata that follows from it, so only what a test breaks is wrong."""
-    for name, data in tfds_meta.files(manifest).items():
+    """Writes `manifest`, and the tfds metadata that follows from it, so only what a test breaks is wrong
+    (a manifest broken beyond reading leaves the tfds metadata as it was)."""
+    try:
+        typed = manifest_lib.Manifest.from_json(manifest)
+    except ManifestError:
+        typed = None
+    for name, data in (tfds_meta.files(typed).items() if typed is not None else ()):
         (out / name).write_bytes(data)
     (out / manifest_lib.FILENAME).write_bytes(manifest_lib.dumps(manifest))
 

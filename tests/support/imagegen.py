@@ -155,3 +155,52 @@ def write_dirty_tree(root: pathlib.Path, counts: dict[str, int], size=(14, 10)) 
     (root / "bee" / "broken.jpg").write_bytes(image_bytes("JPEG", size=(64, 64))[:300])
     (root / "cat" / "rgba.png").write_bytes(image_bytes("PNG", size=(9, 9), mode="RGBA"))
     return root
+
+
+# --- offenders: files that make a decoder spend far more than their header says -----------------
+
+def gray_png(width: int, height: int) -> bytes:
+    """An 8-bit grayscale PNG of zeros: cheap to store (~1.2 KB per Mpx), slow to decode when large.
+    Every row uses the Paeth filter, the slowest to undo (89 Mpx: 0.58 s here, 0.30 s unfiltered)."""
+    row = b"\x04" + bytes(width)
+    compressor = zlib.compressobj(9)
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    return _png(width, height, 8, 0, idat)
+
+
+def rgba_png(width: int, height: int) -> bytes:
+    """A transparent RGBA PNG of zeros: 4 bytes a pixel decoded, ~19 converted, a few KB stored."""
+    row = b"\x00" + bytes(4 * width)
+    compressor = zlib.compressobj(9)
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    return _png(width, height, 8, 6, idat)
+
+
+def icns(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """An Apple icon file of (type, data) entries; type b"ic08" holds a 256x256 PNG or JPEG 2000."""
+    body = b"".join(kind + struct.pack(">I", len(data) + 8) + data for kind, data in entries)
+    return b"icns" + struct.pack(">I", len(body) + 8) + body
+
+
+def ico(width: int, height: int, png: bytes) -> bytes:
+    """A Windows icon whose directory declares width x height and whose one entry is `png`,
+    whatever size that PNG really is."""
+    entry = struct.pack("<BBBBHHII", width % 256, height % 256, 0, 0, 1, 32, len(png), 6 + 16)
+    return struct.pack("<HHH", 0, 1, 1) + entry + png
+
+
+def damaged_deflate_tiff(size=(64, 64)) -> bytes:
+    """A deflate TIFF whose strip data is overwritten: libtiff prints 'ZIPDecode: Decoding error'."""
+    data = bytearray(image_bytes("TIFF", size=size, compression="tiff_adobe_deflate"))
+    start = len(data) * 3 // 10
+    data[start:start + 200] = b"\xab" * 200
+    return bytes(data)
+
+
+def huge_j2k(width: int = 510_000, height: int = 510_000) -> bytes:
+    """A JPEG 2000 codestream of a tiny image whose SIZ marker declares width x height
+    (510,000 squared: the 260 gigapixels of the ICNS that took a real run to 24 GB)."""
+    data = bytearray(image_bytes("JPEG2000", size=(16, 16), no_jp2=True))
+    siz = data.index(b"\xff\x51")
+    struct.pack_into(">II", data, siz + 6, width, height)  # Xsiz, Ysiz after FF51, Lsiz, Rsiz
+    return bytes(data)

@@ -11,8 +11,8 @@ import pathlib
 
 import numpy as np
 
-from prep.schema import ImageRecord
-from prep.tfrecord import frame
+from prep.core.schema import ImageRecord
+from prep.core.tfrecord import frame
 from tests.support.imagegen import image_bytes
 
 SPLITS = {"train": (0.8, 512), "validation": (0.1, 64), "test": (0.1, 64)}

@@ -10,7 +10,7 @@ def read_dataset(output: pathlib.Path) -> dict[str, list[list[dict]]]:
     """{split: [[parsed record dict per record] per shard]} read with TFRecordDataset + parse_single_example."""
     import tensorflow as tf
 
-    from prep.schema import tf_feature_spec
+    from loaders.decode import tf_feature_spec
 
     manifest = json.loads((output / "manifest.json").read_text())
     result = {}

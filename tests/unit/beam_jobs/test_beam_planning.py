@@ -11,12 +11,14 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import checkpoints, prepare
-from beam_jobs.start import listing_order
-from beam_jobs.planning import (CAPPED, ENTRY, Entry, PlanShards, layout_tasks, pack_entry,
-                                prefix_bits, rank_task, read_section, unpack_entries)
-from prep.errors import PlanError
-from prep.plan import Example, PlanOptions, make_plan, parse_split_fractions
-from prep.sources import InputRef, Reject
+from beam_jobs.plan_shards import (Capped, Entry, PartEntries, PlanShards, layout_tasks, pack_entry,
+                                   prefix_bits, rank_task, read_section, unpack_entries)
+from prep.core.ordering import listing_order
+from prep.core.workdir import WorkDir
+from prep.core.errors import PlanError
+from prep.core.layout import PlanOptions, parse_split_fractions
+from tests.support.reference_plan import Example, make_plan
+from prep.core.listing import InputRef, Reject
 
 CHUNK = 37
 
@@ -42,10 +44,10 @@ def stage(counts, options, tmp_path, splits=("",), reject_every=0):
             outcomes.append((prepare.OK, (ref.path, label, ref.split or "", len(examples), 0, 100 + i % 7, False,
                                           3, 50 * (i % 2))))
             examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
-        checkpoints.write_chunk_index(str(tmp_path), chunk, outcomes, {}, [])
-        good = prepare.read_prepared(str(tmp_path), chunk)
+        checkpoints.write_chunk_index(WorkDir(str(tmp_path)), chunk, outcomes, {}, [])
+        good = prepare.read_prepared(WorkDir(str(tmp_path)), chunk)
         if good:
-            elements.append((chunk, prepare.chunk_counts(good)))
+            elements.append(prepare.ChunkCounts(chunk, prepare.chunk_counts(good)))
     return examples, elements
 
 
@@ -59,24 +61,24 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
 
     Checks that each entry names its input's path exactly when its image is read from the source again.
     """
-    tmp = str(tmp_path)
+    tmp = WorkDir(str(tmp_path))
     with beam.Pipeline(runner=FnApiRunner()) as p:
         ranked = (p | beam.Create(elements)
                   | PlanShards(num_classes, options, tmp, group_target=group_target))
         parts = (ranked
-                 | "Entries" >> beam.FlatMap(lambda r: [(r[1], r[2])] if r[0] == ENTRY else [])
+                 | "Entries" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
                  | beam.GroupByKey())
         capped = (ranked
-                  | "Capped" >> beam.FlatMap(lambda r: [((CAPPED, r[1]), r[2])] if r[0] == CAPPED else [])
+                  | "Capped" >> beam.FlatMap(lambda r: [(("capped", r.label), r.count)] if isinstance(r, Capped) else [])
                   | beam.CombinePerKey(sum))
         ((parts, capped) | beam.Flatten() | "All" >> beam.combiners.ToList()
          | beam.Map(_dump, str(tmp_path / "plan.pickle")))
     with open(tmp_path / "plan.pickle", "rb") as f:
         out = pickle.load(f)
-    capped = {key[1]: n for key, n in out if key[0] == CAPPED}
+    capped = {key[1]: n for key, n in out if key[0] == "capped"}
     shards, largest = {}, 0
     for key, sections in out:
-        if key[0] == CAPPED:
+        if key[0] == "capped":
             continue
         split, shard, count, part, parts = key
         entries = [e for section in sections for e in read_section(tmp, section)]
@@ -106,7 +108,7 @@ def test_plan_from_chunk_counts_equals_reference_plan(counts, options, group_tar
     assert capped == dict(Counter(examples[i].label for i in reference.capped))
     assert largest <= 2 * group_target  # parts: bounded, about group_target each
     # A rank task holds about group_target references: its last chunk may take it past.
-    tasks = list(layout_tasks((None, elements), len(counts), options, str(tmp_path), group_target))
+    tasks = list(layout_tasks((None, elements), len(counts), options, WorkDir(str(tmp_path)), group_target))
     held = {chunk: sum(c[2] for c in counts) for chunk, counts in elements}
     assert max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks) < group_target + CHUNK
     assert len(tasks) >= sum(held.values()) // (group_target + CHUNK)
@@ -125,20 +127,20 @@ def test_splits_named_by_the_source_are_planned_as_the_reference_plans_them(tmp_
 def test_a_chunk_staged_out_of_rank_order_is_an_internal_error_not_a_wrong_plan(tmp_path):
     options = PlanOptions(num_shards=2)
     _, elements = stage([30], options, tmp_path)
-    index = pathlib.Path(checkpoints.index_path(str(tmp_path), 0))
+    index = pathlib.Path(WorkDir(str(tmp_path)).chunk_index(0))
     recorded = json.loads(index.read_text())
     recorded["outcomes"].reverse()
     index.write_text(json.dumps(recorded))
-    (task,) = layout_tasks((None, elements), 1, options, str(tmp_path), 1000)
+    (task,) = layout_tasks((None, elements), 1, options, WorkDir(str(tmp_path)), 1000)
     with pytest.raises(RuntimeError, match="not staged in rank order"):
-        list(rank_task(task, str(tmp_path), options.seed))
+        list(rank_task(task, WorkDir(str(tmp_path)), options.seed))
 
 
 def test_a_split_emptied_by_the_layout_is_a_plan_error(tmp_path):
     options = PlanOptions(num_shards=1, split_fractions=parse_split_fractions("a=0.9,b=0.1"))
     _, elements = stage([3], options, tmp_path)
     with pytest.raises(PlanError, match="split 'b' gets no examples"):
-        list(layout_tasks((None, elements), 1, options, str(tmp_path), 1000))
+        list(layout_tasks((None, elements), 1, options, WorkDir(str(tmp_path)), 1000))
 
 
 def test_entries_survive_packing():

@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-from beam_jobs.spill import prepare_batch, read_record, spill_path
-from prep.errors import SourceError
-from prep.images import ImageOptions
-from prep.schema import ImageRecord
-from prep.sources import InputRef
-from prep.tfrecord import frame
+from beam_jobs.spill import prepare_batch, read_record
+from prep.core.workdir import WorkDir
+from prep.core.errors import SourceError
+from prep.core.image_rules import ImageOptions
+from prep.core.schema import ImageRecord
+from prep.core.listing import InputRef
+from prep.core.tfrecord import frame
 from tests.support.imagegen import image_bytes
 
 
@@ -21,8 +22,8 @@ def prepared(tmp_path):
     (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
     (src / "a" / "convert.png").write_bytes(image_bytes("PNG", size=(300, 200)))
     refs = [InputRef("a/keep.jpg", "a", None), InputRef("a/convert.png", "a", None)]
-    results, size = prepare_batch(str(src), tmp, 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
-    with open(spill_path(tmp, 7), "rb") as f:
+    results, size = prepare_batch(str(src), WorkDir(tmp), 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    with open(WorkDir(tmp).spill(7), "rb") as f:
         spilled = f.read()
     assert len(spilled) == size
     return src, spilled, [r for r, _ in results]
@@ -85,7 +86,7 @@ def test_an_input_swapped_for_a_fifo_after_its_stat_is_rejected_not_waited_on(tm
 
 
 def test_a_label_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
-    from prep.sources import list_label_file
+    from prep.core.label_file import list_label_file
 
     os.mkfifo(tmp_path / "labels.csv")
 
@@ -104,7 +105,7 @@ def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_f
     # file, the second attempt truncated the first's file, and one rename failed.
     import threading
 
-    from beam_jobs import storage
+    from prep.core import storage
 
     src, tmp = tmp_path / "src", str(tmp_path / "tmp")
     (src / "a").mkdir(parents=True)
@@ -124,7 +125,7 @@ def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_f
 
     def attempt(i):
         try:
-            outcomes[i] = prepare_batch(str(src), tmp, 3, refs, {"a": 0}, ImageOptions())
+            outcomes[i] = prepare_batch(str(src), WorkDir(tmp), 3, refs, {"a": 0}, ImageOptions())
         except Exception as exc:  # noqa: BLE001 (reported by the assertion below)
             outcomes[i] = exc
 
@@ -136,15 +137,15 @@ def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_f
     assert not any(isinstance(o, Exception) for o in outcomes), outcomes
     assert outcomes[0] == outcomes[1]
     monkeypatch.setattr(storage, "open_write", real_open)
-    alone = prepare_batch(str(src), str(tmp_path / "alone"), 3, refs, {"a": 0}, ImageOptions())
+    alone = prepare_batch(str(src), WorkDir(str(tmp_path / "alone")), 3, refs, {"a": 0}, ImageOptions())
     assert alone == outcomes[0]
-    with open(spill_path(tmp, 3), "rb") as f, open(spill_path(str(tmp_path / "alone"), 3), "rb") as g:
+    with open(WorkDir(tmp).spill(3), "rb") as f, open(WorkDir(str(tmp_path / "alone")).spill(3), "rb") as g:
         assert f.read() == g.read()
-    assert sorted(os.listdir(os.path.dirname(spill_path(tmp, 3)))) == [os.path.basename(spill_path(tmp, 3))]
+    assert sorted(os.listdir(os.path.dirname(WorkDir(tmp).spill(3)))) == [os.path.basename(WorkDir(tmp).spill(3))]
 
 
 def test_temporary_names_are_new_for_each_writer_and_known_as_such():
-    from beam_jobs import storage
+    from prep.core import storage
 
     names = {storage.temp_path("/o/manifest.json") for _ in range(50)}
     assert len(names) == 50

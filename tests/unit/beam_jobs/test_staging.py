@@ -38,7 +38,7 @@ def test_generated_setup_builds_an_sdist_with_our_packages(tmp_path):
                    cwd=tmp_path, check=True, capture_output=True)
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     names = tarfile.open(sdist).getnames()
-    for module in ("prep/plan.py", "prep/images.py", "beam_jobs/pipeline.py", "beam_jobs/prepare.py"):
+    for module in ("prep/core/layout.py", "prep/core/image_rules.py", "beam_jobs/graph.py", "beam_jobs/prepare.py"):
         assert any(n.endswith(module) for n in names), module
     assert not any("__pycache__" in n for n in names)
     assert "pillow" in (tmp_path / "setup.py").read_text()

@@ -9,9 +9,9 @@ import os
 import random
 
 from beam_jobs import write
-from beam_jobs.planning import Entry
-from beam_jobs.spill import spill_path
-from prep.tfrecord import frame
+from beam_jobs.plan_shards import Entry
+from prep.core.workdir import WorkDir
+from prep.core.tfrecord import frame
 
 
 def _entry(spill: int, offset: int, length: int) -> Entry:
@@ -64,12 +64,12 @@ class _Out(io.BytesIO):
 def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_blocks_ahead(tmp_path, monkeypatch):
     monkeypatch.setattr(write, "_BLOCK", 4096)
     rng = random.Random(7)
-    tmp_dir = str(tmp_path)
-    os.makedirs(tmp_path / "spill")
+    work = WorkDir(str(tmp_path))
+    os.makedirs(work.spill_folder)
     entries, records = [], {}
     for spill in range(3):
         offset = 0
-        with open(spill_path(tmp_dir, spill), "wb") as f:
+        with open(work.spill(spill), "wb") as f:
             for _ in range(100):
                 record = frame(rng.randbytes(rng.randrange(10, 900)))
                 f.write(record)
@@ -82,7 +82,7 @@ def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_b
     with concurrent.futures.ThreadPoolExecutor(2) as threads:
         pool = _CountingPool(threads)
         out = _Out(pool)
-        size, sha = write._copy_records(entries, out, tmp_dir, "/nonexistent-source", pool)
+        size, sha = write._copy_records(entries, out, work, "/nonexistent-source", pool)
 
     assert out.getvalue() == expected
     assert (size, sha) == (len(expected), hashlib.sha256(expected).hexdigest())

@@ -107,7 +107,7 @@ def test_skip_mode_steps_per_epoch_counts_only_readable_records(dataset, tmp_pat
 
 def test_skip_mode_refuses_a_shard_with_more_records_than_the_manifest(dataset, tmp_path):
     import loaders
-    from prep.errors import LoaderError
+    from prep.core.errors import LoaderError
 
     out, shard = damaged_copy(dataset, tmp_path, "none")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -132,8 +132,8 @@ def test_skip_mode_on_truncated_shard(dataset, tmp_path):
 
 
 def test_on_corrupt_option_is_checked():
-    from loaders.options import LoadOptions
-    from prep.errors import LoaderError
+    from loaders.load_options import LoadOptions
+    from prep.core.errors import LoaderError
 
     with pytest.raises(LoaderError, match="on_corrupt must be one of error, skip, got 'ignore'"):
         LoadOptions(on_corrupt="ignore")
@@ -144,7 +144,7 @@ def test_skip_mode_on_a_remote_dataset(dataset, tmp_path, caplog):
     import tensorflow as tf
 
     import loaders
-    from prep.errors import LoaderError
+    from prep.core.errors import LoaderError
 
     out, shard = damaged_copy(dataset, tmp_path, "data")  # 20 good records
     root = f"ram://skip-{tmp_path.name}"

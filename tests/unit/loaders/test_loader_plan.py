@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.errors import LoaderError
-from loaders.options import LoadOptions
-from loaders.plan import Range, bucketed_steps, epoch_size, pipeline_ranges, records_per_pipeline, shard_order
+from prep.core.errors import LoaderError
+from loaders.load_options import LoadOptions
+from loaders.epoch import Range, bucketed_steps, epoch_size, pipeline_ranges, records_per_pipeline, shard_order
 from loaders.weights import acceptance_probabilities, balanced_weights
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[3])
@@ -67,7 +67,7 @@ def test_shuffled_order_moves_the_cut_but_keeps_counts():
 
 
 def test_shard_order_is_the_same_in_another_process():
-    code = "from loaders.plan import shard_order; print(shard_order(50, 123456789))"
+    code = "from loaders.epoch import shard_order; print(shard_order(50, 123456789))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": ROOT, "PYTHONHASHSEED": "17"}).stdout
     assert out.strip() == str(shard_order(50, 123456789))

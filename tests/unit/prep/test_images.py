@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from prep.errors import OptionsError
-from prep.images import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
-from tests.support.imagegen import image_bytes, truncated_exif_jpeg
+from prep.core.errors import OptionsError
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image, target_size
+from tests.support.imagegen import bomb_png, encode, huge_j2k, icns, ico, image_bytes, truncated_exif_jpeg
 
 KEEP = ImageOptions()
 
@@ -277,3 +277,26 @@ def test_pixel_limit_is_an_option():
 def test_bad_options(kwargs, message):
     with pytest.raises(OptionsError, match=message):
         ImageOptions(**kwargs)
+
+
+def test_sixteen_bit_gray_png_transparent_colour_goes_onto_white():
+    values = np.full((4, 6), 40_000, np.uint16)
+    values[:, :3] = 1234  # the tRNS colour, a 16-bit gray level
+    data = encode(Image.fromarray(values, "I;16"), "PNG", transparency=1234)
+    image = prepare_image(data, ImageOptions())
+    pixels = np.asarray(Image.open(io.BytesIO(image.encoded)))
+    assert (image.format, image.channels) == ("png", 3)  # as for 8-bit gray with a transparent colour
+    assert (pixels[:, :3] == 255).all() and (pixels[:, 3:] == 40_000 // 256).all()
+
+
+@pytest.mark.parametrize("make, detail", [
+    # Pillow reads an icon's PNG entry's own size when it opens the icon.
+    (lambda: ico(16, 16, bomb_png(12_000)), "144000000 pixels exceeds --max-pixels 89478485"),
+    (lambda: icns([(b"ic08", huge_j2k())]), "an inner image or frame of 260100000000 pixels exceeds --max-pixels 89478485"),
+    (lambda: ico(16, 16, image_bytes("PNG", size=(300, 200))), "60000 pixels exceeds --max-pixels 50000"),
+])
+def test_sizes_inside_containers_are_checked_against_max_pixels(make, detail):
+    limit = 50_000 if "50000" in detail else 89_478_485
+    with pytest.raises(ImageRejected) as info:
+        prepare_image(make(), ImageOptions(max_pixels=limit))
+    assert (info.value.reason, info.value.detail) == ("too_large", detail)

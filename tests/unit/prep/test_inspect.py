@@ -154,7 +154,7 @@ def test_help(run_cli):
 
 
 def test_sheet_tiles_for_damaged_images_and_empty_classes():
-    from prep.schema import ImageRecord
+    from prep.core.schema import ImageRecord
 
     good = io.BytesIO()
     Image.new("RGB", (40, 10), COLOURS["red"]).save(good, "PNG")

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.errors import OptionsError, PlanError
-from prep.plan import Example, PlanOptions, largest_remainder, make_plan, parse_split_fractions
+from prep.core.errors import OptionsError, PlanError
+from prep.core.layout import PlanOptions, largest_remainder, parse_split_fractions
+from tests.support.reference_plan import Example, make_plan
 
 
 def examples_for(counts, split=None, size=100):
@@ -197,14 +198,14 @@ def test_property_stratified_split_is_proportional_and_balanced(counts, seed, sp
 @settings(max_examples=300, deadline=None)
 @given(st.fractions(min_value=Fraction(1, 10**9), max_value=1, max_denominator=10**9))
 def test_the_manifest_records_split_fractions_exactly(fraction):
-    from prep.config import fraction_text
+    from prep.core.config import fraction_text
 
     assert Fraction(fraction_text(fraction)) == fraction
 
 
 def test_fractions_that_plan_differently_are_recorded_differently():
     # "%g" once recorded both as 0.333333 each, so --resume took one for the other.
-    from prep.config import ConvertConfig
+    from prep.core.config import ConvertConfig
 
     def recorded(text):
         return ConvertConfig("s", "o", plan=PlanOptions(split_fractions=parse_split_fractions(text))) \

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.errors import RecordError
-from prep.schema import ALL_FEATURES, ENCODED, ImageRecord, decode_example, encode_example, encode_example_around
-from prep.tfrecord import frame, frame_around, framed_around_matches, read_records
+from prep.core.errors import RecordError
+from prep.core.schema import ALL_FEATURES, ENCODED, ImageRecord, decode_example, encode_example, encode_example_around
+from prep.core.tfrecord import frame, frame_around, framed_around_matches, read_records
 
 records = st.builds(
     ImageRecord.build,
@@ -50,7 +50,7 @@ def test_a_record_built_around_its_image_is_the_same_record(record, size):
 def test_tensorflow_parses_our_examples_identically():
     import tensorflow as tf
 
-    from prep.schema import tf_feature_spec
+    from loaders.decode import tf_feature_spec
 
     record = ImageRecord.build(b"\xff\xd8 bytes", "jpeg", 375, 500, 3, 4, "château", "chats/ch\u00e2teau 1.jpg")
     data = record.to_bytes()

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from prep.errors import SourceError
-from prep.sources import Reject, list_folders, list_label_file, normalize_path, read_class_file
+from prep.core.errors import SourceError
+from prep.core.label_file import list_label_file, normalize_path
+from prep.core.listing import Reject, list_folders, read_class_file
 from tests.support.imagegen import image_bytes, write_class_tree
 
 
@@ -235,7 +236,7 @@ def test_rejects_of_non_utf8_names_stay_valid_utf8_and_keep_the_bytes():
 
 @pytest.mark.parametrize("name", ["test\n", "a b", "", "trainé", "x/y"])
 def test_split_names_are_letters_digits_or_underscore(name):
-    from prep.naming import check_split_name
+    from prep.core.naming import check_split_name
 
     with pytest.raises(ValueError, match="must be letters, digits or '_'"):
         check_split_name(name)

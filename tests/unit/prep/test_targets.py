@@ -8,7 +8,8 @@ import shlex
 
 import pytest
 
-from prep import schema, targets
+from prep.core import schema, targets
+from prep.core.manifest import Inputs, Manifest, Run
 from prep.cli import main
 from tests.support.datasets import convert, load, records, save
 from tests.support.imagegen import write_class_tree
@@ -68,11 +69,13 @@ def test_plain_verify_checks_the_target_the_manifest_records(source, tmp_path, r
 
 
 def test_fix_command_repeats_the_options_that_decided_the_output():
-    manifest = {"run": {"source": "/data/raw images"}, "options": {
+    options = {
         "seed": 3, "num_shards": None, "shard_size": 1 << 20, "split": "train=0.9,test=0.1", "max_per_class": 50,
         "resize": 256, "max_side": None, "image_format": "keep", "quality": 90, "max_pixels": 89_478_485,
         "layout": "label_file", "label_file": "labels.csv", "classes_fixed": True, "allow_outside_source": True,
-        "index": True, "target": "none"}}
+        "index": True, "target": "none"}
+    manifest = Manifest(labels=("a",), options=options, splits={}, inputs=Inputs(0, 0, 0, 0), tool={},
+                        run=Run(source="/data/raw images"))
     assert shlex.split(targets.fix_command(manifest, "out", "model-garden")) == [
         "prep", "convert", "/data/raw images", "out", "--labels", "labels.csv", "--classes", "CLASSES",
         "--split", "train=0.9,test=0.1", "--shard-size", str(1 << 20), "--max-per-class", "50", "--seed", "3",

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prep.schema import ImageRecord
-from prep.scan import HashingReader
-from prep.tfrecord import frame
+from prep.core.schema import ImageRecord
+from prep.shard_scan import HashingReader
+from prep.core.tfrecord import frame
 from prep.verify import Problem, balance_problems, verify
 from tests.support import datasets
 from tests.support.imagegen import image_bytes, write_class_tree

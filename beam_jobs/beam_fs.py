@@ -1,0 +1,63 @@
+"""Beam's FileSystems as `prep.core.storage`'s remote file system (``gs://``, ``s3://``, ...).
+
+`beam_jobs/__init__.py` installs it, so any process that runs our pipeline code (the
+driver, and every remote worker that unpickles one of our DoFns) reaches remote paths
+the way Beam does. Beam itself is imported only when a remote path is used.
+"""
+
+from __future__ import annotations
+
+
+def _fs():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _uncompressed():
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return CompressionTypes.UNCOMPRESSED
+
+
+class BeamFileSystems:
+    """`RemoteFileSystem` over `apache_beam.io.filesystems.FileSystems`."""
+
+    def handles(self, path: str) -> bool:
+        try:
+            _fs().get_filesystem(path)
+        except ValueError:  # no FileSystem registered for the scheme
+            return False
+        return True
+
+    def open_read(self, path: str):
+        return _fs().open(path, compression_type=_uncompressed())
+
+    def open_write(self, path: str):
+        return _fs().create(path, compression_type=_uncompressed())
+
+    def exists(self, path: str) -> bool:
+        return _fs().exists(path)
+
+    def size(self, path: str) -> int | None:
+        matches = _fs().match([path])[0].metadata_list
+        return matches[0].size_in_bytes if matches else None
+
+    def rename(self, src: str, dst: str) -> None:
+        if _fs().exists(dst):
+            _fs().delete([dst])
+        _fs().rename([src], [dst])
+
+    def delete(self, paths: list[str]) -> None:
+        _fs().delete(paths)
+
+    def match(self, pattern: str) -> list[tuple[str, int]]:
+        # "**", not "*", from callers: FileSystems built on glob match only files with "*", and leave out
+        # names starting with "." (such as .prep-tmp); object stores match across "/" with either.
+        return [(m.path, m.size_in_bytes) for m in _fs().match([pattern])[0].metadata_list]
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))

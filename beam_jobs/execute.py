@@ -1,0 +1,84 @@
+"""Running the pipeline of a staged conversion, `execute`, and turning its failures into user errors.
+
+Imports Beam; `launch.py` imports this module only once the listing is staged.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import apache_beam as beam
+
+from beam_jobs import checkpoints, runners, staging
+from beam_jobs.checkpoints import StepHook
+from beam_jobs.failures import find_prep_error, runner_failure, with_resume_hint
+from beam_jobs.graph import build
+from beam_jobs.plan_shards import GROUP_TARGET
+from beam_jobs.progress import Progress
+from beam_jobs.stage import Ready
+from prep.core import storage
+from prep.core.config import RUNNERS_LOCAL, ConvertConfig
+from prep.core.errors import OutputError, RunnerError
+from prep.core.manifest import FILENAME, Manifest
+from prep.core.workdir import WorkDir
+
+
+def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, beam_args: list[str] | None = None,
+            progress: bool = False, group_target: int = GROUP_TARGET, on_step: StepHook | None = None) -> Manifest:
+    """Runs the pipeline of a conversion `stage.ready_output` readied (not a finished one);
+    returns the manifest it wrote. Callers go through `launch.convert`.
+
+    `group_target` bounds the references per task and part (see plan_shards.py);
+    tests lower it to exercise many rank tasks and multi-part shards on small
+    inputs. `on_step` is the test hook of checkpoints.py.
+
+    Raises:
+        PrepError: a user-fixable problem, unwrapped from the runner's exception;
+            OutputError for a file OUTPUT cannot hold (disk full, permissions).
+    """
+    work = WorkDir(config.output)
+    manifest_path = storage.join(config.output, FILENAME)
+    num_chunks = len(ready.chunk_sizes)
+    runners.skip_ipython_probe()
+    run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
+    suspects = frozenset()
+    if config.resume:
+        # Inputs the killed run was reading may be what killed it: never read in this thread again.
+        suspects = checkpoints.read_in_flight(work)
+        run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
+    beam_args, staged = staging.staging_args(runner, runners.dask_partition_args(runner, list(beam_args or []),
+                                                                                 num_chunks))
+    options = runners.pipeline_options(runner, beam_args)
+    try:
+        with Progress(config.output, ready.chunk_sizes, progress):
+            p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
+            build(p, config, ready.staged, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL,
+                  on_step=on_step, suspects=suspects)
+            result = p.run()
+            try:
+                result.wait_until_finish()
+            finally:
+                client = getattr(result, "client", None)  # DaskRunner's client to the cluster
+                if client is not None:
+                    client.close()
+    except Exception as exc:
+        error = find_prep_error(exc, config.output)
+        if error is None and runners.submits_job(runner):  # the job service's or the remote job's failure
+            error = RunnerError(runner_failure(runner, *runners.job_service(options), exc))
+        if error is not None:
+            if isinstance(error, (OutputError, RunnerError)) and _resumable(work):
+                error = with_resume_hint(error)
+            raise error from None
+        raise
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+    return Manifest.from_json(storage.read_bytes(manifest_path), manifest_path)
+
+
+def _resumable(work: WorkDir) -> bool:
+    try:
+        return checkpoints.read_run(work) is not None
+    except Exception:
+        return False

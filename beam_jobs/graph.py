@@ -1,0 +1,114 @@
+"""The conversion's Beam graph, `build`: listed inputs -> checked records -> plan -> shards -> manifest.
+
+What each PCollection holds (the types say it; see each step's module):
+
+    chunks   = Create | Reshuffle           chunk id; its listing waits in the work directory
+    outcomes = ParDo(PrepareChunk)          ChunkCounts | RejectedInputs | ReusedChunk       prepare.py
+    ranked   = PlanShards                   PartEntries | Capped                          plan_shards.py
+    parts    = GroupByKey                   (write task, [(PartKey, Section)])
+    written  = ParDo(WriteParts)            WrittenShard | WrittenPart                          write.py
+    joined   = GroupByKey | ParDo(ConcatParts)   WrittenShard, for shards cut into parts
+    summary  = Flatten | GroupByKey(one key)     every WrittenShard, RejectedInputs, Capped, ReusedChunk
+    done     = FlatMap(publish)             rejects.jsonl, tfds metadata, then manifest.json    publish.py
+
+Invariants. References never travel as elements (a chunk's wait in its index, a rank
+task's in its entry file) and image bytes never pass through a shuffle (they wait in
+spill files, or in the source for images kept as they are). No task holds more than
+about `plan_shards.GROUP_TARGET` references, a write task `MAX_WRITE_WIDTH` times that;
+only the final summary group grows with the shard count. Every file appears under its
+final name only by a rename once complete, and manifest.json last (checkpoints.py says
+what a resumed run reuses). Only Create, ParDo, GroupByKey, Flatten and composites of
+them are used, with no side inputs or tagged outputs: the DaskRunner translates nothing
+else; only on the embedded runner does PrepareChunk emit from finish_bundle (`lookahead`).
+Parallelism inside a worker comes from thread pools (pooled.py); docs/design.md says why.
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+
+from beam_jobs import prepare, write
+from beam_jobs.checkpoints import StepHook
+from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
+from beam_jobs.publish import publish
+from beam_jobs.stage import Staged
+from prep.core import targets
+from prep.core.config import ConvertConfig
+from prep.core.run_record import tool_info
+from prep.core.workdir import WorkDir
+
+# A write task holds this many parts at most, so that it holds at most about
+# MAX_WRITE_WIDTH * GROUP_TARGET entries.
+MAX_WRITE_WIDTH = 4
+
+
+def write_width(workers: int | None) -> int:
+    """Parts written at once by one write task: one per worker thread, at most MAX_WRITE_WIDTH."""
+    return max(1, min(MAX_WRITE_WIDTH, workers or os.cpu_count() or 1))
+
+
+def _of(kind):
+    """A FlatMap function keeping the elements of type `kind`."""
+    return lambda item: [item] if isinstance(item, kind) else []
+
+
+def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
+          group_target: int = GROUP_TARGET, lookahead: bool = False, on_step: StepHook | None = None,
+          suspects: frozenset = frozenset()) -> None:
+    """Adds the conversion steps to pipeline `p` (the listing must be staged).
+
+    With `config.resume`, complete chunks and shards of the interrupted run are reused, and
+    `suspects`, the inputs it was reading when it was killed, are prepared in a sandbox.
+    `lookahead` lets PrepareChunk emit from finish_bundle, which the runner must keep.
+    `on_step` is the test hook of checkpoints.py.
+    """
+    work = WorkDir(config.output)
+    labels = listing.classes
+    reuse = config.resume
+    outcomes = (
+        p
+        | "ListChunks" >> beam.Create(list(range(num_chunks)))
+        | "SpreadChunks" >> beam.Reshuffle()
+        | "PrepareImages" >> beam.ParDo(
+            prepare.PrepareChunk(config.source, work, labels, config.image, config.workers, reuse,
+                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id,
+                                 suspects=suspects, on_step=on_step))
+    )
+    counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
+    rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
+    reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
+    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, work, group_target, labels)
+    width = write_width(config.workers)
+    written = (
+        ranked
+        | "Entries" >> beam.FlatMap(
+            lambda r: [(write.write_task(r.key, width), (r.key, r.section))] if isinstance(r, PartEntries) else [])
+        | "GroupParts" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, work, labels, config.workers,
+                                                       width, reuse, config.index, on_step=on_step))
+    )
+    whole = written | "WholeShards" >> beam.FlatMap(_of(write.WrittenShard))
+    joined = (
+        written
+        | "Parts" >> beam.FlatMap(lambda w: [(w.shard, w)] if isinstance(w, write.WrittenPart) else [])
+        | "GroupShardParts" >> beam.GroupByKey()
+        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, work, labels, reuse, config.index,
+                                                        on_step=on_step))
+    )
+    capped = (
+        ranked
+        | "Capped" >> beam.FlatMap(lambda r: [(r.label, r.count)] if isinstance(r, Capped) else [])
+        | "CountCapped" >> beam.CombinePerKey(sum)
+        | "TagCapped" >> beam.MapTuple(Capped)
+    )
+    (
+        (whole, joined, rejects, capped, reused)
+        | "Summary" >> beam.Flatten()
+        | "OneKey" >> beam.Map(lambda item: (None, item))
+        | "GatherSummary" >> beam.GroupByKey()
+        | "WriteManifest" >> beam.FlatMap(
+            publish, output=config.output, work=work, labels=labels, options=config.manifest_options(),
+            found=listing.found, tool=tool_info(), run=run_info, splits=listing.splits, on_step=on_step)
+    )

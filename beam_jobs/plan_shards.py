@@ -1,0 +1,267 @@
+"""`PlanShards`: the shard layout of `prep.core.layout` applied to prepared chunks, with bounded groups.
+
+No key and no task ever holds more than about `GROUP_TARGET` references, even for
+one class of 5 million, and references never pass through a shuffle: they wait on
+disk in the work directory, and only counts and file sections travel.
+
+The driver stages the listing in chunks in `prep.core.ordering.listing_order`, whose
+contract makes a chunk's good inputs of a group hold consecutive ranks. Once a chunk
+is prepared, its references (PreparedRef) wait in its index and only its counts travel:
+
+    counts  : ChunkCounts                 a prepared chunk's good inputs per group
+    tasks   = Map | GroupByKey(one key) | FlatMap(layout_tasks)
+            : (task, RankTask)            consecutive chunks holding about `group_target`
+                                          references, each group's first rank in each chunk,
+                                          the layout trimmed to those groups
+    ranked  = Reshuffle | FlatMap(rank_task)
+            : PartEntries | Capped        a Section of the task's entry file per shard part
+                                          it sends entries to; capped counts per label
+
+A reference's rank in its group is the group's first rank in the chunk plus the
+references of the group before it in the chunk: exact. `Layout.locate` then gives
+split and shard. A shard's entries are further cut into `num_parts` parts by a prefix
+of the order key, so that no writer holds more than about `GROUP_TARGET` entries
+either; parts concatenated in order are the shard in order-key order.
+
+What grows with the dataset is counted in chunks (one count list each) and sections
+(one per task and part it sends entries to), never in references. Only Create, ParDo,
+GroupByKey and Flatten are used, nothing emitted from finish_bundle, so the DaskRunner
+runs it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+import typing
+
+import apache_beam as beam
+
+from beam_jobs.prepare import PreparedRef, read_prepared
+from prep.core import storage
+from prep.core.errors import PlanError
+from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
+from prep.core.ordering import sort_key
+from prep.core.run_record import REPLAN_HINT
+from prep.core.workdir import WorkDir
+
+GROUP_TARGET = 20_000  # references per rank task and per shard part, about
+
+
+class PartKey(typing.NamedTuple):
+    """One part of a shard: the entries of shard `shard` of `split` whose order-key prefix is `part`."""
+
+    split: str
+    shard: int
+    num_shards: int
+    part: int
+    num_parts: int
+
+
+class Section(typing.NamedTuple):
+    """Where a part's entries from one rank task wait: a byte range of the task's entry file."""
+
+    task: int
+    offset: int
+    length: int
+
+
+class PartEntries(typing.NamedTuple):
+    """A rank task's entries for one part."""
+
+    key: PartKey
+    section: Section
+
+
+class Capped(typing.NamedTuple):
+    """Inputs of class `label` left out by --max-per-class."""
+
+    label: int
+    count: int
+
+
+def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:
+    """Bits of hash prefix so that `count` items split into groups of about `target`."""
+    return 0 if count <= target else math.ceil(math.log2(count / target))
+
+
+def prefix(key: bytes, bits: int) -> int:
+    return int.from_bytes(key[:8], "big") >> (64 - bits) if bits else 0
+
+
+class Entry(typing.NamedTuple):
+    """A record's place: its order key inside the shard and where its bytes are."""
+
+    order: bytes
+    spill: int  # spill file (prepare.spill_id), offset and length of its framed record
+    offset: int
+    length: int
+    label: int
+    converted: bool
+    source: bytes  # the input's path when the image is read from it again (see PreparedRef), else b""
+    cut: int
+    image: int
+    relabel: int = -1  # the label id to write instead of `label` (--empty-classes drop), or -1: write `label`
+
+
+_ENTRY = struct.Struct(">32sQQQI?QQiI")  # an Entry's fields, `source` last as its length, then its bytes
+
+
+def pack_entry(e: Entry) -> bytes:
+    return _ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel,
+                       len(e.source)) + e.source
+
+
+def unpack_entries(data: bytes) -> list[Entry]:
+    entries, pos, size = [], 0, _ENTRY.size
+    while pos < len(data):
+        order, spill, offset, length, label, converted, cut, image, relabel, n = _ENTRY.unpack_from(data, pos)
+        pos += size
+        entries.append(Entry(order, spill, offset, length, label, converted, data[pos:pos + n], cut, image, relabel))
+        pos += n
+    return entries
+
+
+def read_section(work: WorkDir, section: Section) -> list[Entry]:
+    """The entries of one Section of a task's entry file."""
+    path = work.entries(section.task)
+    with storage.open_read(path) as f:
+        f.seek(section.offset)
+        data = storage.read_exact(f, section.length)
+    if len(data) != section.length:
+        raise OSError(f"entry file {path} is shorter than planned")
+    return unpack_entries(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTask:
+    """Consecutive prepared chunks ranked by one task."""
+
+    chunks: tuple  # ((chunk, ((split, label, first rank), ...)), ...) in chunk order
+    layout: Layout  # trimmed to the task's groups
+    part_bits: dict  # split -> bits of order-key prefix for parts
+    ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.core.layout.label_ids`)
+
+
+def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int,
+                 labels: tuple[str, ...] | None = None):
+    """(None, [ChunkCounts]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs.
+
+    Every image is prepared by now, so this is where classes left with no example
+    are known (`--empty-classes`), and where a plan that cannot be made fails:
+    before any shard is written, with the prepared images kept for `--resume`.
+    `labels` name the classes in messages.
+    """
+    _, chunks = element
+    chunks = sorted(chunks)
+    groups: dict[tuple, int] = {}
+    total_refs = total_bytes = 0
+    for _, counts in chunks:
+        for split, label, refs, size in counts:
+            groups[(split or None, label)] = groups.get((split or None, label), 0) + refs
+            total_refs += refs
+            total_bytes += size
+    names = labels if labels is not None else tuple(str(i) for i in range(num_classes))
+    empty = empty_labels({label for (_, label), n in groups.items() if n}, num_classes)
+    try:
+        check_empty_classes(names, empty, options.empty_classes)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; the images read so far are kept: to write the dataset, run the same command "
+                        "again with --empty-classes keep (or drop) and --resume") from None
+    try:
+        layout = make_layout(groups, num_classes, options, total_bytes / max(1, total_refs))
+    except PlanError as exc:
+        raise PlanError(f"{exc}; {REPLAN_HINT}") from None
+    ids = label_ids(num_classes, empty, options.empty_classes)
+    storage.write_atomic(work.plan,
+                         json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
+    part_bits = {s.name: prefix_bits(math.ceil(s.examples / s.num_shards), group_target) for s in layout.splits}
+    starts: dict[tuple, int] = {}
+    members, held, task = [], 0, 0
+    for position, (chunk, counts) in enumerate(chunks):
+        firsts = []
+        for split, label, refs, _ in counts:
+            group = (split or None, label)
+            firsts.append((split, label, starts.get(group, 0)))
+            starts[group] = starts.get(group, 0) + refs
+            held += refs
+        members.append((chunk, tuple(firsts)))
+        if held >= group_target or position == len(chunks) - 1:
+            used = {(split or None, label) for _, firsts in members for split, label, _ in firsts}
+            trimmed = Layout({g: layout.segments[g] for g in used}, {g: layout.kept[g] for g in used}, layout.splits)
+            yield task, RankTask(tuple(members), trimmed, part_bits, ids)
+            members, held, task = [], 0, task + 1
+
+
+def rank_task(element, work: WorkDir, seed: int):
+    """(task, RankTask) -> `PartEntries` per part it sends entries to, and `Capped` per label.
+
+    Writes the task's entries to its entry file, grouped by part. They are held
+    packed (about 100 bytes each), one chunk's index parsed at a time.
+    """
+    task, info = element
+    parts: dict[PartKey, bytearray] = {}  # its packed entries
+    capped: dict[int, int] = {}
+    last: dict[tuple, tuple] = {}
+    for chunk, firsts in info.chunks:
+        next_rank = {(split or None, label): first for split, label, first in firsts}
+        for r in map(PreparedRef._make, read_prepared(work, chunk)):
+            group = (r.split or None, r.label)
+            key = (sort_key(seed, r.path), r.path)
+            if group in last and key <= last[group]:
+                raise RuntimeError(f"internal error: chunk {chunk} is not staged in rank order")
+            last[group] = key
+            rank = next_rank[group]
+            next_rank[group] = rank + 1
+            where = info.layout.locate(group, rank)
+            if where is None:
+                capped[r.label] = capped.get(r.label, 0) + 1
+                continue
+            split_name, shard = where
+            bits = info.part_bits[split_name]
+            order = sort_key(seed, r.path, "order")
+            part = PartKey(split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
+            relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
+            parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
+                order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image,
+                relabel)))
+    sections, offset = [], 0
+    path = work.entries(task)
+    tmp = storage.temp_path(path)
+    with storage.open_write(tmp) as out:  # a part at a time: no copy of the whole file in memory
+        for part in sorted(parts):
+            packed = parts.pop(part)
+            out.write(packed)
+            sections.append(PartEntries(part, Section(task, offset, len(packed))))
+            offset += len(packed)
+    storage.rename(tmp, path)
+    yield from sections
+    for label, count in sorted(capped.items()):
+        yield Capped(label, count)
+
+
+class PlanShards(beam.PTransform):
+    """`ChunkCounts` of prepared chunks -> `PartEntries` and `Capped`, exactly as the layout
+    decides for the chunks' good inputs ranked by `sort_key`."""
+
+    def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET,
+                 labels: tuple[str, ...] | None = None):
+        super().__init__()
+        self._num_classes = num_classes
+        self._labels = labels
+        self._options = options
+        self._work = work
+        self._group_target = group_target
+
+    def expand(self, counts):
+        return (
+            counts
+            | "OneKey" >> beam.Map(lambda c: (None, c))
+            | "GatherCounts" >> beam.GroupByKey()
+            | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._work,
+                                         self._group_target, self._labels)
+            | "SpreadTasks" >> beam.Reshuffle()
+            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed)
+        )

@@ -1,0 +1,81 @@
+"""The last step, `publish`: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
+
+Order matters for crash safety: the manifest is written in full under a temporary
+name (`storage.temp_path`), then renamed to manifest.json, and only then is the work
+directory deleted. A kill before the rename leaves no manifest.json and a resumable
+work directory; a kill after it leaves a finished dataset plus a leftover work
+directory, which `--resume` (or `--overwrite`) removes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from beam_jobs import checkpoints
+from beam_jobs.checkpoints import StepHook
+from beam_jobs.output_dir import delete_unplanned_shards
+from beam_jobs.plan_shards import Capped
+from beam_jobs.prepare import RejectedInputs, ReusedChunk
+from beam_jobs.write import WrittenShard
+from prep.core import accounting, storage, tfds_meta
+from prep.core.manifest import FILENAME, REJECTS, InFlight, Manifest, Resumed, Run
+from prep.core.workdir import WorkDir
+
+
+def publish(element, *, output: str, work: WorkDir, labels, options: dict, found: int, tool: dict, run: dict,
+            splits=(), on_step: StepHook | None = None):
+    """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk]) -> the count of examples written.
+
+    Writes rejects.jsonl and the files tensorflow-datasets reads (`tfds_meta`), publishes
+    manifest.json, then removes the work directory. `splits` are the splits SOURCE names
+    (split folders or a split column): each must keep an example. `run` holds the run's
+    runner, workers, source, start time and, after --resume, {"chunks": n}.
+    """
+    _, items = element
+    shards: list[WrittenShard] = []
+    rejects = checkpoints.read_listing_rejects(work)
+    capped_by_class = {name: 0 for name in labels}
+    chunks_reused = 0
+    for item in items:
+        if isinstance(item, WrittenShard):
+            shards.append(item)
+        elif isinstance(item, RejectedInputs):
+            rejects.extend(item.rejects)
+        elif isinstance(item, ReusedChunk):
+            chunks_reused += 1
+        elif isinstance(item, Capped):
+            capped_by_class[labels[item.label]] += item.count
+        else:
+            raise TypeError(f"internal error: publish got {item!r}")
+    rejects = accounting.sort_rejects(rejects)
+    inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
+                              rejects, capped_by_class)
+    rejects_path = storage.join(output, REJECTS)
+    storage.write_atomic(rejects_path, accounting.rejects_jsonl(rejects))
+    accounting.check_outcome(inputs, {s.name.split for s in shards}, splits, rejects_path)
+    labels, written, inputs = accounting.settle_empty_classes(labels, [(s.name, s.info) for s in shards], inputs,
+                                                              options.get("empty_classes", "keep"))
+    resumed = None
+    if "resumed" in run:
+        in_flight = set(run["resumed"].get("in_flight", ()))  # what the killed run was reading: see sandbox.py
+        resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
+                          shards_reused=sum(s.reused for s in shards),
+                          in_flight=InFlight(len(in_flight), accounting.reasons(r for r in rejects if r.path in in_flight))
+                          if in_flight else None)
+    manifest = Manifest.build(labels, options, written, inputs, tool, Run(
+        runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
+        resumed=resumed))
+    if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
+        delete_unplanned_shards(output, manifest)
+    # Before the manifest, so that a folder with manifest.json is complete for tfds too.
+    for name, data in tfds_meta.files(manifest).items():
+        storage.write_atomic(storage.join(output, name), data)
+    staged = storage.temp_path(storage.join(output, FILENAME))
+    with storage.open_write(staged) as f:
+        f.write(manifest.dumps())
+    if on_step is not None:
+        on_step("manifest")
+    storage.rename(staged, storage.join(output, FILENAME))
+    checkpoints.delete_work(work)
+    yield inputs.written

@@ -1,0 +1,273 @@
+"""`Sandbox`: prepares images in worker processes bounded in memory and time.
+
+A thread cannot be bounded: a codec that allocates 24 GB or loops for minutes
+takes the whole run with it. A sandbox worker is a lean Python process (it
+imports Pillow, numpy and prep.core.image_rules, never Beam or TensorFlow) that prepares
+one image at a time under `resource.setrlimit(RLIMIT_AS)` = its size when the
+image arrives + `--max-image-memory`, while the calling thread waits at most
+`--image-timeout` for the answer. Whatever happens to the image, the run goes on:
+
+    over the memory limit    MemoryError in the codec   -> image_memory
+    over the time limit      worker killed, respawned    -> image_timeout
+    worker dies (segfault, abort, the kernel's OOM killer) -> crashed_decoder
+
+Workers start on first use (a conversion of plain JPEGs under `--isolate auto`
+starts none), one per calling thread at most, and die with their parent
+(PR_SET_PDEATHSIG) or when `close` is called. What a codec prints on stderr
+(libtiff, libjpeg) and Pillow's Python warnings are captured per image and
+returned with it, never shown on the console.
+
+Messages on the pipes are `multiprocessing.connection` frames of pickles:
+(data, ImageOptions) in; ("ok", PreparedImage, message) or ("rejected",
+reason, detail, message) out.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+
+from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
+
+_READY = b"ready"
+# A worker whose RSS stays this far above its start after an image (heap fragments) is
+# replaced, so that an idle worker holds its baseline only (README "Memory").
+_RECYCLE = 32 << 20
+# The worker's own start (interpreter, Pillow, numpy) is not the image's time.
+_START_TIMEOUT = 60.0
+
+
+class SandboxError(RuntimeError):
+    """A sandbox worker could not start: a broken installation, not a bad image."""
+
+
+class _Worker:
+    """One worker process and its two pipe ends."""
+
+    def __init__(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = f"import sys; sys.path.insert(0, {root!r}); from beam_jobs.sandbox import serve; serve()"
+        # One BLAS thread: numpy's default pool reserves address space per core.
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
+        self._send = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self._recv = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        try:
+            ready = self._recv.poll(_START_TIMEOUT) and self._recv.recv_bytes() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.kill()
+            err = self.proc.stderr.read().decode("utf-8", "replace").strip()
+            raise SandboxError(f"a sandbox worker did not start: {err[-2000:] or 'no message'}")
+        self.proc.stderr.close()  # from here on the worker writes its stderr to a file of its own
+        self.base_rss = self.rss()
+
+    def prepare(self, data: bytes, options: ImageOptions) -> tuple:
+        """The worker's answer for one image, or ("died", signal or exit code) or ("timeout",)."""
+        try:
+            self._send.send_bytes(pickle.dumps((data, options), protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the worker died before it read the image
+            return ("died", self._exit_status())
+        try:
+            if not self._recv.poll(options.image_timeout):
+                return ("timeout",)
+            return pickle.loads(self._recv.recv_bytes())
+        except (EOFError, OSError):
+            return ("died", self._exit_status())
+
+    def _exit_status(self) -> int:
+        try:
+            return self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for conn in (self._send, self._recv):
+            conn.close()
+
+    def rss(self) -> int:
+        """Resident bytes (0 once the process is gone)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
+
+
+class Sandbox:
+    """A pool of at most `size` sandbox workers, shared by the threads that call `prepare`.
+
+    Made in a DoFn's setup() and closed in its teardown(): it holds processes and is not picklable.
+    """
+
+    def __init__(self, size: int):
+        self._idle: queue.Queue = queue.Queue()
+        for _ in range(size):
+            self._idle.put(None)  # a slot whose worker is not started yet
+        self._workers: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def prepare(self, data: bytes, options: ImageOptions) -> tuple[PreparedImage, str]:
+        """Prepares `data` as prep.core.image_rules.prepare_image would, in a bounded worker.
+
+        Returns the image and what the codec printed while preparing it ("" if nothing).
+
+        Raises:
+            ImageRejected: as prepare_image, or image_memory, image_timeout, crashed_decoder.
+            SandboxError: no worker could be started.
+        """
+        worker = self._idle.get()
+        try:
+            if worker is None:
+                worker = self._start()
+            started = time.monotonic()
+            answer = worker.prepare(data, options)
+            if answer[0] in ("died", "timeout") or worker.rss() > worker.base_rss + _RECYCLE:
+                self._discard(worker)
+                worker = None
+            if answer[0] == "ok":
+                return answer[1], answer[2]
+            if answer[0] == "rejected":
+                _, reason, detail, message = answer
+                raise ImageRejected(reason, f"{detail} (the codec said: {message})" if message else detail)
+            if answer[0] == "timeout":
+                raise ImageRejected("image_timeout", f"not prepared within --image-timeout "
+                                                     f"{options.image_timeout:g} s; stopped")
+            raise ImageRejected("crashed_decoder", f"the decoder's process died ({_describe(answer[1])}) after "
+                                                   f"{time.monotonic() - started:.1f} s")
+        finally:
+            self._idle.put(worker)
+
+    def _start(self) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox is closed")
+        worker = _Worker()
+        with self._lock:
+            self._workers.add(worker)
+        return worker
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._workers.discard(worker)
+
+    def workers_rss(self) -> int:
+        with self._lock:
+            return sum(w.rss() for w in self._workers)
+
+    def close(self) -> None:
+        """Kills every worker; a `prepare` still waiting then ends in crashed_decoder."""
+        with self._lock:
+            self._closed = True
+            workers, self._workers = list(self._workers), set()
+        for w in workers:
+            w.kill()
+
+
+def _describe(status: int | None) -> str:
+    if status is not None and status < 0:
+        try:
+            return f"signal {signal.Signals(-status).name}"
+        except ValueError:
+            return f"signal {-status}"
+    return f"exit status {status}"
+
+
+# --- the worker process ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: the kernel kills this worker when its parent dies, even by SIGKILL.
+
+    Strictly, when the parent's thread that started it ends: a pool thread, which lives
+    as long as the pool (PrepareChunk's teardown closes the sandbox first anyway).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the worker still ends when its stdin closes
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def serve() -> None:
+    """The worker's loop: read an image, prepare it under the limits, answer; until stdin closes."""
+    _die_with_parent()
+    import resource
+    import warnings
+
+    import numpy  # noqa: F401  (imported before the limit is set: image_rules needs it for 16-bit images)
+    from PIL import Image
+
+    from prep.core import image_rules as images
+
+    Image.init()  # every format plugin, now rather than during an image's time
+    images.quiet_pillow()
+    recv, send = Connection(os.dup(0), writable=False), Connection(os.dup(1), readable=False)
+    capture = os.memfd_create("prep-sandbox-stderr") if hasattr(os, "memfd_create") else os.open(
+        os.devnull, os.O_RDWR)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    send.send_bytes(_READY)
+    os.dup2(capture, 2)  # codecs print here; nothing reaches the console
+    buffer = images.EncodeBuffer()
+    while True:
+        try:
+            data, options = pickle.loads(recv.recv_bytes())
+        except EOFError:
+            return
+        os.ftruncate(capture, 0)
+        os.lseek(capture, 0, os.SEEK_SET)
+        limit = _address_space() + options.max_image_memory
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+        try:
+            with warnings.catch_warnings(record=True) as caught:  # one thread here: safe
+                warnings.simplefilter("always")
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # see images.bomb_limit
+                try:
+                    answer = ["ok", images.prepare_image(data, options, buffer)]
+                except images.ImageRejected as exc:
+                    answer = ["rejected", exc.reason, exc.detail]
+                except MemoryError:  # outside the codec, e.g. while converting
+                    answer = ["rejected", "image_memory", f"preparing it needs more than --max-image-memory "
+                                                          f"{options.max_image_memory} bytes"]
+            del data
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        answer.append(_message(capture, caught))
+        send.send_bytes(pickle.dumps(tuple(answer), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _message(capture: int, caught) -> str:
+    """The first line a codec printed, or the first Python warning, for the image's record."""
+    size = os.lseek(capture, 0, os.SEEK_END)
+    if size:
+        os.lseek(capture, 0, os.SEEK_SET)
+        text = os.read(capture, min(size, 4096)).decode("utf-8", "replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines:
+            return lines[0][:300]
+    for w in caught:
+        return str(w.message).strip()[:300]
+    return ""

@@ -1,0 +1,99 @@
+"""Readying OUTPUT for the pipeline and staging the listing in the work directory. Imports no Beam.
+
+`ready_output` checks the options against the listing, decides what `--resume` may
+reuse (interrupted.py), clears or refuses OUTPUT (output_dir.py), and stages the
+listing: its inputs in chunk files, in `prep.core.ordering.listing_order` (which the
+planner relies on), its early rejects, and the run record. From then on the staged
+chunk files stand for the listing.
+"""
+
+from __future__ import annotations
+
+import typing
+
+from beam_jobs import checkpoints, interrupted
+from beam_jobs.failures import describe_os_error
+from beam_jobs.output_dir import delete_leftovers, prepare_output
+from prep.core import storage
+from prep.core.config import ConvertConfig
+from prep.core.errors import OutputError, PlanError
+from prep.core.layout import check_empty_classes, check_split_source
+from prep.core.listing import InputRef, Listing
+from prep.core.manifest import FILENAME, Manifest
+from prep.core.ordering import listing_chunks
+from prep.core.run_record import run_record, tool_info
+from prep.core.workdir import WorkDir
+
+
+class Staged(typing.NamedTuple):
+    """What the pipeline needs of a listing once its chunks are staged in the work directory."""
+
+    classes: tuple[str, ...]
+    found: int
+    splits: tuple[str, ...]  # the splits SOURCE names, if any
+
+
+class Ready(typing.NamedTuple):
+    """A conversion ready for its pipeline, or one `--resume` found already finished."""
+
+    staged: Staged
+    chunk_sizes: list[int]
+    finished: Manifest | None  # when OUTPUT already holds this finished dataset
+
+
+def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects) -> None:
+    """Writes the listing's chunks (`ordering.listing_chunks`) and early rejects for the pipeline to read."""
+    for i, refs in enumerate(chunks):
+        checkpoints.write_listing(work, i, refs)
+    checkpoints.write_listing_rejects(work, rejects)
+
+
+def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
+    """Readies OUTPUT for the pipeline and stages the listing (see the module docstring).
+
+    Raises:
+        PlanError: --split given for a SOURCE that names splits (known before any image is read).
+        ResumeError: with `config.resume`, nothing to resume or the inputs or options differ.
+        OutputError: OUTPUT cannot be used or written.
+    """
+    check_split_source(config.plan, any(r.split for r in listing.refs))
+    check_listed_classes(config, listing)
+    work = WorkDir(config.output)
+    chunks = listing_chunks(listing, config.plan.seed)
+    record = run_record(config.manifest_options(), tool_info(), listing)
+    staged = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})))
+    sizes = [len(c) for c in chunks]
+    try:
+        state = interrupted.open_interrupted(config.output, config.source, record, listing, chunks,
+                                             lambda seed: listing_chunks(listing, seed)) if config.resume else None
+        if state in (interrupted.FINISHED, interrupted.RESUME):
+            delete_leftovers(config.output)
+        if state == interrupted.FINISHED:
+            path = storage.join(config.output, FILENAME)
+            return Ready(staged, sizes, Manifest.from_json(storage.read_bytes(path), path))
+        if state != interrupted.RESUME:
+            if state is None:
+                prepare_output(config.output, config.overwrite)
+            else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
+                prepare_output(config.output, overwrite=True)
+            stage_listing(work, chunks, listing.rejects)
+            checkpoints.write_run(work, record)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+    return Ready(staged, sizes, None)
+
+
+def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
+    """With `--empty-classes fail`, refuses classes that list no input at all (an empty folder, or a
+    `--classes` name no input has), before any image is read.
+
+    Raises:
+        PlanError: naming them.
+    """
+    listed = {r.label for r in listing.refs}
+    empty = [i for i, name in enumerate(listing.classes) if name not in listed]
+    try:
+        check_empty_classes(listing.classes, empty, config.plan.empty_classes)
+    except PlanError as exc:
+        raise PlanError(f"{exc}; nothing was read: run again with --empty-classes keep "
+                        "(or drop) to write the dataset") from None

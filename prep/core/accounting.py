@@ -1,0 +1,91 @@
+"""The accounting of a conversion: every input found is written, rejected or capped.
+
+`tally` builds the manifest's `inputs` and holds the invariant
+``found = written + rejected + capped``; `check_outcome` refuses a conversion that
+wrote nothing, or emptied a split SOURCE names, with the reasons counted.
+`settle_empty_classes` applies `--empty-classes` to the manifest's labels and counts.
+`rejects_jsonl` is the bytes of rejects.jsonl, sorted by path.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from typing import Iterable, Sequence
+
+from prep.core.errors import PlanError
+from prep.core.listing import Reject
+from prep.core.manifest import Inputs, ShardInfo
+from prep.core.naming import ShardName
+
+
+def tally(found: int, written: int, converted: int, rejects: Sequence[Reject],
+          capped_by_class: dict[str, int]) -> Inputs:
+    """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them)."""
+    capped = sum(capped_by_class.values())
+    return Inputs(found=found, written=written, rejected=len(rejects), capped=capped, converted=converted,
+                  rejected_by_reason=reasons(rejects),
+                  capped_by_class=dict(capped_by_class))
+
+
+def reasons(rejects: Iterable[Reject]) -> dict[str, int]:
+    """{reason: count} of `rejects`, by reason name."""
+    return dict(sorted(collections.Counter(r.reason for r in rejects).items()))
+
+
+def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: Iterable[str],
+                  rejects_path: str) -> None:
+    """Refuses a conversion that wrote no example, or none in a split that SOURCE names.
+
+    Raises:
+        PlanError: naming the reject reasons, or the splits left empty, and `rejects_path`.
+        RuntimeError: the counts do not reconcile (a bug: an input went missing).
+    """
+    if not inputs.written:
+        reasons = ", ".join(f"{k} {v}" for k, v in (inputs.rejected_by_reason or {}).items())
+        raise PlanError(f"no input could be converted ({reasons}); see {rejects_path}")
+    emptied = sorted(set(source_splits) - set(written_splits))
+    if emptied:
+        many = len(emptied) > 1
+        raise PlanError(f"split{'s' if many else ''} {', '.join(map(repr, emptied))} "
+                        f"{'have' if many else 'has'} no example left: every input listed in "
+                        f"{'them' if many else 'it'} was rejected; see {rejects_path}")
+    if not inputs.reconciles:
+        raise RuntimeError(f"internal error: counts do not reconcile: {inputs.to_json()}")
+
+
+def sort_rejects(rejects: Iterable[Reject]) -> list[Reject]:
+    return sorted(rejects, key=lambda r: (r.path, r.reason))
+
+
+def rejects_jsonl(rejects: Iterable[Reject]) -> bytes:
+    """rejects.jsonl: one sorted-key JSON object per reject, in the order given."""
+    return "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in rejects).encode()
+
+
+def settle_empty_classes(labels, written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str
+                         ) -> tuple[tuple[str, ...], list[tuple[ShardName, ShardInfo]], Inputs]:
+    """The manifest's labels, shards and inputs once classes with no example written are settled.
+
+    Such classes are named in `inputs.empty_classes` (only when there are some, so that the
+    manifest of a dataset without them is as it always was). With `policy` "drop" they also
+    leave `labels` and every class count: the records were written with the ids that follow
+    from that (`layout.label_ids`).
+    """
+    totals: collections.Counter[str] = collections.Counter()
+    for _, shard in written:
+        totals.update(shard.class_counts)
+    empty = tuple(name for name in labels if not totals[name])
+    if not empty:
+        return tuple(labels), written, inputs
+    inputs = dataclasses.replace(inputs, empty_classes=empty)
+    if policy != "drop":
+        return tuple(labels), written, inputs
+    gone = set(empty)
+    written = [(name, dataclasses.replace(shard, class_counts={k: v for k, v in shard.class_counts.items()
+                                                                if k not in gone}))
+               for name, shard in written]
+    inputs = dataclasses.replace(inputs, capped_by_class={k: v for k, v in (inputs.capped_by_class or {}).items()
+                                                          if k not in gone})
+    return tuple(name for name in labels if name not in gone), written, inputs

@@ -1,0 +1,93 @@
+"""`ConvertConfig`: every option of a conversion, checked once, shared by the CLI and Beam entry points."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from fractions import Fraction
+
+from prep.core import targets
+from prep.core.errors import OptionsError
+from prep.core.image_rules import ImageOptions
+from prep.core.layout import PlanOptions
+
+RUNNERS_LOCAL = "local"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+    """A conversion: what to read, how to plan and transform, where to write."""
+
+    source: str
+    output: str
+    labels: str | None = None  # label file; None: class folders
+    classes: tuple[str, ...] | None = None  # fixed label order from --classes
+    layout: str = "auto"
+    plan: PlanOptions = PlanOptions()
+    image: ImageOptions = ImageOptions()
+    workers: int | None = None  # threads per pipeline worker; None: all cores of that worker
+    overwrite: bool = False
+    resume: bool = False  # finish the interrupted conversion in OUTPUT
+    allow_outside_source: bool = False  # label-file paths may point outside SOURCE
+    index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
+    target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
+
+    def __post_init__(self):
+        wanted = targets.get(self.target).image_format
+        if wanted is not None and self.image.image_format != wanted:
+            raise OptionsError(f"--target {self.target} stores every image as {wanted}, "
+                               f"not --image-format {self.image.image_format}")
+        if self.workers is not None and self.workers < 1:
+            raise OptionsError(f"--workers must be >= 1, got {self.workers}")
+        if self.resume and self.overwrite:
+            raise OptionsError("--resume finishes the conversion in OUTPUT and --overwrite starts it over: "
+                               "pass one of them")
+
+    def manifest_options(self) -> dict:
+        """The options that decide the output bytes, as recorded in the manifest."""
+        split = self.plan.split_fractions
+        return {
+            "seed": self.plan.seed,
+            "num_shards": self.plan.num_shards,
+            "shard_size": self.plan.shard_size,
+            "split": None if split is None else ",".join(f"{n}={fraction_text(f)}" for n, f in split),
+            "max_per_class": self.plan.max_per_class,
+            "resize": self.image.resize,
+            "max_side": self.image.max_side,
+            "image_format": self.image.image_format,
+            "quality": self.image.quality,
+            "max_pixels": self.image.max_pixels,
+            # These decide which inputs are rejected (image_memory, image_timeout), hence the output.
+            "max_image_memory": self.image.max_image_memory,
+            "image_timeout": self.image.image_timeout,
+            "isolate": self.image.isolate,
+            "layout": self.layout if self.labels is None else "label_file",
+            "label_file": None if self.labels is None else os.path.basename(self.labels),
+            "classes_fixed": self.classes is not None,
+            "allow_outside_source": self.allow_outside_source,
+            "index": self.index,
+            "target": self.target,
+            # Only when not the default, so that every manifest written before the option stays as it was.
+            **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
+        }
+
+
+def fraction_text(f: Fraction) -> str:
+    """`f` exactly: as a decimal when it has one ("0.8", "0.125"), else as "p/q" ("1/3").
+
+    The manifest and `--resume` compare it: "%g" made 1/3 and 0.3333333 both "0.333333",
+    which plan differently.
+    """
+    rest, digits = f.denominator, 0
+    for prime in (2, 5):
+        count = 0
+        while rest % prime == 0:
+            rest //= prime
+            count += 1
+        digits = max(digits, count)
+    if rest != 1:
+        return f"{f.numerator}/{f.denominator}"
+    if digits == 0:
+        return str(f.numerator)
+    scaled = str(f.numerator * 10 ** digits // f.denominator).rjust(digits + 1, "0")
+    return f"{scaled[:-digits]}.{scaled[-digits:]}"

@@ -1,0 +1,163 @@
+"""The conversion options: one table (`OPTIONS`) for `prep convert` (click) and
+`python -m beam_jobs.convert` (argparse), and the one way values become a `ConvertConfig`.
+
+The table is plain data; `prep.cli` turns it into click options and `add_arguments`
+into argparse ones, so both entry points take the same names, defaults and help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import os
+import re
+
+from prep.core import targets
+from prep.core.config import ConvertConfig
+from prep.core.errors import OptionsError
+from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
+from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
+from prep.core.listing import LAYOUTS, read_class_file
+from prep.core.storage import is_remote
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    name: str  # e.g. "--num-shards"
+    help: str
+    type: type = str
+    default: object = None
+    choices: tuple[str, ...] | None = None
+    flag: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+OPTIONS = (
+    Option("--labels", "CSV, TSV or JSONL label file with path,label[,split]; paths relative to SOURCE.",
+           metavar="FILE"),
+    Option("--classes", "File with one class name per line: fixes label ids in that order.", metavar="FILE"),
+    Option("--layout", "SOURCE/<class>/... or SOURCE/<split>/<class>/...; auto picks splits when every top "
+           "folder is a split name (train, validation, val, valid, test, eval, dev).", default="auto",
+           choices=LAYOUTS),
+    Option("--split", "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
+           metavar="NAME=FRAC,..."),
+    Option("--num-shards", "Shards per split (default: derived from --shard-size).", int),
+    Option("--shard-size", "Target bytes per shard when --num-shards is not given.", default="128MiB"),
+    Option("--max-per-class", "Keep at most N examples of each class (deterministic).", int),
+    Option("--empty-classes", "A class left with no example (its folder empty, or every input of it rejected): "
+           "keep it and its label id (a warning names it), drop it (later classes' ids move down by one), or "
+           "fail before any shard is written (the images read are kept for --resume).", default="keep",
+           choices=EMPTY_CLASSES),
+    Option("--seed", "Seed for split assignment and record order.", int, 0),
+    Option("--resize", "Downscale so the shorter side is N pixels.", int),
+    Option("--max-side", "Downscale so the longer side is at most N pixels.", int),
+    Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG. "
+           "Default: keep, or what --target needs (jpeg for model-garden).", choices=IMAGE_FORMATS),
+    Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
+    Option("--max-pixels", "Reject images with more pixels than this, also inside containers (ICO, ICNS, "
+           "TIFF, animated frames).", int, DEFAULT_MAX_PIXELS),
+    Option("--max-image-memory", "Reject (image_memory) an image whose decoding needs more memory than this.",
+           default="2GiB"),
+    Option("--image-timeout", "Reject (image_timeout) an image not prepared within this many seconds.", float,
+           DEFAULT_IMAGE_TIMEOUT),
+    Option("--isolate", "Which images are decoded in a worker process bounded by --max-image-memory and "
+           "--image-timeout; auto: all but JPEGs and PNGs whose header promises a decode within them.",
+           default="auto", choices=ISOLATE),
+    Option("--workers", "Threads that read, convert and write in each pipeline worker "
+           "(default: all cores of that worker).", int),
+    Option("--allow-outside-source", "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
+           "their image/filename is the path as written, normalized.", bool, False, flag=True),
+    Option("--index", "Also write each shard's record index, SHARD.idx ('offset size' per record), for "
+           "NVIDIA DALI's TFRecord reader and the tfrecord package's readers.", bool, False, flag=True),
+    Option("--target", "Guarantee that this consumer's default input pipeline reads every record: model-garden "
+           "stores every image as JPEG (Model Garden's classification Parser has decode_jpeg_only=True) and "
+           "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
+           default=targets.NONE, choices=targets.TARGETS),
+    Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
+    Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
+           "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
+           "change; it refuses if the inputs or image options differ.", bool, False, flag=True),
+)
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_MAX_SIZE = 1 << 62
+_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
+          "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
+
+
+def parse_size(text: str, flag: str = "--shard-size") -> int:
+    """Parses '128MiB', '64MB', '1.5GiB' or a byte count."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise OptionsError(f"{flag} {text!r} is not a size such as 128MiB or 64MB")
+    unit = (match[2] or "").upper()
+    unit = unit + "B" if unit.endswith("I") else unit  # "128Mi" is 128MiB
+    size = decimal.Decimal(match[1]) * _UNITS[unit]
+    if size > _MAX_SIZE:
+        raise OptionsError(f"{flag} {text!r} is larger than any {'shard' if flag == '--shard-size' else 'memory'} "
+                           "could be")
+    return int(size)
+
+
+def check_beam_args(beam_args) -> None:
+    """Refuses Beam arguments that are ours or no option at all: Beam ignores what it cannot
+    parse, so `-- --num-shards 3` or a stray `3` would otherwise change nothing, silently.
+
+    Raises:
+        OptionsError: naming the argument.
+    """
+    ours = {o.name for o in OPTIONS}
+    if beam_args and not beam_args[0].startswith("-"):
+        raise OptionsError(f"unexpected argument {beam_args[0]!r}: Beam pipeline options start with -- "
+                           "(for prep convert, after a lone --)")
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            continue
+        name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+        if name in ours:
+            raise OptionsError(f"{arg.split('=', 1)[0]} is a conversion option, not a Beam pipeline option: "
+                               f"write it as {name}, before any Beam options (for prep convert, before the --)")
+
+
+def build_config(source: str, output: str, values: dict) -> ConvertConfig:
+    """A checked ConvertConfig from option values keyed by `Option.dest`.
+
+    Raises:
+        OptionsError, SourceError: a bad value or an unreadable --classes file.
+    """
+    v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
+    for name in ("split", "labels", "classes"):
+        if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
+            raise OptionsError(f"--{name} is empty; leave the option out instead")
+    return ConvertConfig(
+        source=_absolute(source), output=_absolute(output), labels=v["labels"],
+        classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],
+        plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
+                         split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
+                         max_per_class=v["max_per_class"], empty_classes=v["empty_classes"]),
+        image=ImageOptions(resize=v["resize"], max_side=v["max_side"],
+                           image_format=targets.image_format(v["target"], v["image_format"]),
+                           quality=v["quality"], max_pixels=v["max_pixels"],
+                           max_image_memory=parse_size(v["max_image_memory"], "--max-image-memory"),
+                           image_timeout=v["image_timeout"], isolate=v["isolate"]),
+        workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
+        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"])
+
+
+def add_arguments(parser) -> None:
+    """Adds the options to an argparse parser (Beam's idiom)."""
+    for o in OPTIONS:
+        if o.flag:
+            parser.add_argument(o.name, action="store_true", help=o.help)
+        else:
+            parser.add_argument(o.name, type=o.type, default=o.default, choices=o.choices, metavar=o.metavar,
+                                help=o.help)
+
+
+def _absolute(path: str) -> str:
+    """Local paths become absolute, so that pipeline workers in other folders find them."""
+    return path if is_remote(path) else os.path.abspath(path)

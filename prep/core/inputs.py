@@ -1,0 +1,54 @@
+"""Listing SOURCE as a conversion's config says: a label file or class folders, local or remote.
+
+Remote SOURCEs and label files are read through `storage`, whose remote file system an
+edge installed (`beam_jobs` installs Beam's). OUTPUT may not lie inside a SOURCE of
+class folders: its shards would be listed as inputs on the next run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prep.core import storage
+from prep.core.config import ConvertConfig
+from prep.core.errors import SourceError
+from prep.core.label_file import list_label_file
+from prep.core.listing import Listing, list_folders
+
+
+def output_inside(output: str, source: str) -> bool:
+    """Whether folder `output` is `source` or under it (local paths compared after resolving symlinks)."""
+    if storage.is_remote(output) or storage.is_remote(source):
+        inner, outer = output.rstrip("/") + "/", source.rstrip("/") + "/"
+    else:
+        inner, outer = os.path.realpath(output) + os.sep, os.path.realpath(source).rstrip(os.sep) + os.sep
+    return inner.startswith(outer)
+
+
+def list_inputs(config: ConvertConfig) -> Listing:
+    """Lists SOURCE as the config says: a label file or class folders, local or in an object store.
+
+    Raises:
+        SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
+    """
+    if config.labels:
+        data = None
+        if storage.is_remote(config.labels):
+            try:
+                data = storage.read_bytes(config.labels)
+            except Exception as exc:  # each file system raises its own types
+                raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
+        return list_label_file(config.source, config.labels, config.classes, data=data,
+                               allow_outside=config.allow_outside_source)
+    if output_inside(config.output, config.source):
+        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
+                          "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")
+    if storage.is_remote(config.source):
+        try:
+            files = storage.list_files(config.source)
+        except Exception as exc:
+            raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
+        if not files:
+            raise SourceError(f"SOURCE {config.source} holds no files")
+        return list_folders(config.source, config.layout, config.classes, files=files)
+    return list_folders(config.source, config.layout, config.classes)

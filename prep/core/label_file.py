@@ -1,0 +1,196 @@
+"""Label files: CSV, TSV or JSONL rows of path, label and an optional split, listed into a `Listing`.
+
+Every row becomes an `InputRef` or a `Reject` with its reason (bad row, empty path or
+label, a path outside SOURCE unless allowed, a duplicate path), so counts reconcile.
+Paths are normalized relative to SOURCE (`normalize_path`): that is the record's
+`image/filename`, which then does not depend on where SOURCE is.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+import stat
+import sys
+
+from prep.core.errors import SourceError
+from prep.core.listing import InputRef, Listing, Reject, finish_listing
+from prep.core.storage import is_remote
+
+LABEL_COLUMNS = ("path", "label")
+
+
+def _label_rows(path: str, data: bytes | None):
+    """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
+    ext = os.path.splitext(path)[1].lower()
+    if data is None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):  # reading a FIFO would wait for a writer
+            raise SourceError(f"label file {path} is not a regular file")
+    try:
+        # utf-8-sig: a byte-order mark, as spreadsheet programs write, is not part of the first column's name.
+        f = open(path, encoding="utf-8-sig", newline="") if data is None else io.TextIOWrapper(
+            io.BytesIO(data), encoding="utf-8-sig", newline="")
+    except OSError as exc:
+        raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
+    with f:
+        try:
+            if ext in (".jsonl", ".json", ".ndjson"):
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        yield number, None, f"not JSON: {exc.msg}"
+                        continue
+                    if not isinstance(row, dict):
+                        yield number, None, "not a JSON object"
+                        continue
+                    values, problem = _json_values(row)
+                    yield number, values, problem
+                return
+            if ext not in (".csv", ".tsv", ".txt"):
+                raise SourceError(f"label file {path} must end in .csv, .tsv or .jsonl")
+            # skipinitialspace: "cat, a.jpg" names a.jpg; a path is otherwise kept exactly as
+            # written (quote it to keep leading spaces): "x.png " is not x.png.
+            reader = csv.reader(f, delimiter="\t" if ext == ".tsv" else ",", skipinitialspace=True)
+            header = next(reader, None)
+            if header is None:
+                raise SourceError(f"label file {path} is empty")
+            header = [h.strip() for h in header]
+            missing = [c for c in LABEL_COLUMNS if c not in header]
+            if missing:
+                raise SourceError(f"label file {path} has no {missing[0]!r} column (columns: {', '.join(header)})")
+            for row in reader:
+                if not row or not any(cell.strip() for cell in row):
+                    continue
+                if len(row) != len(header):
+                    yield reader.line_num, None, f"{len(row)} fields, header has {len(header)}"
+                    continue
+                yield reader.line_num, dict(zip(header, row)), None
+        except UnicodeDecodeError:
+            raise SourceError(f"label file {path} is not UTF-8 text") from None
+        except csv.Error as exc:
+            raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
+
+
+def _json_values(row: dict) -> tuple[dict | None, str | None]:
+    """A JSONL row's values as text: null is empty, a number or boolean its JSON text
+    ("label": 3 is class "3"); a list or object is a problem."""
+    values = {}
+    for key, value in row.items():
+        if value is None:
+            values[key] = ""
+            continue
+        if isinstance(value, (list, dict)):
+            return None, f"{key!r} is a JSON {'list' if isinstance(value, list) else 'object'}, not text"
+        values[key] = value if isinstance(value, str) else json.dumps(value)
+    return values, None
+
+
+def _text_problem(what: str, text: str, file_name: bool = False) -> str | None:
+    """Why `text` from a label file cannot be a path (`file_name`) or a label, or None.
+
+    JSON can spell a NUL or a lone surrogate (\\u0000, \\ud800), which no file name
+    holds; a path may keep the lone surrogates (\\udc80-\\udcff) that stand for
+    the bytes of a file name that is not UTF-8, as Python writes them.
+    """
+    if "\x00" in text:
+        return f"{what} contains a NUL character"
+    try:
+        text.encode("utf-8", "surrogateescape" if file_name else "strict")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return f"{what} holds a lone surrogate ('{shown}'), not text"
+    return None
+
+
+def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | None:
+    """`path` relative to root, '/'-separated, or None if it points outside root.
+
+    With `allow_outside`, a path outside root is returned as written, normalized:
+    a relative one then starts with `../`, an absolute path or URL stays as it is.
+    That is the record's `image/filename`: it does not depend on where root is.
+    """
+    path = path.replace("\\", "/") if os.sep == "\\" else path
+    if is_remote(path):
+        prefix = root.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            return path if allow_outside else None
+        norm = posixpath.normpath(path[len(prefix):])
+    elif is_remote(root):
+        norm = posixpath.normpath(path)
+    else:
+        absolute = os.path.normpath(os.path.join(root, path))  # lexical: "../src/a.jpg" may be inside
+        norm = os.path.relpath(absolute, root).replace(os.sep, "/")
+        if allow_outside and os.path.isabs(path) and (norm == ".." or norm.startswith("../")):
+            return absolute.replace(os.sep, "/")
+    if norm == "." or posixpath.isabs(norm):
+        return None
+    if norm == ".." or norm.startswith("../"):
+        return norm if allow_outside else None
+    return norm
+
+
+def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None,
+                    data: bytes | None = None, allow_outside: bool = False) -> Listing:
+    """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
+
+    `data` holds the label file's bytes when the caller read it (object stores);
+    SOURCE is then not checked here. Paths outside SOURCE are rejected unless
+    `allow_outside` (see `normalize_path`).
+
+    Raises:
+        SourceError: SOURCE or the label file is unusable, a needed column is
+            missing, or a class has no rows.
+    """
+    if data is None and not os.path.isdir(root):
+        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    refs, rejects, first_line = [], [], {}
+    saw_row = False
+    for number, row, problem in _label_rows(label_file, data):
+        saw_row = True
+        where = f"line {number}"
+        if problem is not None:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
+            continue
+        if "path" not in row or "label" not in row:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
+            continue
+        raw_path, label = row["path"], row["label"].strip()
+        problem = _text_problem("path", raw_path, file_name=True) or _text_problem("label", label) \
+            or _text_problem("split", row.get("split") or "")
+        if problem is not None:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
+            continue
+        split = (row.get("split") or "").strip() or None
+        # One spelling per file name: "\udcc3\udca9" is the bytes of "é", so it becomes "é".
+        raw_path = raw_path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+        rel = normalize_path(root, raw_path, allow_outside) if raw_path else None
+        if not raw_path:
+            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))
+        elif rel is None:
+            rejects.append(Reject(raw_path, "outside_source",
+                                  f"{where}: path is outside SOURCE (--allow-outside-source accepts it)"))
+        elif not label:
+            rejects.append(Reject(rel, "empty_label", f"{where}: label is empty"))
+        elif rel in first_line:
+            rejects.append(Reject(rel, "duplicate", f"{where}: path already listed on line {first_line[rel]}"))
+        else:
+            first_line[rel] = number
+            refs.append(InputRef(rel, sys.intern(label), split and sys.intern(split)))
+    if not saw_row:
+        raise SourceError(f"label file {label_file} has no rows")
+    if refs and len({r.split is None for r in refs}) > 1:
+        raise SourceError(f"label file {label_file} gives a split for some rows but not for others")
+    found_classes = tuple(sorted({r.label for r in refs}))
+    if not found_classes:
+        raise SourceError(f"label file {label_file} has no usable rows")
+    return finish_listing(refs, rejects, found_classes, classes, source=label_file)

@@ -1,0 +1,341 @@
+"""`manifest.json`: what a finished dataset holds, as types. Schema in docs/manifest.md.
+
+`Manifest.from_json` is the one reader: it checks the format, the version and the
+shape (every key and type that a reader relies on), so a hand-edited manifest gives a
+`ManifestError` naming the bad field, never a KeyError or TypeError later.
+`Manifest.to_json` gives back exactly the version-1 document (`dumps`: sorted keys,
+indent 2, ASCII), so the bytes of a manifest are the same as before it was typed.
+
+The manifest is written last, atomically; its presence means every shard it names was
+complete when it was written. Everything except `run` is a function of the inputs and
+options, so two runs on any runner compare equal once `run` is removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Iterable, Mapping
+
+from prep.core.errors import ManifestError
+from prep.core.naming import ShardName, check_split_name
+
+FILENAME = "manifest.json"
+REJECTS = "rejects.jsonl"
+FORMAT = "tfrecord-prep"
+VERSION = 1
+
+
+def _kind_name(kind: type) -> str:
+    return {int: "an integer >= 0", str: "a string", dict: "an object", list: "a list"}[kind]
+
+
+class _Reader:
+    """Type checks that name the field at fault (`where` is the manifest's path)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def get(self, obj: Mapping, key: str, kind: type, field: str):
+        return self.check(obj.get(key), kind, field)
+
+    def check(self, value, kind: type, field: str):
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+        if ok and kind is int:
+            ok = value >= 0
+        if not ok:
+            raise ManifestError(f"{self.where} is malformed: {field} must be {_kind_name(kind)}, got {value!r}")
+        return value
+
+    def counts(self, counts: Mapping, field: str) -> dict[str, int]:
+        for name, n in counts.items():
+            self.check(n, int, f"{field}[{name!r}]")
+        return dict(counts)
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexFile:
+    """A shard's record index (``--index``): its file name, size and SHA-256."""
+
+    file: str
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file as written: its name, position, records, size, SHA-256 and records per class."""
+
+    file: str
+    index: int
+    examples: int
+    bytes: int
+    sha256: str
+    class_counts: dict[str, int]
+    index_file: IndexFile | None = None  # only with --index
+
+    def to_json(self) -> dict:
+        out = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
+               "sha256": self.sha256, "class_counts": dict(self.class_counts)}
+        if self.index_file is not None:
+            out["index_file"] = self.index_file.to_json()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """One split: its totals and its shards in index order."""
+
+    name: str
+    examples: int
+    bytes: int
+    num_shards: int
+    class_counts: dict[str, int]
+    shards: tuple[ShardInfo, ...]
+
+    def to_json(self) -> dict:
+        return {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
+                "class_counts": dict(self.class_counts), "shards": [s.to_json() for s in self.shards]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The accounting: ``found = written + rejected + capped``. The last three fields are
+    optional in a version-1 manifest (a reader must not need them); None when absent."""
+
+    found: int
+    written: int
+    rejected: int
+    capped: int
+    converted: int | None = None  # written after re-encoding
+    rejected_by_reason: dict[str, int] | None = None
+    capped_by_class: dict[str, int] | None = None
+    empty_classes: tuple[str, ...] | None = None  # only when a class was left with no example (--empty-classes)
+
+    @property
+    def reconciles(self) -> bool:
+        return self.found == self.written + self.rejected + self.capped
+
+    def to_json(self) -> dict:
+        out = {"found": self.found, "written": self.written, "rejected": self.rejected, "capped": self.capped}
+        for key in ("converted", "rejected_by_reason", "capped_by_class"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.empty_classes is not None:
+            out["empty_classes"] = list(self.empty_classes)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """After `--resume`: the inputs the killed run was reading, prepared again in the sandbox, and their rejects."""
+
+    inputs: int
+    rejected_by_reason: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """After `--resume`: the prepared chunks and shard files reused from the interrupted run."""
+
+    chunks: int
+    chunks_reused: int
+    shards: int
+    shards_reused: int
+    in_flight: InFlight | None = None  # only when the killed run was reading some inputs
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Resumed":
+        in_flight = data.get("in_flight")
+        return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
+                   InFlight(**in_flight) if isinstance(in_flight, dict) else None)
+
+    def to_json(self) -> dict:
+        out = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
+               "shards_reused": self.shards_reused}
+        if self.in_flight is not None:
+            out["in_flight"] = dataclasses.asdict(self.in_flight)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What differs between two runs of the same conversion: runner, workers, times."""
+
+    runner: str | None = None
+    workers: int | None = None
+    source: str | None = None
+    started: float | None = None
+    created: str | None = None  # UTC, ISO 8601
+    seconds: float | None = None
+    resumed: Resumed | None = None
+
+    @classmethod
+    def from_json(cls, data) -> "Run":
+        """Lenient: `run` is provenance, which no reader relies on."""
+        if not isinstance(data, dict):
+            return cls()
+        resumed = data.get("resumed")
+        try:
+            resumed = Resumed.from_json(resumed) if isinstance(resumed, dict) else None
+        except (KeyError, TypeError):
+            resumed = None
+        return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
+                   resumed=resumed)
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in ("runner", "workers", "source", "started", "created", "seconds")}
+        if self.resumed is not None:
+            out["resumed"] = self.resumed.to_json()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A finished dataset: labels (a label id indexes them), options, splits, accounting, provenance."""
+
+    labels: tuple[str, ...]
+    options: dict[str, Any]  # the output-deciding options, as `ConvertConfig.manifest_options` records them
+    splits: dict[str, SplitInfo]  # in the order the manifest lists them (sorted by name)
+    inputs: Inputs
+    tool: dict[str, Any]  # name, version (ours), pillow
+    run: Run = Run()
+    version: int = VERSION
+
+    @property
+    def examples(self) -> int:
+        return sum(s.examples for s in self.splits.values())
+
+    def shards(self) -> Iterable[tuple[SplitInfo, ShardInfo]]:
+        """Every (split, shard), in manifest order."""
+        for split in self.splits.values():
+            for shard in split.shards:
+                yield split, shard
+
+    @classmethod
+    def build(cls, labels, options: dict, written: Iterable[tuple[ShardName, ShardInfo]], inputs: Inputs,
+              tool: dict, run: Run) -> "Manifest":
+        """Assembles the manifest from the shards written, each with its name (split and shard count)."""
+        splits: dict[str, dict] = {}
+        for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
+            split = splits.setdefault(name.split, {"examples": 0, "bytes": 0, "num_shards": name.count,
+                                                   "class_counts": {label: 0 for label in labels}, "shards": []})
+            split["examples"] += shard.examples
+            split["bytes"] += shard.bytes
+            for label, n in shard.class_counts.items():
+                split["class_counts"][label] += n
+            split["shards"].append(shard)
+        return cls(labels=tuple(labels), options=dict(options),
+                   splits={n: SplitInfo(n, s["examples"], s["bytes"], s["num_shards"], s["class_counts"],
+                                        tuple(s["shards"])) for n, s in splits.items()},
+                   inputs=inputs, tool=dict(tool), run=run)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "tool": dict(self.tool),
+            "labels": list(self.labels),
+            "options": dict(self.options),
+            "splits": {name: split.to_json() for name, split in self.splits.items()},
+            "inputs": self.inputs.to_json(),
+            "run": self.run.to_json(),
+        }
+
+    def dumps(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def from_json(cls, data: bytes | str | dict, where: str = FILENAME) -> "Manifest":
+        """Parses and checks a manifest (bytes, text, or the parsed JSON).
+
+        Raises:
+            ManifestError: not JSON, not ours, a version this tool does not know, or a
+                field missing or of the wrong type (named).
+        """
+        if isinstance(data, (bytes, str)):
+            try:
+                data = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ManifestError(f"{where} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ManifestError(f"{where} is not a tfrecord-prep manifest")
+        if data.get("version") != VERSION:
+            raise ManifestError(f"{where} has version {data.get('version')!r}; this tool reads version {VERSION}")
+        for key in ("labels", "splits", "inputs", "options"):
+            if key not in data:
+                raise ManifestError(f"{where} lacks {key!r}")
+        read = _Reader(where)
+        labels = read.get(data, "labels", list, "labels")
+        if not labels:
+            raise ManifestError(f"{where} is malformed: labels is empty")
+        for i, label in enumerate(labels):
+            read.check(label, str, f"labels[{i}]")
+        options = read.get(data, "options", dict, "options")
+        raw_inputs = read.get(data, "inputs", dict, "inputs")
+        counts = {key: read.get(raw_inputs, key, int, f"inputs.{key}") for key in ("found", "written", "rejected",
+                                                                                  "capped")}
+        empty = None
+        if "empty_classes" in raw_inputs:  # only when a class was left with no example
+            empty = tuple(read.check(name, str, f"inputs.empty_classes[{i}]") for i, name in
+                          enumerate(read.get(raw_inputs, "empty_classes", list, "inputs.empty_classes")))
+        inputs = Inputs(**counts, converted=raw_inputs.get("converted"),
+                        rejected_by_reason=raw_inputs.get("rejected_by_reason"),
+                        capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty)
+        splits = {name: _split(read, name, info) for name, info in read.get(data, "splits", dict, "splits").items()}
+        tool = data.get("tool")
+        return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,
+                   tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")))
+
+    @classmethod
+    def load(cls, output: str) -> "Manifest":
+        """Reads and checks OUTPUT/manifest.json of a local folder.
+
+        Raises:
+            ManifestError: missing, unreadable, not ours, an unknown version, or malformed.
+        """
+        path = os.path.join(output, FILENAME)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ManifestError(f"{path} does not exist: {output} is not a finished dataset") from None
+        except OSError as exc:
+            raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
+        return cls.from_json(data, path)
+
+
+def _split(read: _Reader, name: str, info) -> SplitInfo:
+    try:
+        check_split_name(name)
+    except ValueError as exc:
+        raise ManifestError(f"{read.where} is malformed: {exc}") from None
+    field = f"splits.{name}"
+    read.check(info, dict, field)
+    totals = {key: read.get(info, key, int, f"{field}.{key}") for key in ("examples", "num_shards", "bytes")}
+    class_counts = read.get(info, "class_counts", dict, f"{field}.class_counts")
+    raw_shards = read.get(info, "shards", list, f"{field}.shards")
+    class_counts = read.counts(class_counts, f"{field}.class_counts")
+    shards = []
+    for i, shard in enumerate(raw_shards):
+        where = f"{field}.shards[{i}]"
+        read.check(shard, dict, where)
+        values = {key: read.get(shard, key, kind, f"{where}.{key}") for key, kind in
+                  (("file", str), ("index", int), ("examples", int), ("bytes", int), ("sha256", str))}
+        counts = read.counts(read.get(shard, "class_counts", dict, f"{where}.class_counts"), f"{where}.class_counts")
+        index_file = None
+        if "index_file" in shard:  # written with --index
+            raw = read.get(shard, "index_file", dict, f"{where}.index_file")
+            index_file = IndexFile(*(read.get(raw, key, kind, f"{where}.index_file.{key}")
+                                     for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
+        shards.append(ShardInfo(**values, class_counts=counts, index_file=index_file))
+    return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards))
+
+
+def dumps(document: dict) -> bytes:
+    """The bytes of a manifest document: sorted keys, indent 2, ASCII, a final newline."""
+    return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode()

@@ -1,0 +1,102 @@
+"""Whether a manifest agrees with itself, and the balance rule on what shards hold. Pure.
+
+`contradictions` is what `prep verify` reports about a well-shaped manifest before it
+reads a shard: names, indexes and counts, per-split sums, `labels` against
+`class_counts`, the input accounting, the empty classes. `unbalanced` is the balance rule the planner
+guarantees: every shard of a split holds ⌊n/N⌋ or ⌈n/N⌉ of its n records, and the
+same for each class's records; for counts summing to n this is exactly "any two
+shards differ by at most one".
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Iterable
+
+from prep.core.manifest import Manifest
+from prep.core.naming import ShardName
+
+
+def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: collections.Counter[str] = collections.Counter()
+    for c in counts:
+        total.update(c)
+    return dict(total)
+
+
+def contradictions(manifest: Manifest) -> list[str]:
+    """Where a well-shaped manifest contradicts itself, one message each."""
+    labels = manifest.labels
+    messages = []
+    if len(set(labels)) != len(labels):
+        messages.append("labels repeat a class name")
+    for split, info in manifest.splits.items():
+        shards = info.shards
+        if info.num_shards != len(shards):
+            messages.append(f"split {split}: num_shards is {info.num_shards} but {len(shards)} shards are listed")
+        for i, shard in enumerate(shards):
+            name = ShardName(split, i, len(shards)).filename
+            if (shard.file, shard.index) != (name, i):
+                messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
+                                f"not {shard.file} with index {shard.index}")
+            in_classes = sum(shard.class_counts.values())
+            if in_classes != shard.examples:
+                messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum "
+                                f"to {in_classes}")
+        for key in ("examples", "bytes"):
+            summed = sum(getattr(s, key) for s in shards)
+            if getattr(info, key) != summed:
+                messages.append(f"split {split}: {key} is {getattr(info, key)} but its shards sum to {summed}")
+        summed = sum_counts(s.class_counts for s in shards)
+        for name in sorted(set(summed) | set(info.class_counts)):
+            claimed = info.class_counts.get(name, 0)
+            if claimed != summed.get(name, 0):
+                messages.append(f"split {split}: class_counts[{name!r}] is {claimed} but its shards sum to "
+                                f"{summed.get(name, 0)}")
+        unknown = sorted(set(info.class_counts) - set(labels))
+        if unknown:
+            messages.append(f"split {split}: class_counts name classes not in labels: {', '.join(map(repr, unknown))}")
+    inputs = manifest.inputs
+    if inputs.written != manifest.examples:
+        messages.append(f"inputs.written is {inputs.written} but the splits hold {manifest.examples}")
+    if not inputs.reconciles:
+        messages.append("inputs.found is not written + rejected + capped")
+    return messages + _empty_class_messages(manifest)
+
+
+def _empty_class_messages(manifest: Manifest) -> list[str]:
+    """Where `inputs.empty_classes` contradicts the rest: a class named there must hold no
+    record, and be in `labels` unless `--empty-classes drop` took it out."""
+    messages = []
+    dropped = manifest.options.get("empty_classes") == "drop"
+    labels = set(manifest.labels)
+    for name in manifest.inputs.empty_classes or ():
+        held = sum(info.class_counts.get(name, 0) for info in manifest.splits.values())
+        if held:
+            messages.append(f"inputs.empty_classes names {name!r}, which holds {held} record(s)")
+        if dropped and name in labels:
+            messages.append(f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), "
+                            "but it is in labels")
+        elif not dropped and name not in labels:
+            messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
+    return messages
+
+
+def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> list[tuple[str, str]]:
+    """(file, message) for each shard of one split that breaks the balance rule, given what
+    each holds per class (see the module docstring)."""
+    problems = []
+
+    def check(values: list[int], what: str, of: str):
+        n, shards = sum(values), len(values)
+        low, high = n // shards, -(-n // shards)
+        allowed = f"{low}" if low == high else f"{low} or {high}"
+        for file, value in zip(files, values):
+            if value not in (low, high):
+                problems.append((file, f"unbalanced: holds {value} {what}; split {split} has {n} {of} "
+                                       f"in {shards} shards, so each must hold {allowed}"))
+
+    check([sum(c.values()) for c in counts], "records", "records")
+    for name in sorted(set().union(*counts)):
+        check([c.get(name, 0) for c in counts], f"of class {name!r}", f"of class {name!r}")
+    return problems

@@ -1,0 +1,67 @@
+"""The order of examples: the seeded sort key, the order the listing is staged in, and its chunks.
+
+The contract, written once here and relied on by `beam_jobs.plan_shards`:
+
+- An example's rank in its group (split given by SOURCE, class) is its place in
+  ``(sort_key(seed, path), path)`` order. The key hashes the path relative to
+  SOURCE, so the plan never depends on the order a file system lists files, and
+  another seed gives another order.
+- The listing is staged in `listing_order`: by (split or "", class, sort key,
+  path). So each group's inputs come in rank order, chunk after chunk, and a
+  chunk's good inputs of a group hold consecutive ranks: the planner needs only
+  per-chunk counts to rank every reference exactly.
+- Inside a shard, records are ordered by ``sort_key(seed, path, "order")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Sequence
+
+from prep.core.listing import InputRef, Listing
+
+# Chunks per listing, about, for small inputs; a chunk holds at most MAX_CHUNK inputs, since
+# each chunk ends with a barrier (its index is written once all its images are done).
+CHUNKS = 32
+MIN_CHUNK = 16
+MAX_CHUNK = 1024
+
+
+def sort_key(seed: int, path: str | bytes, purpose: str = "rank") -> bytes:
+    """The seeded hash that orders examples; `purpose` separates independent orders.
+
+    `path` as text, or already encoded as UTF-8 with surrogateescape.
+    """
+    raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + raw).digest()
+
+
+def listing_order(refs: Sequence[InputRef], seed: int) -> list[InputRef]:
+    """The order the listing is staged in: by (split, class, sort key, path).
+
+    Sorted one group at a time, so that sort keys are held for one class, not for every input.
+    """
+    groups: dict[tuple, list] = {}
+    for r in refs:
+        groups.setdefault((r.split or "", r.label), []).append(r)
+    ordered = []
+    for group in sorted(groups):
+        members = groups.pop(group)
+        members.sort(key=lambda r: (sort_key(seed, r.path), r.path))
+        ordered += members
+    return ordered
+
+
+def chunk_size(n: int) -> int:
+    """Refs per chunk: about `CHUNKS` chunks for small inputs, `MIN_CHUNK` to `MAX_CHUNK` refs each."""
+    return max(MIN_CHUNK, min(MAX_CHUNK, math.ceil(n / CHUNKS)))
+
+
+def make_chunks(refs: Sequence, size: int) -> list[list]:
+    return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
+
+
+def listing_chunks(listing: Listing, seed: int) -> list[list[InputRef]]:
+    """The listing's inputs in the chunks the pipeline prepares, in `listing_order`."""
+    return make_chunks(listing_order(listing.refs, seed), chunk_size(len(listing.refs)))

@@ -1,0 +1,130 @@
+"""The run record: what decides a conversion's output, and whether an interrupted run may be resumed.
+
+Pure comparisons, no file access.
+
+A conversion records, before any image is read, what decides its output
+(`run_record`): the output-deciding options (`ConvertConfig.manifest_options`),
+the tool and Pillow versions (Pillow encodes re-encoded images), the class
+names and a digest of the listing (every input path with its label and split,
+and every early reject). `--resume` recomputes the record and refuses unless
+it is identical, but for the planning options (`PLANNING_OPTIONS`): they
+decide only which prepared example goes to which shard and the label ids
+written, so a resumed run may change them and plan the prepared images anew
+(`replanned` names them). `differences` says what changed, in the user's terms.
+
+What the listing cannot show, a file changed in place, is caught by the
+per-input signatures that each prepared chunk records (see
+`beam_jobs.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import prep
+
+from prep.core.listing import Listing, printable
+
+# 2: spill files leave kept images out, and chunk indexes record where they go.
+# 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
+# 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
+RUN_VERSION = 4
+_FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
+# Manifest options that only shape the plan, read after every image is prepared.
+PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")
+# What a planning failure after the images were read adds: the command that recovers.
+REPLAN_HINT = ("the images read so far are kept: run the same command again with the corrected option and "
+               "--resume to plan them anew without reading them again")
+
+
+def tool_info() -> dict:
+    """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
+    import PIL
+
+    return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
+
+
+def listing_digest(listing: Listing, batch: int = 4096) -> str:
+    """SHA-256 of the listing: classes, inputs (path, label, split) and early rejects, in order.
+
+    It hashes the bytes of ``json.dumps([classes, refs, rejects])``, made `batch`
+    entries at a time rather than whole (~0.2 KB per input at once).
+    """
+    digest = hashlib.sha256(b"[" + json.dumps(list(listing.classes)).encode())
+    for entries in (listing.refs, listing.rejects):
+        digest.update(b", [")
+        for start in range(0, len(entries), batch):
+            if start:
+                digest.update(b", ")
+            digest.update(json.dumps([list(r) for r in entries[start:start + batch]])[1:-1].encode())
+        digest.update(b"]")
+    digest.update(b"]")
+    return digest.hexdigest()
+
+
+def run_record(options: dict, tool: dict, listing: Listing) -> dict:
+    """What decides a conversion's output; stored as `.prep-tmp/run.json`."""
+    return {
+        "version": RUN_VERSION,
+        "options": options,
+        "tool": tool,
+        "labels": list(listing.classes),
+        "listing": {"sha256": listing_digest(listing), "inputs": len(listing.refs),
+                    "rejected": len(listing.rejects)},
+    }
+
+
+def _show(value) -> str:
+    return "unset" if value is None else json.dumps(value)
+
+
+def flag(key: str) -> str:
+    """The option a manifest option key comes from: "num_shards" -> "--num-shards"."""
+    return _FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def replanned(old: dict, new: dict) -> list[str]:
+    """The planning options (`PLANNING_OPTIONS`) whose values differ, as flags, sorted."""
+    then, now = old.get("options") or {}, new["options"]
+    return [flag(key) for key in sorted(PLANNING_OPTIONS) if then.get(key) != now.get(key)]
+
+
+def differences(old: dict, new: dict, planning: bool = True) -> list[str]:
+    """What differs between the interrupted run's record and this run's, one phrase each.
+
+    The listing is compared by digest only; `listing_change` names an input.
+    Without `planning`, changed planning options (`PLANNING_OPTIONS`) are not counted.
+    """
+    if not isinstance(old, dict) or old.get("version") != RUN_VERSION:
+        return ["the interrupted run was recorded by another version of tfrecord-prep"]
+    found = []
+    if old.get("tool") != new["tool"]:
+        then, now = old.get("tool") or {}, new["tool"]
+        found.append(f"tfrecord-prep {then.get('version')} with Pillow {then.get('pillow')} ran it, "
+                     f"this is tfrecord-prep {now['version']} with Pillow {now['pillow']}")
+    old_options = old.get("options") or {}
+    for key in sorted(set(old_options) | set(new["options"])):
+        then, now = old_options.get(key), new["options"].get(key)
+        if then != now and (planning or key not in PLANNING_OPTIONS):
+            found.append(f"{flag(key)} was {_show(then)}, now {_show(now)}")
+    if old.get("labels") != new["labels"]:
+        found.append(f"the classes were {', '.join(old.get('labels') or [])}, now {', '.join(new['labels'])}")
+    if old.get("listing") != new["listing"]:
+        found.append("SOURCE lists other inputs")
+    return found
+
+
+def listing_change(old_entries: list[tuple], new_entries: list[tuple]) -> str:
+    """Names what changed between two listings, as (path, ...) tuples of inputs and early rejects."""
+    old = {e[0]: tuple(e) for e in old_entries}
+    new = {e[0]: tuple(e) for e in new_entries}
+    added = sorted(new.keys() - old.keys())
+    removed = sorted(old.keys() - new.keys())
+    changed = sorted(p for p in new.keys() & old.keys() if new[p] != old[p])
+    parts = []
+    for paths, what in ((added, "new"), (removed, "gone"), (changed, "listed with another label, split or reason")):
+        if paths:
+            more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+            parts.append(f"{printable(paths[0])}{more} {'are' if more else 'is'} {what}")
+    return "; ".join(parts) or "the inputs are listed in another order"

@@ -1,0 +1,116 @@
+"""The work directory, OUTPUT/.prep-tmp: the one place that builds and parses its paths.
+
+    .prep-tmp/run.json                     what decides the output (`run_record.run_record`);
+                                           written once the listing is staged
+    .prep-tmp/listing/chunk-NNNNNN.json    a chunk's inputs, in `ordering.listing_order`
+    .prep-tmp/listing/rejects.json         inputs rejected while listing
+    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out
+    .prep-tmp/spill/chunk-NNNNNN.json      the chunk's index: its outcomes (prepared references and
+                                           rejects), the size of each spill file, a signature per input
+    .prep-tmp/inflight/chunk-NNNNNN-BBBB.json  the inputs' paths of a batch being prepared, deleted once
+                                           its spill file is complete: what a run killed meanwhile was reading
+    .prep-tmp/plan.json                    the shard count, for progress bars
+    .prep-tmp/entries/task-NNNNNN.bin      a rank task's planned entries, by shard part;
+                                           written again by every run, never reused
+    .prep-tmp/shards/<file>.<hex>.part     a shard or record index being written (`storage.temp_path`)
+    .prep-tmp/done/<shard>.json            sidecar of a complete shard: digest of its planned entries (label
+                                           id written included), size, SHA-256
+    .prep-tmp/parts/<shard>/part-NNNNNN    a part of a multi-part shard, and its sidecar ``part-NNNNNN.json``
+
+A spill file is named by one int, its spill id (`spill_id`): chunk * `BATCHES_PER_CHUNK`
++ batch. A chunk's inputs are prepared in batches of `BATCH`, one spill file each.
+What may be reused from these files, and when, is `beam_jobs.checkpoints`'s concern.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from prep.core import storage
+from prep.core.ordering import MAX_CHUNK
+
+TMP_DIR = ".prep-tmp"
+RUN = "run.json"
+BATCH = 16  # inputs per spill file
+BATCHES_PER_CHUNK = 1024
+if BATCHES_PER_CHUNK * BATCH < MAX_CHUNK:
+    raise ImportError("BATCHES_PER_CHUNK * BATCH must cover MAX_CHUNK inputs")
+_SPILL = re.compile(r"chunk-(\d{6})-(\d{4})\.bin")
+
+
+def spill_id(chunk: int, batch: int) -> int:
+    """One int naming the spill file of a chunk's batch; it travels in every reference."""
+    return chunk * BATCHES_PER_CHUNK + batch
+
+
+def parse_spill_name(name: str) -> tuple[int, int] | None:
+    """(chunk, batch) of a spill file's name, or None if `name` is not one."""
+    match = _SPILL.fullmatch(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkDir:
+    """The paths of one conversion's work directory, under OUTPUT (local or remote)."""
+
+    output: str
+
+    @property
+    def root(self) -> str:
+        return storage.join(self.output, TMP_DIR)
+
+    def _path(self, *parts: str) -> str:
+        return storage.join(self.root, *parts)
+
+    @property
+    def run_record(self) -> str:
+        return self._path(RUN)
+
+    def listing_chunk(self, chunk: int) -> str:
+        return self._path("listing", f"chunk-{chunk:06d}.json")
+
+    @property
+    def listing_rejects(self) -> str:
+        return self._path("listing", "rejects.json")
+
+    @property
+    def spill_folder(self) -> str:
+        return self._path("spill")
+
+    def spill(self, spill: int) -> str:
+        chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
+        return self._path("spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
+
+    @property
+    def in_flight_folder(self) -> str:
+        return self._path("inflight")
+
+    def in_flight(self, spill: int) -> str:
+        """The record of batch `spill` being prepared (its inputs' paths), deleted once its spill file is complete.
+        A run killed meanwhile (the OOM killer, a codec's segfault) leaves it for `--resume`."""
+        chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
+        return self._path("inflight", f"chunk-{chunk:06d}-{batch:04d}.json")
+
+    def chunk_index(self, chunk: int) -> str:
+        return self._path("spill", f"chunk-{chunk:06d}.json")
+
+    @property
+    def plan(self) -> str:
+        return self._path("plan.json")
+
+    def entries(self, task: int) -> str:
+        return self._path("entries", f"task-{task:06d}.bin")
+
+    def shard_temp(self, filename: str) -> str:
+        """A new temporary name for shard (or record index) `filename`, renamed into OUTPUT once complete."""
+        return storage.temp_path(self._path("shards", filename))
+
+    def shard_sidecar(self, filename: str) -> str:
+        return self._path("done", filename + ".json")
+
+    def part(self, filename: str, part: int) -> str:
+        return self._path("parts", filename, f"part-{part:06d}")
+
+    def part_sidecar(self, filename: str, part: int) -> str:
+        return self.part(filename, part) + ".json"

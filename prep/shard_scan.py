@@ -1,0 +1,228 @@
+"""Reading one shard once: its size and sha256, and every record checked on the way.
+
+`verify` must stay I/O-bound, so a shard is read a single time, in big blocks:
+each block goes into sha256 as it arrives, and `read_records` takes its headers
+and records from the same blocks in memory (`HashingReader`). A damaged byte
+anywhere changes the sha256; inside a record it also breaks a CRC, which
+`read_records` reports with the record's index.
+
+Issues are `(record index or None, message)` pairs; `prep.verify` names the file.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import hashlib
+import io
+from typing import BinaryIO, Callable
+
+from prep.core import targets
+from prep.core.errors import RecordError
+from prep.core.image_rules import DEFAULT_MAX_PIXELS
+from prep.core.schema import FORMATS, ImageRecord
+from prep.core.tfrecord import FOOTER, HEADER, read_records
+
+BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (docs/design.md)
+CHANNELS = (1, 3)
+PENDING = 64  # --deep decodes in flight at most, which bounds the records held in memory
+
+Issue = tuple["int | None", str]
+
+
+class HashingReader:
+    """A read-only stream over `raw` that hashes every byte once, as it reads big blocks.
+
+    `read(n)` is served from the current block, so `read_records` can ask for a
+    12-byte header and then one record without a system call each.
+    """
+
+    def __init__(self, raw: BinaryIO, on_block: Callable[[int], None] | None = None, block: int = BLOCK):
+        self._raw = raw
+        self._on_block = on_block
+        self._block = block
+        self._buffer = b""
+        self._pos = 0
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def _next_block(self) -> bytes:
+        block = self._raw.read(self._block)
+        if block:
+            self.sha256.update(block)
+            self.size += len(block)
+            if self._on_block is not None:
+                self._on_block(len(block))
+        return block
+
+    def read(self, n: int) -> bytes:
+        start, end = self._pos, self._pos + n
+        if end <= len(self._buffer):
+            self._pos = end
+            return self._buffer[start:end]
+        parts = [self._buffer[start:]]
+        need = n - len(parts[0])
+        self._buffer, self._pos = b"", 0
+        while need > 0:
+            block = self._next_block()
+            if not block:
+                break
+            if len(block) > need:
+                parts.append(block[:need])
+                self._buffer, self._pos = block, need
+                break
+            parts.append(block)
+            need -= len(block)
+        return b"".join(parts)
+
+    def drain(self) -> None:
+        """Reads (and hashes) the rest of the file."""
+        self._buffer, self._pos = b"", 0
+        while self._next_block():
+            pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardScan:
+    """What one shard file holds, as read."""
+
+    size: int
+    sha256: str
+    records: int  # records with valid framing, read before any framing error
+    class_counts: dict[str, int]  # by class name, from image/class/label
+    complete: bool  # False if a framing error stopped the read before the end
+    issues: tuple[Issue, ...]
+    record_sizes: tuple[int, ...] = ()  # framed size of each record with valid framing, in file order
+    target_failures: dict[str, int] = dataclasses.field(default_factory=dict)  # records per prep.core.targets reason
+    target_records: int = 0  # records that fail the target's default readers for any reason
+
+
+def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> list[str]:
+    """What is wrong with a parsed record's fields, without decoding the image."""
+    issues = []
+    if record.format not in FORMATS:
+        issues.append(f"image/format is {record.format!r}, not one of {', '.join(FORMATS)}")
+    if record.height < 1 or record.width < 1:
+        issues.append(f"image size is {record.width}x{record.height}")
+    if record.channels not in CHANNELS:
+        issues.append(f"image/channels is {record.channels}, not 1 or 3")
+    if not 0 <= record.label < len(labels):
+        issues.append(f"image/class/label {record.label} is not an index into the manifest's {len(labels)} labels")
+    elif labels[record.label] != record.text:
+        issues.append(f"image/class/text is {record.text!r} but label {record.label} is {labels[record.label]!r}")
+    return issues
+
+
+def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
+    """Decodes the image fully and compares it with the record's stored fields (for --deep).
+
+    Like `prep convert`, it checks the pixel count against the dataset's
+    `--max-pixels`, before decoding, with Pillow's bomb check tied to it.
+    """
+    from PIL import Image
+
+    from prep.core.headers import read_header
+    from prep.core.image_rules import bomb_limit
+
+    bomb_limit(max_pixels)
+    try:
+        with Image.open(io.BytesIO(record.encoded)) as img:
+            if img.width * img.height > max_pixels:
+                return [f"image has {img.width}x{img.height} pixels, more than the dataset's max_pixels {max_pixels}"]
+            img.load()
+            found = ((img.format or "unknown").lower(), img.size[1], img.size[0], len(img.getbands()))
+    except Image.DecompressionBombError as exc:
+        header = read_header(record.encoded)  # stored images are JPEG or PNG
+        size = f"{header.width}x{header.height} pixels" if header else f"more pixels ({exc})"
+        return [f"image has {size}, more than the dataset's max_pixels {max_pixels}"]
+    except Exception as exc:  # Pillow raises many types on damaged data
+        return [f"image does not decode: {type(exc).__name__}: {exc}"]
+    issues = []
+    if found[0] != record.format:
+        issues.append(f"image/format is {record.format!r} but the bytes are {found[0]}")
+    if found[1:] != (record.height, record.width, record.channels):
+        issues.append(f"stored height {record.height}, width {record.width}, channels {record.channels}; "
+                      f"the image decodes to height {found[1]}, width {found[2]}, channels {found[3]}")
+    if hashlib.sha256(record.encoded).hexdigest() != record.sha256:
+        issues.append("image/key/sha256 is not the sha256 of image/encoded")
+    return issues
+
+
+def _label_name(label: int, labels) -> str:
+    return labels[label] if 0 <= label < len(labels) else f"<label {label}>"
+
+
+def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
+               pool: concurrent.futures.Executor | None = None,
+               on_block: Callable[[int], None] | None = None, target: str = targets.NONE) -> ShardScan:
+    """Reads the shard at `path` once and checks framing, CRCs, schema and (if `deep`) images.
+
+    Args:
+        path: the shard file.
+        labels: the manifest's class names; a record's label indexes them.
+        name: the file name used in framing error messages.
+        deep: also decode every image (on `pool` when given) and compare it with its fields.
+        max_pixels: with `deep`, images with more pixels are reported, not decoded.
+        pool: runs the image decodes of `deep` concurrently (Pillow releases the GIL).
+        on_block: called with the byte count of each block read, for progress.
+        target: also report each record that this target's default readers would fail on.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    issues: list[Issue] = []
+    counts: collections.Counter[str] = collections.Counter()
+    failures: collections.Counter[str] = collections.Counter()
+    failing = 0
+    first_without_id = None  # a missing image/source_id is one issue per shard: a conversion writes all or none
+    pending: collections.deque = collections.deque()  # (index, future) of --deep decodes, oldest first
+
+    def collect(index, result):
+        issues.extend((index, message) for message in result)
+
+    count, end, complete = 0, 0, True  # records framed so far, and the byte where the next one starts
+    sizes = []
+    with open(path, "rb", buffering=0) as raw:
+        stream = HashingReader(raw, on_block)
+        try:
+            for index, offset, data in read_records(stream, name):
+                count, end = index + 1, offset + HEADER + len(data) + FOOTER
+                sizes.append(end - offset)
+                try:
+                    record = ImageRecord.from_bytes(data)
+                except RecordError as exc:
+                    issues.append((index, f"does not parse as an Example of our schema: {exc}"))
+                    continue
+                counts[_label_name(record.label, labels)] += 1
+                issues.extend((index, message) for message in record_issues(record, labels))
+                failed = targets.record_failures(target, record.encoded, record.source_id)
+                if failed:
+                    failing += 1
+                    failures.update(failed)
+                    if targets.NOT_JPEG in failed:
+                        issues.append((index, targets.not_jpeg_message(record.encoded)))
+                    if targets.NO_SOURCE_ID in failed and first_without_id is None:
+                        first_without_id = index
+                if deep:
+                    if pool is None:
+                        collect(index, image_issues(record, max_pixels))
+                    else:
+                        pending.append((index, pool.submit(image_issues, record, max_pixels)))
+                        if len(pending) > PENDING:
+                            i, future = pending.popleft()
+                            collect(i, future.result())
+        except RecordError as exc:
+            complete = False
+            # read_records names the file, record and offset; we keep the file apart.
+            where = f"{name}: record {count} at byte {end}: "
+            issues.append((count, f"{str(exc).removeprefix(where)}; the record starts at byte {end}"))
+            stream.drain()
+        for i, future in pending:
+            collect(i, future.result())
+    if failures[targets.NO_SOURCE_ID]:
+        issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
+    issues.sort(key=lambda issue: -1 if issue[0] is None else issue[0])
+    return ShardScan(size=stream.size, sha256=stream.sha256.hexdigest(), records=count,
+                     class_counts=dict(counts), complete=complete, issues=tuple(issues), record_sizes=tuple(sizes),
+                     target_failures=dict(failures), target_records=failing)

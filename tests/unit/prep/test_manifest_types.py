@@ -1,0 +1,69 @@
+"""The typed manifest: what `Manifest.from_json` refuses, by name, and that `to_json` gives the same bytes."""
+
+import json
+
+import pytest
+
+from prep.core.errors import ManifestError
+from prep.core.manifest import FILENAME, Inputs, Manifest, ShardInfo, dumps
+from prep.core.naming import ShardName
+
+
+def document() -> dict:
+    shard = {"file": "train-00000-of-00001.tfrecord", "index": 0, "examples": 3, "bytes": 120, "sha256": "ab",
+             "class_counts": {"cat": 2, "dog": 1},
+             "index_file": {"file": "train-00000-of-00001.tfrecord.idx", "bytes": 9, "sha256": "cd"}}
+    return {"format": "tfrecord-prep", "version": 1, "tool": {"name": "tfrecord-prep", "version": "0.1.0",
+                                                              "pillow": "12.3.0"},
+            "labels": ["cat", "dog"], "options": {"seed": 0, "num_shards": None},
+            "splits": {"train": {"examples": 3, "bytes": 120, "num_shards": 1, "class_counts": {"cat": 2, "dog": 1},
+                                 "shards": [shard]}},
+            "inputs": {"found": 4, "written": 3, "rejected": 1, "capped": 0, "converted": 0,
+                       "rejected_by_reason": {"empty": 1}, "capped_by_class": {"cat": 0, "dog": 0}},
+            "run": {"runner": "local", "workers": None, "source": "/src", "started": 1.5, "created": "2026-01-01T00:00:00Z",
+                    "seconds": 0.25, "resumed": {"chunks": 2, "chunks_reused": 1, "shards": 1, "shards_reused": 0}}}
+
+
+def test_round_trip_is_byte_identical_and_typed():
+    data = dumps(document())
+    manifest = Manifest.from_json(data)
+    assert manifest.dumps() == data
+    assert manifest.splits["train"].shards[0].index_file.file == "train-00000-of-00001.tfrecord.idx"
+    assert manifest.inputs.reconciles and manifest.examples == 3 and manifest.run.resumed.chunks_reused == 1
+
+
+def test_optional_fields_stay_absent():
+    doc = document()
+    del doc["splits"]["train"]["shards"][0]["index_file"], doc["inputs"]["converted"], doc["run"]["resumed"]
+    assert Manifest.from_json(doc).to_json() == doc
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(version=2), "has version 2; this tool reads version 1"),
+    (lambda d: d.pop("splits"), "lacks 'splits'"),
+    (lambda d: d.update(labels=[]), "is malformed: labels is empty"),
+    (lambda d: d["inputs"].update(found=-1), "inputs.found must be an integer >= 0, got -1"),
+    (lambda d: d["splits"]["train"].update(bytes=True), "splits.train.bytes must be an integer >= 0, got True"),
+    (lambda d: d["splits"]["train"]["shards"][0]["class_counts"].update(cat="2"),
+     "splits.train.shards[0].class_counts['cat'] must be an integer >= 0, got '2'"),
+    (lambda d: d["splits"]["train"]["shards"][0]["index_file"].pop("sha256"),
+     "splits.train.shards[0].index_file.sha256 must be a string, got None"),
+    (lambda d: d["splits"].update({"bad name": {}}), "split name 'bad name' must be letters, digits or '_'"),
+])
+def test_a_malformed_manifest_is_a_manifest_error_naming_the_field(edit, message):
+    doc = document()
+    edit(doc)
+    with pytest.raises(ManifestError, match=f"^{FILENAME} .*{message.replace('[', '.').replace(']', '.')}"):
+        Manifest.from_json(json.dumps(doc).encode())
+
+
+def test_build_sums_shards_into_splits_in_name_order():
+    labels = ("a", "b")
+    shards = [(ShardName("val", 0, 1), ShardInfo("val-00000-of-00001.tfrecord", 0, 1, 10, "x", {"a": 1, "b": 0})),
+              (ShardName("train", 1, 2), ShardInfo("train-00001-of-00002.tfrecord", 1, 2, 20, "y", {"a": 1, "b": 1})),
+              (ShardName("train", 0, 2), ShardInfo("train-00000-of-00002.tfrecord", 0, 1, 15, "z", {"a": 0, "b": 1}))]
+    manifest = Manifest.build(labels, {}, shards, Inputs(4, 4, 0, 0), {}, run=Manifest.from_json(document()).run)
+    assert list(manifest.splits) == ["train", "val"]
+    train = manifest.splits["train"]
+    assert (train.examples, train.bytes, train.num_shards, train.class_counts) == (3, 35, 2, {"a": 1, "b": 2})
+    assert [s.index for s in train.shards] == [0, 1]
