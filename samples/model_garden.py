@@ -4,7 +4,7 @@
     python samples/model_garden.py out/shapes
 
 The `resnet_imagenet` experiment's config, with its defaults (decode_jpeg_only=True), pointed at our shards
-with the keys the README's Model Garden section names; its task's `build_inputs` builds the tf.data pipeline.
+with the keys docs/other-readers.md (Model Garden) names; its task's `build_inputs` builds the tf.data pipeline.
 Prints what one epoch of each split gives, or the error Model Garden raises (exit status 1).
 Needs tf-models-official (`pip install --no-deps tf-models-official==2.20.0` plus the `test` extra).
 """

@@ -5,7 +5,7 @@
 
 Proof that images and labels survive the round trip raw files -> `prep convert`
 -> TFRecord shards -> `loaders`: on 5 classes (chance 20%, majority class 29%)
-it reaches the accuracy stated in the README. Runs on CPU: `--replicas N`
+it reaches the accuracy stated in docs/training.md. Runs on CPU: `--replicas N`
 splits the CPU into N logical devices so MirroredStrategy has N replicas, as
 it would with N GPUs.
 """
