@@ -38,7 +38,7 @@ from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
 
 _READY = b"ready"
 # A worker whose RSS stays this far above its start after an image (heap fragments) is
-# replaced, so that an idle worker holds its baseline only (README "Memory").
+# replaced, so that an idle worker holds its baseline only (docs/benchmarks.md, "Memory").
 _RECYCLE = 32 << 20
 # The worker's own start (interpreter, Pillow, numpy) is not the image's time.
 _START_TIMEOUT = 60.0

@@ -30,9 +30,10 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
             aspect_buckets, output, ...).
 
     Returns:
-        Batches of float32 images [batch, height, width, 3] and int32 labels [batch]; a third
-        element, the sample weight, when ``remainder="pad"``; a dict with ``output="features"``.
-        Its cardinality is known (`steps_per_epoch`), except with aspect buckets in evaluation.
+        tf.data.Dataset: batches of float32 images [batch, height, width, 3] and int32 labels
+            [batch]; a third element, the sample weight, when ``remainder="pad"``; a dict with
+            ``output="features"``. Its cardinality is known (`steps_per_epoch`), except with
+            aspect buckets in evaluation.
 
     Raises:
         ManifestError: no manifest, or one of an unknown version.
@@ -60,8 +61,12 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
 
     Args:
         strategy: a `tf.distribute.Strategy`.
-        path, split, image_size, training, **options: as for `load`.
+        path: as for `load`.
+        split: as for `load`.
         global_batch_size: examples per step over all replicas; a multiple of the replica count.
+        image_size: as for `load`.
+        training: as for `load`.
+        **options: as for `load`.
 
     Raises:
         ManifestError, LoaderError: as for `load`, raised here rather than when iterating.

@@ -74,8 +74,10 @@ def main():
               help="Beam runner: local (embedded, in-process), DirectRunner, PortableRunner, DataflowRunner, ...")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--verbose", is_flag=True, help="Show Beam's own log messages (hidden by default).")
+@click.option("--report", "write_report", is_flag=True,
+              help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).")
 @click.pass_context
-def convert(ctx, source, output, beam_args, runner, progress, verbose, **values):
+def convert(ctx, source, output, beam_args, runner, progress, verbose, write_report, **values):
     """Convert SOURCE (class folders or a --labels file) into balanced TFRecord shards in OUTPUT.
 
     Beam pipeline options go after `--`, e.g.
@@ -87,6 +89,8 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, **values)
 
     started = time.time()
     check_beam_args(beam_args)
+    if write_report and "://" in output:
+        raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
     listing = [list_inputs(config)]  # handed over below: launch.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
@@ -108,16 +112,18 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, **values)
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))
+    if write_report:
+        _write_report(output, None, verify=False, source=None)
 
 
-def _existing_folder(output: str) -> None:
+def _existing_folder(output: str, what: str = "OUTPUT") -> None:
     """OUTPUT of verify and inspect must be a local folder; anything else is a usage error (exit 2)."""
     import os
 
     if not os.path.exists(output):
-        raise click.UsageError(f"OUTPUT {output} does not exist")
+        raise click.UsageError(f"{what} {output} does not exist")
     if not os.path.isdir(output):
-        raise click.UsageError(f"OUTPUT {output} is not a folder")
+        raise click.UsageError(f"{what} {output} is not a folder")
 
 
 def _png(ctx, param, value):
@@ -271,6 +277,49 @@ def leakage(ctx, a, b, as_json, workers, progress):
     click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) if as_json
                else leakage_lib.render_text(report))
     if report.found.pairs:
+        ctx.exit(1)
+
+
+def _html(ctx, param, value):
+    if value is not None and not value.lower().endswith((".html", ".htm")):
+        raise click.BadParameter(f"{value!r} must be an .html file name")
+    return value
+
+
+def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
+    """Writes the report page; returns the problems `prep verify` found (None: not run)."""
+    import os
+
+    from prep import report as report_lib
+
+    path = path or os.path.join(dataset, report_lib.FILENAME)
+    written = report_lib.write(dataset, path, **kwargs)
+    click.echo(f"wrote {path} ({written.bytes / 1e6:.1f} MB)")
+    if written.verify_problems:
+        click.echo(f"verify: {written.verify_problems} problem(s), listed on the page (prep verify prints them)")
+    return written.verify_problems
+
+
+@main.command()
+@click.argument("dataset", type=str)
+@click.option("--output", "-o", "path", metavar="FILE.html", callback=_html,
+              help="Where to write the page (default: DATASET/report.html).")
+@click.option("--verify", "run_verify", is_flag=True, help="Also run `prep verify` and show its verdict on the page.")
+@click.option("--source", metavar="DIR", default=None,
+              help="Where the rejected inputs are, for their thumbnails (default: the source the manifest records).")
+@click.pass_context
+def report(ctx, dataset, path, run_verify, source):
+    """Write one self-contained HTML page about the dataset in DATASET.
+
+    Overview, classes per split with class weights, per-shard balance, sample
+    pictures per class read from the shards, rejects with their reasons and
+    thumbnails, warnings; with --verify, the verdict of `prep verify`. The page
+    inlines everything it shows and makes no network request. Exit status: 0
+    written, 1 an error (or, with --verify, problems found: the page is still
+    written), 2 usage error.
+    """
+    _existing_folder(dataset, "DATASET")
+    if _write_report(dataset, path, verify=run_verify, source=source):
         ctx.exit(1)
 
 

@@ -4,7 +4,7 @@
     python samples/model_garden.py out/shapes
 
 The `resnet_imagenet` experiment's config, with its defaults (decode_jpeg_only=True), pointed at our shards
-with the keys the README's Model Garden section names; its task's `build_inputs` builds the tf.data pipeline.
+with the keys docs/other-readers.md (Model Garden) names; its task's `build_inputs` builds the tf.data pipeline.
 Prints what one epoch of each split gives, or the error Model Garden raises (exit status 1).
 Needs tf-models-official (`pip install --no-deps tf-models-official==2.20.0` plus the `test` extra).
 """
@@ -12,12 +12,16 @@ Needs tf-models-official (`pip install --no-deps tf-models-official==2.20.0` plu
 import argparse
 import json
 import math
+import pathlib
 import sys
 
-import tensorflow as tf
-from official.core import exp_factory
-from official.vision import registry_imports  # noqa: F401  registers the vision experiments and tasks
-from official.vision.tasks import image_classification
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from samples.quiet_tf import import_tensorflow  # noqa: E402
+
+tf = import_tensorflow()  # before Model Garden imports it, without its start-up log lines
+from official.core import exp_factory  # noqa: E402
+from official.vision import registry_imports  # noqa: E402,F401  registers the vision experiments and tasks
+from official.vision.tasks import image_classification  # noqa: E402
 
 
 def main() -> int:

@@ -5,7 +5,7 @@
 
 Proof that images and labels survive the round trip raw files -> `prep convert`
 -> TFRecord shards -> `loaders`: on 5 classes (chance 20%, majority class 29%)
-it reaches the accuracy stated in the README. Runs on CPU: `--replicas N`
+it reaches the accuracy stated in docs/training.md. Runs on CPU: `--replicas N`
 splits the CPU into N logical devices so MirroredStrategy has N replicas, as
 it would with N GPUs.
 """
@@ -22,6 +22,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from samples.quiet_tf import import_tensorflow, without_auto_shard  # noqa: E402
 
 
 def ensure_converted(source: pathlib.Path, data: pathlib.Path) -> None:
@@ -69,7 +70,7 @@ def main(argv=None) -> None:
     data = pathlib.Path(args.data)
     ensure_converted(pathlib.Path(args.source), data)
 
-    import tensorflow as tf
+    tf = import_tensorflow()  # without its start-up log lines
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
@@ -89,9 +90,10 @@ def main(argv=None) -> None:
     steps = loaders.steps_per_epoch(data, "train", args.batch, strategy=strategy)
     # remainder="pad": full batches (Keras splits them evenly over the replicas), padding weighted 0,
     # so the accuracy counts every validation and test image exactly once.
-    validation = loaders.load(data, "validation", args.batch, size, training=False, central_fraction=1.0,
-                              remainder="pad")
-    test = loaders.load(data, "test", args.batch, size, training=False, central_fraction=1.0, remainder="pad")
+    validation = without_auto_shard(tf, loaders.load(data, "validation", args.batch, size, training=False,
+                                                      central_fraction=1.0, remainder="pad"))
+    test = without_auto_shard(tf, loaders.load(data, "test", args.batch, size, training=False, central_fraction=1.0,
+                                               remainder="pad"))
     with strategy.scope():
         model = build_model(keras, args.size, classes)
         model.compile(keras.optimizers.Adam(2e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),

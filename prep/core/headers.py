@@ -70,7 +70,7 @@ def read_header(data: bytes) -> Header | None:
 # Per pixel, at most, while a JPEG or PNG is decoded, converted and resized (prepare_image):
 # the decoded image, its converted copies (a 16-bit PNG goes through float64 arrays, a
 # transparent one through three RGBA images) and, for a JPEG of several scans, libjpeg's
-# whole-image coefficient buffer (2 bytes per sample). Measured: README "Images".
+# whole-image coefficient buffer (2 bytes per sample). Measured: docs/convert.md "Images".
 _PNG_BYTES_PER_PIXEL = 20  # measured: 19.2 for an RGBA PNG, 7.7 for 16-bit gray
 _JPEG_BYTES_PER_PIXEL = 8  # plus the samples, three times over for a JPEG of several scans
 # A pessimistic decode time per pixel and scan (this machine decodes 5-15 ns); an image is

@@ -1,6 +1,6 @@
 """The image rule: which input bytes go into `image/encoded`, checked or converted.
 
-Owns the rule documented in README "Images"; `prepare_image` is a pure function of
+Owns the rule documented in docs/convert.md "Images"; `prepare_image` is a pure function of
 the input bytes and `ImageOptions` (Pillow only, no file access):
 
 * A JPEG or PNG whose pixels are 8-bit grayscale (L) or RGB, with no EXIF
@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 IMAGE_FORMATS = ("keep", "jpeg", "png")
 ISOLATE = ("auto", "all", "none")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb threshold
-DEFAULT_MAX_IMAGE_MEMORY = 2 << 30  # README "Images": the largest JPEG or PNG of --max-pixels needs 1.7 GiB
+DEFAULT_MAX_IMAGE_MEMORY = 2 << 30  # docs/convert.md "Images": the largest JPEG or PNG of --max-pixels needs 1.7 GiB
 DEFAULT_IMAGE_TIMEOUT = 60.0
 _KEEP_MODES = ("L", "RGB")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -23,6 +23,7 @@ from prep.core.naming import ShardName, check_split_name
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
+REPORT = "report.html"  # `prep report`'s page, written into OUTPUT by `prep convert --report`
 FORMAT = "tfrecord-prep"
 VERSION = 1
 

@@ -176,6 +176,15 @@ def test_output_must_be_empty_unless_overwrite(small, tmp_path, run_cli):
     assert (out / "mine.txt").exists() and (out / "manifest.json").exists()
 
 
+def test_overwrite_replaces_a_dataset_with_its_report(small, tmp_path, run_cli):
+    # README's first command (--report --overwrite) must run twice in a row.
+    out = tmp_path / "out"
+    for _ in range(2):
+        result = run_cli("convert", small, out, "--num-shards", 2, "--report", "--overwrite")
+        assert result.exit_code == 0, result.output
+    assert (out / "report.html").exists()
+
+
 def write_labels(tmp_path, text):
     path = tmp_path / "labels.csv"
     path.write_text(text)

@@ -1,6 +1,6 @@
 """A corpus of 359 odd and damaged files in 25 formats (tests/support/hostile_corpus.py) converts:
 counts reconcile, no traceback, nothing on the console, the dataset verifies deep, and the
-process tree stays under the README's memory bound."""
+process tree stays under the memory bound of docs/benchmarks.md."""
 
 import json
 

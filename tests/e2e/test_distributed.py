@@ -139,5 +139,5 @@ def test_multi_worker_strategy_balances_workers_and_trains(runs):
         pass
     else:
         assert all(len(w["tf_keras_losses"]) == 2 and min(w["tf_keras_losses"]) > 0 for w in workers)
-    # The README says Keras 3 fit fails under MultiWorkerMirroredStrategy; if this starts passing, update it.
+    # docs/training.md says Keras 3 fit fails under MultiWorkerMirroredStrategy; if this starts passing, update it.
     assert all("PerReplica" in (w["keras3_fit_error"] or "") for w in workers), workers[0]["keras3_fit_error"]

@@ -1,7 +1,7 @@
 """Hostile inputs end to end: every input is written (and the record tells the truth) or
 rejected with a reason, and the counts reconcile. Everything is generated here.
 
-What each case becomes is listed in README "What happens when...".
+What each case becomes is listed in docs/failures.md ("What happens when...").
 """
 
 import io

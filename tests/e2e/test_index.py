@@ -131,7 +131,7 @@ for path in sys.argv[1:]:
 print(json.dumps(read))
 """
 
-# The README's PyTorch recipe without torch: MultiTFRecordDataset is this loader in a torch IterableDataset.
+# The PyTorch recipe of docs/other-readers.md without torch: MultiTFRecordDataset is this loader in a torch IterableDataset.
 TFRECORD_MULTI = """
 import hashlib, json, sys
 from tfrecord.reader import multi_tfrecord_loader
@@ -148,7 +148,7 @@ print(json.dumps(sorted([hashlib.sha256(bytes(r["image/encoded"])).hexdigest(), 
 
 
 def test_the_tfrecord_package_reads_shards_through_the_index(dataset):
-    """The pure-Python reader PyTorch users use (README: "Reading with DALI or PyTorch")."""
+    """The pure-Python reader PyTorch users use (docs/other-readers.md, "PyTorch")."""
     if importlib.util.find_spec("tfrecord") is None:
         pytest.skip("the tfrecord package is not installed")
     expected = {str(dataset / shard["file"]): [[hashlib.sha256(r["image/encoded"]).hexdigest(),

@@ -49,7 +49,7 @@ def default(source):
 
 
 def ours(out, split):
-    """Our records of `split`, parsed by our schema, in the order of the README's input_path glob."""
+    """Our records of `split`, parsed by our schema, in the order of the input_path glob in docs/other-readers.md."""
     return [schema.ImageRecord.from_bytes(r) for path in sorted(out.glob(f"{split}-*-of-*.tfrecord"))
             for r in records(path)]
 
@@ -78,7 +78,7 @@ def test_classification_parser_reads_every_record_with_its_defaults(target, trai
 
 
 def test_the_imagenet_experiment_reads_the_dataset_with_its_defaults_and_our_glob(target):
-    """Model Garden's own task and input reader, configured as the README's section says."""
+    """Model Garden's own task and input reader, configured as docs/other-readers.md says."""
     from official.core import exp_factory
     from official.vision import registry_imports  # noqa: F401  registers the vision experiments
     from official.vision.tasks import image_classification

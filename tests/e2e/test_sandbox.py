@@ -1,6 +1,6 @@
 """Every image bounded in memory and time (beam_jobs/sandbox.py, --isolate): each kind of
 offender is rejected with its reason, the rest of the run is byte-identical to a run
-without them, the process tree stays under the README's memory bound, and a run killed
+without them, the process tree stays under the memory bound of docs/benchmarks.md, and a run killed
 while reading a batch prepares that batch in the sandbox on --resume."""
 
 import io
@@ -26,7 +26,7 @@ from tests.support.shards import convert_with_cli, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MiB = 1 << 20
-# README "Memory": the main process (Beam, the pipeline, at most --max-image-memory per thread
+# docs/benchmarks.md, "Memory": the main process (Beam, the pipeline, at most --max-image-memory per thread
 # for an image decoded in-thread, which `predictable` keeps far smaller here) plus, per worker
 # thread, one sandbox worker: its baseline plus --max-image-memory.
 MAIN_BOUND = 250 * MiB
