@@ -20,12 +20,11 @@ import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
-import secrets
 import time
 from typing import Callable
 
 from prep.core import content_keys as ck
-from prep.core import keys_sidecar
+from prep.core import keys_sidecar, storage
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
 from prep.core.errors import RecordError
@@ -144,16 +143,6 @@ def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: i
     return out
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.{secrets.token_hex(4)}.part"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
 
 def dataset_keys(output: str, workers: int | None = None, progress: Progress | None = None) -> DatasetKeys:
     """The content keys of every record in the dataset at `output`, from its sidecar where still valid.
@@ -198,7 +187,7 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
     warning = None
     if computed or cached is None:
         try:
-            _write_atomic(sidecar, keys_sidecar.dumps(records))
+            storage.write_atomic(sidecar, keys_sidecar.dumps(records))
         except OSError as exc:
             warning = f"could not write {sidecar} ({exc.strerror or exc}): the next run will hash the images again"
     return DatasetKeys(output, tuple(records), reused, computed, time.perf_counter() - started, warning)

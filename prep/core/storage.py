@@ -146,9 +146,13 @@ def is_temp_of(name: str, final: str) -> bool:
 def write_atomic(path: str, data: bytes) -> None:
     """Writes `data` to `path` via a temporary sibling (`temp_path`) and a rename."""
     tmp = temp_path(path)
-    with open_write(tmp) as f:
-        f.write(data)
-    rename(tmp, path)
+    try:
+        with open_write(tmp) as f:
+            f.write(data)
+        rename(tmp, path)
+    except BaseException:
+        delete(tmp)  # a full disk or an interrupt leaves no half-written sibling behind
+        raise
 
 
 def exists(path: str) -> bool:

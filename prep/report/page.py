@@ -16,6 +16,7 @@ import time
 from importlib import resources
 
 from prep import __version__
+from prep.core import storage
 import prep.report.charts as charts
 import prep.report.content as content
 import prep.report.thumbs as thumbs
@@ -175,12 +176,5 @@ def write(output: str, path: str, **kwargs) -> Written:
     """Writes the report to `path` atomically (a temporary name, then renamed)."""
     page = build(output, **kwargs)
     data = page.html.encode("utf-8")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    storage.write_atomic(path, data)
     return Written(len(data), page.verify_problems)

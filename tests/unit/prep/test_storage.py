@@ -59,3 +59,14 @@ def test_the_work_directory_builds_and_parses_spill_names():
     assert path == "gs://bucket/out/.prep-tmp/spill/chunk-000012-0003.bin"
     assert parse_spill_name(path.rsplit("/", 1)[1]) == (12, 3)
     assert parse_spill_name("chunk-000012.json") is None and parse_spill_name(path.rsplit("/", 1)[1] + ".x.part") is None
+
+
+def test_write_atomic_leaves_nothing_when_the_rename_fails(tmp_path, monkeypatch):
+    # A full disk or an interrupt between writing and renaming must leave neither file behind.
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage, "rename", refuse)
+    with pytest.raises(OSError, match="No space left"):
+        storage.write_atomic(str(tmp_path / "report.html"), b"page")
+    assert list(tmp_path.iterdir()) == []
