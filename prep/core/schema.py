@@ -2,15 +2,22 @@
 
 The keys are those of TensorFlow's classic image TFRecords (`build_imagenet_data.py`,
 slim), which Model Garden's classification Decoder reads too (its Parser's
-defaults also want JPEG images: see `targets`). The writer and `loaders`
-both import this module; nothing else spells a feature key.
+defaults also want JPEG images: see `targets`); the per-object and segmentation
+keys are those Model Garden's `tf_example_decoder.py` and the Object Detection
+API's decoder parse. The writer, `verify` and `loaders` all import this module;
+nothing else spells a feature key.
 
-`ImageRecord.to_bytes` writes the `tf.train.Example` protobuf wire format by
-hand, with features in sorted key order. That keeps TensorFlow out of the
-workers that write shards (importing it costs seconds and hundreds of MB per
-process) and makes the bytes deterministic by construction: protobuf map
-serialization order is otherwise unspecified. tests/unit/prep/test_records.py checks the
-bytes against TensorFlow's own parser.
+`ImageRecord.to_bytes` writes the `tf.train.Example` wire format by hand
+(`prep.core.wire`), features in sorted key order.
+
+The tasks (`TASKS`, the manifest's `task`):
+* classification: one `image/class/label` (ids from 0, indexing the manifest's labels).
+* multilabel: `image/class/label` and `image/class/text` as lists (ids from 0), any length.
+* detection: `image/object/...` lists, one item per object; class ids from 1 (0 is
+  background), id i naming the manifest's labels[i - 1]; boxes normalised to [0, 1]
+  in the stored image's frame; `image/source_id` always, a decimal string.
+* segmentation: `image/segmentation/class/encoded`, a single-channel PNG the size of
+  the stored image whose value v is labels[v]; `IGNORE_VALUE` marks pixels to ignore.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import dataclasses
 import hashlib
 
 from prep.core.errors import RecordError
+from prep.core.wire import (ByteList, Floats, Ints, decode_example, encode_example,  # noqa: F401 (re-exported)
+                            encode_example_around, varint)
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -29,7 +38,25 @@ LABEL = "image/class/label"
 TEXT = "image/class/text"
 FILENAME = "image/filename"
 SHA256 = "image/key/sha256"
-SOURCE_ID = "image/source_id"  # optional: written for --target model-garden (`targets`)
+SOURCE_ID = "image/source_id"  # written for --target model-garden (`targets`) and for detection
+
+# Detection (lists, one item per object, in the same order).
+OBJECT_XMIN = "image/object/bbox/xmin"  # Floats, normalised to [0, 1]
+OBJECT_YMIN = "image/object/bbox/ymin"
+OBJECT_XMAX = "image/object/bbox/xmax"
+OBJECT_YMAX = "image/object/bbox/ymax"
+OBJECT_LABEL = "image/object/class/label"  # Ints, ids from 1
+OBJECT_TEXT = "image/object/class/text"  # ByteList, class names in UTF-8
+OBJECT_AREA = "image/object/area"  # Floats, in pixels of the stored image (the mask's, else the box's)
+OBJECT_CROWD = "image/object/is_crowd"  # Ints, 0 or 1
+OBJECT_DIFFICULT = "image/object/difficult"  # Ints, 0 or 1
+OBJECT_MASK = "image/object/mask"  # ByteList: one single-channel PNG per object, 0/1, the stored image's size
+# Semantic segmentation.
+SEGMENTATION = "image/segmentation/class/encoded"  # bytes: single-channel PNG of class values
+SEGMENTATION_FORMAT = "image/segmentation/class/format"  # b"png"
+IGNORE_VALUE = 255
+
+TASKS = ("classification", "multilabel", "detection", "segmentation")
 
 BYTES_FEATURES = (ENCODED, FORMAT, TEXT, FILENAME, SHA256)
 INT64_FEATURES = (HEIGHT, WIDTH, CHANNELS, LABEL)
@@ -120,86 +147,6 @@ class ImageRecord:
             raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
 
 
-# --- protobuf wire format -------------------------------------------------------------
-# Example  { Features features = 1; }
-# Features { map<string, Feature> feature = 1; }   entry { string key = 1; Feature value = 2; }
-# Feature  { oneof { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-# BytesList { repeated bytes value = 1; }  Int64List { repeated int64 value = 1 [packed]; }
-
-
-_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
-
-
-def _varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _header(number: int, length: int) -> bytes:
-    return _varint(number << 3 | 2) + _varint(length)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _header(number, len(payload)) + payload
-
-
-def _key_field(key: str) -> bytes:
-    """A map entry's key field; our own keys' are computed once."""
-    field = _KEY_FIELDS.get(key)
-    return field if field is not None else _field(1, key.encode())
-
-
-_KEY_FIELDS = {key: _field(1, key.encode()) for key in (*ALL_FEATURES, SOURCE_ID)}
-
-
-def _entry(key: str, value: bytes | int) -> bytes:
-    """One map entry of Features: key, and a Feature holding a one-item BytesList or Int64List."""
-    if isinstance(value, bytes):
-        feature = _field(1, _field(1, value))
-    elif isinstance(value, int) and not isinstance(value, bool):
-        feature = _field(3, _field(1, _varint(value)))
-    else:
-        raise TypeError(f"feature {key}: expected bytes or int, got {type(value).__name__}")
-    return _field(1, _key_field(key) + _field(2, feature))
-
-
-def _entries(features: dict[str, bytes | int]) -> bytes:
-    """The map entries of `features`, keys sorted: the body of an Example's Features."""
-    return b"".join(_entry(key, features[key]) for key in sorted(features))
-
-
-def encode_example(features: dict[str, bytes | int]) -> bytes:
-    """Encodes `{key: bytes | int}` as a serialized `tf.train.Example`, keys sorted."""
-    return _field(1, _entries(features))
-
-
-def encode_example_around(features: dict[str, bytes | int], key: str) -> tuple[bytes, bytes]:
-    """(head, tail) such that head + features[key] + tail == encode_example(features).
-
-    Only the length of `features[key]` (bytes) is used, so a writer can put a
-    large value, such as the image, between head and tail without building
-    the record around it first.
-    """
-    size = len(features[key])
-    value_head = _header(1, size)  # BytesList.value
-    feature_head = _header(1, len(value_head) + size)  # Feature.bytes_list
-    feature_size = len(feature_head) + len(value_head) + size
-    body_head = _key_field(key) + _header(2, feature_size)  # the map entry's key, then its value
-    entry_head = _header(1, len(body_head) + feature_size)
-    before = _entries({k: v for k, v in features.items() if k < key})
-    after = _entries({k: v for k, v in features.items() if k > key})
-    total = len(before) + len(entry_head) + len(body_head) + feature_size + len(after)
-    return _header(1, total) + before + entry_head + body_head + feature_head + value_head, after
-
-
 def relabel(data: bytes, label: int) -> bytes:
     """A serialized record of ours with its label id replaced by `label`, every other byte as it was
     (what `to_bytes` gives for the same record with that label).
@@ -218,102 +165,9 @@ def relabelled_size(size: int, old: int, new: int) -> int:
     """
     for width in range(1, 11):
         body = size - 1 - width  # the Example: tag, varint length, Features
-        if body >= 0 and len(_varint(body)) == width:
+        if body >= 0 and len(varint(body)) == width:
             break
     else:
         raise ValueError(f"{size} bytes cannot be a serialized Example")
-    body += len(_varint(new)) - len(_varint(old))
-    return 1 + len(_varint(body)) + body
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise RecordError("truncated or overlong varint in record")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return result, pos
-
-
-def _fields(data: bytes):
-    """Yields (field number, wire type, value) of a message; value is bytes or int."""
-    pos = 0
-    while pos < len(data):
-        tag, pos = _read_varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _read_varint(data, pos)
-        elif wire == 2:
-            size, pos = _read_varint(data, pos)
-            if pos + size > len(data):
-                raise RecordError("length-delimited field runs past the end of the record")
-            value, pos = data[pos:pos + size], pos + size
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        else:
-            raise RecordError(f"unsupported protobuf wire type {wire}")
-        if pos > len(data):
-            raise RecordError("field runs past the end of the record")
-        yield number, wire, value
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _decode_feature(data: bytes) -> tuple[str, list]:
-    kind, items = "empty", []
-    for number, wire, value in _fields(data):
-        if wire != 2:
-            raise RecordError("malformed Feature")
-        if number == 1:
-            kind, items = "bytes", [v for n, w, v in _fields(value) if n == 1 and w == 2]
-        elif number == 2:
-            kind, items = "float", []
-        elif number == 3:
-            kind, items = "int64", []
-            for n, w, v in _fields(value):
-                if n != 1:
-                    continue
-                if w == 0:
-                    items.append(_signed(v))
-                else:
-                    pos = 0
-                    while pos < len(v):
-                        item, pos = _read_varint(v, pos)
-                        items.append(_signed(item))
-    return kind, items
-
-
-def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
-    """Decodes a serialized Example to `{key: (kind, values)}`; kind is bytes, int64, float or empty.
-
-    Raises:
-        RecordError: the bytes are not a well-formed Example.
-    """
-    features = {}
-    for number, wire, value in _fields(data):
-        if number != 1 or wire != 2:
-            raise RecordError("not a tf.train.Example: unexpected top-level field")
-        for n, w, entry in _fields(value):
-            if n != 1 or w != 2:
-                raise RecordError("not a tf.train.Example: unexpected Features field")
-            key, feature = None, b""
-            for en, ew, ev in _fields(entry):
-                if en == 1 and ew == 2:
-                    key = ev
-                elif en == 2 and ew == 2:
-                    feature = ev
-            if key is None:
-                raise RecordError("feature map entry without a key")
-            try:
-                features[key.decode()] = _decode_feature(feature)
-            except UnicodeDecodeError:
-                raise RecordError("feature key is not UTF-8") from None
-    return features
+    body += len(varint(new)) - len(varint(old))
+    return 1 + len(varint(body)) + body

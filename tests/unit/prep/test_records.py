@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prep.core.errors import RecordError
-from prep.core.schema import ALL_FEATURES, ENCODED, ImageRecord, decode_example, encode_example, encode_example_around
+from prep.core.schema import (ALL_FEATURES, ENCODED, ByteList, Floats, ImageRecord, Ints, decode_example, encode_example,
+                              encode_example_around)
 from prep.core.tfrecord import frame, frame_around, framed_around_matches, read_records
 
 records = st.builds(
@@ -78,6 +79,32 @@ def test_tensorflow_writes_the_same_bytes_for_every_varint_width():
         example = tf.train.Example.FromString(data)
         assert example.features.feature["image/class/label"].int64_list.value == [value]
         assert example.SerializeToString(deterministic=True) == data
+
+
+list_features = st.dictionaries(
+    st.sampled_from(["image/object/bbox/xmin", "image/object/class/label", "image/object/class/text", "a", "z"]),
+    st.one_of(st.builds(Floats, st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
+              st.builds(Ints, st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8)),
+              st.builds(ByteList, st.lists(st.binary(max_size=12), max_size=8))),
+    max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(list_features)
+def test_typed_lists_are_what_tensorflow_writes(features):
+    # Detection records hold per-object lists, empty ones included: TensorFlow's parser needs
+    # an empty list's kind to match its spec, so each list says its kind.
+    import tensorflow as tf
+
+    data = encode_example(features)
+    example = tf.train.Example.FromString(data)
+    assert example.SerializeToString(deterministic=True) == data
+    kinds = {Floats: ("float", "float_list"), Ints: ("int64", "int64_list"), ByteList: ("bytes", "bytes_list")}
+    decoded = decode_example(data)
+    for key, value in features.items():
+        kind, field = kinds[type(value)]
+        assert example.features.feature[key].WhichOneof("kind") == field
+        assert decoded[key] == (kind, list(value))
 
 
 def test_tfrecord_framing_read_by_tensorflow():

@@ -1,0 +1,225 @@
+"""The `tf.train.Example` protobuf wire format, written and read by hand.
+
+Writing it here keeps TensorFlow out of the workers that write shards (importing it
+costs seconds and hundreds of MB per process) and makes the bytes deterministic by
+construction: features go in sorted key order, where protobuf's own map serialization
+order is unspecified. tests/unit/prep/test_records.py checks the bytes against
+TensorFlow's own parser.
+
+A feature value is one of: `bytes` or `int` (a one-item BytesList or Int64List, as the
+classification records hold), or a typed list, `ByteList`, `Ints` or `Floats`, for the
+per-object features of detection records. A list's type is explicit because an empty
+list must still say which kind it is: TensorFlow's parser refuses a feature whose kind
+differs from its spec even when it holds no value. Floats are stored as float32.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from prep.core.errors import RecordError
+
+# Example  { Features features = 1; }
+# Features { map<string, Feature> feature = 1; }   entry { string key = 1; Feature value = 2; }
+# Feature  { oneof { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
+# BytesList { repeated bytes value = 1; }  Int64List { repeated int64 value = 1 [packed]; }
+# FloatList { repeated float value = 1 [packed]; }
+
+
+class ByteList(tuple):
+    """A BytesList of any length."""
+
+
+class Ints(tuple):
+    """An Int64List of any length."""
+
+
+class Floats(tuple):
+    """A FloatList of any length (float32)."""
+
+
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
+def varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _header(number: int, length: int) -> bytes:
+    return varint(number << 3 | 2) + varint(length)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _header(number, len(payload)) + payload
+
+
+_KEY_FIELDS: dict[str, bytes] = {}
+
+
+def _key_field(key: str) -> bytes:
+    """A map entry's key field, computed once per key."""
+    field = _KEY_FIELDS.get(key)
+    if field is None:
+        field = _KEY_FIELDS[key] = _field(1, key.encode())
+    return field
+
+
+def _feature(key: str, value) -> bytes:
+    """The Feature message of one value (see the module docstring for the kinds)."""
+    if isinstance(value, bytes):
+        return _field(1, _field(1, value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _field(3, _field(1, varint(value)))
+    if isinstance(value, ByteList):
+        return _field(1, b"".join(_field(1, v) for v in value))
+    if isinstance(value, Ints):  # packed; an empty list has no value field, as TensorFlow writes it
+        return _field(3, _field(1, b"".join(varint(int(v)) for v in value)) if value else b"")
+    if isinstance(value, Floats):
+        return _field(2, _field(1, struct.pack(f"<{len(value)}f", *value)) if value else b"")
+    raise TypeError(f"feature {key}: expected bytes, int, ByteList, Ints or Floats, got {type(value).__name__}")
+
+
+def _entry(key: str, value) -> bytes:
+    """One map entry of Features: key, and its Feature."""
+    return _field(1, _key_field(key) + _field(2, _feature(key, value)))
+
+
+def _entries(features: dict) -> bytes:
+    """The map entries of `features`, keys sorted: the body of an Example's Features."""
+    return b"".join(_entry(key, features[key]) for key in sorted(features))
+
+
+def encode_example(features: dict) -> bytes:
+    """Encodes `{key: value}` as a serialized `tf.train.Example`, keys sorted."""
+    return _field(1, _entries(features))
+
+
+def encode_example_around(features: dict, key: str) -> tuple[bytes, bytes]:
+    """(head, tail) such that head + features[key] + tail == encode_example(features).
+
+    Only the length of `features[key]` (bytes) is used, so a writer can put a
+    large value, such as the image, between head and tail without building
+    the record around it first.
+    """
+    size = len(features[key])
+    value_head = _header(1, size)  # BytesList.value
+    feature_head = _header(1, len(value_head) + size)  # Feature.bytes_list
+    feature_size = len(feature_head) + len(value_head) + size
+    body_head = _key_field(key) + _header(2, feature_size)  # the map entry's key, then its value
+    entry_head = _header(1, len(body_head) + feature_size)
+    before = _entries({k: v for k, v in features.items() if k < key})
+    after = _entries({k: v for k, v in features.items() if k > key})
+    total = len(before) + len(entry_head) + len(body_head) + feature_size + len(after)
+    return _header(1, total) + before + entry_head + body_head + feature_head + value_head, after
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise RecordError("truncated or overlong varint in record")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return result, pos
+
+
+def _fields(data: bytes):
+    """Yields (field number, wire type, value) of a message; value is bytes or int."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = read_varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = read_varint(data, pos)
+        elif wire == 2:
+            size, pos = read_varint(data, pos)
+            if pos + size > len(data):
+                raise RecordError("length-delimited field runs past the end of the record")
+            value, pos = data[pos:pos + size], pos + size
+        elif wire == 5:
+            value, pos = data[pos:pos + 4], pos + 4
+        elif wire == 1:
+            value, pos = data[pos:pos + 8], pos + 8
+        else:
+            raise RecordError(f"unsupported protobuf wire type {wire}")
+        if pos > len(data):
+            raise RecordError("field runs past the end of the record")
+        yield number, wire, value
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _floats(number: int, wire: int, value) -> list[float]:
+    if number != 1:
+        return []
+    if wire == 5:
+        return [struct.unpack("<f", value)[0]]
+    if wire == 2 and len(value) % 4 == 0:
+        return list(struct.unpack(f"<{len(value) // 4}f", value))
+    raise RecordError("malformed FloatList")
+
+
+def _decode_feature(data: bytes) -> tuple[str, list]:
+    kind, items = "empty", []
+    for number, wire, value in _fields(data):
+        if wire != 2:
+            raise RecordError("malformed Feature")
+        if number == 1:
+            kind, items = "bytes", [v for n, w, v in _fields(value) if n == 1 and w == 2]
+        elif number == 2:
+            kind, items = "float", [f for n, w, v in _fields(value) for f in _floats(n, w, v)]
+        elif number == 3:
+            kind, items = "int64", []
+            for n, w, v in _fields(value):
+                if n != 1:
+                    continue
+                if w == 0:
+                    items.append(_signed(v))
+                else:
+                    pos = 0
+                    while pos < len(v):
+                        item, pos = read_varint(v, pos)
+                        items.append(_signed(item))
+    return kind, items
+
+
+def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
+    """Decodes a serialized Example to `{key: (kind, values)}`; kind is bytes, int64, float or empty.
+
+    Raises:
+        RecordError: the bytes are not a well-formed Example.
+    """
+    features = {}
+    for number, wire, value in _fields(data):
+        if number != 1 or wire != 2:
+            raise RecordError("not a tf.train.Example: unexpected top-level field")
+        for n, w, entry in _fields(value):
+            if n != 1 or w != 2:
+                raise RecordError("not a tf.train.Example: unexpected Features field")
+            key, feature = None, b""
+            for en, ew, ev in _fields(entry):
+                if en == 1 and ew == 2:
+                    key = ev
+                elif en == 2 and ew == 2:
+                    feature = ev
+            if key is None:
+                raise RecordError("feature map entry without a key")
+            try:
+                features[key.decode()] = _decode_feature(feature)
+            except UnicodeDecodeError:
+                raise RecordError("feature key is not UTF-8") from None
+    return features
