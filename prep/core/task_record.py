@@ -1,0 +1,154 @@
+"""Records of the tasks beyond single-label classification: multi-label, detection, segmentation.
+
+`TaskRecord` is built by the writer and parsed by `verify`, `inspect` and the tests; the
+loaders parse the same keys with TensorFlow (`prep.core.schema` names them all and says
+what each holds). A record is one of `schema.TASKS`; the fields of other tasks stay empty
+and are not written. Detection masks are written for every object or for none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from prep.core import schema as s
+from prep.core.errors import RecordError
+from prep.core.wire import ByteList, Floats, Ints, decode_example, encode_example
+
+_COMMON_BYTES = (s.ENCODED, s.FORMAT, s.FILENAME, s.SHA256)
+_COMMON_INTS = (s.HEIGHT, s.WIDTH, s.CHANNELS)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxObject:
+    """One object of a detection record: class id (from 1), name, normalised box, area in pixels."""
+
+    label: int
+    text: str
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    area: float
+    crowd: int = 0
+    difficult: int = 0
+    mask: bytes | None = None  # single-channel 0/1 PNG at the image's size
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRecord:
+    task: str
+    encoded: bytes
+    format: str
+    height: int
+    width: int
+    channels: int
+    filename: str
+    sha256: str
+    source_id: str | None = None
+    labels: tuple[int, ...] = ()  # multilabel: ids from 0
+    texts: tuple[str, ...] = ()  # multilabel: names, as labels
+    objects: tuple[BoxObject, ...] = ()  # detection
+    masks: bool = False  # detection: whether image/object/mask is written
+    segmentation: bytes | None = None  # segmentation: the class map, PNG
+
+    def __post_init__(self):
+        if self.task not in s.TASKS or self.task == "classification":
+            raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {self.task!r}")
+        if self.masks and any(o.mask is None for o in self.objects):
+            raise ValueError("masks are written for every object or for none")
+
+    @classmethod
+    def build(cls, task: str, encoded: bytes, **fields) -> "TaskRecord":
+        """A record with `sha256` computed from `encoded`."""
+        return cls(task=task, encoded=encoded, sha256=hashlib.sha256(encoded).hexdigest(), **fields)
+
+    def features(self) -> dict:
+        out = {
+            s.ENCODED: self.encoded, s.FORMAT: self.format.encode(), s.HEIGHT: self.height, s.WIDTH: self.width,
+            s.CHANNELS: self.channels, s.FILENAME: self.filename.encode("utf-8", "surrogateescape"),
+            s.SHA256: self.sha256.encode(),
+        }
+        if self.source_id is not None:
+            out[s.SOURCE_ID] = self.source_id.encode()
+        if self.task == "multilabel":
+            out[s.LABEL] = Ints(self.labels)
+            out[s.TEXT] = ByteList(t.encode("utf-8") for t in self.texts)
+        elif self.task == "detection":
+            objs = self.objects
+            out |= {
+                s.OBJECT_XMIN: Floats(o.xmin for o in objs), s.OBJECT_YMIN: Floats(o.ymin for o in objs),
+                s.OBJECT_XMAX: Floats(o.xmax for o in objs), s.OBJECT_YMAX: Floats(o.ymax for o in objs),
+                s.OBJECT_LABEL: Ints(o.label for o in objs),
+                s.OBJECT_TEXT: ByteList(o.text.encode("utf-8") for o in objs),
+                s.OBJECT_AREA: Floats(o.area for o in objs), s.OBJECT_CROWD: Ints(o.crowd for o in objs),
+                s.OBJECT_DIFFICULT: Ints(o.difficult for o in objs),
+            }
+            if self.masks:
+                out[s.OBJECT_MASK] = ByteList(o.mask for o in objs)
+        elif self.task == "segmentation":
+            out[s.SEGMENTATION] = self.segmentation
+            out[s.SEGMENTATION_FORMAT] = b"png"
+        return out
+
+    def to_bytes(self) -> bytes:
+        return encode_example(self.features())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, task: str) -> "TaskRecord":
+        """Parses a record of `task`.
+
+        Raises:
+            RecordError: not an Example, or a key of the task missing or of the wrong kind or length.
+        """
+        f = decode_example(data)
+
+        def get(key: str, kind: str, one: bool = True):
+            if key not in f:
+                raise RecordError(f"record lacks feature {key}")
+            got, items = f[key]
+            if got != kind and not (got == "empty" and not one):
+                raise RecordError(f"feature {key} must hold {kind} values, has {got}")
+            if one and len(items) != 1:
+                raise RecordError(f"feature {key} must hold one {kind} value, has {len(items)}")
+            return items[0] if one else items
+
+        try:
+            common = dict(encoded=get(s.ENCODED, "bytes"), format=get(s.FORMAT, "bytes").decode(),
+                          height=get(s.HEIGHT, "int64"), width=get(s.WIDTH, "int64"),
+                          channels=get(s.CHANNELS, "int64"),
+                          filename=get(s.FILENAME, "bytes").decode("utf-8", "surrogateescape"),
+                          sha256=get(s.SHA256, "bytes").decode(),
+                          source_id=get(s.SOURCE_ID, "bytes").decode() if s.SOURCE_ID in f else None)
+            if task == "multilabel":
+                labels, texts = get(s.LABEL, "int64", False), get(s.TEXT, "bytes", False)
+                if len(labels) != len(texts):
+                    raise RecordError(f"{s.LABEL} has {len(labels)} ids but {s.TEXT} {len(texts)} names")
+                return cls(task, **common, labels=tuple(labels), texts=tuple(t.decode() for t in texts))
+            if task == "detection":
+                return cls(task, **common, **_objects(get, s.OBJECT_MASK in f))
+            if task == "segmentation":
+                return cls(task, **common, segmentation=get(s.SEGMENTATION, "bytes"))
+        except UnicodeDecodeError as exc:
+            raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
+        raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {task!r}")
+
+
+def _objects(get, masks: bool) -> dict:
+    columns = {key: get(key, kind, False) for key, kind in (
+        (s.OBJECT_XMIN, "float"), (s.OBJECT_YMIN, "float"), (s.OBJECT_XMAX, "float"), (s.OBJECT_YMAX, "float"),
+        (s.OBJECT_LABEL, "int64"), (s.OBJECT_TEXT, "bytes"), (s.OBJECT_AREA, "float"), (s.OBJECT_CROWD, "int64"),
+        (s.OBJECT_DIFFICULT, "int64"))}
+    if masks:
+        columns[s.OBJECT_MASK] = get(s.OBJECT_MASK, "bytes", False)
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise RecordError("the per-object features of a record differ in length: "
+                          + ", ".join(f"{k} {len(v)}" for k, v in columns.items()))
+    n = lengths.pop() if lengths else 0
+    c = columns
+    objects = tuple(BoxObject(c[s.OBJECT_LABEL][i], c[s.OBJECT_TEXT][i].decode(), c[s.OBJECT_XMIN][i],
+                              c[s.OBJECT_YMIN][i], c[s.OBJECT_XMAX][i], c[s.OBJECT_YMAX][i], c[s.OBJECT_AREA][i],
+                              c[s.OBJECT_CROWD][i], c[s.OBJECT_DIFFICULT][i],
+                              c[s.OBJECT_MASK][i] if masks else None) for i in range(n))
+    return {"objects": objects, "masks": masks}
