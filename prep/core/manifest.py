@@ -20,11 +20,15 @@ from typing import Any, Iterable, Mapping
 
 from prep.core.errors import ManifestError
 from prep.core.naming import ShardName, check_split_name
+from prep.core.schema import TASKS
+from prep.core.manifest_parts import (BoxAccounting, Category, IndexFile, InFlight, Inputs,  # noqa: F401 (re-exported)
+                                      Resumed, Run, ShardInfo, SplitInfo)
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
 REPORT = "report.html"  # `prep report`'s page, written into OUTPUT by `prep convert --report`
 FORMAT = "tfrecord-prep"
+NO_STRATUM = "(none)"  # the stratum of an image without labels or objects (stratum_counts)
 VERSION = 1
 
 
@@ -56,146 +60,6 @@ class _Reader:
 
 
 @dataclasses.dataclass(frozen=True)
-class IndexFile:
-    """A shard's record index (``--index``): its file name, size and SHA-256."""
-
-    file: str
-    bytes: int
-    sha256: str
-
-    def to_json(self) -> dict:
-        return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardInfo:
-    """One shard file as written: its name, position, records, size, SHA-256 and records per class."""
-
-    file: str
-    index: int
-    examples: int
-    bytes: int
-    sha256: str
-    class_counts: dict[str, int]
-    index_file: IndexFile | None = None  # only with --index
-
-    def to_json(self) -> dict:
-        out = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
-               "sha256": self.sha256, "class_counts": dict(self.class_counts)}
-        if self.index_file is not None:
-            out["index_file"] = self.index_file.to_json()
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitInfo:
-    """One split: its totals and its shards in index order."""
-
-    name: str
-    examples: int
-    bytes: int
-    num_shards: int
-    class_counts: dict[str, int]
-    shards: tuple[ShardInfo, ...]
-
-    def to_json(self) -> dict:
-        return {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
-                "class_counts": dict(self.class_counts), "shards": [s.to_json() for s in self.shards]}
-
-
-@dataclasses.dataclass(frozen=True)
-class Inputs:
-    """The accounting: ``found = written + rejected + capped``. The last three fields are
-    optional in a version-1 manifest (a reader must not need them); None when absent."""
-
-    found: int
-    written: int
-    rejected: int
-    capped: int
-    converted: int | None = None  # written after re-encoding
-    rejected_by_reason: dict[str, int] | None = None
-    capped_by_class: dict[str, int] | None = None
-    empty_classes: tuple[str, ...] | None = None  # only when a class was left with no example (--empty-classes)
-
-    @property
-    def reconciles(self) -> bool:
-        return self.found == self.written + self.rejected + self.capped
-
-    def to_json(self) -> dict:
-        out = {"found": self.found, "written": self.written, "rejected": self.rejected, "capped": self.capped}
-        for key in ("converted", "rejected_by_reason", "capped_by_class"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.empty_classes is not None:
-            out["empty_classes"] = list(self.empty_classes)
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class InFlight:
-    """After `--resume`: the inputs the killed run was reading, prepared again in the sandbox, and their rejects."""
-
-    inputs: int
-    rejected_by_reason: dict[str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class Resumed:
-    """After `--resume`: the prepared chunks and shard files reused from the interrupted run."""
-
-    chunks: int
-    chunks_reused: int
-    shards: int
-    shards_reused: int
-    in_flight: InFlight | None = None  # only when the killed run was reading some inputs
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Resumed":
-        in_flight = data.get("in_flight")
-        return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
-                   InFlight(**in_flight) if isinstance(in_flight, dict) else None)
-
-    def to_json(self) -> dict:
-        out = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
-               "shards_reused": self.shards_reused}
-        if self.in_flight is not None:
-            out["in_flight"] = dataclasses.asdict(self.in_flight)
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """What differs between two runs of the same conversion: runner, workers, times."""
-
-    runner: str | None = None
-    workers: int | None = None
-    source: str | None = None
-    started: float | None = None
-    created: str | None = None  # UTC, ISO 8601
-    seconds: float | None = None
-    resumed: Resumed | None = None
-
-    @classmethod
-    def from_json(cls, data) -> "Run":
-        """Lenient: `run` is provenance, which no reader relies on."""
-        if not isinstance(data, dict):
-            return cls()
-        resumed = data.get("resumed")
-        try:
-            resumed = Resumed.from_json(resumed) if isinstance(resumed, dict) else None
-        except (KeyError, TypeError):
-            resumed = None
-        return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
-                   resumed=resumed)
-
-    def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("runner", "workers", "source", "started", "created", "seconds")}
-        if self.resumed is not None:
-            out["resumed"] = self.resumed.to_json()
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
 class Manifest:
     """A finished dataset: labels (a label id indexes them), options, splits, accounting, provenance."""
 
@@ -206,6 +70,9 @@ class Manifest:
     tool: dict[str, Any]  # name, version (ours), pillow
     run: Run = Run()
     version: int = VERSION
+    task: str = "classification"  # one of schema.TASKS; not written for classification (older manifests lack it)
+    categories: tuple[Category, ...] | None = None  # detection
+    ignore_value: int | None = None  # segmentation: the mask value that marks pixels to ignore
 
     @property
     def examples(self) -> int:
@@ -236,7 +103,7 @@ class Manifest:
                    inputs=inputs, tool=dict(tool), run=run)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "format": FORMAT,
             "version": self.version,
             "tool": dict(self.tool),
@@ -246,6 +113,13 @@ class Manifest:
             "inputs": self.inputs.to_json(),
             "run": self.run.to_json(),
         }
+        if self.task != "classification":
+            out["task"] = self.task
+        if self.categories is not None:
+            out["categories"] = [c.to_json() for c in self.categories]
+        if self.ignore_value is not None:
+            out["ignore_value"] = self.ignore_value
+        return out
 
     def dumps(self) -> bytes:
         return dumps(self.to_json())
@@ -284,13 +158,38 @@ class Manifest:
         if "empty_classes" in raw_inputs:  # only when a class was left with no example
             empty = tuple(read.check(name, str, f"inputs.empty_classes[{i}]") for i, name in
                           enumerate(read.get(raw_inputs, "empty_classes", list, "inputs.empty_classes")))
+        boxes = None
+        if "boxes" in raw_inputs:
+            raw = read.get(raw_inputs, "boxes", dict, "inputs.boxes")
+            boxes = BoxAccounting(**{k: read.get(raw, k, int, f"inputs.boxes.{k}")
+                                     for k in ("read", "written", "dropped", "clipped")},
+                                  dropped_by_reason=read.counts(read.get(raw, "dropped_by_reason", dict,
+                                                                         "inputs.boxes.dropped_by_reason"),
+                                                                "inputs.boxes.dropped_by_reason"))
         inputs = Inputs(**counts, converted=raw_inputs.get("converted"),
                         rejected_by_reason=raw_inputs.get("rejected_by_reason"),
-                        capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty)
+                        capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty, boxes=boxes)
         splits = {name: _split(read, name, info) for name, info in read.get(data, "splits", dict, "splits").items()}
         tool = data.get("tool")
+        task = data.get("task", "classification")
+        if task not in TASKS:
+            raise ManifestError(f"{where} is malformed: task must be one of {', '.join(TASKS)}, got {task!r}")
+        categories = None
+        if "categories" in data:
+            categories = []
+            for i, c in enumerate(read.get(data, "categories", list, "categories")):
+                read.check(c, dict, f"categories[{i}]")
+                source_id = c.get("source_id")
+                if source_id is not None and not isinstance(source_id, (int, str)):
+                    raise ManifestError(f"{where} is malformed: categories[{i}].source_id must be an integer, "
+                                        f"a string or null, got {source_id!r}")
+                categories.append(Category(read.get(c, "id", int, f"categories[{i}].id"),
+                                           read.get(c, "name", str, f"categories[{i}].name"), source_id))
+            categories = tuple(categories)
+        ignore_value = read.get(data, "ignore_value", int, "ignore_value") if "ignore_value" in data else None
         return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,
-                   tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")))
+                   tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")),
+                   task=task, categories=categories, ignore_value=ignore_value)
 
     @classmethod
     def load(cls, output: str) -> "Manifest":
@@ -333,8 +232,14 @@ def _split(read: _Reader, name: str, info) -> SplitInfo:
             raw = read.get(shard, "index_file", dict, f"{where}.index_file")
             index_file = IndexFile(*(read.get(raw, key, kind, f"{where}.index_file.{key}")
                                      for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
-        shards.append(ShardInfo(**values, class_counts=counts, index_file=index_file))
-    return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards))
+        extra = {key: read.counts(read.get(shard, key, dict, f"{where}.{key}"), f"{where}.{key}")
+                 for key in ("box_counts", "stratum_counts") if key in shard}
+        shards.append(ShardInfo(**values, class_counts=counts, index_file=index_file, **extra))
+    box_counts = (read.counts(read.get(info, "box_counts", dict, f"{field}.box_counts"), f"{field}.box_counts")
+                  if "box_counts" in info else None)
+    max_boxes = read.get(info, "max_boxes", int, f"{field}.max_boxes") if "max_boxes" in info else None
+    return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards),
+                     box_counts=box_counts, max_boxes=max_boxes)
 
 
 def dumps(document: dict) -> bytes:

@@ -1,5 +1,6 @@
 """The typed manifest: what `Manifest.from_json` refuses, by name, and that `to_json` gives the same bytes."""
 
+import dataclasses
 import json
 
 import pytest
@@ -67,3 +68,43 @@ def test_build_sums_shards_into_splits_in_name_order():
     train = manifest.splits["train"]
     assert (train.examples, train.bytes, train.num_shards, train.class_counts) == (3, 35, 2, {"a": 1, "b": 2})
     assert [s.index for s in train.shards] == [0, 1]
+
+
+def test_task_fields_round_trip_and_classification_bytes_stay_as_they_were():
+    # Detection, multi-label and segmentation add optional keys; a classification manifest
+    # writes none of them, so its bytes are those of version 1 before the tasks existed.
+    from prep.core.manifest import BoxAccounting, Category, Inputs, Manifest, ShardInfo, SplitInfo
+
+    shard = ShardInfo("train-00000-of-00001.tfrecord", 0, 2, 10, "ab", {"cat": 2, "dog": 1},
+                      box_counts={"cat": 3, "dog": 1}, stratum_counts={"dog": 1, "(none)": 1})
+    split = SplitInfo("train", 2, 10, 1, {"cat": 2, "dog": 1}, (shard,), box_counts={"cat": 3, "dog": 1},
+                      max_boxes=3)
+    boxes = BoxAccounting(read=6, written=4, dropped=2, clipped=1, dropped_by_reason={"box_degenerate": 2})
+    m = Manifest(labels=("cat", "dog"), options={}, splits={"train": split},
+                 inputs=Inputs(2, 2, 0, 0, boxes=boxes), tool={}, task="detection",
+                 categories=(Category(1, "cat", 17), Category(2, "dog", "n02")), ignore_value=None)
+    back = Manifest.from_json(m.dumps())
+    assert back == m and back.dumps() == m.dumps() and back.inputs.boxes.reconciles
+    plain = Manifest.from_json(m.dumps().replace(b'"task": "detection"', b'"task": "classification"'))
+    assert b'"task"' not in dataclasses.replace(plain, categories=None).dumps()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(task="pose"), "task must be one of"),
+    (lambda d: d["categories"][0].update(id=-1), r"categories\[0\].id must be an integer >= 0"),
+    (lambda d: d["splits"]["train"].update(max_boxes="3"), "splits.train.max_boxes must be an integer"),
+    (lambda d: d["splits"]["train"]["shards"][0].update(box_counts={"cat": -1}),
+     r"splits.train.shards\[0\].box_counts\['cat'\] must be an integer"),
+    (lambda d: d["inputs"].update(boxes={"read": 1}), "inputs.boxes.written must be an integer"),
+])
+def test_a_malformed_task_field_is_named(edit, message):
+    from prep.core.errors import ManifestError
+    from prep.core.manifest import Category, Inputs, Manifest, ShardInfo, SplitInfo
+
+    shard = ShardInfo("train-00000-of-00001.tfrecord", 0, 1, 10, "ab", {"cat": 1}, box_counts={"cat": 1})
+    m = Manifest(labels=("cat",), options={}, splits={"train": SplitInfo("train", 1, 10, 1, {"cat": 1}, (shard,))},
+                 inputs=Inputs(1, 1, 0, 0), tool={}, task="detection", categories=(Category(1, "cat"),))
+    doc = json.loads(m.dumps())
+    edit(doc)
+    with pytest.raises(ManifestError, match=message):
+        Manifest.from_json(doc)

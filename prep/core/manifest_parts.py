@@ -1,0 +1,193 @@
+"""The parts of `manifest.json` as types: shards, splits, the input accounting, provenance.
+
+`prep.core.manifest` re-exports them and owns the document (`Manifest`) and its reading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexFile:
+    """A shard's record index (``--index``): its file name, size and SHA-256."""
+
+    file: str
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file as written: its name, position, records, size, SHA-256 and records per class."""
+
+    file: str
+    index: int
+    examples: int
+    bytes: int
+    sha256: str
+    class_counts: dict[str, int]  # records per class; multilabel and detection: images containing the class
+    index_file: IndexFile | None = None  # only with --index
+    box_counts: dict[str, int] | None = None  # detection: objects per class
+    stratum_counts: dict[str, int] | None = None  # multilabel, detection: images per stratum (NO_STRATUM: none)
+
+    def to_json(self) -> dict:
+        out = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
+               "sha256": self.sha256, "class_counts": dict(self.class_counts)}
+        if self.index_file is not None:
+            out["index_file"] = self.index_file.to_json()
+        for key in ("box_counts", "stratum_counts"):
+            if getattr(self, key) is not None:
+                out[key] = dict(getattr(self, key))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """One split: its totals and its shards in index order."""
+
+    name: str
+    examples: int
+    bytes: int
+    num_shards: int
+    class_counts: dict[str, int]
+    shards: tuple[ShardInfo, ...]
+    box_counts: dict[str, int] | None = None  # detection: objects per class
+    max_boxes: int | None = None  # detection: the most objects one image of the split holds
+
+    def to_json(self) -> dict:
+        out = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
+               "class_counts": dict(self.class_counts), "shards": [s.to_json() for s in self.shards]}
+        if self.box_counts is not None:
+            out["box_counts"] = dict(self.box_counts)
+        if self.max_boxes is not None:
+            out["max_boxes"] = self.max_boxes
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxAccounting:
+    """Detection's boxes: ``read = written + dropped``; clipped boxes are written, and counted as clipped too."""
+
+    read: int
+    written: int
+    dropped: int
+    clipped: int
+    dropped_by_reason: dict[str, int]
+
+    @property
+    def reconciles(self) -> bool:
+        return self.read == self.written + self.dropped
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Category:
+    """A detection class: its id in the records (from 1), name, and the source's id for it (None if none)."""
+
+    id: int
+    name: str
+    source_id: int | str | None = None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "source_id": self.source_id}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The accounting: ``found = written + rejected + capped``. The last three fields are
+    optional in a version-1 manifest (a reader must not need them); None when absent."""
+
+    found: int
+    written: int
+    rejected: int
+    capped: int
+    converted: int | None = None  # written after re-encoding
+    rejected_by_reason: dict[str, int] | None = None
+    capped_by_class: dict[str, int] | None = None
+    empty_classes: tuple[str, ...] | None = None  # only when a class was left with no example (--empty-classes)
+    boxes: BoxAccounting | None = None  # detection
+
+    @property
+    def reconciles(self) -> bool:
+        return self.found == self.written + self.rejected + self.capped
+
+    def to_json(self) -> dict:
+        out = {"found": self.found, "written": self.written, "rejected": self.rejected, "capped": self.capped}
+        for key in ("converted", "rejected_by_reason", "capped_by_class"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.empty_classes is not None:
+            out["empty_classes"] = list(self.empty_classes)
+        if self.boxes is not None:
+            out["boxes"] = self.boxes.to_json()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """After `--resume`: the inputs the killed run was reading, prepared again in the sandbox, and their rejects."""
+
+    inputs: int
+    rejected_by_reason: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """After `--resume`: the prepared chunks and shard files reused from the interrupted run."""
+
+    chunks: int
+    chunks_reused: int
+    shards: int
+    shards_reused: int
+    in_flight: InFlight | None = None  # only when the killed run was reading some inputs
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Resumed":
+        in_flight = data.get("in_flight")
+        return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
+                   InFlight(**in_flight) if isinstance(in_flight, dict) else None)
+
+    def to_json(self) -> dict:
+        out = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
+               "shards_reused": self.shards_reused}
+        if self.in_flight is not None:
+            out["in_flight"] = dataclasses.asdict(self.in_flight)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What differs between two runs of the same conversion: runner, workers, times."""
+
+    runner: str | None = None
+    workers: int | None = None
+    source: str | None = None
+    started: float | None = None
+    created: str | None = None  # UTC, ISO 8601
+    seconds: float | None = None
+    resumed: Resumed | None = None
+
+    @classmethod
+    def from_json(cls, data) -> "Run":
+        """Lenient: `run` is provenance, which no reader relies on."""
+        if not isinstance(data, dict):
+            return cls()
+        resumed = data.get("resumed")
+        try:
+            resumed = Resumed.from_json(resumed) if isinstance(resumed, dict) else None
+        except (KeyError, TypeError):
+            resumed = None
+        return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
+                   resumed=resumed)
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in ("runner", "workers", "source", "started", "created", "seconds")}
+        if self.resumed is not None:
+            out["resumed"] = self.resumed.to_json()
+        return out
