@@ -7,17 +7,20 @@ contract): `read_annotations`, `BoxPolicy`, `place_objects`, `prepare_mask`,
 
 from __future__ import annotations
 
+from prep.core.annotations.box_csv import read_box_csv
 from prep.core.annotations.coco import read_coco
 from prep.core.annotations.detect import FORMATS, detect_format
 from prep.core.annotations.masks import prepare_mask
 from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Obj, Problem
 from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, place_objects
+from prep.core.annotations.voc import read_voc
+from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
 
 __all__ = ["AnnotationSet", "BoxPolicy", "Category", "FORMATS", "ImageAnnotation", "Obj", "Placed",
            "PlacedObject", "Problem", "detect_format", "place_objects", "prepare_mask", "read_annotations"]
 
-_READERS = {"coco": read_coco}
+_READERS = {"coco": read_coco, "voc": read_voc, "yolo": read_yolo, "csv": read_box_csv}
 
 
 def read_annotations(source: str, path: str, fmt: str | None = None,
@@ -37,6 +40,4 @@ def read_annotations(source: str, path: str, fmt: str | None = None,
     fmt = detect_format(path) if fmt is None else fmt
     if fmt not in FORMATS:
         raise SourceError(f"--annotation-format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if fmt not in _READERS:
-        raise SourceError(f"--annotation-format {fmt} is not read yet")
     return _READERS[fmt](source, path, classes)

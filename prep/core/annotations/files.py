@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 
 from prep.core import storage
 from prep.core.errors import SourceError
@@ -49,3 +50,28 @@ def files_under(root: str) -> list[str]:
 def image_path(source: str, written: str) -> str | None:
     """An image path from an annotation, relative to SOURCE, or None if it points outside."""
     return normalize_path(source, written)
+
+
+class StemIndex:
+    """Finds the image of an annotation file that names none: the file under SOURCE with the
+    same relative path but for the extension, preferring image extensions."""
+
+    def __init__(self, source: str):
+        self._by_stem: dict[str, list[str]] = {}
+        for rel in files_under(source):
+            stem, ext = posixpath.splitext(rel)
+            if ext.lower() in IMAGE_EXTENSIONS:
+                self._by_stem.setdefault(stem, []).append(rel)
+
+    def find(self, stem: str) -> tuple[str | None, str | None]:
+        """(image path, None), or (None, why not) when there is none or more than one."""
+        found = self._by_stem.get(stem, [])
+        if len(found) == 1:
+            return found[0], None
+        if not found:
+            return None, f"no image {stem}.* under SOURCE"
+        return None, f"{len(found)} images could be meant: {', '.join(found)}"
+
+
+def strip_ext(rel: str) -> str:
+    return posixpath.splitext(rel)[0]
