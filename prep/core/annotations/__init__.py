@@ -10,6 +10,7 @@ from __future__ import annotations
 from prep.core.annotations.box_csv import read_box_csv
 from prep.core.annotations.coco import read_coco
 from prep.core.annotations.detect import FORMATS, detect_format
+from prep.core.annotations.label_map import label_map_csv, label_map_pbtxt
 from prep.core.annotations.masks import prepare_mask
 from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Obj, Problem
 from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, place_objects
@@ -18,7 +19,7 @@ from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
 
 __all__ = ["AnnotationSet", "BoxPolicy", "Category", "FORMATS", "ImageAnnotation", "Obj", "Placed",
-           "PlacedObject", "Problem", "detect_format", "place_objects", "prepare_mask", "read_annotations"]
+           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects", "prepare_mask", "read_annotations"]
 
 _READERS = {"coco": read_coco, "voc": read_voc, "yolo": read_yolo, "csv": read_box_csv}
 

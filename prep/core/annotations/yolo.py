@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import posixpath
 
-import yaml
-
 from prep.core import storage
 from prep.core.annotations.detect import CLASS_FILES, yolo_class_file
 from prep.core.annotations.files import StemIndex, files_under, read_text, strip_ext
@@ -35,6 +33,8 @@ def read_names(path: str) -> list[str]:
     text = read_text(path, "YOLO class names")
     if not path.endswith((".yaml", ".yml")):
         return [line.strip() for line in text.splitlines() if line.strip()]
+    import yaml  # PyYAML, only for a data.yaml
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
