@@ -8,7 +8,10 @@ image's labels are the classes of its boxes.
 * ours: `prep.core.annotations.stratify` gives each image its stratum and key; the shards
   are planned by the real layout rule (`prep.core.layout.make_layout` on the (stratum)
   groups, ranks by key, position p of a split to shard p mod N), as
-  tests/support/reference_plan.py does with the seeded path hash.
+  tests/support/reference_plan.py does with the seeded path hash. "with locate": stratify
+  is given the layout's rank -> (split, shard) map for the strata's sizes; "blind": not.
+  "rejected after stratify": a seeded fraction of the images is left out after the keys
+  are made, as inputs rejected when prepared are, so the ranks after each shift by one.
 * iterstrat: the `iterative-stratification` package's MultilabelStratifiedKFold with
   n_splits = shards (shuffle, same seed); fold k's test set is shard k. It is built for
   exactly this N-way partition, and knows N, which ours does not.
@@ -56,11 +59,14 @@ def make_dataset(images: int, classes: int = 80, seed: int = 0, alpha: float = 1
 
 def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
               split: tuple[tuple[str, Fraction], ...] | None = None,
-              informed: bool = True, trace: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
+              informed: bool = True, trace: bool = True,
+              rejected: float = 0.0) -> tuple[dict[str, np.ndarray], float, float]:
     """({split: shard of each image, -1 elsewhere}, stratify's peak bytes (traced), its seconds (untraced)).
 
     `informed`: stratify is given the layout's rank -> (split, shard) map (`locate`), as the
     planner can once the strata's sizes are known; else it plans blind (the dyadic keys).
+    `rejected`: this fraction of the images (seeded) is left out after `stratify`, as images
+    rejected when prepared are, and the rest planned with their keys (ranks shift).
     """
     options = PlanOptions(seed=seed, num_shards=num_shards, split_fractions=split)
 
@@ -84,9 +90,11 @@ def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
         run_stratify()
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+    kept = np.random.default_rng(seed + 1).random(len(images)) >= rejected
     groups: dict[tuple, list[int]] = {}
     for i, (stratum, key) in enumerate(result):
-        groups.setdefault(group(stratum), []).append(i)
+        if kept[i]:
+            groups.setdefault(group(stratum), []).append(i)
     for members in groups.values():  # rank order: the key, then the path (as the planner sorts)
         members.sort(key=lambda i: (result[i][1], images[i][0]))
     layout = make_layout({g: len(m) for g, m in groups.items()}, classes + 1, options, 1.0)
@@ -134,7 +142,8 @@ def deviations(shard: np.ndarray, y: np.ndarray, num_shards: int) -> tuple[float
     return float(dev.max()), float(dev.mean()), int(sizes.max() - sizes.min())
 
 
-def run(images: int, classes: int, num_shards: int, seed: int, split: str | None, iterstrat: bool) -> list[dict]:
+def run(images: int, classes: int, num_shards: int, seed: int, split: str | None, iterstrat: bool,
+        rejects: tuple[float, ...] = ()) -> list[dict]:
     data = make_dataset(images, classes, seed)
     y = indicator(data, classes)
     rows = []
@@ -144,6 +153,10 @@ def run(images: int, classes: int, num_shards: int, seed: int, split: str | None
     blind, peak, seconds = plan_ours(data, classes, num_shards, seed, informed=False)
     rows.append(dict(method="ours blind (no locate: dyadic keys)", seconds=seconds, peak=peak,
                      **_stats(deviations(blind["train"], y, num_shards))))
+    for rejected in rejects:
+        late, _, _ = plan_ours(data, classes, num_shards, seed, trace=False, rejected=rejected)
+        rows.append(dict(method=f"ours, {rejected:.1%} rejected after stratify",
+                         **_stats(deviations(late["train"], y, num_shards))))
     if iterstrat:
         began = time.perf_counter()
         shard = plan_iterstrat(data, classes, num_shards, seed)
@@ -186,12 +199,15 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split", default="train=0.8,validation=0.2",
                         help="also plan ours with these split fractions ('' for none)")
+    parser.add_argument("--rejects", default="0.001,0.01",
+                        help="also plan ours with these fractions of images left out after stratify ('' for none)")
     parser.add_argument("--no-iterstrat", action="store_true", help="leave out iterstrat (slow on large inputs)")
     parser.add_argument("--quick", action="store_true", help="5,000 images, 16 shards")
     args = parser.parse_args(argv)
     if args.quick:
         args.images, args.shards = 5_000, 16
-    rows = run(args.images, args.classes, args.shards, args.seed, args.split or None, not args.no_iterstrat)
+    rejects = tuple(float(f) for f in args.rejects.split(",") if f.strip())
+    rows = run(args.images, args.classes, args.shards, args.seed, args.split or None, not args.no_iterstrat, rejects)
     print(f"{args.images} images, {args.classes} classes, {args.shards} shards, seed {args.seed}")
     print(f"{'method':44} {'max dev':>8} {'mean dev':>9} {'sizes':>6} {'split dev':>9} {'seconds':>8} {'peak MB':>8}")
     for r in rows:
@@ -199,7 +215,7 @@ def main(argv=None) -> None:
               f"{_opt(r, 'split_dev', '9.2f')} {_opt(r, 'seconds', '8.2f')} {_opt(r, 'peak', '8.1f', 1e-6)}")
     ours, random = rows[0]["max_dev"], next(r for r in rows if r["method"].startswith("random"))["max_dev"]
     print(f"random / ours (max dev): {random / ours:.1f}x" + (
-        f"; iterstrat / ours: {rows[2]['max_dev'] / ours:.2f}x" if not args.no_iterstrat else ""))
+        f"; iterstrat / ours: {next(r for r in rows if r['method'].startswith('iterstrat'))['max_dev'] / ours:.2f}x" if not args.no_iterstrat else ""))
 
 
 def _opt(row, key, fmt, scale=1.0):
