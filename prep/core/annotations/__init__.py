@@ -20,8 +20,8 @@ from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
 
 __all__ = ["AnnotationSet", "BoxPolicy", "Category", "FORMATS", "ImageAnnotation", "Obj", "Placed",
-           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects", "prepare_mask", "read_annotations",
-           "stratify"]
+           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects",
+           "prepare_mask", "read_annotations", "stratify"]
 
 _READERS = {"coco": read_coco, "voc": read_voc, "yolo": read_yolo, "csv": read_box_csv}
 
