@@ -235,3 +235,20 @@ def test_contradictory_options_give_one_error_line(tmp_path, run_cli, args, mess
     result = run_cli("convert", tmp_path / "src", tmp_path / "out", *args)
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_the_detection_sample_converts_upright_with_every_box(tmp_path, run_cli):
+    sample = pathlib.Path(__file__).resolve().parents[2] / "samples" / "shapes_detection"
+    out = tmp_path / "out"
+    result = run_cli("convert", sample / "images", out, "--annotations", sample / "instances.json",
+                     "--split", "train=0.8,validation=0.2")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((sample / "instances.json").read_text())
+    m = Manifest.load(str(out))
+    assert m.inputs.written == len(doc["images"]) and m.inputs.boxes.written == len(doc["annotations"])
+    got = records(out)
+    for image in doc["images"]:  # the EXIF-turned JPEGs are stored upright, at the size COCO gives
+        r = got[image["file_name"]]
+        assert (r.width, r.height) == (image["width"], image["height"])
+        assert r.source_id == str(image["id"])
+    assert all(len(r.objects[0].mask) > 0 for r in got.values() if r.objects)  # polygons become masks
