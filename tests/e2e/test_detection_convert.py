@@ -252,3 +252,30 @@ def test_the_detection_sample_converts_upright_with_every_box(tmp_path, run_cli)
         assert (r.width, r.height) == (image["width"], image["height"])
         assert r.source_id == str(image["id"])
     assert all(len(r.objects[0].mask) > 0 for r in got.values() if r.objects)  # polygons become masks
+
+
+def test_resume_reuses_prepared_detection_chunks_and_gives_the_same_dataset(shapes, tmp_path, run_cli, monkeypatch):
+    import errno
+    import os
+
+    from prep.core import storage
+    from tests.support.shards import assert_same_dataset
+
+    source, path, _ = shapes
+    reference = tmp_path / "ref"
+    convert(run_cli, source, reference, path, "--split", "train=0.75,test=0.25")
+    out = tmp_path / "out"
+    real = storage.open_write
+
+    def full_disk(p):
+        if f"{os.sep}.prep-tmp{os.sep}shards{os.sep}" in p:
+            raise OSError(errno.ENOSPC, "No space left on device", p)
+        return real(p)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "open_write", full_disk)
+        assert convert(run_cli, source, out, path, "--split", "train=0.75,test=0.25", ok=False).exit_code == 1
+    result = convert(run_cli, source, out, path, "--split", "train=0.75,test=0.25", "--resume")
+    resumed = Manifest.load(str(out)).run.resumed
+    assert resumed.chunks_reused == resumed.chunks > 0  # no image read again: boxes and counts from the indexes
+    assert_same_dataset(out, reference, shards=4)
