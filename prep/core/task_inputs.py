@@ -110,27 +110,11 @@ def folder_split(paths, layout: str) -> dict[str, str] | None:
     return {p: p.split("/")[0] for p in paths}
 
 
-def _stratify(images, num_classes: int, seed: int):
-    """`prep.core.annotations.stratify`; until that exists, the rarest label as stratum and the seeded
-    hash as key (exact per stratum; the other labels then follow only by chance)."""
-    try:
-        from prep.core.annotations import stratify
-    except ImportError:
-        import hashlib
-
-        freq = [0] * num_classes
-        for _, ids in images:
-            for i in ids:
-                freq[i] += 1
-        return [(min(ids, key=lambda i: (freq[i], i)) if ids else None,
-                 hashlib.sha256(f"{seed}\0stratum\0{path}".encode("utf-8", "surrogateescape")).digest())
-                for path, ids in images]
-    return stratify(images, num_classes, seed)
-
-
 def strata_refs(items, classes: tuple[str, ...], seed: int) -> list[InputRef]:
     """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys."""
-    placed = _stratify([(path, tuple(sorted(set(ids)))) for path, _, ids, _ in items], len(classes), seed)
+    from prep.core.annotations import stratify
+
+    placed = stratify([(path, tuple(sorted(set(ids)))) for path, _, ids, _ in items], len(classes), seed)
     refs = []
     for (path, split, _, extra), (stratum, key) in zip(items, placed):
         group = NO_STRATUM if stratum is None else classes[stratum]

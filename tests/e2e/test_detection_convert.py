@@ -125,6 +125,10 @@ def test_strata_are_balanced_within_one_per_shard(tmp_path, run_cli):
         counts = [s.stratum_counts[stratum] for s in shards]
         assert max(counts) - min(counts) <= 1, (stratum, counts)
     assert sum(shards[0].stratum_counts.values()) == shards[0].examples
+    split = m.splits["train"]
+    worst = max(abs(s.class_counts[c] - split.class_counts[c] * s.examples / split.examples)
+                for s in shards for c in CLASSES)
+    assert split.max_deviation == round(worst, 3)
 
 
 def _bad_set(tmp_path):
