@@ -283,3 +283,31 @@ def test_resume_reuses_prepared_detection_chunks_and_gives_the_same_dataset(shap
     resumed = Manifest.load(str(out)).run.resumed
     assert resumed.chunks_reused == resumed.chunks > 0  # no image read again: boxes and counts from the indexes
     assert_same_dataset(out, reference, shards=4)
+
+
+def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path, run_cli):
+    from beam_jobs import launch
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+    from tests.support.shards import assert_same_dataset
+    from tests.support.testfs import to_url
+
+    source, path, _ = shapes
+    reference = tmp_path / "ref"
+    convert(run_cli, source, reference, path, "--seed", 4)
+    out = tmp_path / "out"
+    config = build_config(to_url(str(source)), to_url(str(out)), {"annotations": to_url(str(path)), "num_shards": 2,
+                                                                   "seed": 4})
+    launch.convert(config, list_inputs(config))
+    assert_same_dataset(out, reference, shards=2)
+
+
+def test_overwrite_knows_the_label_maps_as_its_own(shapes, tmp_path, run_cli):
+    source, path, _ = shapes
+    out = tmp_path / "out"
+    convert(run_cli, source, out, path)
+    assert convert(run_cli, source, out, path, ok=False).exit_code != 0  # not without --overwrite
+    convert(run_cli, source, out, path, "--overwrite", "--seed", 2)
+    (out / "mine.txt").write_text("a user's file")
+    result = convert(run_cli, source, out, path, "--overwrite", ok=False)
+    assert result.exit_code != 0 and "mine.txt" in result.output
