@@ -153,7 +153,7 @@ def list_detection(source: str, annotations: str, fmt: str | None, classes: tupl
     problem_images = {p.path for p in found.problems if p.box is None}
     annotated = {a.path for a in found.images}
     ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
-    next_id = max(ids_used, default=0) + 1
+    next_id = max(max(ids_used, default=0), len(found.images)) + 1  # after every COCO id and every index
     items = []
     splits = folder_split(sorted(annotated | (present if unannotated == "keep" else set())), layout)
     for i, ann in enumerate(found.images):

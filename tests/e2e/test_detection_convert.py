@@ -71,7 +71,8 @@ def shapes(tmp_path_factory):
     return root / "images", path, images
 
 
-@pytest.mark.parametrize("extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png")])
+@pytest.mark.parametrize("extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png"),
+                                   ("--isolate", "all", "--resize", 40)])  # prepared in the sandbox
 def test_boxes_are_within_a_pixel_of_the_drawn_shapes(shapes, tmp_path, run_cli, extra):
     source, path, images = shapes
     out = tmp_path / "out"

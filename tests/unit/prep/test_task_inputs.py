@@ -159,3 +159,13 @@ def test_an_images_stratum_is_its_rarest_label(tmp_path):
     listing = list_detection(str(src), ann, None, None, "skip", "auto", 0)
     assert {r.path: r.label for r in listing.refs} == {"a.jpg": "dog", "b.jpg": "cat", "c.jpg": "cat",
                                                        "d.jpg": NO_STRATUM}
+
+
+def test_kept_unannotated_images_get_ids_after_every_index_without_coco_ids(tmp_path):
+    src = tmp_path / "src"
+    _files(src, "a.jpg", "b.jpg", "c.jpg")
+    boxes = tmp_path / "boxes.csv"
+    boxes.write_text("path,label,xmin,ymin,xmax,ymax\na.jpg,cat,0,0,2,2\nb.jpg,dog,0,0,2,2\n")
+    listing = list_detection(str(src), str(boxes), None, None, "keep", "auto", 0)
+    ids = {r.path: json.loads(r.extra)["s"] for r in listing.refs}
+    assert ids == {"a.jpg": "1", "b.jpg": "2", "c.jpg": "3"}
