@@ -25,6 +25,7 @@ memory of `stratify` (tracemalloc) and the time of each method.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import time
 import tracemalloc
 from fractions import Fraction
@@ -32,6 +33,7 @@ from fractions import Fraction
 import numpy as np
 
 from prep.core.annotations import stratify
+from prep.core.annotations.strata import strata_of
 from prep.core.layout import PlanOptions, make_layout, parse_split_fractions
 
 
@@ -53,25 +55,43 @@ def make_dataset(images: int, classes: int = 80, seed: int = 0, alpha: float = 1
 
 
 def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
-              split: tuple[tuple[str, Fraction], ...] | None = None) -> tuple[dict[str, np.ndarray], float, float]:
-    """({split: shard of each image, -1 elsewhere}, stratify's peak bytes, its seconds)."""
-    tracemalloc.start()
+              split: tuple[tuple[str, Fraction], ...] | None = None,
+              informed: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
+    """({split: shard of each image, -1 elsewhere}, stratify's peak bytes (traced), its seconds (untraced)).
+
+    `informed`: stratify is given the layout's rank -> (split, shard) map (`locate`), as the
+    planner can once the strata's sizes are known; else it plans blind (the dyadic keys).
+    """
+    options = PlanOptions(seed=seed, num_shards=num_shards, split_fractions=split)
+
+    def group(stratum):  # the planner's group of a stratum: the unlabelled after every class
+        return None, classes if stratum is None else stratum
+
+    def run_stratify():
+        locate = None
+        if informed:
+            sizes = Counter(group(s) for s in strata_of(images, classes))
+            layout_before = make_layout(dict(sizes), classes + 1, options, 1.0)
+            locate = lambda stratum, rank: layout_before.locate(group(stratum), rank)  # noqa: E731
+        return stratify(images, classes, seed, locate)
+
     began = time.perf_counter()
-    result = stratify(images, classes, seed)
+    result = run_stratify()
     seconds = time.perf_counter() - began
+    tracemalloc.start()  # a second run, traced: tracing slows it down
+    run_stratify()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     groups: dict[tuple, list[int]] = {}
     for i, (stratum, key) in enumerate(result):
-        groups.setdefault((None, classes if stratum is None else stratum), []).append(i)
+        groups.setdefault(group(stratum), []).append(i)
     for members in groups.values():  # rank order: the key, then the path (as the planner sorts)
         members.sort(key=lambda i: (result[i][1], images[i][0]))
-    options = PlanOptions(seed=seed, num_shards=num_shards, split_fractions=split)
     layout = make_layout({g: len(m) for g, m in groups.items()}, classes + 1, options, 1.0)
     shards = {s.name: np.full(len(images), -1) for s in layout.splits}
-    for group, members in groups.items():
+    for g, members in groups.items():
         for rank, i in enumerate(members):
-            name, shard = layout.locate(group, rank)
+            name, shard = layout.locate(g, rank)
             shards[name][i] = shard
     return shards, peak, seconds
 
@@ -117,8 +137,11 @@ def run(images: int, classes: int, num_shards: int, seed: int, split: str | None
     y = indicator(data, classes)
     rows = []
     ours, peak, seconds = plan_ours(data, classes, num_shards, seed)
-    rows.append(dict(method="ours (stratify + layout)", seconds=seconds, peak=peak,
+    rows.append(dict(method="ours (stratify with locate)", seconds=seconds, peak=peak,
                      **_stats(deviations(ours["train"], y, num_shards))))
+    blind, peak, seconds = plan_ours(data, classes, num_shards, seed, informed=False)
+    rows.append(dict(method="ours blind (no locate: dyadic keys)", seconds=seconds, peak=peak,
+                     **_stats(deviations(blind["train"], y, num_shards))))
     if iterstrat:
         began = time.perf_counter()
         shard = plan_iterstrat(data, classes, num_shards, seed)
@@ -174,7 +197,7 @@ def main(argv=None) -> None:
               f"{_opt(r, 'split_dev', '9.2f')} {_opt(r, 'seconds', '8.2f')} {_opt(r, 'peak', '8.1f', 1e-6)}")
     ours, random = rows[0]["max_dev"], next(r for r in rows if r["method"].startswith("random"))["max_dev"]
     print(f"random / ours (max dev): {random / ours:.1f}x" + (
-        f"; iterstrat / ours: {rows[1]['max_dev'] / ours:.2f}x" if not args.no_iterstrat else ""))
+        f"; iterstrat / ours: {rows[2]['max_dev'] / ours:.2f}x" if not args.no_iterstrat else ""))
 
 
 def _opt(row, key, fmt, scale=1.0):

@@ -48,11 +48,11 @@ def test_input_order_does_not_matter():
     assert dict(zip((p for p, _ in reordered), stratify(reordered, 10, seed=0))) == got
 
 
-@pytest.mark.parametrize("shards", [4, 16])
-def test_balance_through_the_layout_beats_random(shards):
+@pytest.mark.parametrize("shards, informed", [(4, True), (10, True), (16, True), (4, False), (16, False)])
+def test_balance_through_the_layout_beats_random(shards, informed):
     images = stratify_bench.make_dataset(4000, 20, seed=0)
     y = stratify_bench.indicator(images, 20)
-    planned, peak, _ = stratify_bench.plan_ours(images, 20, shards, seed=0)
+    planned, peak, _ = stratify_bench.plan_ours(images, 20, shards, seed=0, informed=informed)
     ours, _, spread = stratify_bench.deviations(planned["train"], y, shards)
     rand, _, _ = stratify_bench.deviations(stratify_bench.plan_random(4000, shards, 0), y, shards)
     assert spread <= 1 and peak > 0
@@ -70,3 +70,25 @@ def test_bench_runs_small():
     names = [r["method"] for r in rows]
     assert names[0].startswith("ours") and any(n.startswith("random") for n in names)
     assert all(r["max_dev"] >= r["mean_dev"] >= 0 for r in rows)
+
+
+def test_split_fractions_are_stratified_with_locate():
+    from prep.core.layout import parse_split_fractions
+
+    images = stratify_bench.make_dataset(4000, 20, seed=1)
+    y = stratify_bench.indicator(images, 20)
+    fractions = parse_split_fractions("train=0.8,test=0.2")
+    planned, _, _ = stratify_bench.plan_ours(images, 20, 4, seed=0, split=fractions)
+    train = planned["train"] >= 0
+    assert train.sum() == pytest.approx(3200, abs=20) and not (train & (planned["test"] >= 0)).any()
+    off = np.abs(y[train].sum(axis=0) - 0.8 * y.sum(axis=0)).max()
+    shuffled = np.random.default_rng(0).permutation(4000)[:int(train.sum())]
+    off_random = np.abs(y[shuffled].sum(axis=0) - 0.8 * y.sum(axis=0)).max()
+    assert off * 3 < off_random, (off, off_random)
+
+
+def test_capped_ranks_are_a_cell_too():
+    images = [(f"{i}", (0,) if i % 3 else (0, 1)) for i in range(30)]  # stratum 1: 10 images, stratum 0: 20
+    got = stratify(images, 2, seed=0, locate=lambda stratum, rank: None if rank >= 5 else rank % 2)
+    ranks = sorted(int.from_bytes(k, "big") for s, k in got if s == 0)
+    assert ranks == list(range(20))
