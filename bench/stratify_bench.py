@@ -56,7 +56,7 @@ def make_dataset(images: int, classes: int = 80, seed: int = 0, alpha: float = 1
 
 def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
               split: tuple[tuple[str, Fraction], ...] | None = None,
-              informed: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
+              informed: bool = True, trace: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
     """({split: shard of each image, -1 elsewhere}, stratify's peak bytes (traced), its seconds (untraced)).
 
     `informed`: stratify is given the layout's rank -> (split, shard) map (`locate`), as the
@@ -78,10 +78,12 @@ def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
     began = time.perf_counter()
     result = run_stratify()
     seconds = time.perf_counter() - began
-    tracemalloc.start()  # a second run, traced: tracing slows it down
-    run_stratify()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = 0.0
+    if trace:
+        tracemalloc.start()  # a second run, traced: tracing slows it down
+        run_stratify()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     groups: dict[tuple, list[int]] = {}
     for i, (stratum, key) in enumerate(result):
         groups.setdefault(group(stratum), []).append(i)
@@ -151,7 +153,7 @@ def run(images: int, classes: int, num_shards: int, seed: int, split: str | None
                                                                          num_shards))))
     if split:
         fractions = parse_split_fractions(split)
-        planned, _, _ = plan_ours(data, classes, num_shards, seed, fractions)
+        planned, _, _ = plan_ours(data, classes, num_shards, seed, fractions, trace=False)
         for name, fraction in fractions:
             member = planned[name] >= 0
             expected = y.sum(axis=0) * float(fraction)

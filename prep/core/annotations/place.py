@@ -97,8 +97,9 @@ def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> i
                         f"{orientation})")
 
 
-def _judge(obj: Obj, box, shown, policy: BoxPolicy, path: str) -> tuple[tuple | None, Problem | None, bool]:
-    """(box clipped to the image or None if dropped, the problem if any, whether it is a clip)."""
+def _judge(obj: Obj, turn_to_shown, shown, policy: BoxPolicy, path: str) -> tuple[tuple | None, Problem | None, bool]:
+    """(box in displayed pixels clipped to the image, or None if dropped; the problem if any; whether
+    it is a clip). Judged as written first (a NaN, xmax <= xmin), then in the displayed frame."""
     w, h = shown
 
     def bad(reason, detail):
@@ -106,11 +107,11 @@ def _judge(obj: Obj, box, shown, policy: BoxPolicy, path: str) -> tuple[tuple | 
             raise ImageRejected(reason, f"box {obj.index} ({obj.label!r}): {detail}")
         return None, Problem(path, reason, detail, obj.index), False
 
-    if not all(math.isfinite(v) for v in box):
+    if not all(math.isfinite(v) for v in obj.box):
         return bad("box_nan", f"box {_fmt(obj.box)} is not finite")
-    x0, y0, x1, y1 = box
-    if x1 <= x0 or y1 <= y0:
+    if obj.box[2] <= obj.box[0] or obj.box[3] <= obj.box[1]:
         return bad("box_degenerate", f"box {_fmt(obj.box)} has no area (xmax <= xmin or ymax <= ymin)")
+    x0, y0, x1, y1 = turn_to_shown(obj.box)
     outside = max(-x0, -y0, x1 - w, y1 - h, 0.0)
     clipped = (min(max(x0, 0.0), w), min(max(y0, 0.0), h), min(max(x1, 0.0), w), min(max(y1, 0.0), h))
     if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
@@ -152,6 +153,12 @@ def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: in
     w, h = shown
     fw, fh = final
     sx, sy = fw / w, fh / h
+
+    def to_shown(box):
+        if ann.normalized:
+            return box[0] * w, box[1] * h, box[2] * w, box[3] * h
+        return turn_box(box, stored, turn) if turn != 1 else box
+
     placed, dropped, clipped = [], [], []
     for obj in ann.objects:
         if obj.crowd and policy.crowd != "keep":
@@ -159,12 +166,7 @@ def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: in
                 raise ImageRejected("crowd", f"box {obj.index} ({obj.label!r}) is a crowd and --crowd is reject-image")
             dropped.append(Problem(ann.path, "crowd", "a crowd, and --crowd is drop", obj.index))
             continue
-        box = obj.box
-        if ann.normalized:
-            box = (box[0] * w, box[1] * h, box[2] * w, box[3] * h)
-        elif turn != 1 and all(math.isfinite(v) for v in box):
-            box = turn_box(box, stored, turn)
-        box, problem, was_clip = _judge(obj, box, shown, policy, ann.path)
+        box, problem, was_clip = _judge(obj, to_shown, shown, policy, ann.path)
         if box is None:
             dropped.append(problem)
             continue

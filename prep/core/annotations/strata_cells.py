@@ -7,7 +7,9 @@ of every label (the label's images times the cell's share of all slots), and an 
 to the cell with free slots in its stratum that lacks its labels most (the sum over its
 labels of wanted minus placed, per slot of the cell, so that cells of unequal sizes, a
 training split's and a test split's, compare; ties: the cell with the most free slots of the stratum, then
-the first). The stratum's own label needs no greedy: the slots fix it exactly.
+the first). The stratum's own label needs no greedy: the slots fix it exactly. A cell that is a
+tuple (split, shard) also counts toward its split (the sum of both lacks), so that the
+small errors of a split's shards do not add up in the split's total.
 
 Strata are dealt smallest first, and inside a stratum the images with the most labels
 first: the last images of a stratum must take the slots left, and an image with few
@@ -46,6 +48,13 @@ def cell_ranks(groups: dict, labels: Sequence[tuple[int, ...]], num_classes: int
     # (per slot: a cell four times the size of another must not look four times as lacking)
     wanted = np.outer(size / max(1.0, size.sum()), totals) / np.maximum(size, 1.0)[:, None]
     step = 1.0 / np.maximum(size, 1.0)
+    # The same per split: a cell (split, shard) also counts toward its split, so that the errors
+    # of a split's shards, each small, do not add up in the split's total.
+    coarse: dict[Hashable, int] = {}
+    coarse_of = np.array([coarse.setdefault(c[0] if isinstance(c, tuple) and c else c, len(coarse)) for c in cells])
+    coarse_size = np.bincount(coarse_of, weights=size, minlength=len(coarse))
+    coarse_wanted = np.outer(coarse_size / max(1.0, size.sum()), totals) / np.maximum(coarse_size, 1.0)[:, None]
+    coarse_step = 1.0 / np.maximum(coarse_size, 1.0)
     rank_of: dict[int, int] = {}
     for stratum in sorted(groups, key=lambda s: (len(groups[s]), s is None, s or 0)):
         per_cell = slots[stratum]
@@ -56,11 +65,13 @@ def cell_ranks(groups: dict, labels: Sequence[tuple[int, ...]], num_classes: int
         # Ties on lack go to the most free slots, then the first cell: a small tilt that never outweighs one label.
         tilt = 1e-9 / (1.0 + len(members))
         lack, steps = wanted[index], step[index]  # this stratum's cells, written back after it
+        up = coarse_of[index]
         score = np.zeros(len(index))
         for i in members:
             own = labels[i]
             if own:
                 np.sum(lack[:, own], axis=1, out=score)
+                score += coarse_wanted[up][:, own].sum(axis=1)
             else:
                 score[:] = 0.0
             score += tilt * free
@@ -70,5 +81,6 @@ def cell_ranks(groups: dict, labels: Sequence[tuple[int, ...]], num_classes: int
             free[k] -= 1
             if own:
                 lack[k, own] -= steps[k]
+                coarse_wanted[up[k], own] -= coarse_step[up[k]]
         wanted[index] = lack
     return rank_of

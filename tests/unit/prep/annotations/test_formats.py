@@ -224,3 +224,30 @@ def test_detection_errors(tmp_path):
         detect_format(str(tmp_path / "notes.md"))
     with pytest.raises(SourceError, match="--annotation-format must be one of coco, voc, yolo, csv, got 'x'"):
         read_annotations(str(tmp_path), str(tmp_path), fmt="x")
+
+
+def test_boxes_reconcile_from_file_to_placed(tmp_path):
+    """Every annotation in the file is placed or dropped, by the reader or by the policy, with a reason."""
+    source = tmp_path / "images"
+    make_images(source)
+    write_coco(tmp_path / "instances.json")
+    doc = json.loads((tmp_path / "instances.json").read_text())
+    extra = [{"image_id": 100, "category_id": 10, "bbox": [35, 20, 30, 30]},  # clipped
+             {"image_id": 100, "category_id": 10, "bbox": [50, 50, 3, 3]},  # wholly outside: dropped
+             {"image_id": 100, "category_id": 20, "bbox": [1, 1, 0, 5]},  # degenerate: dropped
+             {"image_id": 100, "category_id": 99, "bbox": [1, 1, 2, 2]},  # unknown category: reader
+             {"image_id": 7, "category_id": 10, "bbox": [1, 1, 2, 2]},  # unknown image: reader
+             {"image_id": 101, "category_id": 30, "bbox": [1, 1, 2], "iscrowd": 1}]  # bad bbox: reader
+    doc["annotations"] += [dict(a, id=1000 + k) for k, a in enumerate(extra)]
+    (tmp_path / "instances.json").write_text(json.dumps(doc))
+    got = read_annotations(str(source), str(tmp_path / "instances.json"))
+    placed = dropped = clipped = 0
+    reasons = [p.reason for p in got.problems]
+    for image in got.images:
+        size = DATASET[image.path][0]
+        p = place_objects(image, size, 1, size, BoxPolicy(), masks=False)
+        placed, dropped, clipped = placed + len(p.objects), dropped + len(p.dropped), clipped + len(p.clipped)
+        reasons += [d.reason for d in p.dropped]
+    assert placed + dropped + len(got.problems) == len(doc["annotations"])
+    assert clipped == 1 and placed == len(doc["annotations"]) - 5
+    assert sorted(reasons) == ["bad_box", "box_degenerate", "box_outside", "unknown_category", "unknown_image"]

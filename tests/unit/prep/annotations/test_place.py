@@ -130,6 +130,12 @@ def test_box_policy(box, policy, kept, reason, was_clipped):
         assert err.value.reason == reason and "box 1" in err.value.detail
 
 
+@pytest.mark.parametrize("orientation", [6, 8])
+def test_inverted_box_in_the_stored_frame_is_degenerate_before_the_turn(orientation):
+    placed = place_objects(ann([(20, 5, 10, 9)], STORED), STORED, orientation, (40, 64), CLIP, masks=False)
+    assert [p.reason for p in placed.dropped] == ["box_degenerate"] and placed.objects == ()
+
+
 def test_tolerance_option():
     box = [(-3, 1, 10, 10)]
     assert place_objects(ann(box, STORED), STORED, 1, STORED, BoxPolicy(tolerance=5), False).clipped == ()
