@@ -36,10 +36,10 @@ import time
 import warnings
 from typing import Callable
 
-from prep import sidecars
+from prep import sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
-from prep.core.manifest import FILENAME, REJECTS, Manifest, ShardInfo
+from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest, ShardInfo
 from prep.core.manifest_checks import contradictions, sum_counts, unbalanced
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
@@ -127,8 +127,11 @@ Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)
 
 
 def check_manifest(manifest: Manifest) -> list[Problem]:
-    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`)."""
-    return [Problem(FILENAME, None, message) for message in contradictions(manifest)]
+    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`, and for the
+    other tasks `task_checks.manifest_issues`, without the single-label rule that does not hold there)."""
+    stale = task_checks.classification_only(manifest)
+    messages = [m for m in contradictions(manifest) if m not in stale] + task_checks.manifest_issues(manifest)
+    return [Problem(FILENAME, None, message) for message in dict.fromkeys(messages)]  # once each, in order
 
 
 def balance_problems(split: str, files: list[str], counts: list[dict[str, int]]) -> list[Problem]:
@@ -146,11 +149,44 @@ def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem
         return problems  # the counts of a shard read only in part say nothing more
     if scan.records != entry.examples:
         problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry.examples}"))
-    names = sorted(set(scan.class_counts) | set(entry.class_counts))
-    diffs = [f"{name} {scan.class_counts.get(name, 0)} (manifest {entry.class_counts.get(name, 0)})"
-             for name in names if scan.class_counts.get(name, 0) != entry.class_counts.get(name, 0)]
-    if diffs:
-        problems.append(Problem(file, None, f"records per class differ from the manifest: {', '.join(diffs)}"))
+    tally = scan.tally
+    if tally is None:
+        problems += _count_problems(file, "records per class", scan.class_counts, entry.class_counts)
+        return problems
+    if tally.classes_read:
+        problems += _count_problems(file, "images containing each class", scan.class_counts, entry.class_counts)
+    if entry.box_counts is not None:
+        problems += _count_problems(file, "boxes per class", dict(tally.boxes), entry.box_counts)
+    strata = entry.stratum_counts
+    if strata is not None and strata.get(NO_STRATUM, 0) != tally.unlabelled:
+        what = "objects" if entry.box_counts is not None else "labels"
+        problems.append(Problem(file, None, f"holds {tally.unlabelled} records without {what}, the manifest's "
+                                            f"stratum_counts[{NO_STRATUM!r}] says {strata.get(NO_STRATUM, 0)}"))
+    return problems
+
+
+def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[str, int]) -> list[Problem]:
+    names = sorted(set(found) | set(claimed))
+    diffs = [f"{name} {found.get(name, 0)} (manifest {claimed.get(name, 0)})"
+             for name in names if found.get(name, 0) != claimed.get(name, 0)]
+    return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
+
+
+def _task_split_problems(name: str, info, files: list[str], read: list[ShardScan], task: str) -> list[Problem]:
+    """The balance rule of a task split (±1 records per shard; ±1 per stratum per shard from the
+    manifest's stratum_counts, which `_compare_shard` ties to the records), and max_boxes."""
+    problems = []
+    if task in task_checks.STRATIFIED:
+        strata = [info.shards[i].stratum_counts or {} for i in range(len(files))]
+        problems += balance_problems(name, files, strata)
+    else:  # segmentation: no strata, the records alone
+        problems += [p for p in balance_problems(name, files, [{"": s.records} for s in read])
+                     if "of class" not in p.message]
+    if task == "detection" and info.max_boxes is not None:
+        most = max(s.tally.max_boxes for s in read)
+        if most != info.max_boxes:
+            problems.append(Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold "
+                                                    f"at most {most} objects"))
     return problems
 
 
@@ -228,7 +264,8 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             warnings.simplefilter("ignore")  # Pillow warns about odd EXIF; decode errors are what we report
             for file, path in present.items():
                 scans[file] = scan_shard(path, labels, name=file, deep=deep, max_pixels=max_pixels, pool=pool,
-                                         on_block=on_block, target=target)
+                                         on_block=on_block, target=target, task=manifest.task,
+                                         ignore_value=manifest.ignore_value)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -248,7 +285,10 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
                                    bytes=sum(s.size for s in read),
                                    class_counts={**{name: 0 for name in labels}, **counts})
         if files and len(read) == len(files) and all(s.complete for s in read):
-            problems += balance_problems(split, files, [s.class_counts for s in read])
+            if manifest.task == "classification":
+                problems += balance_problems(split, files, [s.class_counts for s in read])
+            else:
+                problems += _task_split_problems(split, info, files, read, manifest.task)
     problems.sort(key=_problem_order(manifest))
     check = None
     if target != targets.NONE:
