@@ -152,12 +152,20 @@ def inspect_text(summary: dict) -> str:
                      human_size(split["bytes"]), _range(split["per_shard"]),
                      f"{human_size(split['shard_bytes']['min'])}-{human_size(split['shard_bytes']['max'])}"))
     lines += ["", *table(rows)]
+    task = summary.get("task")
+    if task:  # the other tasks: a class's count is the images containing it
+        lines.insert(1, f"task {task}: per class, the images containing it"
+                        + (" and its boxes" if task == "detection" else ""))
     for name, split in summary["splits"].items():
-        rows = [("class", "records", "share", "per shard")]
+        head = ("class", "images" if task else "records", "share", "per shard")
+        boxes = "max_boxes" in split
+        rows = [head + (("boxes",) if boxes else ())]
         rows += [(label, str(c["count"]), _percent(c["share"]), _range(c["per_shard"]))
-                 for label, c in split["classes"].items()]
-        lines += ["", f"{name}: {_plural(split['examples'], 'record')} in {_plural(split['num_shards'], 'shard')}",
-                  *table(rows)]
+                 + ((str(c.get("boxes", 0)),) if boxes else ()) for label, c in split["classes"].items()]
+        title = f"{name}: {_plural(split['examples'], 'record')} in {_plural(split['num_shards'], 'shard')}"
+        if boxes:
+            title += f", {_plural(split['boxes'], 'box', 'boxes')}, at most {split['max_boxes']} in one image"
+        lines += ["", title, *table(rows)]
     return "\n".join(lines)
 
 
