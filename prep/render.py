@@ -103,8 +103,11 @@ def verify_text(report: Report) -> str:
     else:
         records = sum(s.examples for s in report.splits.values())
         shards = sum(s.shards for s in report.splits.values())
-        checked = ("every record's CRCs, schema and decoded image" if report.deep
-                   else "every record's CRCs and schema")
+        parts = ["CRCs", "schema"] + {"detection": ["boxes", "class ids"], "multilabel": ["class ids"]}.get(
+            report.task, []) + (["decoded image"] if report.deep else [])
+        if report.deep and report.task in ("detection", "segmentation"):
+            parts.append("masks" if report.task == "detection" else "class map")
+        checked = "every record's " + ", ".join(parts[:-1]) + " and " + parts[-1]
         lines.append(f"OK: {_plural(shards, 'shard')} and {_plural(records, 'record')} match the manifest "
                      f"(sizes, sha256, counts, balance, {checked})")
         if check is not None:

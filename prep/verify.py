@@ -98,6 +98,7 @@ class Report:
     bytes_read: int
     seconds: float
     target: TargetCheck | None = None  # None: no target checked
+    task: str = "classification"  # the manifest's task
 
     @property
     def ok(self) -> bool:
@@ -296,7 +297,7 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
                             sum_counts(s.target_failures for s in scans.values()),
                             targets.fix_command(manifest, output, target))
     return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
-                  time.perf_counter() - started, check)
+                  time.perf_counter() - started, check, manifest.task)
 
 
 def _problem_order(manifest: Manifest):
