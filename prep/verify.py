@@ -70,7 +70,7 @@ class SplitStats:
     shards: int
     examples: int
     bytes: int
-    class_counts: dict[str, int]
+    class_counts: dict[str, int] | None  # None: not read (segmentation's class maps are decoded with --deep only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +284,8 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         counts = sum_counts(s.class_counts for s in read)
         splits[split] = SplitStats(shards=len(read), examples=sum(s.records for s in read),
                                    bytes=sum(s.size for s in read),
-                                   class_counts={**{name: 0 for name in labels}, **counts})
+                                   class_counts=None if any(s.tally and not s.tally.classes_read for s in read)
+                                   else {**{name: 0 for name in labels}, **counts})
         if files and len(read) == len(files) and all(s.complete for s in read):
             if manifest.task == "classification":
                 problems += balance_problems(split, files, [s.class_counts for s in read])

@@ -231,3 +231,17 @@ def test_a_detection_record_read_as_the_wrong_task_is_named(det_copy):
     (det_copy / "manifest.json").write_text(json.dumps(manifest))
     messages = {m for _, _, m in problems(det_copy)}
     assert "does not parse as a multilabel record: record lacks feature image/class/label" in messages
+
+
+def test_segmentation_class_counts_are_read_only_with_deep(tmp_path):
+    out = td.segmentation_dataset(tmp_path / "out")
+    assert verify(str(out)).splits["train"].class_counts is None  # not decoded: not reported as zeros
+    manifest = datasets.load(out)
+    manifest["splits"]["train"]["shards"][0]["class_counts"]["car"] += 1
+    manifest["splits"]["train"]["class_counts"]["car"] += 1
+    datasets.save(out, manifest)
+    assert problems(out) == []
+    car = manifest["splits"]["train"]["shards"][0]["class_counts"]["car"]
+    assert problems(out, deep=True) == [(manifest["splits"]["train"]["shards"][0]["file"], None,
+                                         f"images containing each class differ from the manifest: car {car - 1} "
+                                         f"(manifest {car})")]
