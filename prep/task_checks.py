@@ -106,9 +106,9 @@ def source_id_ok(record: TaskRecord) -> bool:
     return sid is not None and sid.isascii() and sid.isdigit()
 
 
-def _single_channel_png(data: bytes, what: str, size: tuple[int, int]):
-    """The pixel values of a single-channel 8-bit PNG of `size` (w, h), or (None, message)."""
-    import numpy as np
+def _single_channel_png(data: bytes, what: str, size: tuple[int, int], values: bool):
+    """A single-channel 8-bit PNG of `size` (w, h): (its distinct values if `values`, else its largest value,
+    None) or (None, message)."""
     from PIL import Image
 
     try:
@@ -119,32 +119,32 @@ def _single_channel_png(data: bytes, what: str, size: tuple[int, int]):
                 return None, f"{what} has mode {img.mode}, not single-channel 8-bit (L)"
             if img.size != size:
                 return None, f"{what} is {img.size[0]}x{img.size[1]}, the image is {size[0]}x{size[1]}"
-            return np.asarray(img), None
+            if values:  # a histogram is cheaper than a numpy array of every pixel
+                return [v for v, n in enumerate(img.histogram()) if n], None
+            return img.getextrema()[1], None
     except Exception as exc:  # Pillow raises many types on damaged data
         return None, f"{what} does not decode: {type(exc).__name__}: {exc}"
 
 
 def mask_issues(record: TaskRecord, num_classes: int, ignore_value: int | None) -> tuple[list[str], list[int] | None]:
     """Decodes every mask of a record (for --deep): issues, and for segmentation the class values present."""
-    import numpy as np
-
     size = (record.width, record.height)
     issues = []
     if record.task == "detection" and record.masks:
         for i, o in enumerate(record.objects):
-            values, problem = _single_channel_png(o.mask, f"object {i}: image/object/mask", size)
+            largest, problem = _single_channel_png(o.mask, f"object {i}: image/object/mask", size, False)
             if problem:
                 issues.append(problem)
-            elif values.max(initial=0) > 1:
-                issues.append(f"object {i}: image/object/mask holds values {_values(np.unique(values))}, "
+            elif largest > 1:
+                found, _ = _single_channel_png(o.mask, "", size, True)
+                issues.append(f"object {i}: image/object/mask holds values {_values(found)}, "
                               "an instance mask holds 0 and 1")
         return issues, None
     if record.task == "segmentation":
         ignore = IGNORE_VALUE if ignore_value is None else ignore_value
-        values, problem = _single_channel_png(record.segmentation, "image/segmentation/class/encoded", size)
+        found, problem = _single_channel_png(record.segmentation, "image/segmentation/class/encoded", size, True)
         if problem:
             return [problem], None
-        found = np.unique(values).tolist()
         bad = [v for v in found if v >= num_classes and v != ignore]
         if bad:
             issues.append(f"image/segmentation/class/encoded holds values {_values(bad)}, not class values "
