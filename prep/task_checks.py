@@ -20,12 +20,10 @@ import io
 import math
 
 from prep.core.manifest import NO_STRATUM, Manifest
+from prep.core.manifest_checks import STRATIFIED
 from prep.core.schema import IGNORE_VALUE
 from prep.core.task_record import TaskRecord
 
-# Tasks whose class_counts count the images containing each class, so they do not sum to the records.
-COUNTED_BY_PRESENCE = ("multilabel", "detection", "segmentation")
-STRATIFIED = ("multilabel", "detection")  # shards carry stratum_counts; the balance rule holds on them
 
 
 @dataclasses.dataclass
@@ -212,9 +210,7 @@ def _shard_fields(task: str, labels: list[str], shard) -> list[str]:
         strata = shard.stratum_counts
         if strata is None:
             return [f"{where}: a {task} shard without stratum_counts"]
-        if sum(strata.values()) != shard.examples:
-            messages.append(f"{where}: examples is {shard.examples} but its stratum_counts sum to "
-                            f"{sum(strata.values())}")
+        # (that they sum to examples is manifest_checks.contradictions')
         unknown = sorted(set(strata) - set(labels) - {NO_STRATUM})
         if unknown:
             messages.append(f"{where}: stratum_counts name strata that are not labels: {', '.join(map(repr, unknown))}")
@@ -231,12 +227,3 @@ def _shard_fields(task: str, labels: list[str], shard) -> list[str]:
                 messages.append(f"{where}: box_counts below class_counts for {', '.join(map(repr, fewer))}: "
                                 "each image containing a class holds at least one of its boxes")
     return messages
-
-
-def classification_only(manifest: Manifest) -> set[str]:
-    """The messages `manifest_checks.contradictions` gives from its single-label rule that a shard's
-    class_counts sum to its records, which does not hold where class_counts count images containing a class."""
-    if manifest.task not in COUNTED_BY_PRESENCE:
-        return set()
-    return {f"{shard.file}: examples is {shard.examples} but its class_counts sum to "
-            f"{sum(shard.class_counts.values())}" for _, shard in manifest.shards()}

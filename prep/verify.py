@@ -40,7 +40,7 @@ from prep import sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
 from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest, ShardInfo
-from prep.core.manifest_checks import contradictions, sum_counts, unbalanced
+from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
@@ -128,10 +128,9 @@ Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)
 
 
 def check_manifest(manifest: Manifest) -> list[Problem]:
-    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`, and for the
-    other tasks `task_checks.manifest_issues`, without the single-label rule that does not hold there)."""
-    stale = task_checks.classification_only(manifest)
-    messages = [m for m in contradictions(manifest) if m not in stale] + task_checks.manifest_issues(manifest)
+    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`, and the task
+    fields: `task_checks.manifest_issues`)."""
+    messages = contradictions(manifest) + task_checks.manifest_issues(manifest)
     return [Problem(FILENAME, None, message) for message in dict.fromkeys(messages)]  # once each, in order
 
 
@@ -173,22 +172,13 @@ def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[s
     return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
 
 
-def _task_split_problems(name: str, info, files: list[str], read: list[ShardScan], task: str) -> list[Problem]:
-    """The balance rule of a task split (±1 records per shard; ±1 per stratum per shard from the
-    manifest's stratum_counts, which `_compare_shard` ties to the records), and max_boxes."""
-    problems = []
-    if task in task_checks.STRATIFIED:
-        strata = [info.shards[i].stratum_counts or {} for i in range(len(files))]
-        problems += balance_problems(name, files, strata)
-    else:  # segmentation: no strata, the records alone
-        problems += [p for p in balance_problems(name, files, [{"": s.records} for s in read])
-                     if "of class" not in p.message]
-    if task == "detection" and info.max_boxes is not None:
-        most = max(s.tally.max_boxes for s in read)
-        if most != info.max_boxes:
-            problems.append(Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold "
-                                                    f"at most {most} objects"))
-    return problems
+def _max_boxes_problems(name: str, info, read: list[ShardScan]) -> list[Problem]:
+    """A detection split's max_boxes against the largest object count its records hold."""
+    most = max(s.tally.max_boxes for s in read)
+    if info.max_boxes is None or most == info.max_boxes:
+        return []
+    return [Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most "
+                                    f"{most} objects")]
 
 
 def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
@@ -289,8 +279,10 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         if files and len(read) == len(files) and all(s.complete for s in read):
             if manifest.task == "classification":
                 problems += balance_problems(split, files, [s.class_counts for s in read])
-            else:
-                problems += _task_split_problems(split, info, files, read, manifest.task)
+            else:  # on records and the manifest's stratum_counts, which _compare_shard ties to the records
+                problems += [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
+                if manifest.task == "detection":
+                    problems += _max_boxes_problems(split, info, read)
     problems.sort(key=_problem_order(manifest))
     check = None
     if target != targets.NONE:

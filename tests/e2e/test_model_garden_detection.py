@@ -45,7 +45,7 @@ def pixels(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)))
 
 
-def assert_decoded_equals(decoded: dict, record: TaskRecord) -> None:
+def assert_decoded_equals(decoded: dict, record: TaskRecord, area_is_mask: bool = True) -> None:
     """What Model Garden decoded from one record is what the record holds, in Model Garden's conventions."""
     objects = record.objects
     assert decoded["source_id"].numpy() == record.source_id.encode()
@@ -60,7 +60,8 @@ def assert_decoded_equals(decoded: dict, record: TaskRecord) -> None:
     assert masks.shape == (len(objects), record.height, record.width)
     for mask, o in zip(masks, objects):
         np.testing.assert_array_equal(mask, pixels(o.mask).astype(np.float32))
-        assert mask.sum() == o.area  # our area is the mask's, in pixels of the stored image
+        if area_is_mask:  # the test datasets' area is the mask's, in pixels of the stored image
+            assert mask.sum() == o.area
 
 
 def test_tf_example_decoder_gives_our_boxes_classes_areas_crowds_and_masks(detection):
@@ -140,3 +141,34 @@ def test_segmentation_decoder_and_parser_read_our_class_maps(tmp_path):
         assert image.shape == (4, 32, 32, 3)
         values = set(np.unique(labels["masks"].numpy()).tolist())
         assert values <= {0, 1, 2, 3, 255} and {1, 255} <= values
+
+
+def test_model_garden_reads_datasets_converted_by_prep_convert(tmp_path):
+    """The same through the real converter: the detection sample (polygons as masks, EXIF-turned JPEGs,
+    images without objects) and a --masks segmentation set."""
+    out = td.converted_detection(tmp_path / "det")
+    assert verify(str(out), deep=True, target="model-garden").ok
+    decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)
+    seen = 0
+    for split in ("train", "validation"):
+        mine = ours(out, split, "detection")
+        decoded = list(tf.data.TFRecordDataset(shards(out, split)).map(decoder.decode))
+        assert len(decoded) == len(mine)
+        for d, r in zip(decoded, mine):
+            assert_decoded_equals(d, r, area_is_mask=False)
+            seen += len(r.objects)
+    assert seen == datasets.load(out)["inputs"]["boxes"]["written"] == 288
+    parser = maskrcnn_input.Parser(output_size=[64, 64], min_level=3, max_level=5, num_scales=1,
+                                   aspect_ratios=[1.0], anchor_size=3, include_mask=True, mask_crop_size=16)
+    batch = next(iter(tf.data.TFRecordDataset(shards(out, "train")).map(decoder.decode)
+                      .map(parser.parse_fn(is_training=True)).batch(8)))
+    assert batch[0].shape == (8, 64, 64, 3)
+
+    seg = td.converted_segmentation(tmp_path / "seg")
+    decoder = segmentation_input.Decoder()
+    mine = ours(seg, "train", "segmentation")
+    decoded = list(tf.data.TFRecordDataset(shards(seg, "train")).map(decoder.decode))
+    for d, r in zip(decoded, mine):
+        label = tf.io.decode_image(d["image/segmentation/class/encoded"], channels=1).numpy()[..., 0]
+        np.testing.assert_array_equal(label, pixels(r.segmentation))
+    assert len(decoded) == len(mine) == 10

@@ -222,3 +222,55 @@ def multilabel_dataset(out: pathlib.Path) -> pathlib.Path:
     ids = [(0,), (0, 1), (1, 3), (2,), (), (0, 2, 3), (1,), (0, 3), (2, 3), (0,), (1, 2), ()]
     records = [multilabel_record(i, t, MULTILABEL_LABELS) for i, t in enumerate(ids)]
     return write(out, "multilabel", MULTILABEL_LABELS, {"train": records}, 3)
+
+
+# --- datasets converted by `prep convert` itself ---------------------------------------
+
+SAMPLE = pathlib.Path(__file__).resolve().parents[2] / "samples" / "shapes_detection"
+
+
+def _convert(*args) -> None:
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    result = CliRunner().invoke(main, ["convert", *map(str, args), "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def converted_detection(out: pathlib.Path) -> pathlib.Path:
+    """samples/shapes_detection (drawn shapes with polygons, EXIF-turned JPEGs, images without objects)
+    converted as COCO with masks."""
+    _convert(SAMPLE / "images", out, "--annotations", SAMPLE / "instances.json", "--split",
+             "train=0.8,validation=0.2", "--num-shards", 2)
+    return out
+
+
+def converted_segmentation(root: pathlib.Path) -> pathlib.Path:
+    """Drawn shapes and their class maps (EXIF-turned too) converted with --masks; returns OUT."""
+    from tests.support import drawn_shapes as ds
+
+    classes = ("background", "cat", "dog", "bird")
+    images = ds.make_images(10, classes[1:], seed=4, orientations=(1, 3, 6, 8), jpeg_every=0)
+    ds.write_images(root / "images", images, classes)
+    (root / "masks").mkdir()
+    for img in images:
+        ds.class_map(img, classes).save(root / "masks" / (img.path.rsplit(".", 1)[0] + ".png"))
+    (root / "classes.txt").write_text("\n".join(classes) + "\n")
+    _convert(root / "images", root / "out", "--masks", root / "masks", "--classes", root / "classes.txt",
+             "--num-shards", 2)
+    return root / "out"
+
+
+def converted_multilabel(root: pathlib.Path) -> pathlib.Path:
+    """24 small JPEGs with 0 to 3 of four labels each, from a label file with '|'-separated cells."""
+    rng = np.random.default_rng(2)
+    rows = []
+    (root / "src").mkdir(parents=True)
+    for i in range(24):
+        Image.new("RGB", (16, 12), COLOURS[i % len(COLOURS)]).save(root / "src" / f"{i:03d}.jpg")
+        names = [n for n in MULTILABEL_LABELS if rng.random() < 0.4]
+        rows.append(f"{i:03d}.jpg,{'|'.join(names)}\n")
+    (root / "labels.csv").write_text("path,label\n" + "".join(rows))
+    _convert(root / "src", root / "out", "--labels", root / "labels.csv", "--num-shards", 3)
+    return root / "out"

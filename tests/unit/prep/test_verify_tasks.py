@@ -175,9 +175,9 @@ def test_strata_that_break_the_balance_rule_are_named(det_copy):
     # class_counts, still hold, but the dog stratum is 0, 1, 2 over the shards where the rule allows 1 each.
     a["dog"], a["owl"], c["dog"], c["owl"] = 0, 2, 2, 1
     datasets.save(det_copy, manifest)
-    rule = "split train has 3 of class 'dog' in 3 shards, so each must hold 1"
-    assert problems(det_copy) == [(shards[0]["file"], None, f"unbalanced: holds 0 of class 'dog'; {rule}"),
-                                  (shards[2]["file"], None, f"unbalanced: holds 2 of class 'dog'; {rule}")]
+    rule = "split train has 3 of stratum 'dog' in 3 shards, so each must hold 1"
+    assert problems(det_copy) == [(shards[0]["file"], None, f"unbalanced: holds 0 of stratum 'dog'; {rule}"),
+                                  (shards[2]["file"], None, f"unbalanced: holds 2 of stratum 'dog'; {rule}")]
 
 
 def test_an_image_without_objects_counted_in_another_stratum_is_named(det_copy):
