@@ -288,9 +288,31 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     if target != targets.NONE:
         check = TargetCheck(target, sum(s.target_records for s in scans.values()),
                             sum_counts(s.target_failures for s in scans.values()),
-                            targets.fix_command(manifest, output, target))
+                            _with_task_flags(targets.fix_command(manifest, output, target), manifest))
     return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
                   time.perf_counter() - started, check, manifest.task)
+
+
+def _with_task_flags(command: str, manifest: Manifest) -> str:
+    """The fix command with the options that make a detection or segmentation dataset (the manifest keeps
+    --annotations and --masks by base name, as --labels), which `targets.fix_command` does not rebuild."""
+    import shlex
+
+    options, words = manifest.options, []
+    if manifest.task == "detection" and options.get("annotations"):
+        words += ["--annotations", options["annotations"]]
+        defaults = {"annotation_format": None, "bad_boxes": "clip", "crowd": "keep", "unannotated": "skip"}
+        for key, default in defaults.items():
+            if options.get(key) not in (None, default):
+                words += ["--" + key.replace("_", "-"), str(options[key])]
+        if options.get("skip_empty"):
+            words.append("--skip-empty")
+    elif manifest.task == "segmentation" and options.get("masks"):
+        words += ["--masks", options["masks"]]
+    if not words or "--annotations" in command or "--masks" in command:
+        return command
+    head, sep, tail = command.partition(" --target ")
+    return f"{head} {' '.join(map(shlex.quote, words))}{sep}{tail}"
 
 
 def _problem_order(manifest: Manifest):

@@ -245,3 +245,19 @@ def test_segmentation_class_counts_are_read_only_with_deep(tmp_path):
     assert problems(out, deep=True) == [(manifest["splits"]["train"]["shards"][0]["file"], None,
                                          f"images containing each class differ from the manifest: car {car - 1} "
                                          f"(manifest {car})")]
+
+
+def test_target_fix_for_a_detection_dataset_keeps_its_annotations(tmp_path, run_cli):
+    records = td.detection_records(n=6)
+    records[1] = dataclasses.replace(records[1], source_id="abc")
+    out = td.write(tmp_path / "out", "detection", DET, {"train": records}, 2)
+    manifest = datasets.load(out)
+    manifest["options"] |= {"annotations": "instances.json", "crowd": "drop", "bad_boxes": "clip"}
+    datasets.save(out, manifest)
+    report = verify(str(out), target="model-garden")
+    assert report.target.by_reason == {"no_source_id": 1}
+    assert report.target.fix.endswith("--annotations instances.json --crowd drop --target model-garden --overwrite")
+    good = td.write(tmp_path / "good", "detection", DET, {"train": td.detection_records(n=6)}, 2)
+    result = run_cli("verify", good, "--target", "model-garden")
+    assert result.exit_code == 0 and result.output.splitlines()[-1] == (
+        "OK: --target model-garden: every record has a decimal image/source_id and the keys TfExampleDecoder reads")
