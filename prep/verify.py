@@ -139,6 +139,16 @@ def balance_problems(split: str, files: list[str], counts: list[dict[str, int]])
     return [Problem(file, None, message) for file, message in unbalanced(split, files, counts)]
 
 
+def manifest_balance_problems(manifest: Manifest, split: str) -> list[Problem]:
+    """The balance rule on a split's counts as the manifest records them, for any task: per class
+    (single-label), per stratum (multi-label, detection), on records (segmentation). For `prep report`."""
+    shards = manifest.splits[split].shards
+    if manifest.task == "classification":
+        return balance_problems(split, [s.file for s in shards], [s.class_counts for s in shards])
+    files = {s.file for s in shards}
+    return [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
+
+
 def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem]:
     problems = [Problem(file, index, message) for index, message in scan.issues]
     if scan.size != entry.bytes:
