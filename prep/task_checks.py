@@ -174,7 +174,7 @@ def manifest_issues(manifest: Manifest) -> list[str]:
                         f"pixels with {IGNORE_VALUE}")
     for split, info in manifest.splits.items():
         for shard in info.shards:
-            messages += _shard_fields(task, labels, shard)
+            messages += _shard_fields(task, labels, shard, exact_strata(manifest))
         if task == "detection":
             summed = collections.Counter()
             for shard in info.shards:
@@ -203,7 +203,16 @@ def manifest_issues(manifest: Manifest) -> list[str]:
     return messages
 
 
-def _shard_fields(task: str, labels: list[str], shard) -> list[str]:
+def exact_strata(manifest: Manifest) -> bool:
+    """Whether each image's stratum is one of the classes its record holds (NO_STRATUM: none): true for
+    multi-label, and for detection when no box was dropped (strata are taken before boxes are judged)."""
+    if manifest.task == "multilabel":
+        return True
+    boxes = manifest.inputs.boxes
+    return manifest.task == "detection" and boxes is not None and boxes.dropped == 0
+
+
+def _shard_fields(task: str, labels: list[str], shard, exact_strata: bool) -> list[str]:
     messages = []
     where = shard.file
     if task in STRATIFIED:
@@ -214,10 +223,13 @@ def _shard_fields(task: str, labels: list[str], shard) -> list[str]:
         unknown = sorted(set(strata) - set(labels) - {NO_STRATUM})
         if unknown:
             messages.append(f"{where}: stratum_counts name strata that are not labels: {', '.join(map(repr, unknown))}")
-        over = [name for name, n in sorted(strata.items()) if name in labels and n > shard.class_counts.get(name, 0)]
-        if over:  # an image of stratum c contains c
-            messages.append(f"{where}: stratum_counts exceed class_counts for {', '.join(map(repr, over))}: "
-                            "every image of a class's stratum contains the class")
+        # An image's stratum comes from its annotations before boxes are dropped (box_outside, crowd, ...), so
+        # only where none was dropped (and always for multi-label) does an image of stratum c contain c.
+        if exact_strata:
+            over = [name for name, n in sorted(strata.items()) if name in labels and n > shard.class_counts.get(name, 0)]
+            if over:
+                messages.append(f"{where}: stratum_counts exceed class_counts for {', '.join(map(repr, over))}: "
+                                "every image of a class's stratum contains the class")
     if task == "detection":
         if shard.box_counts is None:
             messages.append(f"{where}: a detection shard without box_counts")

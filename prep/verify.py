@@ -28,6 +28,7 @@ Checks, in order (docs/verify.md lists them with their messages):
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -149,7 +150,7 @@ def manifest_balance_problems(manifest: Manifest, split: str) -> list[Problem]:
     return [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
 
 
-def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem]:
+def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan, exact: bool = True) -> list[Problem]:
     problems = [Problem(file, index, message) for index, message in scan.issues]
     if scan.size != entry.bytes:
         problems.append(Problem(file, None, f"size is {scan.size} bytes, the manifest says {entry.bytes}"))
@@ -168,10 +169,12 @@ def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem
     if entry.box_counts is not None:
         problems += _count_problems(file, "boxes per class", dict(tally.boxes), entry.box_counts)
     strata = entry.stratum_counts
-    if strata is not None and strata.get(NO_STRATUM, 0) != tally.unlabelled:
+    none = 0 if strata is None else strata.get(NO_STRATUM, 0)
+    # An image without labels is of no stratum; one whose boxes were all dropped keeps its class's stratum.
+    if strata is not None and (none != tally.unlabelled if exact else none > tally.unlabelled):
         what = "objects" if entry.box_counts is not None else "labels"
         problems.append(Problem(file, None, f"holds {tally.unlabelled} records without {what}, the manifest's "
-                                            f"stratum_counts[{NO_STRATUM!r}] says {strata.get(NO_STRATUM, 0)}"))
+                                            f"stratum_counts[{NO_STRATUM!r}] says {none}"))
     return problems
 
 
@@ -192,15 +195,37 @@ def _max_boxes_problems(name: str, info, read: list[ShardScan]) -> list[Problem]
 
 
 def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
+    """rejects.jsonl has a line per rejected input and, for detection, a box line (with a `box` key) per
+    box dropped or clipped, except the boxes of rejected images (counted `image_rejected`, not listed)."""
     path = os.path.join(output, REJECTS)
     if not os.path.isfile(path):
         return []  # optional: it explains the accounting, the shards do not depend on it
     with open(path, "rb") as f:
-        lines = sum(1 for line in f if line.strip())
-    expected = manifest.inputs.rejected
-    if lines != expected:
-        return [Problem(REJECTS, None, f"has {lines} lines, the manifest counts {expected} rejects")]
-    return []
+        lines = [line for line in f if line.strip()]
+    boxes = manifest.inputs.boxes
+    if boxes is None:  # no box lines: count lines without parsing them
+        images, dropped, clipped = len(lines), 0, 0
+    else:
+        kinds = collections.Counter()
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                return [Problem(REJECTS, None, f"line {number} is not JSON")]
+            kinds["image" if not isinstance(entry, dict) or "box" not in entry else entry.get("action")] += 1
+        images, dropped, clipped = kinds["image"], kinds["dropped"], kinds["clipped"]
+    problems = []
+    if images != manifest.inputs.rejected:
+        what = "lines" if boxes is None else "image lines"
+        problems.append(Problem(REJECTS, None, f"has {images} {what}, the manifest counts "
+                                               f"{manifest.inputs.rejected} rejects"))
+    if boxes is not None:
+        listed = boxes.dropped - boxes.dropped_by_reason.get("image_rejected", 0)
+        if (dropped, clipped) != (listed, boxes.clipped):
+            problems.append(Problem(REJECTS, None, f"has {dropped} dropped and {clipped} clipped box lines, the "
+                                                   f"manifest counts {listed} dropped (besides the boxes of "
+                                                   f"rejected images) and {boxes.clipped} clipped"))
+    return problems
 
 
 def verify(output: str, *, deep: bool = False, workers: int | None = None,
@@ -271,7 +296,7 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     for file, scan in scans.items():
-        problems += _compare_shard(file, entries[file][1], scan)
+        problems += _compare_shard(file, entries[file][1], scan, task_checks.exact_strata(manifest))
     for file, (_, entry) in entries.items():
         scan = scans.get(file)
         sizes = scan.record_sizes if scan is not None and scan.complete else None

@@ -275,3 +275,44 @@ def test_manifest_balance_problems_follow_the_task(det_copy):
     datasets.save(det_copy, manifest)
     found = manifest_balance_problems(Manifest.load(str(det_copy)), "train")
     assert [p.file for p in found] == [shards[0]["file"], shards[2]["file"]]
+
+
+@pytest.fixture(scope="module")
+def dropped_boxes(tmp_path_factory):
+    """Converted by prep convert: 8 images; one's only box lies outside it (dropped box_outside), one's
+    only object is a crowd (dropped with --crowd drop). Both images are written without objects, but
+    their strata come from their annotations: 'b', not (none)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("dropped")
+    (root / "images").mkdir()
+    images, anns = [], []
+    for i in range(8):
+        Image.new("RGB", (40, 30), (200, 30 * i, 0)).save(root / "images" / f"{i}.jpg")
+        images.append({"id": i + 1, "file_name": f"{i}.jpg", "width": 40, "height": 30})
+        if i < 6:
+            anns.append({"image_id": i + 1, "category_id": 1 + i % 2, "bbox": [5, 5, 10, 10], "iscrowd": 0})
+    anns.append({"image_id": 7, "category_id": 2, "bbox": [100, 100, 10, 10], "iscrowd": 0})
+    anns.append({"image_id": 8, "category_id": 2, "bbox": [1, 1, 10, 10], "iscrowd": 1})
+    for i, a in enumerate(anns, 1):
+        a |= {"id": i, "area": 100}
+    (root / "instances.json").write_text(json.dumps(
+        {"images": images, "annotations": anns, "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]}))
+    return datasets.convert(root / "images", root / "out", "--annotations", root / "instances.json",
+                            "--num-shards", 2, "--crowd", "drop", "--no-progress")
+
+
+def test_a_converted_dataset_with_dropped_boxes_verifies(dropped_boxes):
+    manifest = datasets.load(dropped_boxes)
+    assert manifest["inputs"]["boxes"]["dropped_by_reason"] == {"box_outside": 1, "crowd": 1}
+    assert sum(s["stratum_counts"].get(NO_STRATUM, 0) for s in manifest["splits"]["train"]["shards"]) == 0
+    assert problems(dropped_boxes, deep=True) == []
+
+
+def test_rejects_jsonl_box_lines_are_counted(dropped_boxes, tmp_path):
+    out = datasets.copy(dropped_boxes, tmp_path / "out")
+    lines = (out / "rejects.jsonl").read_text().splitlines()
+    assert [json.loads(line)["action"] for line in lines] == ["dropped", "dropped"]
+    (out / "rejects.jsonl").write_text(lines[0] + "\n")
+    assert problems(out) == [("rejects.jsonl", None, "has 1 dropped and 0 clipped box lines, the manifest counts "
+                                                     "2 dropped (besides the boxes of rejected images) and 0 clipped")]
