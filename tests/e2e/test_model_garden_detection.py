@@ -172,3 +172,18 @@ def test_model_garden_reads_datasets_converted_by_prep_convert(tmp_path):
         label = tf.io.decode_image(d["image/segmentation/class/encoded"], channels=1).numpy()[..., 0]
         np.testing.assert_array_equal(label, pixels(r.segmentation))
     assert len(decoded) == len(mine) == 10
+
+
+def test_png_detection_records_decode_and_pass_the_target(tmp_path):
+    """Detection's decoder reads PNG (tf.io.decode_image), so --target model-garden has no JPEG rule for it."""
+    records = td.detection_records(n=8, png_every=2)
+    assert {r.format for r in records} == {"jpeg", "png"}
+    out = td.write(tmp_path / "out", "detection", td.DETECTION_LABELS, {"train": records}, 2)
+    report = verify(str(out), deep=True, target="model-garden")
+    assert report.ok and report.target.records == 0
+    decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)
+    decoded = list(tf.data.TFRecordDataset(shards(out, "train")).map(decoder.decode))
+    for d, r in zip(decoded, ours(out, "train", "detection")):
+        assert_decoded_equals(d, r)
+        if r.format == "png":  # lossless: the same pixels (JPEG decoders may differ by a level)
+            np.testing.assert_array_equal(d["image"].numpy(), np.asarray(Image.open(io.BytesIO(r.encoded)).convert("RGB")))

@@ -45,7 +45,7 @@ def jpeg(img: Image.Image) -> bytes:
 
 
 def detection_record(index: int, size: tuple[int, int], objects: list[tuple[int, tuple[int, int, int, int]]],
-                     labels: list[str], masks: bool = True) -> TaskRecord:
+                     labels: list[str], masks: bool = True, fmt: str = "jpeg") -> TaskRecord:
     """A JPEG of `size` (w, h) with each object (class id from 1, pixel box x0, y0, x1, y1 exclusive) drawn
     filled in its class colour; the mask of an object is its ellipse, 0/1."""
     w, h = size
@@ -59,9 +59,15 @@ def detection_record(index: int, size: tuple[int, int], objects: list[tuple[int,
         area = float(np.asarray(mask).sum())
         boxes.append(BoxObject(label, labels[label - 1], x0 / w, y0 / h, x1 / w, y1 / h, area, crowd=int(index % 7 == 3),
                                difficult=0, mask=png(np.asarray(mask)) if masks else None))
-    return TaskRecord.build("detection", jpeg(img), format="jpeg", height=h, width=w, channels=3,
-                            filename=f"img_{index:04d}.jpg", source_id=str(index + 1), objects=tuple(boxes),
-                            masks=masks)
+    if fmt == "png":
+        buf = io.BytesIO()
+        img.save(buf, "PNG")
+        encoded = buf.getvalue()
+    else:
+        encoded = jpeg(img)
+    return TaskRecord.build("detection", encoded, format=fmt, height=h, width=w, channels=3,
+                            filename=f"img_{index:04d}.{'png' if fmt == 'png' else 'jpg'}", source_id=str(index + 1),
+                            objects=tuple(boxes), masks=masks)
 
 
 def segmentation_record(index: int, size: tuple[int, int], regions: list[tuple[int, tuple[int, int, int, int]]],
@@ -183,7 +189,7 @@ SEGMENTATION_LABELS = ["background", "road", "car", "person"]
 MULTILABEL_LABELS = ["red", "green", "blue", "tall"]
 
 
-def detection_records(n: int = 18, masks: bool = True, seed: int = 0) -> list[TaskRecord]:
+def detection_records(n: int = 18, masks: bool = True, seed: int = 0, png_every: int = 0) -> list[TaskRecord]:
     """`n` drawn images of 40x30..56x38 with 0 to 3 objects each (every 6th has none)."""
     rng = np.random.default_rng(seed)
     records = []
@@ -194,7 +200,8 @@ def detection_records(n: int = 18, masks: bool = True, seed: int = 0) -> list[Ta
             x0, y0 = int(rng.integers(0, w - 12)), int(rng.integers(0, h - 10))
             x1, y1 = int(rng.integers(x0 + 6, min(w, x0 + 24) + 1)), int(rng.integers(y0 + 6, min(h, y0 + 20) + 1))
             objects.append((1 + int(rng.integers(0, 3)) if i % 4 else 3, (x0, y0, x1, y1)))
-        records.append(detection_record(i, (w, h), objects, DETECTION_LABELS, masks))
+        fmt = "png" if png_every and i % png_every == png_every - 1 else "jpeg"
+        records.append(detection_record(i, (w, h), objects, DETECTION_LABELS, masks, fmt))
     return records
 
 
