@@ -25,8 +25,6 @@ tf = pytest.importorskip("tensorflow")
 # Not importorskip: without Model Garden these tests would pass having checked nothing.
 from official.vision.dataloaders import maskrcnn_input, segmentation_input, tf_example_decoder  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def detection(tmp_path_factory):

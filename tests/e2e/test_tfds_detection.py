@@ -23,8 +23,6 @@ from tests.support import task_datasets as td
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")
 
-pytestmark = pytest.mark.slow
-
 
 def ours(out, split, task) -> list[TaskRecord]:
     return [TaskRecord.from_bytes(r, task) for p in sorted(out.glob(f"{split}-*.tfrecord")) for r in datasets.records(p)]
