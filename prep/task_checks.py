@@ -5,7 +5,8 @@ Per record (`record_issues`, and `mask_issues` for --deep), what the contract
 class ids naming the manifest's labels (detection from 1, multi-label from 0) with the
 label's name as text, 0/1 crowd and difficult flags, a decimal `image/source_id`
 (detection and segmentation); with --deep, every mask a single-channel PNG of the image's
-size whose values are 0/1 (instance) or class values and the ignore value (semantic).
+size whose values are 0/1 (instance: `area` is its pixel count, its pixels lie in the object's box
+within a pixel) or class values and the ignore value (semantic).
 
 Per shard (`Tally`): images containing each class, objects per class, the largest object
 count and the images without labels, recomputed from the records for comparison with the
@@ -104,9 +105,9 @@ def source_id_ok(record: TaskRecord) -> bool:
     return sid is not None and sid.isascii() and sid.isdigit()
 
 
-def _single_channel_png(data: bytes, what: str, size: tuple[int, int], values: bool):
-    """A single-channel 8-bit PNG of `size` (w, h): (its distinct values if `values`, else its largest value,
-    None) or (None, message)."""
+def _single_channel_png(data: bytes, what: str, size: tuple[int, int]):
+    """(the histogram and bounding box of non-zero pixels of a single-channel 8-bit PNG of `size` (w, h),
+    None), or (None, message)."""
     from PIL import Image
 
     try:
@@ -117,38 +118,51 @@ def _single_channel_png(data: bytes, what: str, size: tuple[int, int], values: b
                 return None, f"{what} has mode {img.mode}, not single-channel 8-bit (L)"
             if img.size != size:
                 return None, f"{what} is {img.size[0]}x{img.size[1]}, the image is {size[0]}x{size[1]}"
-            if values:  # a histogram is cheaper than a numpy array of every pixel
-                return [v for v, n in enumerate(img.histogram()) if n], None
-            return img.getextrema()[1], None
+            return (img.histogram(), img.getbbox()), None  # in C: cheaper than a numpy array of every pixel
     except Exception as exc:  # Pillow raises many types on damaged data
         return None, f"{what} does not decode: {type(exc).__name__}: {exc}"
+
+
+def _instance_mask_issues(i: int, o, size: tuple[int, int]) -> list[str]:
+    """An instance mask is 0/1, its pixels are the object's area, and they lie in its box (within a pixel)."""
+    facts, problem = _single_channel_png(o.mask, f"object {i}: image/object/mask", size)
+    if problem:
+        return [problem]
+    histogram, bbox = facts
+    found = [v for v, n in enumerate(histogram) if n]
+    if any(v > 1 for v in found):
+        return [f"object {i}: image/object/mask holds values {_values(found)}, an instance mask holds 0 and 1"]
+    issues = []
+    if abs(histogram[1] - o.area) > 0.5:
+        issues.append(f"object {i}: image/object/area is {o.area!r}, its mask covers {histogram[1]} pixels")
+    if bbox is not None:
+        w, h = size
+        box = (o.xmin * w, o.ymin * h, o.xmax * w, o.ymax * h)
+        outside = max(box[0] - bbox[0], box[1] - bbox[1], bbox[2] - box[2], bbox[3] - box[3])
+        if outside > 1:
+            issues.append(f"object {i}: image/object/mask reaches {outside:.1f} px outside its box (mask pixels "
+                          f"x {bbox[0]}..{bbox[2] - 1}, y {bbox[1]}..{bbox[3] - 1})")
+    return issues
 
 
 def mask_issues(record: TaskRecord, num_classes: int, ignore_value: int | None) -> tuple[list[str], list[int] | None]:
     """Decodes every mask of a record (for --deep): issues, and for segmentation the class values present."""
     size = (record.width, record.height)
-    issues = []
     if record.task == "detection" and record.masks:
-        for i, o in enumerate(record.objects):
-            largest, problem = _single_channel_png(o.mask, f"object {i}: image/object/mask", size, False)
-            if problem:
-                issues.append(problem)
-            elif largest > 1:
-                found, _ = _single_channel_png(o.mask, "", size, True)
-                issues.append(f"object {i}: image/object/mask holds values {_values(found)}, "
-                              "an instance mask holds 0 and 1")
-        return issues, None
+        return [m for i, o in enumerate(record.objects) for m in _instance_mask_issues(i, o, size)], None
     if record.task == "segmentation":
         ignore = IGNORE_VALUE if ignore_value is None else ignore_value
-        found, problem = _single_channel_png(record.segmentation, "image/segmentation/class/encoded", size, True)
+        facts, problem = _single_channel_png(record.segmentation, "image/segmentation/class/encoded", size)
         if problem:
             return [problem], None
+        found = [v for v, n in enumerate(facts[0]) if n]
         bad = [v for v in found if v >= num_classes and v != ignore]
+        issues = []
         if bad:
             issues.append(f"image/segmentation/class/encoded holds values {_values(bad)}, not class values "
                           f"0..{num_classes - 1} or the ignore value {ignore}")
         return issues, [v for v in found if v < num_classes]
-    return issues, None
+    return [], None
 
 
 def _values(values) -> str:

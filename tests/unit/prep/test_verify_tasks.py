@@ -316,3 +316,26 @@ def test_rejects_jsonl_box_lines_are_counted(dropped_boxes, tmp_path):
     (out / "rejects.jsonl").write_text(lines[0] + "\n")
     assert problems(out) == [("rejects.jsonl", None, "has 1 dropped and 0 clipped box lines, the manifest counts "
                                                      "2 dropped (besides the boxes of rejected images) and 0 clipped")]
+
+
+def test_an_instance_mask_must_cover_its_area_inside_its_box_with_deep(tmp_path):
+    import numpy as np
+
+    def damage(rs):
+        o = rs[1].objects[0]
+        replace_object(rs, 1, area=o.area + 7)
+        r = rs[2]
+        far = np.zeros((r.height, r.width), np.uint8)
+        o = r.objects[0]
+        x = 0 if o.xmin * r.width > 10 else r.width - 4  # a 4x4 block away from the box
+        far[0:4, x:x + 4] = 1
+        replace_object(rs, 2, mask=td.png(far), area=16.0)
+    out, records = write_detection(tmp_path, damage)
+    found = problems(out, deep=True)
+    o1 = records[1].objects[0]
+    assert (*where(out, records[1]), f"object 0: image/object/area is {o1.area!r}, its mask covers "
+                                     f"{int(o1.area) - 7} pixels") in found
+    file, index = where(out, records[2])
+    assert [m for f, i, m in found if (f, i) == (file, index)][0].startswith(
+        "object 0: image/object/mask reaches ")
+    assert len(found) == 2
