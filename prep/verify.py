@@ -122,7 +122,7 @@ class Report:
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
             "target": None if self.target is None else self.target.to_json(),
-        }
+        } | ({} if self.task == "classification" else {"task": self.task})  # classification's JSON as before
 
 
 Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)

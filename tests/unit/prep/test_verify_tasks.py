@@ -339,3 +339,10 @@ def test_an_instance_mask_must_cover_its_area_inside_its_box_with_deep(tmp_path)
     assert [m for f, i, m in found if (f, i) == (file, index)][0].startswith(
         "object 0: image/object/mask reaches ")
     assert len(found) == 2
+
+
+def test_json_names_the_task(detection, run_cli):
+    result = run_cli("verify", detection, "--json")
+    doc = json.loads(result.output)
+    assert result.exit_code == 0 and doc["task"] == "detection" and doc["verdict"] == "ok"
+    assert doc["splits"]["train"]["class_counts"] == datasets.load(detection)["splits"]["train"]["class_counts"]
