@@ -6,7 +6,10 @@ however many inputs there are. A pool of `workers` threads works on the chunk's
 images in batches (spill.py); each batch's framed TFRecord bytes go to its own spill
 file, and a small `PreparedRef` (where the record is) per good input goes to the
 chunk's index. Only the chunk's counts per (split, class) travel on, to the planner:
-the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`.
+the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`, and for detection `BoxNotes`
+(the chunk's dropped and clipped boxes and its box tally). For multi-label, detection and
+segmentation (`task`), the groups are the listing's strata (prep/core/task_inputs.py) and each
+record is a TaskRecord (task_records.py); a reference then also holds its rank key and `tags`.
 """
 
 from __future__ import annotations

@@ -42,12 +42,14 @@ def list_inputs(config: ConvertConfig) -> Listing:
         if inside and not storage.is_remote(t.annotations):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
         return task_inputs.list_detection(config.source, t.annotations, t.annotation_format, config.classes,
-                                          t.unannotated, config.layout, config.plan.seed, skip)
+                                          t.unannotated, config.layout, config.plan.seed, skip, config.plan)
     if task == "segmentation":
         return task_inputs.list_segmentation(config.source, config.tasks.masks, config.classes, config.layout)
     if config.labels:
         listing = _list_label_file(config)
-        return task_inputs.multilabel_listing(listing, config.plan.seed) if listing.task == "multilabel" else listing
+        if listing.task != "multilabel":
+            return listing
+        return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
     if output_inside(config.output, config.source):
         raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
                           "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")

@@ -22,7 +22,7 @@ from prep.core.errors import ManifestError
 from prep.core.naming import ShardName, check_split_name
 from prep.core.schema import IGNORE_VALUE, TASKS
 from prep.core.manifest_parts import (BoxAccounting, Category, IndexFile, InFlight, Inputs,  # noqa: F401 (re-exported)
-                                      Resumed, Run, ShardInfo, SplitInfo)
+                                      Resumed, Run, ShardInfo, SplitInfo, deviation)
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
@@ -108,11 +108,13 @@ class Manifest:
             for label, n in (shard.box_counts or {}).items():
                 split["box_counts"][label] += n
             split["shards"].append(shard)
-        detection = task == "detection"
+        detection, several = task == "detection", task in ("multilabel", "detection")
         return cls(labels=tuple(labels), options=dict(options),
                    splits={n: SplitInfo(n, s["examples"], s["bytes"], s["num_shards"], s["class_counts"],
                                         tuple(s["shards"]), box_counts=s["box_counts"] if detection else None,
-                                        max_boxes=(max_boxes or {}).get(n, 0) if detection else None)
+                                        max_boxes=(max_boxes or {}).get(n, 0) if detection else None,
+                                        max_deviation=deviation(s["class_counts"], s["examples"], s["shards"])
+                                        if several else None)
                            for n, s in splits.items()},
                    inputs=inputs, tool=dict(tool), run=run, task=task, categories=categories,
                    ignore_value=IGNORE_VALUE if task == "segmentation" else None)
@@ -253,8 +255,14 @@ def _split(read: _Reader, name: str, info) -> SplitInfo:
     box_counts = (read.counts(read.get(info, "box_counts", dict, f"{field}.box_counts"), f"{field}.box_counts")
                   if "box_counts" in info else None)
     max_boxes = read.get(info, "max_boxes", int, f"{field}.max_boxes") if "max_boxes" in info else None
+    max_deviation = None
+    if "max_deviation" in info:
+        max_deviation = info["max_deviation"]
+        if isinstance(max_deviation, bool) or not isinstance(max_deviation, (int, float)) or max_deviation < 0:
+            raise ManifestError(f"{read.where} is malformed: {field}.max_deviation must be a number >= 0, "
+                                f"got {max_deviation!r}")
     return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards),
-                     box_counts=box_counts, max_boxes=max_boxes)
+                     box_counts=box_counts, max_boxes=max_boxes, max_deviation=max_deviation)
 
 
 def dumps(document: dict) -> bytes:

@@ -57,6 +57,8 @@ class SplitInfo:
     shards: tuple[ShardInfo, ...]
     box_counts: dict[str, int] | None = None  # detection: objects per class
     max_boxes: int | None = None  # detection: the most objects one image of the split holds
+    # multilabel, detection: the largest |images of a class in a shard - its proportional share| (`deviation`)
+    max_deviation: float | None = None
 
     def to_json(self) -> dict:
         out = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
@@ -65,7 +67,20 @@ class SplitInfo:
             out["box_counts"] = dict(self.box_counts)
         if self.max_boxes is not None:
             out["max_boxes"] = self.max_boxes
+        if self.max_deviation is not None:
+            out["max_deviation"] = self.max_deviation
         return out
+
+
+def deviation(split_counts: dict[str, int], examples: int, shards) -> float:
+    """The largest deviation of a shard's count of a class from its proportional share of the split's
+    (class count x shard examples / split examples), over shards and classes, rounded to 1/1000."""
+    worst = 0.0
+    for shard in shards:
+        for name, total in split_counts.items():
+            share = total * shard.examples / examples if examples else 0.0
+            worst = max(worst, abs(shard.class_counts.get(name, 0) - share))
+    return round(worst, 3)
 
 
 @dataclasses.dataclass(frozen=True)

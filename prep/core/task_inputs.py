@@ -110,39 +110,70 @@ def folder_split(paths, layout: str) -> dict[str, str] | None:
     return {p: p.split("/")[0] for p in paths}
 
 
-def _stratify(images, num_classes: int, seed: int):
-    """`prep.core.annotations.stratify`; until that exists, the rarest label as stratum and the seeded
-    hash as key (exact per stratum; the other labels then follow only by chance)."""
-    try:
-        from prep.core.annotations import stratify
-    except ImportError:
-        import hashlib
+def strata_refs(items, classes: tuple[str, ...], seed: int, plan=None, source: str | None = None
+                ) -> list[InputRef]:
+    """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys.
 
-        freq = [0] * num_classes
-        for _, ids in images:
-            for i in ids:
-                freq[i] += 1
-        return [(min(ids, key=lambda i: (freq[i], i)) if ids else None,
-                 hashlib.sha256(f"{seed}\0stratum\0{path}".encode("utf-8", "surrogateescape")).digest())
-                for path, ids in images]
-    return stratify(images, num_classes, seed)
+    With `plan` (the conversion's PlanOptions), the keys are dealt for the layout the planner will make
+    if no input is rejected (`_locate`); rejected inputs shift the ranks after them, so the balance of
+    the other labels is then close rather than exact. The strata themselves are always exact.
+    """
+    from prep.core.annotations import stratify
 
-
-def strata_refs(items, classes: tuple[str, ...], seed: int) -> list[InputRef]:
-    """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys."""
-    placed = _stratify([(path, tuple(sorted(set(ids)))) for path, _, ids, _ in items], len(classes), seed)
+    by_split: dict[str | None, list] = {}
+    for item in items:
+        by_split.setdefault(item[1], []).append(item)
     refs = []
-    for (path, split, _, extra), (stratum, key) in zip(items, placed):
-        group = NO_STRATUM if stratum is None else classes[stratum]
-        refs.append(InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True), key.hex()))
+    for split, members in sorted(by_split.items(), key=lambda kv: kv[0] or ""):
+        images = [(path, tuple(sorted(set(ids)))) for path, _, ids, _ in members]
+        locate = None if plan is None else _locate(images, split, len(classes), plan, source)
+        for (path, _, _, extra), (stratum, key) in zip(members, stratify(images, len(classes), seed, locate)):
+            group = NO_STRATUM if stratum is None else classes[stratum]
+            refs.append(InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True),
+                                 key.hex()))
+    refs.sort(key=lambda r: r.path)
     return refs
 
 
+def _locate(images, split: str | None, num_classes: int, plan, source: str | None):
+    """(stratum, rank) -> (split, shard) as `layout.make_layout` places the strata of `images` (all of
+    one split SOURCE gives, or None), or None when no layout can be made yet (the planner says why)."""
+    from prep.core.annotations.strata import strata_of
+    from prep.core.errors import PlanError
+    from prep.core.layout import make_layout
+
+    sizes: dict[tuple, int] = {}
+    for stratum in strata_of(images, num_classes):
+        group = (split, num_classes if stratum is None else stratum)
+        sizes[group] = sizes.get(group, 0) + 1
+    try:
+        layout = make_layout(sizes, num_classes + 1, plan, _mean_size(source, [p for p, _ in images]))
+    except PlanError:
+        return None
+    return lambda stratum, rank: layout.locate((split, num_classes if stratum is None else stratum), rank)
+
+
+def _mean_size(source: str | None, paths: list[str], sample: int = 256) -> float:
+    """About the bytes of a record, for a shard count derived from --shard-size: the mean size of up to
+    `sample` of the files (evenly spread), or 1 when they cannot be measured here (an object store)."""
+    if source is None or storage.is_remote(source) or not paths:
+        return 1.0
+    step = max(1, len(paths) // sample)
+    sizes = []
+    for path in paths[::step]:
+        try:
+            sizes.append(os.path.getsize(os.path.join(source, path)))
+        except OSError:
+            continue
+    return sum(sizes) / len(sizes) if sizes else 1.0
+
+
 def list_detection(source: str, annotations: str, fmt: str | None, classes: tuple[str, ...] | None,
-                   unannotated: str, layout: str, seed: int, skip: frozenset = frozenset()) -> Listing:
+                   unannotated: str, layout: str, seed: int, skip: frozenset = frozenset(), plan=None) -> Listing:
     """Lists the images of `annotations` under `source`.
 
-    `skip` holds files under SOURCE that are not inputs (the annotation file itself).
+    `skip` holds files under SOURCE that are not inputs (the annotation file itself); `plan`: see
+    `strata_refs`.
     The listing holds the box notes of annotation problems and the tally of the boxes not
     written because of them or of their image's reject (`box_notes`, `boxes`).
 
@@ -169,7 +200,7 @@ def list_detection(source: str, annotations: str, fmt: str | None, classes: tupl
     problem_images = {p.path for p in found.problems if p.box is None}
     annotated = {a.path for a in found.images}
     ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
-    next_id = max(ids_used, default=0) + 1
+    next_id = max(max(ids_used, default=0), len(found.images)) + 1  # after every COCO id and every index
     items = []
     splits = folder_split(sorted(annotated | (present if unannotated == "keep" else set())), layout)
     for i, ann in enumerate(found.images):
@@ -197,7 +228,7 @@ def list_detection(source: str, annotations: str, fmt: str | None, classes: tupl
                                                          "(--unannotated keep writes it without objects)"))
     if items and len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError(f"--annotations {annotations} gives a split for some images but not for others")
-    refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed)
+    refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
     rejects.sort(key=lambda r: (r.path, r.reason))
     categories = tuple(Category(c.id, c.name, c.source_id) for c in found.categories)
     return Listing(tuple(refs), tuple(rejects), names, task="detection", groups=names + (NO_STRATUM,),
@@ -240,7 +271,7 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
     return Listing(tuple(refs), tuple(rejects), tuple(classes), task="segmentation", groups=(ALL,))
 
 
-def multilabel_listing(listing: Listing, seed: int) -> Listing:
+def multilabel_listing(listing: Listing, seed: int, plan=None, source: str | None = None) -> Listing:
     """A label file's listing whose labels are '|'-joined names -> a multilabel listing in strata.
 
     The refs' labels are checked against the classes by the caller (`label_file`).
@@ -248,6 +279,6 @@ def multilabel_listing(listing: Listing, seed: int) -> Listing:
     ids = {name: i for i, name in enumerate(listing.classes)}
     items = [(r.path, r.split, [ids[n] for n in r.label.split("|")],
               {"l": sorted({ids[n] for n in r.label.split("|")})}) for r in listing.refs]
-    refs = strata_refs(items, listing.classes, seed)
+    refs = strata_refs(items, listing.classes, seed, plan, source)
     return Listing(tuple(refs), listing.rejects, listing.classes, task="multilabel",
                    groups=listing.classes + (NO_STRATUM,))

@@ -71,7 +71,8 @@ def shapes(tmp_path_factory):
     return root / "images", path, images
 
 
-@pytest.mark.parametrize("extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png")])
+@pytest.mark.parametrize("extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png"),
+                                   ("--isolate", "all", "--resize", 40)])  # prepared in the sandbox
 def test_boxes_are_within_a_pixel_of_the_drawn_shapes(shapes, tmp_path, run_cli, extra):
     source, path, images = shapes
     out = tmp_path / "out"
@@ -125,6 +126,12 @@ def test_strata_are_balanced_within_one_per_shard(tmp_path, run_cli):
         counts = [s.stratum_counts[stratum] for s in shards]
         assert max(counts) - min(counts) <= 1, (stratum, counts)
     assert sum(shards[0].stratum_counts.values()) == shards[0].examples
+    split = m.splits["train"]
+    worst = max(abs(s.class_counts[c] - split.class_counts[c] * s.examples / split.examples)
+                for s in shards for c in CLASSES)
+    assert split.max_deviation == round(worst, 3)
+    # The keys were dealt for this layout (no input rejected): every class, not only the strata, follows.
+    assert split.max_deviation <= 1.5, [s.class_counts for s in shards]
 
 
 def _bad_set(tmp_path):
@@ -279,3 +286,31 @@ def test_resume_reuses_prepared_detection_chunks_and_gives_the_same_dataset(shap
     resumed = Manifest.load(str(out)).run.resumed
     assert resumed.chunks_reused == resumed.chunks > 0  # no image read again: boxes and counts from the indexes
     assert_same_dataset(out, reference, shards=4)
+
+
+def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path, run_cli):
+    from beam_jobs import launch
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+    from tests.support.shards import assert_same_dataset
+    from tests.support.testfs import to_url
+
+    source, path, _ = shapes
+    reference = tmp_path / "ref"
+    convert(run_cli, source, reference, path, "--seed", 4)
+    out = tmp_path / "out"
+    config = build_config(to_url(str(source)), to_url(str(out)), {"annotations": to_url(str(path)), "num_shards": 2,
+                                                                   "seed": 4})
+    launch.convert(config, list_inputs(config))
+    assert_same_dataset(out, reference, shards=2)
+
+
+def test_overwrite_knows_the_label_maps_as_its_own(shapes, tmp_path, run_cli):
+    source, path, _ = shapes
+    out = tmp_path / "out"
+    convert(run_cli, source, out, path)
+    assert convert(run_cli, source, out, path, ok=False).exit_code != 0  # not without --overwrite
+    convert(run_cli, source, out, path, "--overwrite", "--seed", 2)
+    (out / "mine.txt").write_text("a user's file")
+    result = convert(run_cli, source, out, path, "--overwrite", ok=False)
+    assert result.exit_code != 0 and "mine.txt" in result.output

@@ -65,6 +65,7 @@ def test_multilabel_records_counts_and_strata(multilabel, tmp_path, run_cli, kin
     total = {name: sum(s.class_counts[name] for s in m.splits.values()) for name in m.labels}
     assert total == {name: sum(name in ls for _, ls in rows) for name in m.labels}
     # "rare" is the rarest label of the 5 images holding it: a stratum split 0.75/0.25 and sharded within one.
+    assert all(split.max_deviation <= 1.5 for split in m.splits.values()), m.splits  # the other labels follow
     rare = [s.stratum_counts.get("rare", 0) for split in m.splits.values() for s in split.shards]
     assert sum(rare) == 5 and max(rare) - min(rare) <= 1
 

@@ -14,12 +14,14 @@ from prep.core.annotations.label_map import label_map_csv, label_map_pbtxt
 from prep.core.annotations.masks import prepare_mask
 from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Obj, Problem
 from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, place_objects
+from prep.core.annotations.strata import stratify
 from prep.core.annotations.voc import read_voc
 from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
 
 __all__ = ["AnnotationSet", "BoxPolicy", "Category", "FORMATS", "ImageAnnotation", "Obj", "Placed",
-           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects", "prepare_mask", "read_annotations"]
+           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects", "prepare_mask", "read_annotations",
+           "stratify"]
 
 _READERS = {"coco": read_coco, "voc": read_voc, "yolo": read_yolo, "csv": read_box_csv}
 

@@ -1,0 +1,74 @@
+"""Ranks with the layout: each stratum's images dealt to the (split, shard) cells its ranks reach.
+
+Used by `strata.stratify` when the caller passes `locate` (the layout's rank -> cell map).
+Every rank of a stratum is a slot of a known cell, so choosing an image's rank is choosing
+its cell. As in iterative stratification (Sechidis et al., 2011), each cell wants its share
+of every label (the label's images times the cell's share of all slots), and an image goes
+to the cell with free slots in its stratum that lacks its labels most (the sum over its
+labels of wanted minus placed, per slot of the cell, so that cells of unequal sizes, a
+training split's and a test split's, compare; ties: the cell with the most free slots of the stratum, then
+the first). The stratum's own label needs no greedy: the slots fix it exactly.
+
+Strata are dealt smallest first, and inside a stratum the images with the most labels
+first: the last images of a stratum must take the slots left, and an image with few
+labels costs least where it lands.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+
+def cell_ranks(groups: dict, labels: Sequence[tuple[int, ...]], num_classes: int, coins: Sequence[bytes],
+               locate: Callable[[int | None, int], Hashable]) -> dict[int, int]:
+    """{image: rank} for the images of every group ({stratum: [image]}), `labels[i]` the image's
+    labels but its stratum."""
+    slots: dict = {}  # stratum -> {cell: [ranks]}
+    cells: dict[Hashable, int] = {}
+    for stratum, members in groups.items():
+        per_cell: dict = {}
+        for rank in range(len(members)):
+            cell = locate(stratum, rank)
+            per_cell.setdefault(cell, []).append(rank)
+            cells.setdefault(cell, len(cells))
+        slots[stratum] = per_cell
+    size = np.zeros(len(cells))
+    for per_cell in slots.values():
+        for cell, ranks in per_cell.items():
+            size[cells[cell]] += len(ranks)
+    totals = np.zeros(num_classes)
+    for members in groups.values():
+        for i in members:
+            totals[list(labels[i])] += 1
+    # wanted[cell, label]: the label's images the cell should still get, per slot of the cell
+    # (per slot: a cell four times the size of another must not look four times as lacking)
+    wanted = np.outer(size / max(1.0, size.sum()), totals) / np.maximum(size, 1.0)[:, None]
+    step = 1.0 / np.maximum(size, 1.0)
+    rank_of: dict[int, int] = {}
+    for stratum in sorted(groups, key=lambda s: (len(groups[s]), s is None, s or 0)):
+        per_cell = slots[stratum]
+        index = np.array([cells[c] for c in per_cell])
+        queues = [list(reversed(per_cell[c])) for c in per_cell]  # ranks of each cell, lowest popped first
+        free = np.array([len(q) for q in queues], dtype=np.float64)
+        members = sorted(groups[stratum], key=lambda i: (-len(labels[i]), coins[i]))
+        # Ties on lack go to the most free slots, then the first cell: a small tilt that never outweighs one label.
+        tilt = 1e-9 / (1.0 + len(members))
+        lack, steps = wanted[index], step[index]  # this stratum's cells, written back after it
+        score = np.zeros(len(index))
+        for i in members:
+            own = labels[i]
+            if own:
+                np.sum(lack[:, own], axis=1, out=score)
+            else:
+                score[:] = 0.0
+            score += tilt * free
+            score[free == 0] = -np.inf
+            k = int(np.argmax(score))
+            rank_of[i] = queues[k].pop()
+            free[k] -= 1
+            if own:
+                lack[k, own] -= steps[k]
+        wanted[index] = lack
+    return rank_of
