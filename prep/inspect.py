@@ -3,6 +3,10 @@
 `summary` is a pure function of the manifest (the `--json` document, see
 docs/verify.md); `samples` reads records from the shards for the contact sheet
 (`prep.pictures`). Neither imports TensorFlow.
+
+For multi-label, detection and segmentation datasets a class's count is the images
+containing it (the manifest's class_counts), and the contact sheet's row of a class shows
+records containing it, so one record may appear in several rows.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Iterator
 
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
+from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import read_records
 
 JSON_VERSION = 1
@@ -42,13 +47,18 @@ def summary(manifest: Manifest, output: str) -> dict:
             count = info.class_counts.get(label, 0)
             classes[label] = {"count": count, "share": _share(count, info.examples),
                               "per_shard": _spread([s.class_counts.get(label, 0) for s in shards])}
-        splits[name] = {"examples": info.examples, "num_shards": info.num_shards, "bytes": info.bytes,
+            if info.box_counts is not None:  # detection
+                classes[label]["boxes"] = info.box_counts.get(label, 0)
+        extra = {} if info.max_boxes is None else {"max_boxes": info.max_boxes,
+                                                    "boxes": sum((info.box_counts or {}).values())}
+        splits[name] = extra | {"examples": info.examples, "num_shards": info.num_shards, "bytes": info.bytes,
                         "share": _share(info.examples, total),
                         "per_shard": _spread([s.examples for s in shards]),
                         "shard_bytes": _spread([s.bytes for s in shards]),
                         "classes": classes}
     inputs = manifest.inputs.to_json()
-    return {
+    task = {} if manifest.task == "classification" else {"task": manifest.task}  # classification's JSON as before
+    return task | {
         "version": JSON_VERSION,
         "output": output,
         "manifest_version": manifest.version,
@@ -73,15 +83,37 @@ def shard_paths(manifest: Manifest, output: str, split: str | None = None) -> li
     return [os.path.join(output, shard.file) for name in names for shard in manifest.splits[name].shards]
 
 
-def _records(paths: list[str]) -> Iterator[ImageRecord]:
+def _records(paths: list[str], task: str = "classification") -> Iterator[ImageRecord | TaskRecord]:
     for path in paths:
         with open(path, "rb") as f:
             for _, _, data in read_records(f, os.path.basename(path)):
-                yield ImageRecord.from_bytes(data)
+                yield ImageRecord.from_bytes(data) if task == "classification" else TaskRecord.from_bytes(data, task)
 
 
-def samples(manifest: Manifest, output: str, per_class: int, split: str | None = None) -> dict[int, list[ImageRecord]]:
-    """The first `per_class` records of each label, reading shards in order until every class has them.
+def classes_of(record: ImageRecord | TaskRecord, num_classes: int) -> list[int]:
+    """The label indexes (into the manifest's labels) a record contains, for the contact sheet's rows."""
+    if isinstance(record, ImageRecord):
+        return [record.label]
+    if record.task == "multilabel":
+        return sorted(set(record.labels))
+    if record.task == "detection":
+        return sorted({o.label - 1 for o in record.objects})
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    try:
+        values = np.unique(np.asarray(Image.open(io.BytesIO(record.segmentation)))).tolist()
+    except Exception:  # a damaged class map: in no row (prep verify --deep names it)
+        return []
+    return [v for v in values if v < num_classes]
+
+
+def samples(manifest: Manifest, output: str, per_class: int,
+            split: str | None = None) -> dict[int, list[ImageRecord | TaskRecord]]:
+    """The first `per_class` records of each label (for the other tasks: records containing it), reading
+    shards in order until every class has them.
 
     Records inside a shard are in a seeded shuffled order, so the first ones are
     a fair sample; the read stops as soon as every class is full, which on a
@@ -91,17 +123,19 @@ def samples(manifest: Manifest, output: str, per_class: int, split: str | None =
         RecordError: a shard read on the way is corrupt (`prep verify` says more).
         OSError: a shard cannot be read.
     """
-    wanted = {label: min(per_class, _available(manifest, label, split)) for label in range(len(manifest.labels))}
-    picked: dict[int, list[ImageRecord]] = {label: [] for label in wanted}
+    n = len(manifest.labels)
+    wanted = {label: min(per_class, _available(manifest, label, split)) for label in range(n)}
+    picked: dict[int, list] = {label: [] for label in wanted}
     missing = sum(wanted.values())
     if missing:
-        for record in _records(shard_paths(manifest, output, split)):
-            bucket = picked.get(record.label)
-            if bucket is not None and len(bucket) < wanted[record.label]:
-                bucket.append(record)
-                missing -= 1
-                if not missing:
-                    break
+        for record in _records(shard_paths(manifest, output, split), manifest.task):
+            for label in classes_of(record, n):
+                bucket = picked.get(label)
+                if bucket is not None and len(bucket) < wanted[label]:
+                    bucket.append(record)
+                    missing -= 1
+            if not missing:
+                break
     return picked
 
 

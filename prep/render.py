@@ -76,6 +76,12 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {plural or word + 's'}"
 
 
+_TASK_PROMISES = {
+    "detection": "every record has a decimal image/source_id and the keys TfExampleDecoder reads",
+    "segmentation": "every record has the keys Model Garden's segmentation Decoder reads",
+}
+
+
 def verify_text(report: Report) -> str:
     """A table per split, the problems one per line, and the verdict as the last line."""
     lines = []
@@ -103,13 +109,19 @@ def verify_text(report: Report) -> str:
     else:
         records = sum(s.examples for s in report.splits.values())
         shards = sum(s.shards for s in report.splits.values())
-        checked = ("every record's CRCs, schema and decoded image" if report.deep
-                   else "every record's CRCs and schema")
+        parts = ["CRCs", "schema"] + {"detection": ["boxes", "class ids"], "multilabel": ["class ids"]}.get(
+            report.task, []) + (["decoded image"] if report.deep else [])
+        if report.deep and report.task in ("detection", "segmentation"):
+            parts.append("masks" if report.task == "detection" else "class map")
+        checked = "every record's " + ", ".join(parts[:-1]) + " and " + parts[-1]
         lines.append(f"OK: {_plural(shards, 'shard')} and {_plural(records, 'record')} match the manifest "
                      f"(sizes, sha256, counts, balance, {checked})")
         if check is not None:
             wanted = targets.get(check.name)
-            lines.append(f"OK: --target {check.name}: {wanted.promise}, as {wanted.reader} need")
+            if report.task in _TASK_PROMISES:  # detection and segmentation decoders read PNG too: no JPEG rule
+                lines.append(f"OK: --target {check.name}: {_TASK_PROMISES[report.task]}")
+            else:
+                lines.append(f"OK: --target {check.name}: {wanted.promise}, as {wanted.reader} need")
     return "\n".join(lines)
 
 
@@ -152,12 +164,20 @@ def inspect_text(summary: dict) -> str:
                      human_size(split["bytes"]), _range(split["per_shard"]),
                      f"{human_size(split['shard_bytes']['min'])}-{human_size(split['shard_bytes']['max'])}"))
     lines += ["", *table(rows)]
+    task = summary.get("task")
+    if task:  # the other tasks: a class's count is the images containing it
+        lines.insert(1, f"task {task}: per class, the images containing it"
+                        + (" and its boxes" if task == "detection" else ""))
     for name, split in summary["splits"].items():
-        rows = [("class", "records", "share", "per shard")]
+        head = ("class", "images" if task else "records", "share", "per shard")
+        boxes = "max_boxes" in split
+        rows = [head + (("boxes",) if boxes else ())]
         rows += [(label, str(c["count"]), _percent(c["share"]), _range(c["per_shard"]))
-                 for label, c in split["classes"].items()]
-        lines += ["", f"{name}: {_plural(split['examples'], 'record')} in {_plural(split['num_shards'], 'shard')}",
-                  *table(rows)]
+                 + ((str(c.get("boxes", 0)),) if boxes else ()) for label, c in split["classes"].items()]
+        title = f"{name}: {_plural(split['examples'], 'record')} in {_plural(split['num_shards'], 'shard')}"
+        if boxes:
+            title += f", {_plural(split['boxes'], 'box', 'boxes')}, at most {split['max_boxes']} in one image"
+        lines += ["", title, *table(rows)]
     return "\n".join(lines)
 
 

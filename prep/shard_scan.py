@@ -18,10 +18,12 @@ import hashlib
 import io
 from typing import BinaryIO, Callable
 
+from prep import task_checks
 from prep.core import targets
 from prep.core.errors import RecordError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS
 from prep.core.schema import FORMATS, ImageRecord
+from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import FOOTER, HEADER, read_records
 
 BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (docs/design.md)
@@ -96,10 +98,11 @@ class ShardScan:
     record_sizes: tuple[int, ...] = ()  # framed size of each record with valid framing, in file order
     target_failures: dict[str, int] = dataclasses.field(default_factory=dict)  # records per prep.core.targets reason
     target_records: int = 0  # records that fail the target's default readers for any reason
+    tally: task_checks.Tally | None = None  # multilabel, detection, segmentation: what the records hold
 
 
-def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> list[str]:
-    """What is wrong with a parsed record's fields, without decoding the image."""
+def common_issues(record: ImageRecord | TaskRecord) -> list[str]:
+    """What is wrong with the image fields every record has, without decoding the image."""
     issues = []
     if record.format not in FORMATS:
         issues.append(f"image/format is {record.format!r}, not one of {', '.join(FORMATS)}")
@@ -107,6 +110,12 @@ def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> l
         issues.append(f"image size is {record.width}x{record.height}")
     if record.channels not in CHANNELS:
         issues.append(f"image/channels is {record.channels}, not 1 or 3")
+    return issues
+
+
+def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> list[str]:
+    """What is wrong with a parsed record's fields, without decoding the image."""
+    issues = common_issues(record)
     if not 0 <= record.label < len(labels):
         issues.append(f"image/class/label {record.label} is not an index into the manifest's {len(labels)} labels")
     elif labels[record.label] != record.text:
@@ -114,7 +123,7 @@ def record_issues(record: ImageRecord, labels: tuple[str, ...] | list[str]) -> l
     return issues
 
 
-def image_issues(record: ImageRecord, max_pixels: int) -> list[str]:
+def image_issues(record: ImageRecord | TaskRecord, max_pixels: int) -> list[str]:
     """Decodes the image fully and compares it with the record's stored fields (for --deep).
 
     Like `prep convert`, it checks the pixel count against the dataset's
@@ -153,20 +162,40 @@ def _label_name(label: int, labels) -> str:
     return labels[label] if 0 <= label < len(labels) else f"<label {label}>"
 
 
+def _task_deep(record: TaskRecord, max_pixels: int, num_classes: int, ignore_value: int | None):
+    """--deep for a task record: its image, then its masks; (issues, segmentation classes present)."""
+    issues = image_issues(record, max_pixels)
+    more, present = task_checks.mask_issues(record, num_classes, ignore_value)
+    return issues + more, present
+
+
+def _task_target_failures(target: str, record: TaskRecord) -> list[str]:
+    """What `target`'s default readers fail on. Model Garden reads detection with TfExampleDecoder and
+    segmentation with segmentation_input.Decoder, which decode PNG and JPEG alike (tf.io.decode_image), so
+    only the classification Parser's JPEG rule is left out; detection still needs a decimal source_id."""
+    if record.task == "multilabel":
+        return targets.record_failures(target, record.encoded, record.source_id)
+    failed = targets.record_failures(target, record.encoded, record.source_id)
+    return [f for f in failed if f == targets.NO_SOURCE_ID and record.task == "detection"]
+
+
 def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
                pool: concurrent.futures.Executor | None = None,
-               on_block: Callable[[int], None] | None = None, target: str = targets.NONE) -> ShardScan:
+               on_block: Callable[[int], None] | None = None, target: str = targets.NONE,
+               task: str = "classification", ignore_value: int | None = None) -> ShardScan:
     """Reads the shard at `path` once and checks framing, CRCs, schema and (if `deep`) images.
 
     Args:
         path: the shard file.
         labels: the manifest's class names; a record's label indexes them.
         name: the file name used in framing error messages.
-        deep: also decode every image (on `pool` when given) and compare it with its fields.
+        deep: also decode every image (on `pool` when given) and compare it with its fields; and every mask.
         max_pixels: with `deep`, images with more pixels are reported, not decoded.
         pool: runs the image decodes of `deep` concurrently (Pillow releases the GIL).
         on_block: called with the byte count of each block read, for progress.
         target: also report each record that this target's default readers would fail on.
+        task: the manifest's task: records are parsed and checked as that task's (`prep.task_checks`).
+        ignore_value: segmentation: the class-map value of ignored pixels (None: schema.IGNORE_VALUE).
 
     Raises:
         OSError: the file cannot be opened or read.
@@ -174,12 +203,28 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
     issues: list[Issue] = []
     counts: collections.Counter[str] = collections.Counter()
     failures: collections.Counter[str] = collections.Counter()
+    tally = None if task == "classification" else task_checks.Tally()
     failing = 0
     first_without_id = None  # a missing image/source_id is one issue per shard: a conversion writes all or none
-    pending: collections.deque = collections.deque()  # (index, future) of --deep decodes, oldest first
+    bad_ids, first_bad_id = 0, None  # task records without a decimal image/source_id, likewise
+    pending: collections.deque = collections.deque()  # (index, record, future) of --deep decodes, oldest first
 
-    def collect(index, result):
-        issues.extend((index, message) for message in result)
+    def collect(index, record, result):
+        if record is None:
+            issues.extend((index, message) for message in result)
+            return
+        found, present = result
+        issues.extend((index, message) for message in found)
+        if record is not _NO_TALLY:
+            tally.add(record, labels, present)
+
+    def check_deep(index, record, work, *args):
+        if pool is None:
+            collect(index, record, work(*args))
+        else:
+            pending.append((index, record, pool.submit(work, *args)))
+            if len(pending) > PENDING:
+                collect(*_done(pending.popleft()))
 
     count, end, complete = 0, 0, True  # records framed so far, and the byte where the next one starts
     sizes = []
@@ -190,13 +235,23 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
                 count, end = index + 1, offset + HEADER + len(data) + FOOTER
                 sizes.append(end - offset)
                 try:
-                    record = ImageRecord.from_bytes(data)
+                    record = ImageRecord.from_bytes(data) if tally is None else TaskRecord.from_bytes(data, task)
                 except RecordError as exc:
-                    issues.append((index, f"does not parse as an Example of our schema: {exc}"))
+                    schema = "an Example of our schema" if tally is None else f"a {task} record"
+                    issues.append((index, f"does not parse as {schema}: {exc}"))
                     continue
-                counts[_label_name(record.label, labels)] += 1
-                issues.extend((index, message) for message in record_issues(record, labels))
-                failed = targets.record_failures(target, record.encoded, record.source_id)
+                if tally is None:
+                    counts[_label_name(record.label, labels)] += 1
+                    issues.extend((index, message) for message in record_issues(record, labels))
+                    failed = targets.record_failures(target, record.encoded, record.source_id)
+                else:
+                    issues.extend((index, m) for m in common_issues(record) + task_checks.record_issues(record, labels))
+                    if not task_checks.source_id_ok(record):
+                        bad_ids += 1
+                        first_bad_id = index if first_bad_id is None else first_bad_id
+                    failed = _task_target_failures(target, record)
+                    if not (deep and task == "segmentation"):
+                        tally.add(record, labels, None)
                 if failed:
                     failing += 1
                     failures.update(failed)
@@ -204,25 +259,38 @@ def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: 
                         issues.append((index, targets.not_jpeg_message(record.encoded)))
                     if targets.NO_SOURCE_ID in failed and first_without_id is None:
                         first_without_id = index
-                if deep:
-                    if pool is None:
-                        collect(index, image_issues(record, max_pixels))
-                    else:
-                        pending.append((index, pool.submit(image_issues, record, max_pixels)))
-                        if len(pending) > PENDING:
-                            i, future = pending.popleft()
-                            collect(i, future.result())
+                if deep and tally is None:
+                    check_deep(index, None, image_issues, record, max_pixels)
+                elif deep:
+                    check_deep(index, record if task == "segmentation" else _NO_TALLY, _task_deep, record,
+                               max_pixels, len(labels), ignore_value)
         except RecordError as exc:
             complete = False
             # read_records names the file, record and offset; we keep the file apart.
             where = f"{name}: record {count} at byte {end}: "
             issues.append((count, f"{str(exc).removeprefix(where)}; the record starts at byte {end}"))
             stream.drain()
-        for i, future in pending:
-            collect(i, future.result())
+        for item in pending:
+            collect(*_done(item))
     if failures[targets.NO_SOURCE_ID]:
         issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
+    if bad_ids:
+        issues.append((None, f"{bad_ids} of {count} {task} records have no decimal image/source_id, which every "
+                             f"{task} record carries (the first is record {first_bad_id})"))
     issues.sort(key=lambda issue: -1 if issue[0] is None else issue[0])
     return ShardScan(size=stream.size, sha256=stream.sha256.hexdigest(), records=count,
-                     class_counts=dict(counts), complete=complete, issues=tuple(issues), record_sizes=tuple(sizes),
-                     target_failures=dict(failures), target_records=failing)
+                     class_counts=dict(counts) if tally is None else dict(tally.images), complete=complete,
+                     issues=tuple(issues), record_sizes=tuple(sizes), target_failures=dict(failures),
+                     target_records=failing, tally=tally)
+
+
+class _NoTally:
+    """Marks a --deep result whose record was already counted (only its issues are collected)."""
+
+
+_NO_TALLY = _NoTally()
+
+
+def _done(item):
+    index, record, future = item
+    return index, record, future.result()

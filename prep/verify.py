@@ -28,6 +28,7 @@ Checks, in order (docs/verify.md lists them with their messages):
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -36,11 +37,11 @@ import time
 import warnings
 from typing import Callable
 
-from prep import sidecars
+from prep import sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
-from prep.core.manifest import FILENAME, REJECTS, Manifest, ShardInfo
-from prep.core.manifest_checks import contradictions, sum_counts, unbalanced
+from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest, ShardInfo
+from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
@@ -70,7 +71,7 @@ class SplitStats:
     shards: int
     examples: int
     bytes: int
-    class_counts: dict[str, int]
+    class_counts: dict[str, int] | None  # None: not read (segmentation's class maps are decoded with --deep only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Report:
     bytes_read: int
     seconds: float
     target: TargetCheck | None = None  # None: no target checked
+    task: str = "classification"  # the manifest's task
 
     @property
     def ok(self) -> bool:
@@ -120,15 +122,17 @@ class Report:
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
             "target": None if self.target is None else self.target.to_json(),
-        }
+        } | ({} if self.task == "classification" else {"task": self.task})  # classification's JSON as before
 
 
 Progress = Callable[[int, int], None]  # (bytes just read, total bytes to read)
 
 
 def check_manifest(manifest: Manifest) -> list[Problem]:
-    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`)."""
-    return [Problem(FILENAME, None, message) for message in contradictions(manifest)]
+    """Where a well-shaped manifest contradicts itself (`manifest_checks.contradictions`, and the task
+    fields: `task_checks.manifest_issues`)."""
+    messages = contradictions(manifest) + task_checks.manifest_issues(manifest)
+    return [Problem(FILENAME, None, message) for message in dict.fromkeys(messages)]  # once each, in order
 
 
 def balance_problems(split: str, files: list[str], counts: list[dict[str, int]]) -> list[Problem]:
@@ -136,7 +140,17 @@ def balance_problems(split: str, files: list[str], counts: list[dict[str, int]])
     return [Problem(file, None, message) for file, message in unbalanced(split, files, counts)]
 
 
-def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem]:
+def manifest_balance_problems(manifest: Manifest, split: str) -> list[Problem]:
+    """The balance rule on a split's counts as the manifest records them, for any task: per class
+    (single-label), per stratum (multi-label, detection), on records (segmentation). For `prep report`."""
+    shards = manifest.splits[split].shards
+    if manifest.task == "classification":
+        return balance_problems(split, [s.file for s in shards], [s.class_counts for s in shards])
+    files = {s.file for s in shards}
+    return [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
+
+
+def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan, exact: bool = True) -> list[Problem]:
     problems = [Problem(file, index, message) for index, message in scan.issues]
     if scan.size != entry.bytes:
         problems.append(Problem(file, None, f"size is {scan.size} bytes, the manifest says {entry.bytes}"))
@@ -146,24 +160,72 @@ def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan) -> list[Problem
         return problems  # the counts of a shard read only in part say nothing more
     if scan.records != entry.examples:
         problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry.examples}"))
-    names = sorted(set(scan.class_counts) | set(entry.class_counts))
-    diffs = [f"{name} {scan.class_counts.get(name, 0)} (manifest {entry.class_counts.get(name, 0)})"
-             for name in names if scan.class_counts.get(name, 0) != entry.class_counts.get(name, 0)]
-    if diffs:
-        problems.append(Problem(file, None, f"records per class differ from the manifest: {', '.join(diffs)}"))
+    tally = scan.tally
+    if tally is None:
+        problems += _count_problems(file, "records per class", scan.class_counts, entry.class_counts)
+        return problems
+    if tally.classes_read:
+        problems += _count_problems(file, "images containing each class", scan.class_counts, entry.class_counts)
+    if entry.box_counts is not None:
+        problems += _count_problems(file, "boxes per class", dict(tally.boxes), entry.box_counts)
+    strata = entry.stratum_counts
+    none = 0 if strata is None else strata.get(NO_STRATUM, 0)
+    # An image without labels is of no stratum; one whose boxes were all dropped keeps its class's stratum.
+    if strata is not None and (none != tally.unlabelled if exact else none > tally.unlabelled):
+        what = "objects" if entry.box_counts is not None else "labels"
+        problems.append(Problem(file, None, f"holds {tally.unlabelled} records without {what}, the manifest's "
+                                            f"stratum_counts[{NO_STRATUM!r}] says {none}"))
     return problems
 
 
+def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[str, int]) -> list[Problem]:
+    names = sorted(set(found) | set(claimed))
+    diffs = [f"{name} {found.get(name, 0)} (manifest {claimed.get(name, 0)})"
+             for name in names if found.get(name, 0) != claimed.get(name, 0)]
+    return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
+
+
+def _max_boxes_problems(name: str, info, read: list[ShardScan]) -> list[Problem]:
+    """A detection split's max_boxes against the largest object count its records hold."""
+    most = max(s.tally.max_boxes for s in read)
+    if info.max_boxes is None or most == info.max_boxes:
+        return []
+    return [Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most "
+                                    f"{most} objects")]
+
+
 def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
+    """rejects.jsonl has a line per rejected input and, for detection, a box line (with a `box` key) per
+    box dropped or clipped, except the boxes of rejected images (counted `image_rejected`, not listed)."""
     path = os.path.join(output, REJECTS)
     if not os.path.isfile(path):
         return []  # optional: it explains the accounting, the shards do not depend on it
     with open(path, "rb") as f:
-        lines = sum(1 for line in f if line.strip())
-    expected = manifest.inputs.rejected
-    if lines != expected:
-        return [Problem(REJECTS, None, f"has {lines} lines, the manifest counts {expected} rejects")]
-    return []
+        lines = [line for line in f if line.strip()]
+    boxes = manifest.inputs.boxes
+    if boxes is None:  # no box lines: count lines without parsing them
+        images, dropped, clipped = len(lines), 0, 0
+    else:
+        kinds = collections.Counter()
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                return [Problem(REJECTS, None, f"line {number} is not JSON")]
+            kinds["image" if not isinstance(entry, dict) or "box" not in entry else entry.get("action")] += 1
+        images, dropped, clipped = kinds["image"], kinds["dropped"], kinds["clipped"]
+    problems = []
+    if images != manifest.inputs.rejected:
+        what = "lines" if boxes is None else "image lines"
+        problems.append(Problem(REJECTS, None, f"has {images} {what}, the manifest counts "
+                                               f"{manifest.inputs.rejected} rejects"))
+    if boxes is not None:
+        listed = boxes.dropped - boxes.dropped_by_reason.get("image_rejected", 0)
+        if (dropped, clipped) != (listed, boxes.clipped):
+            problems.append(Problem(REJECTS, None, f"has {dropped} dropped and {clipped} clipped box lines, the "
+                                                   f"manifest counts {listed} dropped (besides the boxes of "
+                                                   f"rejected images) and {boxes.clipped} clipped"))
+    return problems
 
 
 def verify(output: str, *, deep: bool = False, workers: int | None = None,
@@ -228,12 +290,13 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             warnings.simplefilter("ignore")  # Pillow warns about odd EXIF; decode errors are what we report
             for file, path in present.items():
                 scans[file] = scan_shard(path, labels, name=file, deep=deep, max_pixels=max_pixels, pool=pool,
-                                         on_block=on_block, target=target)
+                                         on_block=on_block, target=target, task=manifest.task,
+                                         ignore_value=manifest.ignore_value)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     for file, scan in scans.items():
-        problems += _compare_shard(file, entries[file][1], scan)
+        problems += _compare_shard(file, entries[file][1], scan, task_checks.exact_strata(manifest))
     for file, (_, entry) in entries.items():
         scan = scans.get(file)
         sizes = scan.record_sizes if scan is not None and scan.complete else None
@@ -246,17 +309,45 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         counts = sum_counts(s.class_counts for s in read)
         splits[split] = SplitStats(shards=len(read), examples=sum(s.records for s in read),
                                    bytes=sum(s.size for s in read),
-                                   class_counts={**{name: 0 for name in labels}, **counts})
+                                   class_counts=None if any(s.tally and not s.tally.classes_read for s in read)
+                                   else {**{name: 0 for name in labels}, **counts})
         if files and len(read) == len(files) and all(s.complete for s in read):
-            problems += balance_problems(split, files, [s.class_counts for s in read])
+            if manifest.task == "classification":
+                problems += balance_problems(split, files, [s.class_counts for s in read])
+            else:  # on records and the manifest's stratum_counts, which _compare_shard ties to the records
+                problems += [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
+                if manifest.task == "detection":
+                    problems += _max_boxes_problems(split, info, read)
     problems.sort(key=_problem_order(manifest))
     check = None
     if target != targets.NONE:
         check = TargetCheck(target, sum(s.target_records for s in scans.values()),
                             sum_counts(s.target_failures for s in scans.values()),
-                            targets.fix_command(manifest, output, target))
+                            _with_task_flags(targets.fix_command(manifest, output, target), manifest))
     return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
-                  time.perf_counter() - started, check)
+                  time.perf_counter() - started, check, manifest.task)
+
+
+def _with_task_flags(command: str, manifest: Manifest) -> str:
+    """The fix command with the options that make a detection or segmentation dataset (the manifest keeps
+    --annotations and --masks by base name, as --labels), which `targets.fix_command` does not rebuild."""
+    import shlex
+
+    options, words = manifest.options, []
+    if manifest.task == "detection" and options.get("annotations"):
+        words += ["--annotations", options["annotations"]]
+        defaults = {"annotation_format": None, "bad_boxes": "clip", "crowd": "keep", "unannotated": "skip"}
+        for key, default in defaults.items():
+            if options.get(key) not in (None, default):
+                words += ["--" + key.replace("_", "-"), str(options[key])]
+        if options.get("skip_empty"):
+            words.append("--skip-empty")
+    elif manifest.task == "segmentation" and options.get("masks"):
+        words += ["--masks", options["masks"]]
+    if not words or "--annotations" in command or "--masks" in command:
+        return command
+    head, sep, tail = command.partition(" --target ")
+    return f"{head} {' '.join(map(shlex.quote, words))}{sep}{tail}"
 
 
 def _problem_order(manifest: Manifest):

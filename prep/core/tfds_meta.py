@@ -13,6 +13,25 @@ kinds of files in the folder (`tfds.core.read_only_builder`):
 - ``image.class.label.labels.txt``: the class names, in label-id order.
   `ClassLabel.load_metadata` reads ``{feature name, '/' as '.'}.labels.txt``.
 
+The other tasks (`schema.TASKS`) keep the same flat keys, each its own feature, so
+tfds parses exactly the keys Model Garden reads (a top-level name such as
+``image/object/bbox/xmin`` is the Example key as it is):
+
+- multilabel: ``image/class/label`` a `Sequence(ClassLabel)` (names in the same
+  labels file as classification), ``image/class/text`` a `Sequence(Text)`.
+- detection: the four box lists are each a `Sequence(float32)`, not one
+  `BBoxFeature` sequence: tfds serializes a `BBoxFeature` as a single float list
+  of [ymin, xmin, ymax, xmax] under one key, which our records (and Model
+  Garden's and the Object Detection API's decoders) do not have, and a missing
+  key would parse silently as no boxes (tfds reads sequences with
+  ``allow_missing``). ``image/object/class/label`` is a `Sequence(ClassLabel)` of
+  len(labels) + 1 names, as ids start at 1: name 0 is the background
+  (``image.object.class.label.labels.txt``). ``image/object/mask`` is a
+  `Sequence(Image)` of single-channel PNGs; a dataset written without masks reads
+  as an empty sequence there.
+- segmentation: ``image/segmentation/class/encoded`` is a `LabeledImage` (the
+  class map, one channel, names in ``image.segmentation.class.encoded.labels.txt``).
+
 Everything is derived from the parts of the manifest that do not change between
 runs, and serialized with sorted keys, so the files are byte-identical for the
 same input and options. Nothing here imports tensorflow-datasets.
@@ -36,14 +55,38 @@ DESCRIPTION = ("Images and labels converted by tfrecord-prep; manifest.json in t
 _FEATURES = "tensorflow_datasets.core.features."
 
 
-def labels_file() -> str:
-    """Where tfds looks for the label feature's class names."""
-    return schema.LABEL.replace("/", ".") + ".labels.txt"
+BACKGROUND = "background"  # detection: the name of class id 0, which no object has
+
+# The feature whose class names the labels file holds, per task.
+_LABELLED = {"classification": schema.LABEL, "multilabel": schema.LABEL, "detection": schema.OBJECT_LABEL,
+             "segmentation": schema.SEGMENTATION}
 
 
-def file_names() -> tuple[str, ...]:
-    """The names of every file `files` returns, for `--overwrite` and `verify`."""
-    return INFO_FILE, FEATURES_FILE, labels_file()
+def labels_file(task: str = "classification") -> str:
+    """Where tfds looks for the class names of `task`'s label feature."""
+    return _LABELLED[task].replace("/", ".") + ".labels.txt"
+
+
+def file_names(task: str = "classification") -> tuple[str, ...]:
+    """The names of every file `files` returns for a dataset of `task`, for `verify` and tests."""
+    return INFO_FILE, FEATURES_FILE, labels_file(task)
+
+
+def all_file_names() -> tuple[str, ...]:
+    """Every name `files` can write, whatever the task (what `--overwrite` may delete)."""
+    return tuple(dict.fromkeys(name for task in schema.TASKS for name in file_names(task)))
+
+
+def class_names(manifest: Manifest) -> list[str]:
+    """The names in the labels file: the labels, and for detection first a name for id 0 that no
+    label has (ids start at 1)."""
+    labels = list(manifest.labels)
+    if manifest.task != "detection":
+        return labels
+    background = BACKGROUND
+    while background in labels:
+        background = "_" + background
+    return [background] + labels
 
 
 def _feature(key: str, num_classes: int) -> dict:
@@ -64,11 +107,58 @@ def _feature(key: str, num_classes: int) -> dict:
     raise ValueError(f"no tfds feature for record key {key!r}")
 
 
-def features_json(labels: list[str]) -> dict:
-    """`FeaturesDict.to_json()` of the record schema (keys as stored, e.g. ``image/encoded``)."""
+_TEXT = {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
+
+
+def _tensor(dtype: str) -> dict:
+    return {"pythonClassName": _FEATURES + "tensor_feature.Tensor",
+            "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"}}
+
+
+def _class_label(num_classes: int) -> dict:
+    return {"pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+            "classLabel": {"numClasses": str(num_classes)}}
+
+
+def _sequence(feature: dict) -> dict:
+    return {"pythonClassName": _FEATURES + "sequence_feature.Sequence",
+            "sequence": {"feature": feature, "length": "-1"}}
+
+
+def _png(extra: dict | None = None, name: str = "image_feature.Image") -> dict:
+    return {"pythonClassName": _FEATURES + name,
+            "image": {"shape": {"dimensions": ["-1", "-1", "1"]}, "dtype": "uint8", "encodingFormat": "png",
+                      **(extra or {})}}
+
+
+def _task_features(task: str, num_classes: int) -> dict:
+    """The entries of the keys only `task`'s records hold (`schema`)."""
+    if task == "multilabel":
+        return {schema.LABEL: _sequence(_class_label(num_classes)), schema.TEXT: _sequence(_TEXT)}
+    common = {schema.SOURCE_ID: _TEXT}
+    if task == "segmentation":
+        return common | {schema.SEGMENTATION: _png({"useColormap": True, "label": {"numClasses": str(num_classes)}},
+                                                   "labeled_image.LabeledImage"),
+                         schema.SEGMENTATION_FORMAT: _TEXT}
+    floats = (schema.OBJECT_XMIN, schema.OBJECT_YMIN, schema.OBJECT_XMAX, schema.OBJECT_YMAX, schema.OBJECT_AREA)
+    return common | {key: _sequence(_tensor("float32")) for key in floats} | {
+        schema.OBJECT_LABEL: _sequence(_class_label(num_classes + 1)),  # ids from 1: 0 is the background
+        schema.OBJECT_TEXT: _sequence(_TEXT),
+        schema.OBJECT_CROWD: _sequence(_tensor("int64")), schema.OBJECT_DIFFICULT: _sequence(_tensor("int64")),
+        schema.OBJECT_MASK: _sequence(_png()),
+    }
+
+
+def features_json(labels: list[str], task: str = "classification") -> dict:
+    """`FeaturesDict.to_json()` of the record schema of `task` (keys as stored, e.g. ``image/encoded``)."""
+    if task == "classification":
+        features = {key: _feature(key, len(labels)) for key in schema.ALL_FEATURES}
+    else:
+        common = [k for k in schema.ALL_FEATURES if k not in (schema.LABEL, schema.TEXT)]
+        features = {key: _feature(key, len(labels)) for key in common} | _task_features(task, len(labels))
     return {
         "type": _FEATURES + "features_dict.FeaturesDict",
-        "content": {"features": {key: _feature(key, len(labels)) for key in schema.ALL_FEATURES}},
+        "content": {"features": dict(sorted(features.items()))},
         "proto_cls": "tensorflow_datasets.FeaturesDict",
     }
 
@@ -89,9 +179,16 @@ def dataset_info_json(manifest: Manifest) -> dict:
         "description": DESCRIPTION,
         "fileFormat": "tfrecord",
         "splits": splits,
-        # as_supervised=True gives (image, label) pairs, read by these keys of the flat feature dict.
-        "supervisedKeys": {"tuple": {"items": [{"featureKey": schema.ENCODED}, {"featureKey": schema.LABEL}]}},
-    }
+    } | _supervised(manifest.task)
+
+
+def _supervised(task: str) -> dict:
+    """as_supervised=True gives (image, target) pairs, read by these keys of the flat feature dict;
+    detection has no single target (as tfds' own coco), so none."""
+    target = {"classification": schema.LABEL, "multilabel": schema.LABEL, "segmentation": schema.SEGMENTATION}
+    if task not in target:
+        return {}
+    return {"supervisedKeys": {"tuple": {"items": [{"featureKey": schema.ENCODED}, {"featureKey": target[task]}]}}}
 
 
 def _dumps(value: dict) -> bytes:
@@ -102,7 +199,7 @@ def files(manifest: Manifest) -> dict[str, bytes]:
     """``{file name: bytes}`` of the tfds metadata for `manifest`, in the order to write them."""
     labels = list(manifest.labels)
     return {
-        labels_file(): "".join(name + "\n" for name in labels).encode("utf-8"),
-        FEATURES_FILE: _dumps(features_json(labels)),
+        labels_file(manifest.task): "".join(name + "\n" for name in class_names(manifest)).encode("utf-8"),
+        FEATURES_FILE: _dumps(features_json(labels, manifest.task)),
         INFO_FILE: _dumps(dataset_info_json(manifest)),
     }
