@@ -46,6 +46,7 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
     index, count = _check_pipeline(pipeline)
     _check_buckets(opts, count)
     source = _open(path, split, opts)
+    opts.check_task(source.task)
     return build(source, opts, _check_batch(batch_size, "batch_size"), index, count)
 
 
@@ -82,6 +83,7 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
         raise LoaderError(f"global_batch_size {global_batch_size} is not a multiple of the "
                           f"{replicas} replicas in sync")
     source = _open(path, split, opts)
+    opts.check_task(source.task)
     pipelines = num_input_pipelines(strategy)
     _check_buckets(opts, pipelines)
     # Check sizes now, so a batch too large fails here with our message, not in a worker thread.
