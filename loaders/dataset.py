@@ -205,7 +205,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         ds = tf.data.Dataset.zip(ds, seeds)
 
     if source.task in ("detection", "segmentation"):
-        from loaders import tasks
+        import loaders.tasks as tasks
 
         decode, finish = tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
     else:

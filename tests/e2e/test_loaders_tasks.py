@@ -229,3 +229,6 @@ def test_multilabel_gives_multi_hot_vectors(sets):
     train = loaders.load(data, "train", 8, (32, 32))
     assert train.element_spec[1].shape == (8, 3) and train.element_spec[1].dtype == tf.float32
     assert len(list(train)) == loaders.steps_per_epoch(data, "train", 8) == 5
+    buckets = loaders.load(data, "train", 4, (32, 32), aspect_buckets=(0.75, 1.0, 1.33))
+    shapes = {(tuple(i.shape[1:3]), tuple(h.shape)) for i, h in buckets}
+    assert {h for _, h in shapes} == {(4, 3)} and len(shapes) > 1  # multi-hot labels through aspect buckets
