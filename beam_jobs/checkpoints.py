@@ -28,6 +28,7 @@ from typing import Callable
 
 from prep.core import storage
 from prep.core.listing import InputRef, Reject
+from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import RUN, WorkDir
 
 StepHook = Callable[[str], None]  # called with "chunk", "shard" or "manifest"
@@ -63,7 +64,7 @@ def delete_work(work: WorkDir) -> None:
 
 
 def write_listing(work: WorkDir, chunk: int, refs) -> None:
-    storage.write_atomic(work.listing_chunk(chunk), json.dumps([list(r) for r in refs]).encode())
+    storage.write_atomic(work.listing_chunk(chunk), json.dumps([r.fields() for r in refs]).encode())
 
 
 def read_listing(work: WorkDir, chunk: int) -> list[InputRef]:
@@ -76,6 +77,18 @@ def write_listing_rejects(work: WorkDir, rejects) -> None:
 
 def read_listing_rejects(work: WorkDir) -> list[Reject]:
     return [Reject(*r) for r in json.loads(storage.read_bytes(work.listing_rejects))]
+
+
+def write_listing_boxes(work: WorkDir, notes, tally) -> None:
+    storage.write_atomic(work.listing_boxes, json.dumps([[list(n) for n in notes], list(tally)]).encode())
+
+
+def read_listing_boxes(work: WorkDir) -> tuple[list[BoxNote], BoxTally] | None:
+    """The listing's box notes and tally, or None for a conversion without boxes."""
+    if not storage.exists(work.listing_boxes):
+        return None
+    notes, tally = json.loads(storage.read_bytes(work.listing_boxes))
+    return [BoxNote(*n) for n in notes], BoxTally(*tally[:3], tuple(map(tuple, tally[3])))
 
 
 def write_chunk_index(work: WorkDir, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:

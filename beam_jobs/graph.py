@@ -8,7 +8,7 @@ What each PCollection holds (the types say it; see each step's module):
     parts    = GroupByKey                   (write task, [(PartKey, Section)])
     written  = ParDo(WriteParts)            WrittenShard | WrittenPart                          write.py
     joined   = GroupByKey | ParDo(ConcatParts)   WrittenShard, for shards cut into parts
-    summary  = Flatten | GroupByKey(one key)     every WrittenShard, RejectedInputs, Capped, ReusedChunk
+    summary  = Flatten | GroupByKey(one key)     every WrittenShard, RejectedInputs, Capped, ReusedChunk, BoxNotes
     done     = FlatMap(publish)             rejects.jsonl, tfds metadata, then manifest.json    publish.py
 
 Invariants. References never travel as elements (a chunk's wait in its index, a rank
@@ -34,6 +34,7 @@ from beam_jobs.checkpoints import StepHook
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import publish
 from beam_jobs.stage import Staged
+from beam_jobs.task_records import TaskSpec
 from prep.core import targets
 from prep.core.config import ConvertConfig
 from prep.core.run_record import tool_info
@@ -66,20 +67,26 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     """
     work = WorkDir(config.output)
     labels = listing.classes
+    groups = listing.groups or labels  # what the planner balances: classes, or strata (task_inputs)
+    task = None
+    if listing.task != "classification":
+        t = config.tasks
+        task = TaskSpec(listing.task, labels, t.bad_boxes, t.crowd, t.skip_empty, listing.masks, t.masks)
     reuse = config.resume
     outcomes = (
         p
         | "ListChunks" >> beam.Create(list(range(num_chunks)))
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, work, labels, config.image, config.workers, reuse,
+            prepare.PrepareChunk(config.source, work, groups, config.image, config.workers, reuse,
                                  lookahead=lookahead, source_ids=targets.get(config.target).source_id,
-                                 suspects=suspects, on_step=on_step))
+                                 suspects=suspects, on_step=on_step, task=task))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
-    ranked = counts | "PlanShards" >> PlanShards(len(labels), config.plan, work, group_target, labels)
+    boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
+    ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, group_target, groups)
     width = write_width(config.workers)
     written = (
         ranked
@@ -87,7 +94,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
             lambda r: [(write.write_task(r.key, width), (r.key, r.section))] if isinstance(r, PartEntries) else [])
         | "GroupParts" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, work, labels, config.workers,
-                                                       width, reuse, config.index, on_step=on_step))
+                                                       width, reuse, config.index, on_step=on_step,
+                                                       task=listing.task, groups=groups))
     )
     whole = written | "WholeShards" >> beam.FlatMap(_of(write.WrittenShard))
     joined = (
@@ -104,11 +112,12 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "TagCapped" >> beam.MapTuple(Capped)
     )
     (
-        (whole, joined, rejects, capped, reused)
+        (whole, joined, rejects, capped, reused, boxes)
         | "Summary" >> beam.Flatten()
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()
         | "WriteManifest" >> beam.FlatMap(
             publish, output=config.output, work=work, labels=labels, options=config.manifest_options(),
-            found=listing.found, tool=tool_info(), run=run_info, splits=listing.splits, on_step=on_step)
+            found=listing.found, tool=tool_info(), run=run_info, splits=listing.splits, on_step=on_step,
+            task=listing.task, categories=listing.categories)
     )

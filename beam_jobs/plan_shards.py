@@ -43,7 +43,7 @@ from beam_jobs.prepare import PreparedRef, read_prepared
 from prep.core import storage
 from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
-from prep.core.ordering import sort_key
+from prep.core.ordering import rank_key, sort_key
 from prep.core.run_record import REPLAN_HINT
 from prep.core.workdir import WorkDir
 
@@ -104,23 +104,28 @@ class Entry(typing.NamedTuple):
     cut: int
     image: int
     relabel: int = -1  # the label id to write instead of `label` (--empty-classes drop), or -1: write `label`
+    tags: tuple = ()  # PreparedRef.tags: ((class id, objects), ...) of a multilabel, detection or segmentation record
 
 
-_ENTRY = struct.Struct(">32sQQQI?QQiI")  # an Entry's fields, `source` last as its length, then its bytes
+_ENTRY = struct.Struct(">32sQQQI?QQiII")  # an Entry's fields, `source` and `tags` last as their lengths, then them
+_TAG = struct.Struct(">II")
 
 
 def pack_entry(e: Entry) -> bytes:
-    return _ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel,
-                       len(e.source)) + e.source
+    return (_ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel,
+                        len(e.source), len(e.tags)) + e.source + b"".join(_TAG.pack(*t) for t in e.tags))
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
     entries, pos, size = [], 0, _ENTRY.size
     while pos < len(data):
-        order, spill, offset, length, label, converted, cut, image, relabel, n = _ENTRY.unpack_from(data, pos)
+        order, spill, offset, length, label, converted, cut, image, relabel, n, t = _ENTRY.unpack_from(data, pos)
         pos += size
-        entries.append(Entry(order, spill, offset, length, label, converted, data[pos:pos + n], cut, image, relabel))
+        source = data[pos:pos + n]
         pos += n
+        tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t))
+        pos += t * _TAG.size
+        entries.append(Entry(order, spill, offset, length, label, converted, source, cut, image, relabel, tags))
     return entries
 
 
@@ -209,7 +214,7 @@ def rank_task(element, work: WorkDir, seed: int):
         next_rank = {(split or None, label): first for split, label, first in firsts}
         for r in map(PreparedRef._make, read_prepared(work, chunk)):
             group = (r.split or None, r.label)
-            key = (sort_key(seed, r.path), r.path)
+            key = (rank_key(seed, r.path, r.rank), r.path)
             if group in last and key <= last[group]:
                 raise RuntimeError(f"internal error: chunk {chunk} is not staged in rank order")
             last[group] = key
@@ -226,7 +231,7 @@ def rank_task(element, work: WorkDir, seed: int):
             relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
             parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
                 order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image,
-                relabel)))
+                relabel, r.tags)))
     sections, offset = [], 0
     path = work.entries(task)
     tmp = storage.temp_path(path)

@@ -26,12 +26,14 @@ from beam_jobs.checkpoints import StepHook
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
+from beam_jobs.task_records import TaskSpec
 from prep.core import storage
 from prep.core.image_rules import ImageOptions, quiet_pillow
 from prep.core.listing import Reject
+from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import BATCH, WorkDir, spill_id
 
-OK, REJECT = "ok", "reject"  # the kinds of outcome a chunk index records
+OK, REJECT, BOXES = "ok", "reject", "boxes"  # the kinds of outcome a chunk index records
 
 
 class GroupCount(typing.NamedTuple):
@@ -54,6 +56,13 @@ class RejectedInputs(typing.NamedTuple):
     """A chunk's inputs that cannot become records."""
 
     rejects: tuple[Reject, ...]
+
+
+class BoxNotes(typing.NamedTuple):
+    """A chunk's detection boxes: the notes of those dropped or clipped, and the tally of all."""
+
+    notes: tuple[BoxNote, ...]
+    tally: BoxTally
 
 
 class ReusedChunk(typing.NamedTuple):
@@ -79,6 +88,8 @@ class PreparedRef(typing.NamedTuple):
     converted: bool
     cut: int  # where the image goes into the spilled bytes, when it was left in the source
     image: int  # bytes of the image left in the source (0: the whole record is spilled)
+    rank: str = ""  # the rank key in its group, hex, when the listing gave one (ordering.rank_key)
+    tags: tuple = ()  # multilabel, detection, segmentation: ((class id, objects of it), ...) for the counts
 
 
 def read_prepared(work: WorkDir, chunk: int) -> list[tuple]:
@@ -87,7 +98,7 @@ def read_prepared(work: WorkDir, chunk: int) -> list[tuple]:
     The path comes back as bytes (UTF-8, undecodable bytes kept), as Entry.source holds it.
     """
     data = json.loads(storage.read_bytes(work.chunk_index(chunk)))
-    return [(v[0].encode("utf-8", "surrogateescape"), *v[1:]) for kind, v in data["outcomes"] if kind == OK]
+    return [(v[0].encode("utf-8", "surrogateescape"), *_recorded(OK, v)[1:]) for kind, v in data["outcomes"] if kind == OK]
 
 
 class PrepareChunk(PooledDoFn):
@@ -122,8 +133,9 @@ class PrepareChunk(PooledDoFn):
 
     def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
                  reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
-                 suspects: frozenset = frozenset(), on_step: StepHook | None = None):
+                 suspects: frozenset = frozenset(), on_step: StepHook | None = None, task: TaskSpec | None = None):
         super().__init__(workers)
+        self._task = task  # None: single-label classification; else `labels` are the planner's groups
         self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
         self._work = work
@@ -157,8 +169,7 @@ class PrepareChunk(PooledDoFn):
             recorded = checkpoints.read_chunk_index(self._work, chunk)
             if recorded is not None:
                 yield ReusedChunk(chunk)
-                yield from _by_kind(chunk, [(kind, tuple(f) if kind == OK else Reject(*f))
-                                            for kind, f in recorded.outcomes])
+                yield from _by_kind(chunk, [(kind, _recorded(kind, f)) for kind, f in recorded.outcomes])
                 return
         if self._on_step is not None:
             self._on_step("chunk")
@@ -182,7 +193,7 @@ class PrepareChunk(PooledDoFn):
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
                                    self._label_ids, self._options, self._source_ids, self._sandbox, self._suspects,
-                                   pause)
+                                   pause, self._task)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
@@ -192,18 +203,22 @@ class PrepareChunk(PooledDoFn):
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
             results, spills[spill] = task.result()
-            for ref, (result, signature) in zip(batch, results):
+            for ref, (result, signature, *more) in zip(batch, results):
                 signatures.append(signature)
+                info = more[0] if more else None
+                if info is not None and (info.notes or info.tally is not None):
+                    outcomes.append((BOXES, BoxNotes(info.notes, info.tally or BoxTally())))
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
                     continue
                 offset, length, converted, cut, image = result
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
-                                      offset, length, converted, cut, image)))  # a PreparedRef's, path as text
+                                      offset, length, converted, cut, image, ref.key or "",
+                                      info.tags if info is not None else ())))  # a PreparedRef's, path as text
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
-        self._prepared.inc(len(outcomes) - rejected)
+        self._prepared.inc(sum(kind == OK for kind, _ in outcomes))
         return list(_by_kind(chunk, outcomes))
 
 
@@ -218,11 +233,30 @@ def chunk_counts(refs) -> tuple[GroupCount, ...]:
     return tuple(GroupCount(split, label, n, size) for (split, label), (n, size) in counts.items())
 
 
+def _recorded(kind: str, fields):
+    """An outcome as a chunk index records it (JSON lists) -> as `_complete` made it."""
+    if kind == OK:
+        if len(fields) < len(PreparedRef._fields):  # recorded without a rank key and tags: a classification input
+            return (*fields, "", ())
+        return (*fields[:-1], tuple(map(tuple, fields[-1])))
+    if kind == BOXES:
+        notes, tally = fields
+        return BoxNotes(tuple(BoxNote(*n) for n in notes),
+                        BoxTally(*tally[:3], tuple(map(tuple, tally[3]))))
+    return Reject(*fields)
+
+
 def _by_kind(chunk: int, outcomes):
-    """[(kind, value)] -> `ChunkCounts` and `RejectedInputs`, each only if not empty."""
+    """[(kind, value)] -> `ChunkCounts`, `RejectedInputs` and `BoxNotes`, each only if not empty."""
     good = [value for kind, value in outcomes if kind == OK]
     if good:
         yield ChunkCounts(chunk, chunk_counts(good))
     rejects = tuple(value for kind, value in outcomes if kind == REJECT)
     if rejects:
         yield RejectedInputs(rejects)
+    boxes = [value for kind, value in outcomes if kind == BOXES]
+    if boxes:
+        tally = BoxTally()
+        for b in boxes:
+            tally = tally.plus(b.tally)
+        yield BoxNotes(tuple(n for b in boxes for n in b.notes), tally)

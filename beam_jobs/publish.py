@@ -15,25 +15,29 @@ from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
 from beam_jobs.plan_shards import Capped
-from beam_jobs.prepare import RejectedInputs, ReusedChunk
+from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
-from prep.core.manifest import FILENAME, REJECTS, InFlight, Manifest, Resumed, Run
+from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, InFlight, Manifest, Resumed, Run
+from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
 
 def publish(element, *, output: str, work: WorkDir, labels, options: dict, found: int, tool: dict, run: dict,
-            splits=(), on_step: StepHook | None = None):
-    """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk]) -> the count of examples written.
+            splits=(), on_step: StepHook | None = None, task: str = "classification", categories=()):
+    """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk | BoxNotes]) -> the count of examples written.
 
     Writes rejects.jsonl and the files tensorflow-datasets reads (`tfds_meta`), publishes
     manifest.json, then removes the work directory. `splits` are the splits SOURCE names
     (split folders or a split column): each must keep an example. `run` holds the run's
-    runner, workers, source, start time and, after --resume, {"chunks": n}.
+    runner, workers, source, start time and, after --resume, {"chunks": n}. Detection also
+    writes label_map.pbtxt and label_map.csv (`task`, `categories`), and its boxes are counted.
     """
     _, items = element
     shards: list[WrittenShard] = []
     rejects = checkpoints.read_listing_rejects(work)
+    listed_boxes = checkpoints.read_listing_boxes(work)
+    notes, tally = listed_boxes if listed_boxes is not None else ([], BoxTally())
     capped_by_class = {name: 0 for name in labels}
     chunks_reused = 0
     for item in items:
@@ -45,13 +49,16 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
             chunks_reused += 1
         elif isinstance(item, Capped):
             capped_by_class[labels[item.label]] += item.count
+        elif isinstance(item, BoxNotes):
+            notes.extend(item.notes)
+            tally = tally.plus(item.tally)
         else:
             raise TypeError(f"internal error: publish got {item!r}")
     rejects = accounting.sort_rejects(rejects)
     inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
-                              rejects, capped_by_class)
+                              rejects, capped_by_class, tally if task == "detection" else None)
     rejects_path = storage.join(output, REJECTS)
-    storage.write_atomic(rejects_path, accounting.rejects_jsonl(rejects))
+    storage.write_atomic(rejects_path, accounting.rejects_jsonl(accounting.with_box_notes(rejects, notes)))
     accounting.check_outcome(inputs, {s.name.split for s in shards}, splits, rejects_path)
     labels, written, inputs = accounting.settle_empty_classes(labels, [(s.name, s.info) for s in shards], inputs,
                                                               options.get("empty_classes", "keep"))
@@ -65,9 +72,15 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     manifest = Manifest.build(labels, options, written, inputs, tool, Run(
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
-        resumed=resumed))
+        resumed=resumed), task=task, categories=tuple(categories) if task == "detection" else None,
+        max_boxes=_max_boxes(shards) if task == "detection" else None)
     if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
         delete_unplanned_shards(output, manifest)
+    if task == "detection":  # the label maps the Object Detection API and Model Garden read
+        from prep.core.annotations import label_map_csv, label_map_pbtxt
+
+        storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
+        storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)
@@ -79,3 +92,11 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     storage.rename(staged, storage.join(output, FILENAME))
     checkpoints.delete_work(work)
     yield inputs.written
+
+
+def _max_boxes(shards) -> dict[str, int]:
+    """{split: the most objects one image of it holds}."""
+    out: dict[str, int] = {}
+    for s in shards:
+        out[s.name.split] = max(out.get(s.name.split, 0), s.max_boxes)
+    return out

@@ -15,6 +15,7 @@ import os
 import stat
 import threading
 
+from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
@@ -81,8 +82,9 @@ def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sa
 
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None, sandbox=None, suspect: bool = False):
-    """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature).
+                     source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None):
+    """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
+    TaskInfo or None).
 
     A converted image's whole framed record is spilled (cut = image bytes = 0).
     An image kept as it is (`converted` False) is not: the spilled bytes are
@@ -93,25 +95,32 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
-    `sandbox` and `suspect`: see `_prepare`.
+    `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
+    the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
     data = read_input(path)
     if isinstance(data, tuple):
-        return Reject(ref.path, *data), sig or ""
+        return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
     sig = sig if sig is not None else storage.signature(path, data)
     try:
         image = _prepare(data, options, buffer, sandbox, suspect)
     except ImageRejected as exc:
-        return Reject(ref.path, exc.reason, exc.detail), sig
-    record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                               label, ref.label, ref.path, source_id)
+        return Reject(ref.path, exc.reason, exc.detail), sig, task and rejected_info(task, ref)
+    info = None
+    if task is None:
+        record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
+                                   label, ref.label, ref.path, source_id)
+    else:
+        record, info = build_record(task, ref, image, read_input)
+        if isinstance(record, Reject):
+            return record, sig, info
     if image.converted:
-        return (frame(record.to_bytes()), 0, 0, True), sig
+        return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
-    return (before + after, len(before), len(image.encoded), False), sig
+    return (before + after, len(before), len(image.encoded), False), sig, info
 
 
 def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
@@ -155,11 +164,11 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
                   options: ImageOptions, source_ids: bool = False, sandbox=None, suspects: frozenset = frozenset(),
-                  pause=None) -> tuple[list, int]:
+                  pause=None, task: TaskSpec | None = None) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
-    signature), and the spill file's size. `length` is the framed record's, of
+    signature), with the input's TaskInfo third when there is a `task`, and the spill file's size. `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
@@ -177,15 +186,15 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     results, offset = [], 0
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
-            sid = targets.source_id(spill * BATCH + i) if source_ids else None
-            result, signature = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid, sandbox,
-                                                 ref.path in suspects)
+            sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
+            result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
+                                                       sandbox, ref.path in suspects, task)
             if not isinstance(result, Reject):
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
-            results.append((result, signature))
+            results.append((result, signature) if task is None else (result, signature, info))
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)

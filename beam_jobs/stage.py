@@ -31,6 +31,10 @@ class Staged(typing.NamedTuple):
     classes: tuple[str, ...]
     found: int
     splits: tuple[str, ...]  # the splits SOURCE names, if any
+    task: str = "classification"
+    groups: tuple[str, ...] | None = None  # the planner's groups when not the classes (Listing.groups)
+    categories: tuple = ()  # detection: manifest Categories
+    masks: bool = False  # detection: records get instance masks
 
 
 class Ready(typing.NamedTuple):
@@ -41,11 +45,14 @@ class Ready(typing.NamedTuple):
     finished: Manifest | None  # when OUTPUT already holds this finished dataset
 
 
-def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects) -> None:
-    """Writes the listing's chunks (`ordering.listing_chunks`) and early rejects for the pipeline to read."""
+def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects, boxes=None) -> None:
+    """Writes the listing's chunks (`ordering.listing_chunks`), early rejects and, for detection,
+    `boxes` (the listing's box notes and tally) for the pipeline to read."""
     for i, refs in enumerate(chunks):
         checkpoints.write_listing(work, i, refs)
     checkpoints.write_listing_rejects(work, rejects)
+    if boxes is not None:
+        checkpoints.write_listing_boxes(work, *boxes)
 
 
 def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
@@ -61,7 +68,8 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     work = WorkDir(config.output)
     chunks = listing_chunks(listing, config.plan.seed)
     record = run_record(config.manifest_options(), tool_info(), listing)
-    staged = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})))
+    staged = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})),
+                    listing.task, listing.groups, listing.categories, listing.masks)
     sizes = [len(c) for c in chunks]
     try:
         state = interrupted.open_interrupted(config.output, config.source, record, listing, chunks,
@@ -76,7 +84,8 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
                 prepare_output(config.output, config.overwrite)
             else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
                 prepare_output(config.output, overwrite=True)
-            stage_listing(work, chunks, listing.rejects)
+            stage_listing(work, chunks, listing.rejects,
+                          None if listing.boxes is None else (listing.box_notes, listing.boxes))
             checkpoints.write_run(work, record)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
@@ -90,6 +99,11 @@ def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
     Raises:
         PlanError: naming them.
     """
+    if listing.task != "classification":
+        if config.plan.empty_classes != "keep" or config.plan.max_per_class is not None:
+            flag = "--max-per-class" if config.plan.max_per_class is not None else "--empty-classes"
+            raise PlanError(f"{flag} applies to single-label classification, not {listing.task}")
+        return
     listed = {r.label for r in listing.refs}
     empty = [i for i, name in enumerate(listing.classes) if name not in listed]
     try:

@@ -59,6 +59,7 @@ class WrittenShard(typing.NamedTuple):
     info: ShardInfo
     converted: int  # records re-encoded rather than copied as the original bytes
     reused: bool  # kept from an interrupted run
+    max_boxes: int = 0  # detection: the most objects one of its images holds
 
 
 class WrittenPart(typing.NamedTuple):
@@ -73,6 +74,55 @@ class WrittenPart(typing.NamedTuple):
     converted: int
     digest: str  # of its planned entries
     record_sizes: tuple[int, ...]  # framed records, in the order written
+    counts: dict = {}  # the task's other counts (`task_counts`): box_counts, stratum_counts, max_boxes
+
+
+class ShardCounts(typing.NamedTuple):
+    """What the manifest counts of a shard's (or part's) records."""
+
+    class_counts: dict
+    extra: dict  # multilabel, detection: "stratum_counts"; detection: "box_counts" and "max_boxes"
+
+
+def task_counts(entries, labels: tuple[str, ...], groups: tuple[str, ...] | None, task: str) -> ShardCounts:
+    """The counts of `entries`: records per class (classification), else images containing each class
+    (`Entry.tags`), with objects per class, images per stratum (the planner's group) and max objects."""
+    if task == "classification":
+        counts = collections.Counter(labels[e.label] for e in entries)
+        return ShardCounts({label: counts.get(label, 0) for label in labels}, {})
+    images = collections.Counter(labels[i] for e in entries for i, _ in e.tags)
+    extra: dict = {}
+    if task in ("multilabel", "detection"):
+        strata = collections.Counter(groups[e.label] for e in entries)
+        extra["stratum_counts"] = {name: strata.get(name, 0) for name in groups}
+    if task == "detection":
+        boxes = collections.Counter()
+        for e in entries:
+            for i, n in e.tags:
+                boxes[labels[i]] += n
+        extra["box_counts"] = {label: boxes.get(label, 0) for label in labels}
+        extra["max_boxes"] = max((sum(n for _, n in e.tags) for e in entries), default=0)
+    return ShardCounts({label: images.get(label, 0) for label in labels}, extra)
+
+
+def add_counts(parts) -> dict:
+    """The `extra` counts of several parts of one shard, added up (max_boxes: the largest)."""
+    out: dict = {}
+    for extra in parts:
+        for key, value in extra.items():
+            if key == "max_boxes":
+                out[key] = max(out.get(key, 0), value)
+            else:
+                total = out.setdefault(key, {name: 0 for name in value})
+                for name, n in value.items():
+                    total[name] += n
+    return out
+
+
+def shard_info(file: str, index: int, examples: int, size: int, sha: str, class_counts: dict, index_file,
+               extra: dict) -> ShardInfo:
+    return ShardInfo(file, index, examples, size, sha, class_counts, index_file,
+                     box_counts=extra.get("box_counts"), stratum_counts=extra.get("stratum_counts"))
 
 
 class _SpillReader:
@@ -200,8 +250,11 @@ class WriteParts(PooledDoFn):
     """
 
     def __init__(self, output: str, source: str, work: WorkDir, labels: tuple[str, ...], workers: int | None,
-                 width: int = 1, reuse: bool = False, index: bool = False, on_step: StepHook | None = None):
+                 width: int = 1, reuse: bool = False, index: bool = False, on_step: StepHook | None = None,
+                 task: str = "classification", groups: tuple[str, ...] | None = None):
         super().__init__(workers)
+        self._task = task
+        self._groups = groups
         self._output = output
         self._source = source
         self._work = work
@@ -242,8 +295,7 @@ class WriteParts(PooledDoFn):
         name = ShardName(key.split, key.shard, key.num_shards)
         entries = sorted(itertools.chain.from_iterable(read_section(self._work, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
-        counts = collections.Counter(self._labels[e.label] for e in entries)
-        class_counts = {label: counts.get(label, 0) for label in self._labels}
+        class_counts, extra = task_counts(entries, self._labels, self._groups, self._task)
         converted = sum(e.converted for e in entries)
         if key.num_parts == 1:
             path = storage.join(self._output, name.filename)
@@ -264,10 +316,10 @@ class WriteParts(PooledDoFn):
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
-                               sizes), 0, 0
+                               sizes, extra), 0, 0
         index_file = write_index(self._output, self._work, name, sizes) if self._index else None
-        info = ShardInfo(name.filename, name.index, len(entries), size, sha, class_counts, index_file)
-        result = WrittenShard(name, info, converted, reused=found is not None)
+        info = shard_info(name.filename, name.index, len(entries), size, sha, class_counts, index_file, extra)
+        result = WrittenShard(name, info, converted, reused=found is not None, max_boxes=extra.get("max_boxes", 0))
         if found is not None:
             return result, 0, 0
         if self._on_step is not None:
@@ -315,5 +367,8 @@ class ConcatParts(beam.DoFn):
         class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._labels}
         index_file = write_index(self._output, self._work, name, [n for p in parts for n in p.record_sizes]) \
             if self._index else None
-        info = ShardInfo(filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file)
-        yield WrittenShard(name, info, sum(p.converted for p in parts), reused=found is not None)
+        extra = add_counts(p.counts for p in parts)
+        info = shard_info(filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file,
+                          extra)
+        yield WrittenShard(name, info, sum(p.converted for p in parts), reused=found is not None,
+                           max_boxes=extra.get("max_boxes", 0))

@@ -112,6 +112,11 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))
+    boxes = manifest.inputs.boxes
+    if boxes is not None:  # detection: read = written + dropped; clipped boxes are written
+        reasons = ", ".join(f"{k} {v}" for k, v in boxes.dropped_by_reason.items())
+        click.echo(f"boxes read {boxes.read}  written {boxes.written}  dropped {boxes.dropped}  "
+                   f"clipped {boxes.clipped}" + (f"  (dropped: {reasons}; see rejects.jsonl)" if reasons else ""))
     if write_report:
         _write_report(output, None, verify=False, source=None)
 

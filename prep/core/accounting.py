@@ -16,17 +16,23 @@ from typing import Iterable, Sequence
 
 from prep.core.errors import PlanError
 from prep.core.listing import Reject
-from prep.core.manifest import Inputs, ShardInfo
+from prep.core.manifest import BoxAccounting, Inputs, ShardInfo
 from prep.core.naming import ShardName
 
 
 def tally(found: int, written: int, converted: int, rejects: Sequence[Reject],
-          capped_by_class: dict[str, int]) -> Inputs:
-    """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them)."""
+          capped_by_class: dict[str, int], boxes=None) -> Inputs:
+    """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them);
+    `boxes`, detection's `task_inputs.BoxTally`, becomes inputs.boxes."""
     capped = sum(capped_by_class.values())
+    box_accounting = None
+    if boxes is not None:
+        dropped = dict(boxes.dropped)
+        box_accounting = BoxAccounting(read=boxes.read, written=boxes.written, dropped=sum(dropped.values()),
+                                       clipped=boxes.clipped, dropped_by_reason=dict(sorted(dropped.items())))
     return Inputs(found=found, written=written, rejected=len(rejects), capped=capped, converted=converted,
                   rejected_by_reason=reasons(rejects),
-                  capped_by_class=dict(capped_by_class))
+                  capped_by_class=dict(capped_by_class), boxes=box_accounting)
 
 
 def reasons(rejects: Iterable[Reject]) -> dict[str, int]:
@@ -51,12 +57,19 @@ def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: 
         raise PlanError(f"split{'s' if many else ''} {', '.join(map(repr, emptied))} "
                         f"{'have' if many else 'has'} no example left: every input listed in "
                         f"{'them' if many else 'it'} was rejected; see {rejects_path}")
-    if not inputs.reconciles:
+    if not inputs.reconciles or (inputs.boxes is not None and not inputs.boxes.reconciles):
         raise RuntimeError(f"internal error: counts do not reconcile: {inputs.to_json()}")
 
 
 def sort_rejects(rejects: Iterable[Reject]) -> list[Reject]:
     return sorted(rejects, key=lambda r: (r.path, r.reason))
+
+
+def with_box_notes(rejects: Sequence[Reject], notes) -> list:
+    """Image rejects and box notes (lines with a "box" field) in one list, by path, an image's line
+    before its boxes, boxes by index."""
+    keyed = [((r.path, -1, r.reason), r) for r in rejects] + [((n.path, n.box, n.reason), n) for n in notes]
+    return [line for _, line in sorted(keyed, key=lambda item: item[0])]
 
 
 def rejects_jsonl(rejects: Iterable[Reject]) -> bytes:

@@ -12,6 +12,57 @@ from prep.core.image_rules import ImageOptions
 from prep.core.layout import PlanOptions
 
 RUNNERS_LOCAL = "local"
+ANNOTATION_FORMATS = ("coco", "voc", "yolo", "csv")
+BOX_POLICIES = ("clip", "drop", "reject-image")
+CROWD_POLICIES = ("keep", "drop", "reject-image")
+UNANNOTATED = ("skip", "keep")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """What makes a conversion detection (`annotations`) or segmentation (`masks`), and how their
+    inputs are judged. Multi-label needs none: its label file says it (`prep.core.label_file`)."""
+
+    annotations: str | None = None  # COCO JSON, VOC or YOLO folder, or CSV/TSV/JSONL of boxes
+    annotation_format: str | None = None  # None: detected from what `annotations` is
+    bad_boxes: str = "clip"
+    crowd: str = "keep"
+    skip_empty: bool = False  # leave out images without objects
+    unannotated: str = "skip"  # images under SOURCE the annotations never name
+    masks: str | None = None  # folder of single-channel PNG class maps
+
+    def __post_init__(self):
+        for name, value, allowed in (("annotation-format", self.annotation_format, ANNOTATION_FORMATS),
+                                     ("bad-boxes", self.bad_boxes, BOX_POLICIES),
+                                     ("crowd", self.crowd, CROWD_POLICIES),
+                                     ("unannotated", self.unannotated, UNANNOTATED)):
+            if value is not None and value not in allowed:
+                raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.annotations is not None and self.masks is not None:
+            raise OptionsError("--annotations (detection) and --masks (segmentation) make different datasets: "
+                               "pass one of them")
+        if self.annotations is None:
+            changed = [f"--{name}" for name, value, default in (
+                ("annotation-format", self.annotation_format, None), ("bad-boxes", self.bad_boxes, "clip"),
+                ("crowd", self.crowd, "keep"), ("skip-empty", self.skip_empty, False),
+                ("unannotated", self.unannotated, "skip")) if value != default]
+            if changed:
+                raise OptionsError(f"{changed[0]} applies to detection: it needs --annotations")
+
+    @property
+    def task(self) -> str:
+        """The task these options make, or "classification" (which a label file may make multilabel)."""
+        return "detection" if self.annotations else "segmentation" if self.masks else "classification"
+
+    def manifest_options(self) -> dict:
+        """The options recorded in the manifest: none for classification, whose manifest stays as it was."""
+        if self.annotations:
+            return {"annotations": os.path.basename(self.annotations.rstrip("/")),
+                    "annotation_format": self.annotation_format, "bad_boxes": self.bad_boxes, "crowd": self.crowd,
+                    "skip_empty": self.skip_empty, "unannotated": self.unannotated}
+        if self.masks:
+            return {"masks": os.path.basename(self.masks.rstrip("/"))}
+        return {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +82,7 @@ class ConvertConfig:
     allow_outside_source: bool = False  # label-file paths may point outside SOURCE
     index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
     target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
+    tasks: TaskOptions = TaskOptions()
 
     def __post_init__(self):
         wanted = targets.get(self.target).image_format
@@ -42,6 +94,18 @@ class ConvertConfig:
         if self.resume and self.overwrite:
             raise OptionsError("--resume finishes the conversion in OUTPUT and --overwrite starts it over: "
                                "pass one of them")
+        task = self.tasks.task
+        if task != "classification":
+            flag = "--annotations" if task == "detection" else "--masks"
+            if self.labels is not None:
+                raise OptionsError(f"{flag} names the images; --labels cannot be used with it")
+            if self.plan.empty_classes != "keep":
+                raise OptionsError(f"--empty-classes {self.plan.empty_classes} applies to single-label "
+                                   f"classification; {task} keeps every class and its id")
+            if self.plan.max_per_class is not None:
+                raise OptionsError(f"--max-per-class applies to single-label classification, not {task}")
+        if task == "segmentation" and self.classes is None:
+            raise OptionsError("--masks needs --classes FILE naming the mask values 0, 1, ... in order")
 
     def manifest_options(self) -> dict:
         """The options that decide the output bytes, as recorded in the manifest."""
@@ -69,6 +133,7 @@ class ConvertConfig:
             "target": self.target,
             # Only when not the default, so that every manifest written before the option stays as it was.
             **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
+            **self.tasks.manifest_options(),
         }
 
 

@@ -13,7 +13,8 @@ import os
 import re
 
 from prep.core import targets
-from prep.core.config import ConvertConfig
+from prep.core.config import (ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig,
+                              TaskOptions)
 from prep.core.errors import OptionsError
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
@@ -77,6 +78,23 @@ OPTIONS = (
            "stores every image as JPEG (Model Garden's classification Parser has decode_jpeg_only=True) and "
            "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
            default=targets.NONE, choices=targets.TARGETS),
+    Option("--annotations", "Detection: a COCO instances JSON, a folder of Pascal VOC XML or YOLO txt, or a "
+           "CSV/TSV/JSONL with path,label,xmin,ymin,xmax,ymax (pixels); image paths relative to SOURCE.",
+           metavar="PATH"),
+    Option("--annotation-format", "Format of --annotations (default: detected from what PATH is).",
+           choices=ANNOTATION_FORMATS),
+    Option("--bad-boxes", "A box partly outside its image: clip it (clip), drop it (drop), or reject the image "
+           "(reject-image); a degenerate or NaN box is dropped (reject-image: rejects the image).",
+           default="clip", choices=BOX_POLICIES),
+    Option("--crowd", "Crowd annotations (iscrowd 1): keep them with is_crowd 1, drop them, or reject the image.",
+           default="keep", choices=CROWD_POLICIES),
+    Option("--skip-empty", "Leave out images without objects (rejected, reason no_objects); they are kept by "
+           "default.", bool, False, flag=True),
+    Option("--unannotated", "Images under SOURCE that the annotations never name: skip them (rejected, reason "
+           "not_annotated), or keep them as images without objects.", default="skip", choices=UNANNOTATED),
+    Option("--masks", "Semantic segmentation: a folder of single-channel PNG class maps, one per image with the "
+           "image's relative path and stem; --classes names the values 0, 1, ...; 255 is ignore.",
+           metavar="DIR"),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
            "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
@@ -130,7 +148,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         OptionsError, SourceError: a bad value or an unreadable --classes file.
     """
     v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
-    for name in ("split", "labels", "classes"):
+    for name in ("split", "labels", "classes", "annotations", "masks"):
         if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
             raise OptionsError(f"--{name} is empty; leave the option out instead")
     return ConvertConfig(
@@ -145,7 +163,11 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
                            max_image_memory=parse_size(v["max_image_memory"], "--max-image-memory"),
                            image_timeout=v["image_timeout"], isolate=v["isolate"]),
         workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
-        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"])
+        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"],
+        tasks=TaskOptions(annotations=_absolute(v["annotations"]) if v["annotations"] else None,
+                          annotation_format=v["annotation_format"], bad_boxes=v["bad_boxes"], crowd=v["crowd"],
+                          skip_empty=bool(v["skip_empty"]), unannotated=v["unannotated"],
+                          masks=_absolute(v["masks"]) if v["masks"] else None))
 
 
 def add_arguments(parser) -> None:

@@ -98,6 +98,8 @@ class PreparedImage:
     width: int
     channels: int
     converted: bool
+    stored: tuple[int, int] = (0, 0)  # (width, height) of the input's pixels as stored, before EXIF orientation
+    orientation: int = 1  # the input's EXIF orientation, 1..8 (1: none): boxes and masks follow it
 
 
 class ImageRejected(Exception):
@@ -333,7 +335,8 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
                 # cannot), in less time (docs/design.md).
                 img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
             img.load()
-            return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False)
+            return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False,
+                                 stored=(width, height))
         if out_format not in ("jpeg", "png"):
             out_format = "png"
         if source_format == "jpeg" and orientation == 1 and size != (width, height):
@@ -348,4 +351,5 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
         raise
     except Exception as exc:
         raise _failure(exc, options) from None
-    return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True)
+    return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True,
+                         stored=(width, height), orientation=orientation if 1 <= orientation <= 8 else 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from prep.core import storage
+from prep.core import storage, task_inputs
 from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
@@ -31,15 +31,23 @@ def list_inputs(config: ConvertConfig) -> Listing:
     Raises:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
     """
+    task = config.tasks.task
+    if task != "classification" and output_inside(config.output, config.source):
+        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
+                          "inputs on the next run; choose an OUTPUT outside SOURCE")
+    if task == "detection":
+        t = config.tasks
+        inside = storage.is_remote(t.annotations) or output_inside(t.annotations, config.source)
+        skip = frozenset()
+        if inside and not storage.is_remote(t.annotations):
+            skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
+        return task_inputs.list_detection(config.source, t.annotations, t.annotation_format, config.classes,
+                                          t.unannotated, config.layout, config.plan.seed, skip)
+    if task == "segmentation":
+        return task_inputs.list_segmentation(config.source, config.tasks.masks, config.classes, config.layout)
     if config.labels:
-        data = None
-        if storage.is_remote(config.labels):
-            try:
-                data = storage.read_bytes(config.labels)
-            except Exception as exc:  # each file system raises its own types
-                raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
-        return list_label_file(config.source, config.labels, config.classes, data=data,
-                               allow_outside=config.allow_outside_source)
+        listing = _list_label_file(config)
+        return task_inputs.multilabel_listing(listing, config.plan.seed) if listing.task == "multilabel" else listing
     if output_inside(config.output, config.source):
         raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
                           "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")
@@ -52,3 +60,14 @@ def list_inputs(config: ConvertConfig) -> Listing:
             raise SourceError(f"SOURCE {config.source} holds no files")
         return list_folders(config.source, config.layout, config.classes, files=files)
     return list_folders(config.source, config.layout, config.classes)
+
+
+def _list_label_file(config: ConvertConfig) -> Listing:
+    data = None
+    if storage.is_remote(config.labels):
+        try:
+            data = storage.read_bytes(config.labels)
+        except Exception as exc:  # each file system raises its own types
+            raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
+    return list_label_file(config.source, config.labels, config.classes, data=data,
+                           allow_outside=config.allow_outside_source)

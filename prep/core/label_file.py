@@ -21,6 +21,7 @@ from prep.core.listing import InputRef, Listing, Reject, finish_listing
 from prep.core.storage import is_remote
 
 LABEL_COLUMNS = ("path", "label")
+MULTI = "\0multi"  # set in a JSONL row whose label is a list: the file is multi-label
 
 
 def _label_rows(path: str, data: bytes | None):
@@ -89,6 +90,12 @@ def _json_values(row: dict) -> tuple[dict | None, str | None]:
         if value is None:
             values[key] = ""
             continue
+        if key == "label" and isinstance(value, list):  # multi-label: a list of names
+            if not value or not all(isinstance(v, str) and v.strip() and "|" not in v for v in value):
+                return None, "'label' list must hold non-empty names without '|'"
+            values[key] = "|".join(v.strip() for v in value)
+            values[MULTI] = "1"
+            continue
         if isinstance(value, (list, dict)):
             return None, f"{key!r} is a JSON {'list' if isinstance(value, list) else 'object'}, not text"
         values[key] = value if isinstance(value, str) else json.dumps(value)
@@ -154,7 +161,7 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
     if data is None and not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
     refs, rejects, first_line = [], [], {}
-    saw_row = False
+    saw_row = multi = False
     for number, row, problem in _label_rows(label_file, data):
         saw_row = True
         where = f"line {number}"
@@ -165,6 +172,9 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
             continue
         raw_path, label = row["path"], row["label"].strip()
+        if MULTI in row or "|" in label:
+            multi = True
+            label = "|".join(sorted({name.strip() for name in label.split("|") if name.strip()}))
         problem = _text_problem("path", raw_path, file_name=True) or _text_problem("label", label) \
             or _text_problem("split", row.get("split") or "")
         if problem is not None:
@@ -190,7 +200,28 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         raise SourceError(f"label file {label_file} has no rows")
     if refs and len({r.split is None for r in refs}) > 1:
         raise SourceError(f"label file {label_file} gives a split for some rows but not for others")
+    if multi:
+        return _finish_multilabel(refs, rejects, classes, label_file)
     found_classes = tuple(sorted({r.label for r in refs}))
     if not found_classes:
         raise SourceError(f"label file {label_file} has no usable rows")
     return finish_listing(refs, rejects, found_classes, classes, source=label_file)
+
+
+def _finish_multilabel(refs, rejects, classes, label_file) -> Listing:
+    """A multi-label file's listing: each ref's label the sorted '|'-joined names, the classes every
+    name found (or --classes); a row naming a class not in --classes is rejected (unknown_label).
+    `task_inputs.multilabel_listing` then groups the refs in strata."""
+    names = classes if classes is not None else tuple(sorted({n for r in refs for n in r.label.split("|")}))
+    if not names:
+        raise SourceError(f"label file {label_file} has no usable rows")
+    known, kept = set(names), []
+    for ref in refs:
+        unknown = [n for n in ref.label.split("|") if n not in known]
+        if unknown:
+            rejects.append(Reject(ref.path, "unknown_label", f"label {unknown[0]!r} is not in --classes"))
+        else:
+            kept.append(ref)
+    kept.sort(key=lambda r: r.path)
+    rejects.sort(key=lambda r: r.path)
+    return Listing(tuple(kept), tuple(rejects), tuple(names), task="multilabel")

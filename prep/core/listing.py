@@ -32,8 +32,14 @@ class InputRef(typing.NamedTuple):
     """
 
     path: str
-    label: str
+    label: str  # the class; for multilabel, detection and segmentation the planner's group (`task_inputs`)
     split: str | None
+    extra: str | None = None  # those tasks: what the record needs beyond the image, as JSON (`task_inputs`)
+    key: str | None = None  # those tasks: the rank key in the group, hex (`ordering.rank_key`)
+
+    def fields(self) -> list:
+        """The fields to stage and hash: a classification input's three, as before these tasks."""
+        return list(self) if self.extra is not None or self.key is not None else list(self[:3])
 
 
 class Reject(typing.NamedTuple):
@@ -67,6 +73,12 @@ class Listing:
     refs: tuple[InputRef, ...]
     rejects: tuple[Reject, ...]
     classes: tuple[str, ...]
+    task: str = "classification"  # one of schema.TASKS
+    groups: tuple[str, ...] | None = None  # the planner's groups (InputRef.label) when not the classes
+    categories: tuple = ()  # detection: manifest Categories, in id order
+    box_notes: tuple = ()  # detection: boxes the annotations hold but no record will (task_inputs.BoxNote)
+    boxes: tuple | None = None  # detection: their tally (task_inputs.BoxTally)
+    masks: bool = False  # detection: the annotations hold polygons or RLE, so records get instance masks
 
     @property
     def found(self) -> int:

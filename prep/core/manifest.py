@@ -20,12 +20,14 @@ from typing import Any, Iterable, Mapping
 
 from prep.core.errors import ManifestError
 from prep.core.naming import ShardName, check_split_name
-from prep.core.schema import TASKS
+from prep.core.schema import IGNORE_VALUE, TASKS
 from prep.core.manifest_parts import (BoxAccounting, Category, IndexFile, InFlight, Inputs,  # noqa: F401 (re-exported)
                                       Resumed, Run, ShardInfo, SplitInfo)
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
+LABEL_MAP_PBTXT = "label_map.pbtxt"  # detection: the Object Detection API's label map, beside the shards
+LABEL_MAP_CSV = "label_map.csv"  # detection: id,name (Model Garden)
 REPORT = "report.html"  # `prep report`'s page, written into OUTPUT by `prep convert --report`
 FORMAT = "tfrecord-prep"
 NO_STRATUM = "(none)"  # the stratum of an image without labels or objects (stratum_counts)
@@ -86,21 +88,34 @@ class Manifest:
 
     @classmethod
     def build(cls, labels, options: dict, written: Iterable[tuple[ShardName, ShardInfo]], inputs: Inputs,
-              tool: dict, run: Run) -> "Manifest":
-        """Assembles the manifest from the shards written, each with its name (split and shard count)."""
+              tool: dict, run: Run, task: str = "classification", categories: tuple[Category, ...] | None = None,
+              max_boxes: dict[str, int] | None = None) -> "Manifest":
+        """Assembles the manifest from the shards written, each with its name (split and shard count).
+
+        Detection (`task`) adds `categories`, and per split the box counts of its shards and
+        `max_boxes` ({split: the most objects of one image}; a split absent holds none);
+        segmentation adds `ignore_value`.
+        """
         splits: dict[str, dict] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
             split = splits.setdefault(name.split, {"examples": 0, "bytes": 0, "num_shards": name.count,
-                                                   "class_counts": {label: 0 for label in labels}, "shards": []})
+                                                   "class_counts": {label: 0 for label in labels}, "shards": [],
+                                                   "box_counts": {label: 0 for label in labels}})
             split["examples"] += shard.examples
             split["bytes"] += shard.bytes
             for label, n in shard.class_counts.items():
                 split["class_counts"][label] += n
+            for label, n in (shard.box_counts or {}).items():
+                split["box_counts"][label] += n
             split["shards"].append(shard)
+        detection = task == "detection"
         return cls(labels=tuple(labels), options=dict(options),
                    splits={n: SplitInfo(n, s["examples"], s["bytes"], s["num_shards"], s["class_counts"],
-                                        tuple(s["shards"])) for n, s in splits.items()},
-                   inputs=inputs, tool=dict(tool), run=run)
+                                        tuple(s["shards"]), box_counts=s["box_counts"] if detection else None,
+                                        max_boxes=(max_boxes or {}).get(n, 0) if detection else None)
+                           for n, s in splits.items()},
+                   inputs=inputs, tool=dict(tool), run=run, task=task, categories=categories,
+                   ignore_value=IGNORE_VALUE if task == "segmentation" else None)
 
     def to_json(self) -> dict:
         out = {

@@ -5,7 +5,8 @@ reads a shard: names, indexes and counts, per-split sums, `labels` against
 `class_counts`, the input accounting, the empty classes. `unbalanced` is the balance rule the planner
 guarantees: every shard of a split holds ⌊n/N⌋ or ⌈n/N⌉ of its n records, and the
 same for each class's records; for counts summing to n this is exactly "any two
-shards differ by at most one".
+shards differ by at most one". Multi-label and detection apply it to strata
+(`strata_unbalanced`), segmentation to records only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Iterable
 
 from prep.core.manifest import Manifest
 from prep.core.naming import ShardName
+
+STRATIFIED = ("multilabel", "detection")  # tasks whose shards are balanced per stratum (stratum_counts)
 
 
 def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
@@ -40,9 +43,15 @@ def contradictions(manifest: Manifest) -> list[str]:
                 messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
                                 f"not {shard.file} with index {shard.index}")
             in_classes = sum(shard.class_counts.values())
-            if in_classes != shard.examples:
+            # Only single-label records: multilabel, detection and segmentation count images containing a class.
+            if manifest.task == "classification" and in_classes != shard.examples:
                 messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum "
                                 f"to {in_classes}")
+            if manifest.task in STRATIFIED:
+                in_strata = sum((shard.stratum_counts or {}).values())
+                if in_strata != shard.examples:
+                    messages.append(f"{shard.file}: examples is {shard.examples} but its stratum_counts sum "
+                                    f"to {in_strata}")
         for key in ("examples", "bytes"):
             summed = sum(getattr(s, key) for s in shards)
             if getattr(info, key) != summed:
@@ -80,6 +89,25 @@ def _empty_class_messages(manifest: Manifest) -> list[str]:
         elif not dropped and name not in labels:
             messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
     return messages
+
+
+def strata_unbalanced(manifest: Manifest) -> list[tuple[str, str]]:
+    """The balance rule of multi-label and detection: every shard of a split holds ⌊n/N⌋ or ⌈n/N⌉
+    of its n records and of each stratum's (`stratum_counts`: an image's rarest class, or
+    NO_STRATUM); classes other than an image's stratum follow, with no exact rule. Segmentation:
+    records only. (file, message) for each shard that breaks it."""
+    if manifest.task == "classification":
+        return []
+    problems = []
+    for split, info in manifest.splits.items():
+        files = [s.file for s in info.shards]
+        if manifest.task in STRATIFIED:
+            found = unbalanced(split, files, [dict(s.stratum_counts or {}) for s in info.shards])
+            problems += [(f, m.replace("of class ", "of stratum ")) for f, m in found]
+        else:  # one group: the rule on its records is the rule on records
+            found = unbalanced(split, files, [{"": s.examples} for s in info.shards])
+            problems += [(f, m) for f, m in found if "of class" not in m]
+    return problems
 
 
 def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> list[tuple[str, str]]:

@@ -3,7 +3,8 @@
 The contract, written once here and relied on by `beam_jobs.plan_shards`:
 
 - An example's rank in its group (split given by SOURCE, class) is its place in
-  ``(sort_key(seed, path), path)`` order. The key hashes the path relative to
+  ``(rank_key(seed, path, key), path)`` order: `sort_key` for single-label classification,
+  the stratified key of `InputRef.key` for multi-label and detection. The key hashes the path relative to
   SOURCE, so the plan never depends on the order a file system lists files, and
   another seed gives another order.
 - The listing is staged in `listing_order`: by (split or "", class, sort key,
@@ -37,6 +38,12 @@ def sort_key(seed: int, path: str | bytes, purpose: str = "rank") -> bytes:
     return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + raw).digest()
 
 
+def rank_key(seed: int, path: str | bytes, key: str | None = None) -> bytes:
+    """An example's rank key in its group: `sort_key`, or the stratified key the listing gave
+    it (multi-label and detection: `prep.core.annotations.stratify`, hex in `InputRef.key`)."""
+    return bytes.fromhex(key) if key else sort_key(seed, path)
+
+
 def listing_order(refs: Sequence[InputRef], seed: int) -> list[InputRef]:
     """The order the listing is staged in: by (split, class, sort key, path).
 
@@ -48,7 +55,7 @@ def listing_order(refs: Sequence[InputRef], seed: int) -> list[InputRef]:
     ordered = []
     for group in sorted(groups):
         members = groups.pop(group)
-        members.sort(key=lambda r: (sort_key(seed, r.path), r.path))
+        members.sort(key=lambda r: (rank_key(seed, r.path, r.key), r.path))
         ordered += members
     return ordered
 

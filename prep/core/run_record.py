@@ -24,7 +24,7 @@ import json
 
 import prep
 
-from prep.core.listing import Listing, printable
+from prep.core.listing import InputRef, Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
@@ -57,7 +57,8 @@ def listing_digest(listing: Listing, batch: int = 4096) -> str:
         for start in range(0, len(entries), batch):
             if start:
                 digest.update(b", ")
-            digest.update(json.dumps([list(r) for r in entries[start:start + batch]])[1:-1].encode())
+            digest.update(json.dumps([r.fields() if isinstance(r, InputRef) else list(r)
+                                       for r in entries[start:start + batch]])[1:-1].encode())
         digest.update(b"]")
     digest.update(b"]")
     return digest.hexdigest()

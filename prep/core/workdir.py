@@ -75,6 +75,11 @@ class WorkDir:
         return self._path("listing", "rejects.json")
 
     @property
+    def listing_boxes(self) -> str:
+        """Detection: the box notes and tally of the annotations' problems (task_inputs.BoxNote, BoxTally)."""
+        return self._path("listing", "boxes.json")
+
+    @property
     def spill_folder(self) -> str:
         return self._path("spill")
 

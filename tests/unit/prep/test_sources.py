@@ -132,16 +132,17 @@ def _jsonl(tmp_path, lines: list[str]) -> str:
     return str(labels)
 
 
-def test_jsonl_null_is_an_empty_value_and_lists_are_bad_rows(tmp_path):
+def test_jsonl_null_is_an_empty_value_and_objects_are_bad_rows(tmp_path):
+    # A list label makes the file multi-label (tests/e2e/test_multilabel_convert.py); an object is a bad row.
     listing = list_label_file(str(tmp_path), _jsonl(tmp_path, [
         '{"path": "a.jpg", "label": "cat"}', '{"path": "b.jpg", "label": null}', '{"path": null, "label": "cat"}',
-        '{"path": "c.jpg", "label": ["cat"]}', '{"path": "d.jpg", "label": 3}', '{"path": "e.jpg", "label": "dog", "split": null}']))
+        '{"path": "c.jpg", "label": {"cat": 1}}', '{"path": "d.jpg", "label": 3}', '{"path": "e.jpg", "label": "dog", "split": null}']))
     assert [(r.path, r.label, r.split) for r in listing.refs] == [("a.jpg", "cat", None), ("d.jpg", "3", None),
                                                                   ("e.jpg", "dog", None)]
     assert sorted((r.path, r.reason, r.detail) for r in listing.rejects) == [
         ("b.jpg", "empty_label", "line 2: label is empty"),
         ("labels.jsonl:3", "bad_row", "empty path"),
-        ("labels.jsonl:4", "bad_row", "'label' is a JSON list, not text")]
+        ("labels.jsonl:4", "bad_row", "'label' is a JSON object, not text")]
     assert listing.classes == ("3", "cat", "dog")  # no class called "null"
 
 

@@ -1,0 +1,121 @@
+"""Records of multi-label, detection and segmentation inputs, built around a prepared image.
+
+`TaskSpec` is what PrepareChunk needs to know of the task; `build_record` turns an input
+(its `InputRef.extra`, see prep.core.task_inputs) and its prepared image into a
+`TaskRecord`, after the image rule: boxes and masks follow the image's EXIF orientation
+and resize exactly as its pixels (`place_objects`, `prepare_mask`). Besides the record it
+gives the input's `tags` (class id -> objects of it, for the shard's counts) and its box
+notes and tally (for rejects.jsonl and inputs.boxes).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import typing
+
+from prep.core import storage
+from prep.core.image_rules import ImageRejected, PreparedImage
+from prep.core.listing import InputRef, Reject
+from prep.core.task_inputs import BOX_REJECTED_IMAGE, BoxNote, BoxTally, dropped_tally
+from prep.core.task_record import BoxObject, TaskRecord
+
+
+class TaskSpec(typing.NamedTuple):
+    """The task of a conversion, as PrepareChunk needs it."""
+
+    task: str  # multilabel, detection or segmentation
+    classes: tuple[str, ...]
+    bad_boxes: str = "clip"
+    crowd: str = "keep"
+    skip_empty: bool = False
+    masks: bool = False  # detection: write image/object/mask (the source has polygons or RLE)
+    mask_dir: str | None = None  # segmentation: --masks
+
+
+class TaskInfo(typing.NamedTuple):
+    """What one input adds to the counts: ((class id, objects), ...), box notes, box tally."""
+
+    tags: tuple = ()
+    notes: tuple = ()
+    tally: BoxTally | None = None
+
+
+def rejected_info(spec: TaskSpec, ref: InputRef) -> TaskInfo | None:
+    """The counts of an input rejected before its record was built: its boxes are not written."""
+    if spec.task != "detection" or ref.extra is None:
+        return None
+    n = len(json.loads(ref.extra)["a"]["o"])
+    return TaskInfo(tally=dropped_tally(n, [BOX_REJECTED_IMAGE] * n))
+
+
+def build_record(spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input
+                 ) -> tuple[TaskRecord | Reject, TaskInfo]:
+    """The record of `ref` around `image`, or a Reject, and the input's counts.
+
+    `read_input(path)` gives a file's bytes or (reason, detail) (segmentation reads masks with it).
+    """
+    extra = json.loads(ref.extra)
+    common = dict(format=image.format, height=image.height, width=image.width, channels=image.channels,
+                  filename=ref.path, source_id=extra.get("s"))
+    if spec.task == "multilabel":
+        ids = tuple(extra["l"])
+        record = TaskRecord.build("multilabel", image.encoded, **{**common, "source_id": None}, labels=ids,
+                                  texts=tuple(spec.classes[i] for i in ids))
+        return record, TaskInfo(tags=tuple((i, 0) for i in ids))
+    if spec.task == "segmentation":
+        return _segmentation(spec, ref, image, extra, common, read_input)
+    return _detection(spec, ref, image, extra, common)
+
+
+def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict, common: dict):
+    from prep.core.annotations import BoxPolicy, ImageAnnotation, place_objects
+
+    ann = ImageAnnotation.from_json(extra["a"])
+    read = len(ann.objects)
+    try:
+        placed = place_objects(ann, image.stored, image.orientation, (image.width, image.height),
+                               BoxPolicy(bad_boxes=spec.bad_boxes, crowd=spec.crowd), spec.masks)
+    except ImageRejected as exc:
+        return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
+            tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read))
+    notes = tuple(BoxNote(ref.path, p.box, p.reason, p.detail) for p in placed.dropped) + tuple(
+        BoxNote(ref.path, p.box, p.reason, p.detail, clipped=True) for p in placed.clipped)
+    dropped: dict[str, int] = {}
+    for p in placed.dropped:
+        dropped[p.reason] = dropped.get(p.reason, 0) + 1
+    written = len(placed.objects)
+    if written + len(placed.dropped) != read:
+        raise RuntimeError(f"internal error: {ref.path}: {read} boxes read, {written} placed and "
+                           f"{len(placed.dropped)} dropped")
+    ids = {name: i for i, name in enumerate(spec.classes)}
+    if not placed.objects and spec.skip_empty:
+        tally = BoxTally(read, 0, 0, tuple(sorted(dropped.items())))
+        return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(
+            notes=tuple(n for n in notes if not n.clipped), tally=tally)
+    objects = tuple(BoxObject(ids[o.label] + 1, o.label, o.xmin, o.ymin, o.xmax, o.ymax, o.area, int(o.crowd),
+                              int(o.difficult), o.mask_png if spec.masks else None) for o in placed.objects)
+    counts: dict[int, int] = {}
+    for o in objects:
+        counts[o.label - 1] = counts.get(o.label - 1, 0) + 1
+    record = TaskRecord.build("detection", image.encoded, **common, objects=objects, masks=spec.masks)
+    tally = BoxTally(read, written, len(placed.clipped), tuple(sorted(dropped.items())))
+    return record, TaskInfo(tags=tuple(sorted(counts.items())), notes=notes, tally=tally)
+
+
+def _segmentation(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict, common: dict, read_input):
+    import numpy as np
+    from PIL import Image
+
+    from prep.core.annotations import prepare_mask
+
+    data = read_input(storage.join(spec.mask_dir, extra["m"]))
+    if isinstance(data, tuple):
+        return Reject(ref.path, "unreadable_mask", f"mask {extra['m']}: {data[1]}"), TaskInfo()
+    try:
+        png = prepare_mask(data, image.stored, image.orientation, (image.width, image.height), len(spec.classes))
+    except ImageRejected as exc:
+        return Reject(ref.path, exc.reason, exc.detail), TaskInfo()
+    values = np.unique(np.asarray(Image.open(io.BytesIO(png))))
+    tags = tuple((int(v), 0) for v in values if v < len(spec.classes))
+    return TaskRecord.build("segmentation", image.encoded, **common, segmentation=png), TaskInfo(tags=tags)

@@ -1,0 +1,173 @@
+"""The annotation types every reader returns and `place_objects` takes. Pure, picklable.
+
+Conventions (docs: the issue-18 contract):
+
+* Boxes are (xmin, ymin, xmax, ymax) floats in continuous coordinates of the frame
+  the annotation declares: a W x H image spans [0, W] x [0, H]. Readers convert
+  their format's convention (COCO xywh, VOC 1-based pixel indices, YOLO centres)
+  into this one; a YOLO annotation keeps [0, 1] coordinates (`normalized`).
+* A box is read as written, NaN included: judging boxes is `place_objects`' job,
+  where the image's real size is known, so every box read is either placed or
+  dropped with a reason there (read = written + dropped).
+* `Obj.index` is the object's position among its image's annotations in the
+  source, counting those a reader could not use, so a reject names the box a
+  user can find in the file.
+* Category ids run 1..K in the order the reader gives (0 is background).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+Box = tuple  # (xmin, ymin, xmax, ymax) floats
+
+
+class Category(NamedTuple):
+    """A class: id from 1, its name, and the source's own id or index (None if it has none)."""
+
+    id: int
+    name: str
+    source_id: int | str | None
+
+
+class Problem(NamedTuple):
+    """An annotation, row or box that cannot be used or was changed, with a reason code.
+
+    `path` is the image's path relative to SOURCE (or the annotation file's name when
+    no image can be named); `box` the object's index, None for an image-level problem.
+    """
+
+    path: str
+    reason: str
+    detail: str
+    box: int | None = None
+
+
+class Obj(NamedTuple):
+    """One annotated object, in the annotation's frame."""
+
+    index: int
+    label: str
+    box: Box
+    crowd: bool = False
+    difficult: bool = False
+    truncated: bool = False
+    area: float | None = None
+    polygons: tuple[tuple[float, ...], ...] = ()
+    rle: dict | None = None
+
+
+class ImageAnnotation(NamedTuple):
+    """The objects of one image and the frame they were drawn in."""
+
+    path: str  # relative to SOURCE, '/'-separated
+    width: int | None  # the frame the annotation declares; None when unknown
+    height: int | None
+    normalized: bool  # coordinates in [0, 1] of the displayed image (YOLO)
+    objects: tuple[Obj, ...]
+    source_id: int | None = None
+    split: str | None = None
+
+    def to_json(self) -> dict:
+        """A compact JSON-able form (short keys; a NaN or infinite coordinate as a string)."""
+        objects = []
+        for o in self.objects:
+            item = {"i": o.index, "l": o.label, "b": [_num_out(v) for v in o.box]}
+            flags = int(o.crowd) | int(o.difficult) << 1 | int(o.truncated) << 2
+            if flags:
+                item["f"] = flags
+            if o.area is not None:
+                item["a"] = _num_out(o.area)
+            if o.polygons:
+                item["p"] = [list(p) for p in o.polygons]
+            if o.rle is not None:
+                item["r"] = o.rle
+            objects.append(item)
+        out = {"p": self.path, "o": objects}
+        for key, value in (("w", self.width), ("h", self.height), ("s", self.source_id), ("t", self.split)):
+            if value is not None:
+                out[key] = value
+        if self.normalized:
+            out["n"] = 1
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "ImageAnnotation":
+        """The inverse of `to_json`."""
+        objects = []
+        for item in obj["o"]:
+            flags = item.get("f", 0)
+            area = item.get("a")
+            objects.append(Obj(
+                index=item["i"], label=item["l"], box=tuple(_num_in(v) for v in item["b"]),
+                crowd=bool(flags & 1), difficult=bool(flags & 2), truncated=bool(flags & 4),
+                area=None if area is None else _num_in(area),
+                polygons=tuple(tuple(p) for p in item.get("p", ())), rle=item.get("r")))
+        return cls(path=obj["p"], width=obj.get("w"), height=obj.get("h"), normalized=bool(obj.get("n", 0)),
+                   objects=tuple(objects), source_id=obj.get("s"), split=obj.get("t"))
+
+
+class AnnotationSet(NamedTuple):
+    """What a reader found: images sorted by path, categories in id order, and the problems."""
+
+    images: tuple[ImageAnnotation, ...]
+    categories: tuple[Category, ...]
+    problems: tuple[Problem, ...]
+
+
+def _num_out(value: float):
+    # Strict JSON has no NaN: such boxes must still reach place_objects to be counted.
+    return value if math.isfinite(value) else repr(float(value))
+
+
+def _num_in(value) -> float:
+    return float(value)
+
+
+def as_float(value) -> float | None:
+    """A JSON or text value as a float (NaN and inf allowed), or None if it is not a number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def number_categories(names_by_source: list[tuple[int | str | None, str]]) -> tuple[Category, ...]:
+    """Categories with ids 1..K in the order given."""
+    return tuple(Category(i, name, source) for i, (source, name) in enumerate(names_by_source, 1))
+
+
+def finish(images: dict[str, ImageAnnotation], categories, problems) -> AnnotationSet:
+    """The set with images sorted by path and problems in a stable order."""
+    ordered = tuple(images[p] for p in sorted(images))
+    return AnnotationSet(ordered, tuple(categories),
+                         tuple(sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))))
+
+
+def choose_categories(found: list[tuple[int | str | None, str]], classes: tuple[str, ...] | None
+                      ) -> tuple[Category, ...]:
+    """Categories from the (source id, name) pairs a reader found, in its order; with `classes`
+    (--classes), exactly those names in that order, each keeping the source id it was found with."""
+    if classes is None:
+        return number_categories(found)
+    source = {name: sid for sid, name in found}
+    return number_categories([(source.get(name), name) for name in classes])
+
+
+def keep_known(ann: ImageAnnotation, known: set[str], problems: list[Problem], where: str) -> ImageAnnotation:
+    """`ann` without the objects whose label is not a category; each one left out is a Problem."""
+    kept = []
+    for o in ann.objects:
+        if o.label in known:
+            kept.append(o)
+        else:
+            problems.append(Problem(ann.path, "unknown_class", f"label {o.label!r} is not one of the classes "
+                                    f"({where})", o.index))
+    return ann if len(kept) == len(ann.objects) else ann._replace(objects=tuple(kept))

@@ -1,0 +1,213 @@
+"""Placing an image's objects on its stored output: frame, EXIF turn, resize, box policy, masks.
+
+The frame (docs: the issue-18 contract). Annotations are taken in the displayed
+(upright, after EXIF) frame. When the annotation declares the stored, un-turned size
+and that differs from the displayed one, its boxes and masks are turned with the
+pixels. Any other declared size rejects the image `size_mismatch`. YOLO's normalised
+boxes are in the displayed frame. Then everything is scaled to the final size, as the
+pixels are resized.
+
+The box policy, judged in displayed pixels (before the resize), per object in order:
+
+1. a crowd under `crowd` "drop" is dropped (`crowd`); "reject-image" rejects;
+2. a NaN or infinite coordinate: `box_nan`, dropped (or the image rejected);
+3. xmax <= xmin or ymax <= ymin as written: `box_degenerate`, dropped (or rejected);
+4. a box reaching outside the image is clipped to it. Within `tolerance` pixels that
+   is silent. Beyond it, "clip" keeps the clipped box and counts it `box_outside` in
+   `clipped`; "drop" drops it; "reject-image" rejects. A box wholly outside is left
+   with no area: dropped `box_outside` under every policy but "reject-image".
+
+Counts reconcile: every object given is either in `objects` or in `dropped`
+(`clipped` boxes are in `objects` too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import numpy as np
+from PIL import Image
+
+from prep.core.annotations.masks import BadRle, decode_rle, fill_polygons, to_png
+from prep.core.annotations.model import ImageAnnotation, Obj, Problem
+from prep.core.annotations.orient import displayed_size, swaps_sides, turn_box, turn_image, turn_point
+from prep.core.errors import OptionsError
+from prep.core.image_rules import ImageRejected
+
+BAD_BOXES = ("clip", "drop", "reject-image")
+CROWDS = ("keep", "drop", "reject-image")
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxPolicy:
+    """What becomes of bad boxes and crowds (`--bad-boxes`, `--crowd`, `--box-tolerance`)."""
+
+    bad_boxes: str = "clip"
+    crowd: str = "keep"
+    tolerance: float = 1.0  # pixels of the displayed image a box may reach outside it unnoticed
+
+    def __post_init__(self):
+        if self.bad_boxes not in BAD_BOXES:
+            raise OptionsError(f"--bad-boxes must be one of {', '.join(BAD_BOXES)}, got {self.bad_boxes!r}")
+        if self.crowd not in CROWDS:
+            raise OptionsError(f"--crowd must be one of {', '.join(CROWDS)}, got {self.crowd!r}")
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) \
+                or not 0 <= self.tolerance <= 1e6:
+            raise OptionsError(f"--box-tolerance must be a number of pixels in [0, 1e6], got {self.tolerance!r}")
+
+
+class PlacedObject(NamedTuple):
+    """An object as written: box normalised to the stored output, area in its pixels."""
+
+    label: str
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    crowd: bool
+    difficult: bool
+    area: float
+    mask_png: bytes | None
+
+
+class Placed(NamedTuple):
+    objects: tuple[PlacedObject, ...]
+    dropped: tuple[Problem, ...]
+    clipped: tuple[Problem, ...]
+
+
+def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> int:
+    """The turn to apply to the annotation: `orientation` in the stored frame, else 1.
+
+    Raises:
+        ImageRejected: `size_mismatch`.
+    """
+    shown = displayed_size(stored, orientation)
+    if ann.normalized or ann.width is None or ann.height is None:
+        return 1
+    declared = (ann.width, ann.height)
+    if declared == shown:
+        return 1
+    if declared == tuple(stored) and swaps_sides(orientation):
+        return orientation
+    raise ImageRejected("size_mismatch", f"the annotation is for a {declared[0]}x{declared[1]} image, the image is "
+                        f"{shown[0]}x{shown[1]} as displayed ({stored[0]}x{stored[1]} stored, EXIF orientation "
+                        f"{orientation})")
+
+
+def _judge(obj: Obj, box, shown, policy: BoxPolicy, path: str) -> tuple[tuple | None, Problem | None, bool]:
+    """(box clipped to the image or None if dropped, the problem if any, whether it is a clip)."""
+    w, h = shown
+
+    def bad(reason, detail):
+        if policy.bad_boxes == "reject-image":
+            raise ImageRejected(reason, f"box {obj.index} ({obj.label!r}): {detail}")
+        return None, Problem(path, reason, detail, obj.index), False
+
+    if not all(math.isfinite(v) for v in box):
+        return bad("box_nan", f"box {_fmt(obj.box)} is not finite")
+    x0, y0, x1, y1 = box
+    if x1 <= x0 or y1 <= y0:
+        return bad("box_degenerate", f"box {_fmt(obj.box)} has no area (xmax <= xmin or ymax <= ymin)")
+    outside = max(-x0, -y0, x1 - w, y1 - h, 0.0)
+    clipped = (min(max(x0, 0.0), w), min(max(y0, 0.0), h), min(max(x1, 0.0), w), min(max(y1, 0.0), h))
+    if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
+        return bad("box_outside", f"box {_fmt(obj.box)} lies wholly outside the {w}x{h} image")
+    if outside <= policy.tolerance:
+        return clipped, None, False
+    detail = f"box {_fmt(obj.box)} reaches {outside:.6g} px outside the {w}x{h} image"
+    if policy.bad_boxes == "clip":
+        return clipped, Problem(path, "box_outside", detail + "; clipped", obj.index), True
+    return bad("box_outside", detail)
+
+
+def _fmt(box) -> str:
+    return "(" + ", ".join(f"{v:.6g}" for v in box) + ")"
+
+
+def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: int, final: tuple[int, int],
+                  policy: BoxPolicy, masks: bool) -> Placed:
+    """The objects of `ann` on the stored output image, under `policy`.
+
+    Args:
+        ann: the image's annotation.
+        stored: (w, h) of the file's pixels before the EXIF turn.
+        orientation: EXIF orientation 1..8 (1 if none).
+        final: (w, h) of the output image (after the EXIF turn and the resize).
+        policy: what becomes of bad boxes and crowds.
+        masks: rasterise polygons and RLE into one 0/1 PNG per object at `final`
+            (an object with neither gets its box filled, so that masks align with boxes).
+
+    Returns:
+        Placed objects (boxes normalised to [0, 1], area in final pixels: the mask's
+        pixel count with `masks`, else the box's), dropped and clipped problems.
+
+    Raises:
+        ImageRejected: `size_mismatch`, or a reject-image policy met a bad box or crowd.
+    """
+    turn = _frame(ann, stored, orientation)
+    shown = displayed_size(stored, orientation)
+    w, h = shown
+    fw, fh = final
+    sx, sy = fw / w, fh / h
+    placed, dropped, clipped = [], [], []
+    for obj in ann.objects:
+        if obj.crowd and policy.crowd != "keep":
+            if policy.crowd == "reject-image":
+                raise ImageRejected("crowd", f"box {obj.index} ({obj.label!r}) is a crowd and --crowd is reject-image")
+            dropped.append(Problem(ann.path, "crowd", "a crowd, and --crowd is drop", obj.index))
+            continue
+        box = obj.box
+        if ann.normalized:
+            box = (box[0] * w, box[1] * h, box[2] * w, box[3] * h)
+        elif turn != 1 and all(math.isfinite(v) for v in box):
+            box = turn_box(box, stored, turn)
+        box, problem, was_clip = _judge(obj, box, shown, policy, ann.path)
+        if box is None:
+            dropped.append(problem)
+            continue
+        mask_png, area = None, (box[2] - box[0]) * sx * (box[3] - box[1]) * sy
+        if masks:
+            try:
+                mask = _mask(obj, ann, box, stored, turn, shown, final)
+            except BadRle as exc:
+                if policy.bad_boxes == "reject-image":
+                    raise ImageRejected("bad_rle", f"box {obj.index} ({obj.label!r}): {exc}") from None
+                dropped.append(Problem(ann.path, "bad_rle", str(exc), obj.index))
+                continue
+            mask_png, area = to_png(mask), float(mask.sum())
+        if was_clip:
+            clipped.append(problem)
+        placed.append(PlacedObject(obj.label, box[0] / w, box[1] / h, box[2] / w, box[3] / h, obj.crowd,
+                                   obj.difficult, area, mask_png))
+    return Placed(tuple(placed), tuple(dropped), tuple(clipped))
+
+
+def _mask(obj: Obj, ann: ImageAnnotation, box, stored, turn: int, shown, final) -> np.ndarray:
+    """The object's 0/1 mask at `final`: its RLE, its polygons, or its box (already displayed-frame)."""
+    (w, h), (fw, fh) = shown, final
+    if obj.rle is not None:
+        rh, rw = obj.rle["size"]
+        frame = tuple(stored) if turn != 1 else tuple(shown)
+        if (rw, rh) != frame:
+            raise BadRle(f"RLE size {rw}x{rh} is not the annotation's frame {frame[0]}x{frame[1]}")
+        img = turn_image(Image.fromarray(decode_rle(obj.rle) * 255, "L"), turn)
+        if img.size != (fw, fh):
+            img = img.resize((fw, fh), Image.Resampling.NEAREST)
+        return (np.asarray(img) > 127).astype(np.uint8)
+    if obj.polygons:
+        polygons = []
+        for poly in obj.polygons:
+            points = []
+            for x, y in zip(poly[0::2], poly[1::2]):
+                if ann.normalized:
+                    x, y = x * w, y * h
+                elif turn != 1:
+                    x, y = turn_point(x, y, stored, turn)
+                points += [x * fw / w, y * fh / h]
+            polygons.append(points)
+        return fill_polygons(polygons, final)
+    x0, y0, x1, y1 = (box[0] * fw / w, box[1] * fh / h, box[2] * fw / w, box[3] * fh / h)
+    return fill_polygons([[x0, y0, x1, y0, x1, y1, x0, y1]], final)

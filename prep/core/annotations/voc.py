@@ -1,0 +1,94 @@
+"""The Pascal VOC reader: a folder of XML files, one per image.
+
+* The image is `<filename>` beside the XML's relative folder (under SOURCE); a filename
+  without an extension, or none, names the image under SOURCE with that stem.
+* VOC boxes are 1-based pixel indices, both ends included: the continuous box is
+  (xmin - 1, ymin - 1, xmax, ymax).
+* `<size>` gives the frame (a zero or missing width or height: unknown).
+* `difficult` and `truncated` are kept; categories are the names found, sorted (VOC has
+  no ids: source_id None).
+* An XML that cannot be parsed is a Problem of the file (`bad_annotation_file`); an
+  object without a name or a numeric box one of its image (`bad_box`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import xml.etree.ElementTree as ET
+
+from prep.core import storage
+from prep.core.annotations.files import StemIndex, files_under, image_path, read_text, strip_ext
+from prep.core.annotations.model import (
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+
+
+def _text(node, tag: str) -> str | None:
+    found = node.find(tag)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+def _flag(node, tag: str) -> bool:
+    return _text(node, tag) in ("1", "true", "True")
+
+
+def _size(node, tag: str) -> int | None:
+    value = as_float(_text(node, f"size/{tag}") or "")
+    return int(value) if value is not None and value == int(value) and value > 0 else None
+
+
+def _objects(root, rel: str, problems: list) -> list[Obj]:
+    objects = []
+    for index, node in enumerate(root.findall("object")):
+        name = _text(node, "name")
+        values = [as_float(_text(node, f"bndbox/{k}") or "") for k in ("xmin", "ymin", "xmax", "ymax")]
+        if not name:
+            problems.append(Problem(rel, "bad_box", "object has no <name>", index))
+        elif any(v is None for v in values):
+            problems.append(Problem(rel, "bad_box", f"object {name!r}: <bndbox> lacks a numeric xmin, ymin, xmax "
+                                    "or ymax", index))
+        else:
+            x0, y0, x1, y1 = values
+            objects.append(Obj(index, name, (x0 - 1, y0 - 1, x1, y1), difficult=_flag(node, "difficult"),
+                               truncated=_flag(node, "truncated")))
+    return objects
+
+
+def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
+    """Reads every `.xml` under PATH."""
+    problems: list[Problem] = []
+    images: dict[str, ImageAnnotation] = {}
+    stems = None
+    for xml_rel in (f for f in files_under(path) if f.lower().endswith(".xml")):
+        try:
+            root = ET.fromstring(read_text(storage.join(path, xml_rel), "Pascal VOC annotation"))
+        except ET.ParseError as exc:
+            problems.append(Problem(xml_rel, "bad_annotation_file", f"not XML: {exc}"))
+            continue
+        if root.tag != "annotation":
+            problems.append(Problem(xml_rel, "bad_annotation_file", f"root element <{root.tag}>, not <annotation>"))
+            continue
+        name = _text(root, "filename") or ""
+        written = posixpath.join(posixpath.dirname(xml_rel), name)
+        if name and posixpath.splitext(name)[1]:
+            rel = image_path(source, written)
+            if rel is None:
+                problems.append(Problem(xml_rel, "outside_source", f"<filename> {name!r} is outside SOURCE"))
+                continue
+        else:
+            stems = stems or StemIndex(source)
+            rel, why = stems.find(strip_ext(written) if name else strip_ext(xml_rel))
+            if rel is None:
+                problems.append(Problem(xml_rel, "missing_image", why))
+                continue
+        if rel in images:
+            problems.append(Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first "
+                                    "one read is used"))
+            continue
+        objects = _objects(root, rel, problems)
+        images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))
+    found = sorted({o.label for a in images.values() for o in a.objects})
+    categories = choose_categories([(None, n) for n in found], classes)
+    if classes is not None:
+        known = {c.name for c in categories}
+        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
+    return finish(images, categories, problems)

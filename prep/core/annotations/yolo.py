@@ -1,0 +1,107 @@
+"""The YOLO reader: a folder of `.txt` files, one per image, and the class names.
+
+* Class names: `classes.txt` (one per line) or `data.yaml` `names` (a list, or a dict of
+  index: name), in PATH or its parent. Index i is category i + 1, source_id i.
+* Each line is `class cx cy w h`, normalised to the displayed image:
+  the box (cx - w/2, cy - h/2, cx + w/2, cy + h/2), `normalized`. A line of more
+  values (`class x1 y1 x2 y2 ...`, YOLO's segmentation form) is a polygon, its box
+  the polygon's bounds.
+* `labels/train/x.txt` is the annotation of the image `train/x.*` under SOURCE (the
+  same relative path but for the extension). An empty file: an image with no objects.
+* A line that is not numbers, or names a class index out of range, is a Problem of its
+  image (`bad_box`, `unknown_category`) at its index (its place among the file's lines).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from prep.core import storage
+from prep.core.annotations.detect import CLASS_FILES, yolo_class_file
+from prep.core.annotations.files import StemIndex, files_under, read_text, strip_ext
+from prep.core.annotations.model import (
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+from prep.core.errors import SourceError
+
+
+def read_names(path: str) -> list[str]:
+    """The class names of a classes.txt or data.yaml.
+
+    Raises:
+        SourceError: no such file, or `names` is missing or not a list or index dict.
+    """
+    text = read_text(path, "YOLO class names")
+    if not path.endswith((".yaml", ".yml")):
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    import yaml  # PyYAML, only for a data.yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SourceError(f"YOLO data file {path} is not YAML: {str(exc).splitlines()[0]}") from None
+    names = doc.get("names") if isinstance(doc, dict) else None
+    if isinstance(names, dict) and all(isinstance(k, int) for k in names) \
+            and sorted(names) == list(range(len(names))):
+        names = [names[i] for i in range(len(names))]
+    if not isinstance(names, list) or not names or not all(isinstance(n, (str, int)) for n in names):
+        raise SourceError(f"YOLO data file {path}: 'names' is not a list of class names or a dict "
+                          "{0: name, 1: name, ...}")
+    names = [str(n) for n in names]
+    if len(set(names)) != len(names):
+        raise SourceError(f"YOLO data file {path}: a class name is given twice")
+    return names
+
+
+def _objects(text: str, rel: str, names: list[str], problems: list) -> list[Obj]:
+    objects = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        fields = line.split()
+        values = [as_float(f) for f in fields[1:]]
+        cls = fields[0]
+        if len(values) < 4 or (len(values) > 4 and (len(values) % 2 or len(values) < 6)) \
+                or any(v is None for v in values):
+            problems.append(Problem(rel, "bad_box", f"line {line.strip()!r} is not 'class cx cy w h' "
+                                    "(or 'class x1 y1 x2 y2 ...')", index))
+            continue
+        if not cls.isdigit() or int(cls) >= len(names):
+            problems.append(Problem(rel, "unknown_category", f"class {cls!r} is not an index of the "
+                                    f"{len(names)} class names", index))
+            continue
+        if len(values) == 4:
+            cx, cy, w, h = values
+            objects.append(Obj(index, names[int(cls)], (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)))
+        else:
+            xs, ys = values[0::2], values[1::2]
+            objects.append(Obj(index, names[int(cls)], (min(xs), min(ys), max(xs), max(ys)),
+                               polygons=(tuple(values),)))
+    return objects
+
+
+def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
+    """Reads every `.txt` under PATH (but classes.txt) against the images under SOURCE.
+
+    Raises:
+        SourceError: no class names file, or one that cannot be read.
+    """
+    names_file = yolo_class_file(path)
+    if names_file is None:
+        raise SourceError(f"YOLO annotations {path}: no {' or '.join(CLASS_FILES)} in it or its parent folder")
+    names = read_names(names_file)
+    stems = StemIndex(source)
+    problems: list[Problem] = []
+    images: dict[str, ImageAnnotation] = {}
+    for txt in files_under(path):
+        if not txt.lower().endswith(".txt") or posixpath.basename(txt) == "classes.txt":
+            continue
+        rel, why = stems.find(strip_ext(txt))
+        if rel is None:
+            problems.append(Problem(txt, "missing_image", why))
+            continue
+        text = read_text(storage.join(path, txt), "YOLO annotation")
+        images[rel] = ImageAnnotation(rel, None, None, True, tuple(_objects(text, rel, names, problems)))
+    categories = choose_categories(list(enumerate(names)), classes)
+    if classes is not None:
+        known = {c.name for c in categories}
+        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
+    return finish(images, categories, problems)

@@ -1,0 +1,253 @@
+"""Listing the inputs of multi-label, detection and segmentation conversions.
+
+Each input is an `InputRef` whose `label` is the planner's group and whose `extra` holds
+what its record needs beyond the image, as compact JSON:
+
+* detection: {"a": the image's annotation (`ImageAnnotation.to_json`), "s": image/source_id};
+  the group is the image's stratum (`prep.core.annotations.stratify`: its rarest class, or
+  NO_STRATUM for an image without objects) and `key` its rank key inside the stratum;
+* multilabel: {"l": [label ids]}; group and key as detection;
+* segmentation: {"m": the mask's path relative to --masks, "s": image/source_id}; one group
+  (ALL): plain balance, no class strata.
+
+Everything that cannot become an example before an image is read is a `Reject` with its
+reason (missing_image, not_annotated, missing_mask, hidden, annotation problems), so
+``found = len(refs) + len(rejects)`` holds as for classification. Box problems found while
+reading the annotations are box notes (`BoxNote`), counted in the manifest's inputs.boxes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import typing
+
+from prep.core import storage
+from prep.core.errors import SourceError
+from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, printable
+from prep.core.manifest_parts import Category
+
+NO_STRATUM = "(none)"  # as prep.core.manifest.NO_STRATUM (not imported: manifest imports the schema)
+ALL = "(all)"  # segmentation's one group
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
+                              ".ppm", ".pgm", ".pbm", ".pnm", ".ico", ".mpo"})
+BOX_REJECTED_IMAGE = "image_rejected"  # a box of an image that is not written
+
+
+class BoxNote(typing.NamedTuple):
+    """A box dropped or clipped: a line of rejects.jsonl with a "box" field (its index in the source)."""
+
+    path: str
+    box: int
+    reason: str
+    detail: str
+    clipped: bool = False  # written, clipped to the image; else dropped
+
+    def to_json(self) -> dict:
+        return {"path": printable(self.path), "box": self.box, "reason": self.reason,
+                "detail": printable(self.detail), "action": "clipped" if self.clipped else "dropped"}
+
+
+class BoxTally(typing.NamedTuple):
+    """Boxes of some images: read = written + dropped (by reason); clipped boxes are written."""
+
+    read: int = 0
+    written: int = 0
+    clipped: int = 0
+    dropped: tuple = ()  # ((reason, count), ...) sorted
+
+    def plus(self, other: "BoxTally") -> "BoxTally":
+        dropped = dict(self.dropped)
+        for reason, n in other.dropped:
+            dropped[reason] = dropped.get(reason, 0) + n
+        return BoxTally(self.read + other.read, self.written + other.written, self.clipped + other.clipped,
+                        tuple(sorted(dropped.items())))
+
+
+def dropped_tally(read: int, reasons) -> BoxTally:
+    """A tally of `read` boxes none of which was written, dropped for `reasons` (one per box)."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return BoxTally(read, 0, 0, tuple(sorted(counts.items())))
+
+
+def image_files(root: str) -> tuple[list[str], list[Reject]]:
+    """Relative paths of the image files under `root` (by extension), sorted, and hidden files as rejects.
+
+    Files of other kinds (an annotation file, classes.txt) are not inputs and are not listed.
+    """
+    if storage.is_remote(root):
+        files = [rel for rel, _ in storage.list_files(root)]
+    else:
+        if not os.path.isdir(root):
+            raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root)
+                              else f"SOURCE {root} does not exist")
+        files = []
+        for folder, dirs, names in os.walk(root, followlinks=False):
+            dirs.sort()
+            rel_dir = os.path.relpath(folder, root).replace(os.sep, "/")
+            files += [name if rel_dir == "." else f"{rel_dir}/{name}" for name in names]
+    images, rejects = [], []
+    for rel in sorted(files):
+        if posixpath.splitext(rel)[1].lower() not in IMAGE_EXTENSIONS:
+            continue
+        if any(part.startswith(".") for part in rel.split("/")):
+            rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
+        else:
+            images.append(rel)
+    return images, rejects
+
+
+def folder_split(paths, layout: str) -> dict[str, str] | None:
+    """{path: split} when the images sit in split folders (every top folder a split name), else None."""
+    if layout == "classes":
+        return None
+    tops = {p.split("/")[0] for p in paths if "/" in p}
+    if not tops or not tops <= KNOWN_SPLITS or any("/" not in p for p in paths):
+        return None
+    return {p: p.split("/")[0] for p in paths}
+
+
+def _stratify(images, num_classes: int, seed: int):
+    """`prep.core.annotations.stratify`; until that exists, the rarest label as stratum and the seeded
+    hash as key (exact per stratum; the other labels then follow only by chance)."""
+    try:
+        from prep.core.annotations import stratify
+    except ImportError:
+        import hashlib
+
+        freq = [0] * num_classes
+        for _, ids in images:
+            for i in ids:
+                freq[i] += 1
+        return [(min(ids, key=lambda i: (freq[i], i)) if ids else None,
+                 hashlib.sha256(f"{seed}\0stratum\0{path}".encode("utf-8", "surrogateescape")).digest())
+                for path, ids in images]
+    return stratify(images, num_classes, seed)
+
+
+def strata_refs(items, classes: tuple[str, ...], seed: int) -> list[InputRef]:
+    """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys."""
+    placed = _stratify([(path, tuple(sorted(set(ids)))) for path, _, ids, _ in items], len(classes), seed)
+    refs = []
+    for (path, split, _, extra), (stratum, key) in zip(items, placed):
+        group = NO_STRATUM if stratum is None else classes[stratum]
+        refs.append(InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True), key.hex()))
+    return refs
+
+
+def list_detection(source: str, annotations: str, fmt: str | None, classes: tuple[str, ...] | None,
+                   unannotated: str, layout: str, seed: int, skip: frozenset = frozenset()) -> Listing:
+    """Lists the images of `annotations` under `source`.
+
+    `skip` holds files under SOURCE that are not inputs (the annotation file itself).
+    The listing holds the box notes of annotation problems and the tally of the boxes not
+    written because of them or of their image's reject (`box_notes`, `boxes`).
+
+    Raises:
+        SourceError: SOURCE or the annotations cannot be read, or they name no class.
+    """
+    from prep.core.annotations import read_annotations
+
+    found = read_annotations(source, annotations, fmt, classes)
+    if not found.categories:
+        raise SourceError(f"--annotations {annotations} names no class")
+    names = tuple(c.name for c in found.categories)
+    ids = {name: i for i, name in enumerate(names)}
+    on_disk, rejects = image_files(source)
+    on_disk = [p for p in on_disk if p not in skip]
+    present = set(on_disk)
+    notes, tally = [], BoxTally()
+    for p in found.problems:
+        if p.box is None:
+            rejects.append(Reject(p.path, p.reason, p.detail))
+        else:
+            notes.append(BoxNote(p.path, p.box, p.reason, p.detail))
+            tally = tally.plus(dropped_tally(1, [p.reason]))
+    problem_images = {p.path for p in found.problems if p.box is None}
+    annotated = {a.path for a in found.images}
+    ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
+    next_id = max(ids_used, default=0) + 1
+    items = []
+    splits = folder_split(sorted(annotated | (present if unannotated == "keep" else set())), layout)
+    for i, ann in enumerate(found.images):
+        if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
+            tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
+            continue
+        if ann.path not in present:
+            rejects.append(Reject(ann.path, "missing_image", f"the annotations name {printable(ann.path)}, "
+                                                             "which is not under SOURCE"))
+            tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
+            continue
+        source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
+        split = ann.split or (splits or {}).get(ann.path)
+        items.append((ann.path, split, [ids[o.label] for o in ann.objects if o.label in ids],
+                      {"a": ann.to_json(), "s": str(source_id)}))
+    for path in on_disk:
+        if path in annotated or path in problem_images:
+            continue
+        if unannotated == "keep":
+            empty = {"p": path, "o": []}
+            items.append((path, (splits or {}).get(path), [], {"a": empty, "s": str(next_id)}))
+            next_id += 1
+        else:
+            rejects.append(Reject(path, "not_annotated", "the annotations do not name this image "
+                                                         "(--unannotated keep writes it without objects)"))
+    if items and len({split is None for _, split, _, _ in items}) > 1:
+        raise SourceError(f"--annotations {annotations} gives a split for some images but not for others")
+    refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed)
+    rejects.sort(key=lambda r: (r.path, r.reason))
+    categories = tuple(Category(c.id, c.name, c.source_id) for c in found.categories)
+    return Listing(tuple(refs), tuple(rejects), names, task="detection", groups=names + (NO_STRATUM,),
+                   categories=categories, box_notes=tuple(notes), boxes=tally,
+                   masks=any(o.polygons or o.rle is not None for a in found.images for o in a.objects))
+
+
+def mask_path(image: str) -> str:
+    """The mask of an image: the same relative path, extension .png."""
+    return posixpath.splitext(image)[0] + ".png"
+
+
+def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout: str) -> Listing:
+    """Lists the images under `source`, each with its mask under `masks` (missing_mask if it has none).
+
+    Raises:
+        SourceError: SOURCE or --masks is not a folder.
+    """
+    if not storage.is_remote(masks) and not os.path.isdir(masks):
+        raise SourceError(f"--masks {masks} is not a folder" if os.path.exists(masks)
+                          else f"--masks {masks} does not exist")
+    images, rejects = image_files(source)
+    mask_files = set(image_files(masks)[0])
+    inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
+    if inside:  # masks kept under SOURCE are not images to convert
+        prefix = os.path.relpath(os.path.realpath(masks), os.path.realpath(source)).replace(os.sep, "/") + "/"
+        images = [p for p in images if not p.startswith(prefix)]
+    splits = folder_split(images, layout) or {}
+    refs = []
+    for i, path in enumerate(images):
+        mask = mask_path(path)
+        if mask not in mask_files:
+            rejects.append(Reject(path, "missing_mask", f"--masks has no {printable(mask)}"))
+            continue
+        extra = json.dumps({"m": mask, "s": str(i + 1)}, separators=(",", ":"), sort_keys=True)
+        refs.append(InputRef(path, ALL, splits.get(path), extra, None))
+    if not refs:
+        raise SourceError(f"no image under {source} has a mask under {masks}")
+    rejects.sort(key=lambda r: (r.path, r.reason))
+    return Listing(tuple(refs), tuple(rejects), tuple(classes), task="segmentation", groups=(ALL,))
+
+
+def multilabel_listing(listing: Listing, seed: int) -> Listing:
+    """A label file's listing whose labels are '|'-joined names -> a multilabel listing in strata.
+
+    The refs' labels are checked against the classes by the caller (`label_file`).
+    """
+    ids = {name: i for i, name in enumerate(listing.classes)}
+    items = [(r.path, r.split, [ids[n] for n in r.label.split("|")],
+              {"l": sorted({ids[n] for n in r.label.split("|")})}) for r in listing.refs]
+    refs = strata_refs(items, listing.classes, seed)
+    return Listing(tuple(refs), listing.rejects, listing.classes, task="multilabel",
+                   groups=listing.classes + (NO_STRATUM,))
