@@ -31,7 +31,10 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
 
     Returns:
         tf.data.Dataset: batches of float32 images [batch, height, width, 3] and int32 labels
-            [batch]; a third element, the sample weight, when ``remainder="pad"``; a dict with
+            [batch] (multi-label: float32 multi-hot [batch, classes]; detection: a dict of boxes
+            [batch, N, 4] as [ymin, xmin, ymax, xmax] normalised, classes [batch, N] padded with -1
+            and num_boxes [batch]; segmentation: int32 masks [batch, height, width, 1], see
+            docs/loaders.md); a third element, the sample weight, when ``remainder="pad"``; a dict with
             ``output="features"``. Its cardinality is known (`steps_per_epoch`), except with
             aspect buckets in evaluation.
 
@@ -177,7 +180,11 @@ def class_weights(path, split: str = "train") -> dict[int, float]:
     the manifest's `labels` is a key: a class with no record in the split, such as one kept
     with no example by `prep convert --empty-classes keep`, gets 0.0, which no record uses.
     """
-    return balanced_weights(open_split(os.fspath(path), split, check_files=False).class_counts)
+    source = open_split(os.fspath(path), split, check_files=False)
+    if source.task != "classification":  # its counts are images containing a class, and ids start elsewhere
+        raise LoaderError(f"class_weights is for single-label classification; {path} is a {source.task} dataset "
+                          f"(weight its loss per class from the manifest's class_counts or box_counts instead)")
+    return balanced_weights(source.class_counts)
 
 
 def num_input_pipelines(strategy) -> int:

@@ -232,3 +232,8 @@ def test_multilabel_gives_multi_hot_vectors(sets):
     buckets = loaders.load(data, "train", 4, (32, 32), aspect_buckets=(0.75, 1.0, 1.33))
     shapes = {(tuple(i.shape[1:3]), tuple(h.shape)) for i, h in buckets}
     assert {h for _, h in shapes} == {(4, 3)} and len(shapes) > 1  # multi-hot labels through aspect buckets
+
+
+def test_class_weights_refuse_a_dataset_without_one_label_per_record(sets):
+    with pytest.raises(LoaderError, match="class_weights is for single-label classification"):
+        loaders.class_weights(sets["detection", "png"], "train")
