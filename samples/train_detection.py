@@ -1,18 +1,21 @@
 """Trains a tiny CenterNet-style detector on drawn shapes and evaluates it with pycocotools' COCOeval.
 
-    python samples/train_detection.py                 # writes out/detection-shapes if needed
-    python samples/train_detection.py --epochs 40 --data out/my-detection-set
+    python samples/train_detection.py                 # converts samples/shapes_detection to out/shapes-detection
+    python samples/train_detection.py --synthetic     # a larger generated set instead (out/detection-shapes)
 
-Proof that boxes survive the whole path (records -> `loaders.load` with SSD-style crops and
-flips -> a model -> COCO mAP): a detector can only learn where the boxes are if the boxes
-stay on their pixels. The model is a small CNN at stride 4 with CenterNet's heads (Zhou et
-al. 2019, "Objects as Points"): a per-class heat map of object centres (focal loss), the
-box size and the centre's sub-cell offset (L1 at the centres). Decoding takes the heat map's
-3x3 local maxima, top 20. Runs on CPU in a few minutes (docs/training.md gives figures).
+Proof that boxes survive the whole path (annotations -> `prep convert` -> records ->
+`loaders.load` with SSD-style crops and flips -> a model -> COCO mAP): a detector can only
+learn where the boxes are if the boxes stay on their pixels. The model is a small CNN at
+stride 4 with CenterNet's heads (Zhou et al. 2019, "Objects as Points"): a per-class heat map
+of object centres (focal loss), the box size and the centre's sub-cell offset (L1 at the
+centres). Decoding takes the heat map's 3x3 local maxima, top 20. Runs on CPU in about three
+minutes (docs/training.md gives figures).
 
-The data, when --data has no manifest, is a drawn-shapes detection set in the records and
-manifest `prep convert` writes (tests/support/task_records.py: rectangles of three colours,
-0-4 per image, 64-112 px images).
+The default data is the repository's detection sample (samples/make_detection.py: circles,
+squares and triangles of random colours, polygons, some EXIF-turned JPEGs), converted with
+`prep convert --annotations` into a train/validation split. `--synthetic` writes instead a
+drawn-shapes set in the same record format (tests/support/task_records.py: rectangles whose
+colour is their class, 800 train and 200 validation images).
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ sys.path.insert(0, str(ROOT))
 from samples.quiet_tf import import_tensorflow  # noqa: E402
 
 STRIDE = 4
+
+
+def ensure_converted(source: pathlib.Path, data: pathlib.Path) -> None:
+    if (data / "manifest.json").exists():
+        return
+    import os
+    import subprocess
+
+    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source / "images"), str(data), "--annotations",
+           str(source / "instances.json"), "--split", "train=0.8,validation=0.2", "--overwrite", "--no-progress"]
+    print("converting:", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
 
 
 def ensure_dataset(data: pathlib.Path, train: int, validation: int) -> None:
@@ -135,17 +150,28 @@ def coco_map(evaluation, predict, size: int, names) -> tuple[float, float]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(ROOT / "out" / "detection-shapes"), help="dataset (written if missing)")
-    parser.add_argument("--train-images", type=int, default=800)
-    parser.add_argument("--validation-images", type=int, default=200)
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--source", default=str(ROOT / "samples" / "shapes_detection"), help="images/ and instances.json")
+    parser.add_argument("--data", help="converted dataset (made if missing; default out/shapes-detection, or "
+                                       "out/detection-shapes with --synthetic)")
+    parser.add_argument("--synthetic", action="store_true", help="train on a generated set (task_records.py)")
+    parser.add_argument("--train-images", type=int, default=800, help="--synthetic: training images")
+    parser.add_argument("--validation-images", type=int, default=200, help="--synthetic: validation images")
+    parser.add_argument("--epochs", type=int, help="default 150 (the sample's 96 training images), 40 (--synthetic)")
+    parser.add_argument("--batch", type=int, help="default 16 (the sample), 32 (--synthetic)")
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--width", type=int, default=16, help="channels of the first layer")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    data = pathlib.Path(args.data)
-    ensure_dataset(data, args.train_images, args.validation_images)
+    if args.synthetic:
+        data = pathlib.Path(args.data or ROOT / "out" / "detection-shapes")
+        ensure_dataset(data, args.train_images, args.validation_images)
+    else:
+        data = pathlib.Path(args.data or ROOT / "out" / "shapes-detection")
+        ensure_converted(pathlib.Path(args.source), data)
+    if args.epochs is None:
+        args.epochs = 40 if args.synthetic else 150
+    if args.batch is None:
+        args.batch = 32 if args.synthetic else 16
 
     tf = import_tensorflow()
     import keras
@@ -178,7 +204,8 @@ def main(argv=None) -> None:
         return decode(tf, model(images, training=False), classes_n, grid)
 
     print(f"{manifest.splits['train'].examples} training images ({steps} steps of {args.batch}), "
-          f"{manifest.splits['validation'].examples} validation; {classes_n} classes; {args.size}x{args.size}",
+          f"{manifest.splits['validation'].examples} validation ({sum((manifest.splits['validation'].box_counts or {}).values())} "
+          f"boxes); classes {', '.join(names)}; {args.size}x{args.size}",
           flush=True)
     start = time.time()
     for epoch in range(args.epochs):

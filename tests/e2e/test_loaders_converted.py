@@ -83,3 +83,39 @@ def test_converted_masks_and_boxes_follow_the_pixels_through_training_crops(conv
                     assert (nearest == int(batch["classes"][b, j]) - 1).all(), (b, j, np.bincount(nearest))
                     checked += 1
     assert checked > 20
+
+
+SEG_CLASSES = ("background", "cat", "dog", "bird")
+
+
+@pytest.fixture(scope="module")
+def converted_segmentation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("converted-seg")
+    images = ds.make_images(16, SEG_CLASSES[1:], seed=6, orientations=(1, 3, 6, 8))
+    ds.write_images(root / "images", images, SEG_CLASSES)  # class i drawn in COLOURS[i], background white
+    (root / "masks").mkdir()
+    for img in images:
+        ds.class_map(img, SEG_CLASSES).save(root / "masks" / (img.path.rsplit(".", 1)[0] + ".png"))
+    (root / "classes.txt").write_text("\n".join(SEG_CLASSES) + "\n")
+    return convert_with_cli(root / "images", root / "out", "--masks", root / "masks", "--classes",
+                            root / "classes.txt", "--num-shards", 2, "--no-progress")
+
+
+def test_converted_class_maps_follow_the_pixels_through_training_crops(converted_segmentation):
+    data = loaders.load(converted_segmentation, "train", 4, (54, 72), normalize="none", seed=4, area_range=(0.3, 1.0))
+    palette = np.array(((255, 255, 255),) + ds.COLOURS[1:len(SEG_CLASSES)], np.float32)
+    k = 2 * BORDER + 1
+    checked, values = 0, set()
+    for _ in range(2):
+        for images, masks in data:
+            assert masks.dtype == tf.int32 and masks.shape[1:] == (54, 72, 1)
+            for image, mask in zip(images.numpy(), masks.numpy()[..., 0]):
+                values |= set(np.unique(mask).tolist())
+                windows = np.lib.stride_tricks.sliding_window_view(mask, (k, k))
+                uniform = windows.min(axis=(2, 3)) == windows.max(axis=(2, 3))
+                centre = mask[BORDER:-BORDER, BORDER:-BORDER][uniform]
+                pixels = image[BORDER:-BORDER, BORDER:-BORDER][uniform]
+                nearest = np.abs(pixels[:, None] - palette[None]).sum(-1).argmin(-1)
+                assert (nearest == centre).all(), np.mean(nearest == centre)
+                checked += len(centre)
+    assert checked > 10000 and {0, 1, 2, 3} <= values
