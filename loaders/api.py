@@ -31,7 +31,10 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
 
     Returns:
         tf.data.Dataset: batches of float32 images [batch, height, width, 3] and int32 labels
-            [batch]; a third element, the sample weight, when ``remainder="pad"``; a dict with
+            [batch] (multi-label: float32 multi-hot [batch, classes]; detection: a dict of boxes
+            [batch, N, 4] as [ymin, xmin, ymax, xmax] normalised, classes [batch, N] padded with -1
+            and num_boxes [batch]; segmentation: int32 masks [batch, height, width, 1], see
+            docs/loaders.md); a third element, the sample weight, when ``remainder="pad"``; a dict with
             ``output="features"``. Its cardinality is known (`steps_per_epoch`), except with
             aspect buckets in evaluation.
 
@@ -46,6 +49,7 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
     index, count = _check_pipeline(pipeline)
     _check_buckets(opts, count)
     source = _open(path, split, opts)
+    opts.check_task(source.task)
     return build(source, opts, _check_batch(batch_size, "batch_size"), index, count)
 
 
@@ -82,6 +86,7 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
         raise LoaderError(f"global_batch_size {global_batch_size} is not a multiple of the "
                           f"{replicas} replicas in sync")
     source = _open(path, split, opts)
+    opts.check_task(source.task)
     pipelines = num_input_pipelines(strategy)
     _check_buckets(opts, pipelines)
     # Check sizes now, so a batch too large fails here with our message, not in a worker thread.
@@ -175,7 +180,11 @@ def class_weights(path, split: str = "train") -> dict[int, float]:
     the manifest's `labels` is a key: a class with no record in the split, such as one kept
     with no example by `prep convert --empty-classes keep`, gets 0.0, which no record uses.
     """
-    return balanced_weights(open_split(os.fspath(path), split, check_files=False).class_counts)
+    source = open_split(os.fspath(path), split, check_files=False)
+    if source.task != "classification":  # its counts are images containing a class, and ids start elsewhere
+        raise LoaderError(f"class_weights is for single-label classification; {path} is a {source.task} dataset "
+                          f"(weight its loss per class from the manifest's class_counts or box_counts instead)")
+    return balanced_weights(source.class_counts)
 
 
 def num_input_pipelines(strategy) -> int:

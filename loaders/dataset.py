@@ -165,7 +165,8 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     Raises:
         LoaderError: the batch (times the replicas this pipeline feeds) is larger than its records.
     """
-    opts = opts.resolved()
+    opts.check_task(source.task)
+    opts = opts.resolved(source.task)
     plan.check_pipeline(pipeline, num_pipelines)
     training = opts.training
     size = plan.epoch_size(source.records, batch_size, num_pipelines, replicas_per_pipeline,
@@ -203,8 +204,12 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
                                        rerandomize_each_iteration=True)
         ds = tf.data.Dataset.zip(ds, seeds)
 
-    decode = _decoder(opts)
-    finish = _finisher(opts, padded)
+    if source.task in ("detection", "segmentation"):
+        import loaders.tasks as tasks
+
+        decode, finish = tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
+    else:
+        decode, finish = _decoder(opts, source), _finisher(opts, padded)
     if opts.cache and not training:
         ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
@@ -220,8 +225,12 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     return ds.with_options(data_options(opts, sharded=num_pipelines > 1))
 
 
-def _decoder(opts: LoadOptions):
+def _decoder(opts: LoadOptions, source: SplitSource):
     spec = images.tf_feature_spec()
+    multilabel = source.task == "multilabel"
+    if multilabel:  # lists of ids (from 0) and names; the label becomes a multi-hot vector
+        spec[schema.LABEL] = tf.io.RaggedFeature(tf.int64)
+        spec[schema.TEXT] = tf.io.RaggedFeature(tf.string)
     keys = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.LABEL, schema.TEXT,
             schema.FILENAME, schema.SHA256)
     buckets = opts.aspect_buckets
@@ -245,7 +254,12 @@ def _decoder(opts: LoadOptions):
             features, out_size, training=opts.training, seeds=seeds,
             crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), flip=opts.flip, eval_crop=opts.eval_crop,
             central_fraction=opts.central_fraction, static_size=static)
-        out = {"image": imgs, "label": tf.cast(features[schema.LABEL], tf.int32)}
+        if multilabel:
+            hot = tf.one_hot(features[schema.LABEL].to_tensor(default_value=-1), len(source.labels))
+            label = tf.minimum(tf.reduce_sum(hot, axis=1), 1.0)  # float32 [batch, classes]; -1 pads to zeros
+        else:
+            label = tf.cast(features[schema.LABEL], tf.int32)
+        out = {"image": imgs, "label": label}
         if "weight" in x:
             out["weight"] = x["weight"]
         if opts.output == "features":

@@ -15,7 +15,8 @@ ON_CORRUPT = ("error", "skip")
 
 NORMALIZATIONS = ("unit", "symmetric", "none")
 EVAL_CROPS = ("center", "resize")
-OUTPUTS = ("tuple", "features")
+OUTPUTS = ("tuple", "features", "ragged")
+TASKS_WITH_TARGETS = ("detection", "segmentation")  # tasks whose annotations follow the pixels
 
 
 def _pair(value, name: str, low: float, high: float | None = None) -> tuple[float, float]:
@@ -49,7 +50,19 @@ class LoadOptions:
         area_range, aspect_ratio_range: of the training random-resized crop.
         central_fraction: evaluation centre crop, as a fraction of the largest centred box with
             the output's aspect ratio.
-        eval_crop: "center" (centre crop then resize) or "resize" (whole image, resized).
+        eval_crop: "center" (centre crop then resize) or "resize" (whole image, resized). Default:
+            "center" for classification and multi-label, "resize" for detection and segmentation
+            (which refuse "center": it would cut boxes and masks).
+        letterbox: detection and segmentation evaluation: resize keeping the aspect ratio and pad
+            at the bottom and right (images with 0, masks with the ignore value) instead of stretching.
+        max_boxes: detection: boxes per image in the padded output (default: the split's
+            `max_boxes` from the manifest, so nothing is cut). A smaller value keeps each image's
+            first `max_boxes` boxes (record order, after the crop), and `load` logs a warning.
+        min_box_visibility: detection training: a box cut by the crop is kept when at least this
+            share of its area is left in the crop (clipped to it), else dropped with its mask.
+        min_object_covered: detection training: the crop covers at least this share of some object
+            (SSD's sampler: `sample_distorted_bounding_box` with the objects as bounding boxes;
+            after 50 failed attempts, the whole image). Images without objects: this share of the image.
         flip: random horizontal flip (default: `training`).
         augment: ``f(images, labels) -> (images, labels)`` on a batch of float32 images in
             [0, 255] after crop and flip, before normalisation.
@@ -58,7 +71,8 @@ class LoadOptions:
         rebalance: keep records with probability min_n / n_class so the classes arrive uniformly.
         aspect_buckets: aspect ratios (width / height) to batch by; each batch holds one
             bucket's examples at that bucket's output size (area of `image_size`).
-        output: "tuple" for ``(image, label[, weight])`` or "features" for a dict.
+        output: "tuple" for ``(image, label[, weight])`` (detection: ``(image, targets[, weight])``),
+            "ragged" (detection: boxes and classes as RaggedTensors) or "features" for a dict.
         threads: size of a private thread pool for this pipeline; 0 uses TensorFlow's shared pool.
         repeat: repeat epochs without end (each with a new shard order and shuffle); use with
             ``fit(steps_per_epoch=loaders.steps_per_epoch(...))``, which Keras needs for a
@@ -82,7 +96,11 @@ class LoadOptions:
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     central_fraction: float = 0.875
-    eval_crop: str = "center"
+    eval_crop: str | None = None
+    letterbox: bool = False
+    max_boxes: int | None = None
+    min_box_visibility: float = 0.3
+    min_object_covered: float = 0.5
     flip: bool | None = None
     augment: Callable | None = None
     normalize: str = "unit"
@@ -117,7 +135,7 @@ class LoadOptions:
         object.__setattr__(self, "aspect_ratio_range", _pair(self.aspect_ratio_range, "aspect_ratio_range", 1e-6))
         if not 0 < self.central_fraction <= 1:
             raise LoaderError(f"central_fraction must be in (0, 1], got {self.central_fraction}")
-        if self.eval_crop not in EVAL_CROPS:
+        if self.eval_crop is not None and self.eval_crop not in EVAL_CROPS:
             raise LoaderError(f"eval_crop must be one of {', '.join(EVAL_CROPS)}, got {self.eval_crop!r}")
         if self.augment is not None and not callable(self.augment):
             raise LoaderError(f"augment must be callable, got {self.augment!r}")
@@ -125,6 +143,12 @@ class LoadOptions:
             raise LoaderError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
         if self.output not in OUTPUTS:
             raise LoaderError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}")
+        if self.max_boxes is not None and self.max_boxes < 1:
+            raise LoaderError(f"max_boxes must be >= 1, got {self.max_boxes}")
+        if not 0 < self.min_box_visibility <= 1:
+            raise LoaderError(f"min_box_visibility must be in (0, 1], got {self.min_box_visibility}")
+        if not 0 <= self.min_object_covered <= 1:
+            raise LoaderError(f"min_object_covered must be in [0, 1], got {self.min_object_covered}")
         if self.threads < 0:
             raise LoaderError(f"threads must be >= 0, got {self.threads}")
         if self.aspect_buckets is not None:
@@ -145,32 +169,54 @@ class LoadOptions:
     def _check_types(self) -> None:
         """Flags must be bools and counts ints: `flip="no"` would otherwise be true, and
         `repeat="no"` an endless dataset."""
-        for name in ("training", "rebalance", "repeat"):
+        for name in ("training", "rebalance", "repeat", "letterbox"):
             if not isinstance(getattr(self, name), bool):
                 raise LoaderError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("shuffle_files", "deterministic", "drop_remainder", "flip"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise LoaderError(f"{name} must be True, False or None, got {getattr(self, name)!r}")
-        for name, optional in (("cycle_length", False), ("threads", False), ("shuffle_buffer", True)):
+        for name, optional in (("cycle_length", False), ("threads", False), ("shuffle_buffer", True),
+                               ("max_boxes", True)):
             value = getattr(self, name)
             if not (optional and value is None) and (not isinstance(value, numbers.Integral) or isinstance(value, bool)):
                 raise LoaderError(f"{name} must be an int{' or None' if optional else ''}, got {value!r}")
-        if not isinstance(self.central_fraction, numbers.Real) or isinstance(self.central_fraction, bool):
-            raise LoaderError(f"central_fraction must be a number, got {self.central_fraction!r}")
+        for name in ("central_fraction", "min_box_visibility", "min_object_covered"):
+            if not isinstance(getattr(self, name), numbers.Real) or isinstance(getattr(self, name), bool):
+                raise LoaderError(f"{name} must be a number, got {getattr(self, name)!r}")
         if not isinstance(self.cache, (bool, str, os.PathLike)):
             raise LoaderError(f"cache must be False, True or a file name prefix, got {self.cache!r}")
 
-    def resolved(self) -> "LoadOptions":
-        """A copy with every None default filled in from `training`."""
+    def resolved(self, task: str = "classification") -> "LoadOptions":
+        """A copy with every None default filled in from `training` (and `eval_crop` from the task)."""
         t = self.training
+        targets = task in TASKS_WITH_TARGETS
         return dataclasses.replace(
             self,
+            eval_crop=("resize" if targets else "center") if self.eval_crop is None else self.eval_crop,
             shuffle_files=t if self.shuffle_files is None else self.shuffle_files,
             shuffle_buffer=(1024 if t else 0) if self.shuffle_buffer is None else self.shuffle_buffer,
             deterministic=(not t) if self.deterministic is None else self.deterministic,
             drop_remainder=t if self.drop_remainder is None else self.drop_remainder,
             flip=t if self.flip is None else self.flip,
         )
+
+    def check_task(self, task: str) -> None:
+        """Raises LoaderError for an option the dataset's task cannot honour."""
+        targets = task in TASKS_WITH_TARGETS
+        if targets and self.eval_crop == "center":
+            raise LoaderError(f"eval_crop='center' would cut the {task} targets; use 'resize' (the default) "
+                              f"or letterbox=True")
+        if self.letterbox and not targets:
+            raise LoaderError(f"letterbox is for detection and segmentation, not {task}")
+        if self.output == "ragged" and task != "detection":
+            raise LoaderError(f"output='ragged' is for detection, not {task}")
+        if self.max_boxes is not None and task != "detection":
+            raise LoaderError(f"max_boxes is for detection, not {task}")
+        if self.rebalance and task != "classification":
+            raise LoaderError(f"rebalance needs one label per record; a {task} dataset has none (use "
+                              f"class-aware sampling of your own in `augment`, or weights)")
+        if self.aspect_buckets and targets:
+            raise LoaderError(f"aspect_buckets is not supported for {task} yet")
 
     def bucket_sizes(self) -> tuple[tuple[int, int], ...]:
         """Output (height, width) of each aspect bucket: the area of `image_size` at the bucket's ratio."""

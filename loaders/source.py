@@ -27,7 +27,11 @@ class SplitSource:
         files: full path of each shard.
         counts: records in each shard.
         labels: class names; a label id is an index here.
-        class_counts: records per class over the split, in label order.
+        class_counts: records per class over the split, in label order (multi-label and
+            detection: images containing the class).
+        task: the manifest's task (`prep.core.schema.TASKS`).
+        max_boxes: detection: the most objects one image of the split holds.
+        ignore_value: segmentation: the mask value of pixels to ignore.
     """
 
     root: str
@@ -36,6 +40,9 @@ class SplitSource:
     counts: tuple[int, ...]
     labels: tuple[str, ...]
     class_counts: tuple[int, ...]
+    task: str = "classification"
+    max_boxes: int | None = None
+    ignore_value: int | None = None
 
     def __post_init__(self):
         if len(self.files) != len(self.counts) or not self.files:
@@ -108,4 +115,5 @@ def open_split(root: str, split: str, check_files: bool = True) -> SplitSource:
     if not files:
         raise ManifestError(f"manifest of {root}: split {split!r} lists no shards")
     class_counts = tuple(info.class_counts.get(name, 0) for name in labels)
-    return SplitSource(root, split, tuple(files), tuple(counts), labels, class_counts)
+    return SplitSource(root, split, tuple(files), tuple(counts), labels, class_counts, manifest.task,
+                       info.max_boxes, manifest.ignore_value)
