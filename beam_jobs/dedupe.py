@@ -38,7 +38,7 @@ from prep.core.near_pairs import DEFAULT_CAP, band_entries, band_pairs
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
-REPORT = "duplicates.jsonl"
+REPORT = grouping.DUPLICATES_FILE
 _NO_SHA = "0" * 64  # band entries carry hashes only; exact duplicates meet under their sha256 key instead
 
 
@@ -127,12 +127,16 @@ def decide_group(element, options: DedupeOptions, seed: int, fractions, single_l
 
 
 def write_report(element, output: str):
-    """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl, and yields the marker regroup waits on."""
+    """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl when a group was found (or a comparison or a
+    union left out), and yields the marker regroup waits on."""
     _, values = element
     lines = sorted((v for kind, v in values if kind == "line"), key=lambda line: line["members"][0]["path"])
     refused = sum(v[0] for kind, v in values if kind == "stats")
     skipped = sum(v[1] for kind, v in values if kind == "stats")
     header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines, refused, skipped)}
+    if not lines and not refused and not skipped:
+        yield -1, ("report", None)  # nothing found: no file, so a dataset without duplicates is as before
+        return
     text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
     storage.write_atomic(storage.join(output, REPORT), text.encode())
     yield -1, ("report", None)
@@ -170,6 +174,27 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
         yield ChunkCounts(chunk, chunk_counts(read_prepared(work, chunk), place))
     if rejects:
         yield RejectedInputs(tuple(sorted(rejects)))
+
+
+def duplicates_summary(output: str) -> list[str]:
+    """The lines `prep convert` prints about OUTPUT/duplicates.jsonl: nothing when there is none."""
+    path = storage.join(output, REPORT)
+    if not storage.exists(path):
+        return []
+    with storage.open_read(path) as f:
+        h = json.loads(f.readline())
+    lines = [f"duplicates: {h['groups']} group(s) of {h['images']} images ({h['exact_groups']} exact, "
+             f"{h['near_groups']} near), {h['rejected']} rejected by the group policies (see {REPORT})"]
+    if h["conflict_groups"]:
+        lines.append(f"Warning: {h['conflict_groups']} duplicate group(s) carry different labels (label_conflict)")
+    if h["cross_split_groups"]:
+        lines.append(f"Warning: {h['cross_split_groups']} duplicate group(s) span splits SOURCE gives "
+                     f"({h['cross_split_images']} images outside their group's first split; --cross-split remove "
+                     "takes them out of the evaluation splits)")
+    if h["refused_unions"] or h["skipped_comparisons"]:
+        lines.append(f"Warning: {h['refused_unions']} union(s) refused by the group size bound and "
+                     f"{h['skipped_comparisons']} comparison(s) left out in oversized hash buckets")
+    return lines
 
 
 class Dedupe(beam.PTransform):

@@ -24,6 +24,8 @@ from prep.core.errors import ResumeError
 from prep.core.ordering import MAX_CHUNK
 from prep.core.workdir import WorkDir
 
+DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
+
 
 
 def item_id(chunk: int, position: int) -> int:
