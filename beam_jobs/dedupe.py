@@ -30,7 +30,7 @@ import json
 import apache_beam as beam
 
 from beam_jobs import grouping
-from beam_jobs.prepare import ChunkCounts, RejectedInputs, chunk_counts
+from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.content_keys import ContentKeys
 from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
@@ -42,9 +42,24 @@ REPORT = grouping.DUPLICATES_FILE
 _NO_SHA = "0" * 64  # band entries carry hashes only; exact duplicates meet under their sha256 key instead
 
 
+def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
+    """[(item id, PreparedRef, ContentKeys or None)] of a prepared chunk's good inputs, in index order."""
+    refs = [PreparedRef._make(fields) for fields in read_prepared(work, chunk)]
+    keys: dict[int, dict] = {}
+    out = []
+    for position, ref in enumerate(refs):
+        k = None
+        if with_keys:
+            if ref.spill not in keys:
+                keys[ref.spill] = grouping.read_keys(work, ref.spill)
+            k = keys[ref.spill].get(ref.offset)
+        out.append((grouping.item_id(chunk, position), ref, k))
+    return out
+
+
 def file_keys(counts: ChunkCounts, work: WorkDir):
     """A prepared chunk -> its items under their sha256 and under each band key of each hash."""
-    for item, _, keys in grouping.chunk_items(work, counts.chunk):
+    for item, _, keys in chunk_items(work, counts.chunk):
         if keys is None:
             continue
         yield ("x", keys.sha256), item
@@ -110,7 +125,7 @@ def member_info(element, work: WorkDir, labels, pattern: str | None):
     """(chunk, [(item, group)]) -> (group, Member) for each of the chunk's grouped items."""
     chunk, grouped = element
     group_of = dict(grouped)
-    for item, ref, keys in grouping.chunk_items(work, chunk):
+    for item, ref, keys in chunk_items(work, chunk):
         if item in group_of:
             path = ref.path.decode("utf-8", "surrogateescape")
             yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
@@ -152,7 +167,7 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     pattern = options.group_pattern if fractions else None
     placed, rejects = {}, []
     if decisions or pattern:
-        for item, ref, _ in grouping.chunk_items(work, chunk, with_keys=False):
+        for item, ref, _ in chunk_items(work, chunk, with_keys=False):
             d = decisions.get(item)
             if d is not None:
                 if d.reject is not None:
@@ -168,8 +183,6 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
     else:
-        from beam_jobs.prepare import read_prepared
-
         place = grouping.placer(work, chunk, True)
         yield ChunkCounts(chunk, chunk_counts(read_prepared(work, chunk), place))
     if rejects:

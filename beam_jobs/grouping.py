@@ -76,23 +76,6 @@ def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
             for _, offset, sha, hashes in rows}
 
 
-def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
-    """[(item id, PreparedRef, ContentKeys or None)] of a prepared chunk's good inputs, in index order."""
-    from beam_jobs.prepare import PreparedRef, read_prepared
-
-    refs = [PreparedRef._make(fields) for fields in read_prepared(work, chunk)]
-    keys: dict[int, dict] = {}
-    out = []
-    for position, ref in enumerate(refs):
-        k = None
-        if with_keys:
-            if ref.spill not in keys:
-                keys[ref.spill] = read_keys(work, ref.spill)
-            k = keys[ref.spill].get(ref.offset)
-        out.append((item_id(chunk, position), ref, k))
-    return out
-
-
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:
     """Records what becomes of a chunk's grouped inputs: {(spill, offset): pin, or None if rejected}."""
     rows = [[spill, offset, pin] for (spill, offset), pin in sorted(placed.items())]
