@@ -31,6 +31,7 @@ import apache_beam as beam
 
 from beam_jobs import prepare, write
 from beam_jobs.checkpoints import StepHook
+from beam_jobs.dedupe import Dedupe
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import publish
 from beam_jobs.stage import Staged
@@ -48,6 +49,11 @@ MAX_WRITE_WIDTH = 4
 def write_width(workers: int | None) -> int:
     """Parts written at once by one write task: one per worker thread, at most MAX_WRITE_WIDTH."""
     return max(1, min(MAX_WRITE_WIDTH, workers or os.cpu_count() or 1))
+
+
+def grouping_stage(config: ConvertConfig) -> bool:
+    """Whether the run has the dedupe stage: content keys, or user groups for splits it makes."""
+    return config.dedupe.keys or (config.dedupe.group_pattern is not None and config.plan.split_fractions is not None)
 
 
 def _of(kind):
@@ -80,13 +86,20 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "PrepareImages" >> beam.ParDo(
             prepare.PrepareChunk(config.source, work, groups, config.image, config.workers, reuse,
                                  lookahead=lookahead, source_ids=targets.get(config.target).source_id,
-                                 suspects=suspects, on_step=on_step, task=task))
+                                 suspects=suspects, on_step=on_step, task=task, keys=config.dedupe.keys))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
+    grouped = grouping_stage(config)
+    if grouped:  # duplicate and user groups (dedupe.py): counts by planner group, policy rejects
+        regrouped = counts | "Dedupe" >> Dedupe(work, config.output, groups, config.dedupe, config.plan.seed,
+                                                config.plan.split_fractions, listing.task == "classification")
+        counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
+        rejects = ((rejects, regrouped | "GroupRejects" >> beam.FlatMap(_of(prepare.RejectedInputs)))
+                   | "AllRejects" >> beam.Flatten())
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
     boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
-    ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, group_target, groups)
+    ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, group_target, groups, grouped)
     width = write_width(config.workers)
     written = (
         ranked

@@ -11,6 +11,7 @@ import os
 
 from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.errors import OutputError
+from beam_jobs.grouping import DUPLICATES_FILE
 from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, REPORT, Manifest
 from prep.core.naming import ShardName
 from prep.core.workdir import TMP_DIR
@@ -49,7 +50,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
 def _written_names() -> tuple[str, ...]:
     """The files other than shards and indexes that prep writes in OUTPUT (`prep leakage` its key
     sidecar, `prep report` its page)."""
-    return (FILENAME, REJECTS, *tfds_meta.file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT, LABEL_MAP_CSV)
+    return (FILENAME, REJECTS, *tfds_meta.file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT, LABEL_MAP_CSV,
+            DUPLICATES_FILE)
 
 
 def _is_leftover(name: str, written: tuple[str, ...]) -> bool:

@@ -39,7 +39,8 @@ import typing
 
 import apache_beam as beam
 
-from beam_jobs.prepare import PreparedRef, read_prepared
+from beam_jobs import grouping
+from beam_jobs.prepare import PreparedRef, plan_group, read_prepared
 from prep.core import storage
 from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
@@ -144,7 +145,7 @@ def read_section(work: WorkDir, section: Section) -> list[Entry]:
 class RankTask:
     """Consecutive prepared chunks ranked by one task."""
 
-    chunks: tuple  # ((chunk, ((split, label, first rank), ...)), ...) in chunk order
+    chunks: tuple  # ((chunk, ((group, first rank), ...)), ...) in chunk order (group: `plan_group`)
     layout: Layout  # trimmed to the task's groups
     part_bits: dict  # split -> bits of order-key prefix for parts
     ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.core.layout.label_ids`)
@@ -164,12 +165,14 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir,
     groups: dict[tuple, int] = {}
     total_refs = total_bytes = 0
     for _, counts in chunks:
-        for split, label, refs, size in counts:
-            groups[(split or None, label)] = groups.get((split or None, label), 0) + refs
+        for count in counts:
+            group = plan_group(count.split, count.label, count.pin)
+            groups[group] = groups.get(group, 0) + count.refs
+            refs, size = count.refs, count.bytes
             total_refs += refs
             total_bytes += size
     names = labels if labels is not None else tuple(str(i) for i in range(num_classes))
-    empty = empty_labels({label for (_, label), n in groups.items() if n}, num_classes)
+    empty = empty_labels({g[1] for g, n in groups.items() if n}, num_classes)
     try:
         check_empty_classes(names, empty, options.empty_classes)
     except PlanError as exc:
@@ -187,33 +190,38 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir,
     members, held, task = [], 0, 0
     for position, (chunk, counts) in enumerate(chunks):
         firsts = []
-        for split, label, refs, _ in counts:
-            group = (split or None, label)
-            firsts.append((split, label, starts.get(group, 0)))
-            starts[group] = starts.get(group, 0) + refs
-            held += refs
+        for count in counts:
+            group = plan_group(count.split, count.label, count.pin)
+            firsts.append((group, starts.get(group, 0)))
+            starts[group] = starts.get(group, 0) + count.refs
+            held += count.refs
         members.append((chunk, tuple(firsts)))
         if held >= group_target or position == len(chunks) - 1:
-            used = {(split or None, label) for _, firsts in members for split, label, _ in firsts}
+            used = {group for _, firsts in members for group, _ in firsts}
             trimmed = Layout({g: layout.segments[g] for g in used}, {g: layout.kept[g] for g in used}, layout.splits)
             yield task, RankTask(tuple(members), trimmed, part_bits, ids)
             members, held, task = [], 0, task + 1
 
 
-def rank_task(element, work: WorkDir, seed: int):
+def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
     """(task, RankTask) -> `PartEntries` per part it sends entries to, and `Capped` per label.
 
     Writes the task's entries to its entry file, grouped by part. They are held
-    packed (about 100 bytes each), one chunk's index parsed at a time.
+    packed (about 100 bytes each), one chunk's index parsed at a time. `grouped`: the run
+    has a dedupe stage, whose placements (beam_jobs/grouping.py) pin or leave out refs.
     """
     task, info = element
     parts: dict[PartKey, bytearray] = {}  # its packed entries
     capped: dict[int, int] = {}
     last: dict[tuple, tuple] = {}
     for chunk, firsts in info.chunks:
-        next_rank = {(split or None, label): first for split, label, first in firsts}
+        next_rank = dict(firsts)
+        place = grouping.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
         for r in map(PreparedRef._make, read_prepared(work, chunk)):
-            group = (r.split or None, r.label)
+            pin = place(r)
+            if pin is None:
+                continue  # rejected by a group policy: RejectedInputs of beam_jobs/dedupe.py say why
+            group = plan_group(r.split, r.label, pin)
             key = (rank_key(seed, r.path, r.rank), r.path)
             if group in last and key <= last[group]:
                 raise RuntimeError(f"internal error: chunk {chunk} is not staged in rank order")
@@ -252,8 +260,9 @@ class PlanShards(beam.PTransform):
     decides for the chunks' good inputs ranked by `sort_key`."""
 
     def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET,
-                 labels: tuple[str, ...] | None = None):
+                 labels: tuple[str, ...] | None = None, grouped: bool = False):
         super().__init__()
+        self._grouped = grouped
         self._num_classes = num_classes
         self._labels = labels
         self._options = options
@@ -268,5 +277,5 @@ class PlanShards(beam.PTransform):
             | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._work,
                                          self._group_target, self._labels)
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed)
+            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed, self._grouped)
         )

@@ -46,6 +46,13 @@ class GroupCount(typing.NamedTuple):
     label: int
     refs: int
     bytes: int  # of their framed records
+    pin: str = ""  # the split its duplicate or user group is pinned to (beam_jobs/grouping.py), or ""
+
+
+def plan_group(split: str, label: int, pin: str = "") -> tuple:
+    """The planner's group (`prep.core.layout.Group`) of a prepared input: (split or None, label), or
+    (None, label, pin) for one pinned to a split by its duplicate or user group."""
+    return (None, label, pin) if pin else (split or None, label)
 
 
 class ChunkCounts(typing.NamedTuple):
@@ -136,8 +143,10 @@ class PrepareChunk(PooledDoFn):
 
     def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
                  reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
-                 suspects: frozenset = frozenset(), on_step: StepHook | None = None, task: TaskSpec | None = None):
+                 suspects: frozenset = frozenset(), on_step: StepHook | None = None, task: TaskSpec | None = None,
+                 keys: bool = False):
         super().__init__(workers)
+        self._keys = keys  # record content keys for the dedupe stage (beam_jobs/grouping.py)
         self._task = task  # None: single-label classification; else `labels` are the planner's groups
         self._source_ids = source_ids  # write image/source_id (prepare_batch)
         self._source = source
@@ -196,7 +205,7 @@ class PrepareChunk(PooledDoFn):
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
                                    self._label_ids, self._options, self._source_ids, self._sandbox, self._suspects,
-                                   pause, self._task)
+                                   pause, self._task, self._keys)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
@@ -225,15 +234,22 @@ class PrepareChunk(PooledDoFn):
         return list(_by_kind(chunk, outcomes))
 
 
-def chunk_counts(refs) -> tuple[GroupCount, ...]:
-    """[PreparedRef fields] of one chunk -> a `GroupCount` per group, in order of appearance."""
+def chunk_counts(refs, place=None) -> tuple[GroupCount, ...]:
+    """[PreparedRef fields] of one chunk -> a `GroupCount` per group, in order of appearance.
+
+    `place(ref)`, if given, says what becomes of a ref in a duplicate or user group
+    (beam_jobs/grouping.py): None leaves it out, else the split it is pinned to or "".
+    """
     counts: dict[tuple, list] = {}
     for fields in refs:
         r = PreparedRef._make(fields)
-        count = counts.setdefault((r.split, r.label), [0, 0])
+        pin = "" if place is None else place(r)
+        if pin is None:
+            continue
+        count = counts.setdefault((r.split, r.label, pin), [0, 0])
         count[0] += 1
         count[1] += r.length
-    return tuple(GroupCount(split, label, n, size) for (split, label), (n, size) in counts.items())
+    return tuple(GroupCount(split, label, n, size, pin) for (split, label, pin), (n, size) in counts.items())
 
 
 def _recorded(kind: str, fields):

@@ -15,6 +15,7 @@ import os
 import stat
 import threading
 
+from beam_jobs import grouping
 from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
 from prep.core.errors import SourceError
@@ -82,7 +83,8 @@ def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sa
 
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None):
+                     source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None,
+                     keys: list | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -97,6 +99,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
     the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
+    `keys`, when given, gets the prepared image's content keys appended (beam_jobs/grouping.py).
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -116,6 +119,8 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         record, info = build_record(task, ref, image, read_input)
         if isinstance(record, Reject):
             return record, sig, info
+    if keys is not None:
+        keys.append(grouping.image_keys(image.encoded))
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
@@ -164,7 +169,7 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
                   options: ImageOptions, source_ids: bool = False, sandbox=None, suspects: frozenset = frozenset(),
-                  pause=None, task: TaskSpec | None = None) -> tuple[list, int]:
+                  pause=None, task: TaskSpec | None = None, keys: bool = False) -> tuple[list, int]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
@@ -175,7 +180,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     most BATCH inputs, and it depends on nothing but the listing and seed.
     The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
     `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
-    `pause`, a test hook, is called once they are recorded.
+    `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs'
+    content keys are recorded too (`grouping.write_keys`), before the spill file is complete.
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
@@ -184,17 +190,24 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
+    found, rows = ([], []) if keys else (None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
             result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
-                                                       sandbox, ref.path in suspects, task)
+                                                       sandbox, ref.path in suspects, task, found)
             if not isinstance(result, Reject):
+                if found:
+                    k = found.pop()
+                    if k is not None:
+                        rows.append((i, offset, k))
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
+    if keys:
+        grouping.write_keys(work, spill, rows)
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)

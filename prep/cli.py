@@ -117,6 +117,10 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         reasons = ", ".join(f"{k} {v}" for k, v in boxes.dropped_by_reason.items())
         click.echo(f"boxes read {boxes.read}  written {boxes.written}  dropped {boxes.dropped}  "
                    f"clipped {boxes.clipped}" + (f"  (dropped: {reasons}; see rejects.jsonl)" if reasons else ""))
+    from beam_jobs.dedupe import duplicates_summary
+
+    for line in duplicates_summary(output):
+        click.echo(line, err=line.startswith("Warning"))
     if write_report:
         _write_report(output, None, verify=False, source=None)
 

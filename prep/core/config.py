@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from prep.core import targets
 from prep.core.errors import OptionsError
+from prep.core.groups import DedupeOptions
 from prep.core.image_rules import ImageOptions
 from prep.core.layout import PlanOptions
 
@@ -83,6 +84,7 @@ class ConvertConfig:
     index: bool = False  # write a record index (DALI's "offset size" lines) next to each shard
     target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
     tasks: TaskOptions = TaskOptions()
+    dedupe: DedupeOptions = DedupeOptions()  # duplicate and user groups (prep.core.groups)
 
     def __post_init__(self):
         wanted = targets.get(self.target).image_format
@@ -134,6 +136,7 @@ class ConvertConfig:
             # Only when not the default, so that every manifest written before the option stays as it was.
             **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
             **self.tasks.manifest_options(),
+            **self.dedupe.manifest_options(),
         }
 
 

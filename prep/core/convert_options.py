@@ -16,6 +16,7 @@ from prep.core import targets
 from prep.core.config import (ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig,
                               TaskOptions)
 from prep.core.errors import OptionsError
+from prep.core.groups import CONFLICTS, CROSS_SPLIT, DUPLICATES, DedupeOptions
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.core.listing import LAYOUTS, read_class_file
@@ -95,6 +96,17 @@ OPTIONS = (
     Option("--masks", "Semantic segmentation: a folder of single-channel PNG class maps, one per image with the "
            "image's relative path and stem; --classes names the values 0, 1, ...; 255 is ignore.",
            metavar="DIR"),
+    Option("--duplicates", "Exact and near-duplicate images (found while converting; a group always goes to one "
+           "split): keep them all, drop all but the first by path (rejected, reason duplicate_of), or off (no "
+           "content keys computed, no duplicate groups).", default="keep", choices=DUPLICATES),
+    Option("--conflicts", "A duplicate group whose images carry different labels: reject every member "
+           "(label_conflict, naming the others), or keep them.", default="reject", choices=CONFLICTS),
+    Option("--cross-split", "Duplicates across the splits SOURCE gives (leakage): report them (duplicates.jsonl "
+           "and a warning), or also remove them from the evaluation splits (cross_split_duplicate; train and "
+           "then the first split by name keep theirs).", default="report", choices=CROSS_SPLIT),
+    Option("--group-pattern", "Images whose paths give the same match of REGEX (its first group, or the whole "
+           "match; e.g. a patient or video id) go to the same split when --split makes the splits.",
+           metavar="REGEX"),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
            "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
@@ -167,7 +179,9 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
         tasks=TaskOptions(annotations=_absolute(v["annotations"]) if v["annotations"] else None,
                           annotation_format=v["annotation_format"], bad_boxes=v["bad_boxes"], crowd=v["crowd"],
                           skip_empty=bool(v["skip_empty"]), unannotated=v["unannotated"],
-                          masks=_absolute(v["masks"]) if v["masks"] else None))
+                          masks=_absolute(v["masks"]) if v["masks"] else None),
+        dedupe=DedupeOptions(duplicates=v["duplicates"], conflicts=v["conflicts"], cross_split=v["cross_split"],
+                             group_pattern=v["group_pattern"]))
 
 
 def add_arguments(parser) -> None:

@@ -213,32 +213,49 @@ def check_split_source(options: PlanOptions, source_names_splits: bool) -> None:
 def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_size: float) -> Layout:
     """The layout for groups of the given sizes ({(given split, label): examples}).
 
+    With --split fractions, a group may also be pinned: (None, label, split) holds
+    the images of that class whose duplicate or user group was sent to `split`
+    (`prep.core.groups`). Each class's split counts are then taken by largest
+    remainder over all its images, and its images in no group fill each split's
+    count around the pinned ones (`_free_counts`); pinned ranks follow the free
+    ones of their class in the split, so the balance rule still holds.
+
     Raises:
         PlanError: a split would be empty, has fewer examples than shards asked
             for, or a split is given by both the source and the options.
     """
-    check_split_source(options, {split for split, _ in group_sizes} != {None})
-    kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in group_sizes.items()}
-    ranges: dict[tuple[str, int], tuple[Group, int, int]] = {}  # (split, label) -> (group, start, end)
+    check_split_source(options, {g[0] for g in group_sizes} != {None})
+    pinned = {g: n for g, n in group_sizes.items() if len(g) == 3}
+    free = {g: n for g, n in group_sizes.items() if len(g) == 2}
+    kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in free.items()}
+    kept.update(pinned)  # a pinned group is never capped: capping would split it by rank
+    ranges: dict[tuple[str, int], list] = {}  # (split, label) -> [(group, start, end)]
     if options.split_fractions is not None:
         split_order = [name for name, _ in options.split_fractions]
         fractions = [f for _, f in options.split_fractions]
-        for group, n in kept.items():
+        pinned_counts: dict[int, dict[str, int]] = {}
+        for (_, label, pin), n in pinned.items():
+            pinned_counts.setdefault(label, {})[pin] = n
+        for group, n in free.items():
+            if group not in kept:
+                continue
             start = 0
-            for name, count in zip(split_order, largest_remainder(n, fractions)):
-                ranges[(name, group[1])] = (group, start, start + count)
+            by_split = pinned_counts.pop(group[1], {})
+            for name, count in zip(split_order, _free_counts(kept[group], fractions, split_order, by_split)):
+                ranges.setdefault((name, group[1]), []).append((group, start, start + count))
                 start += count
+        for (_, label, pin), n in sorted(pinned.items(), key=lambda item: (item[0][1], item[0][2])):
+            ranges.setdefault((pin, label), []).append(((None, label, pin), 0, n))
     else:
         split_order = sorted({split or DEFAULT_SPLIT for split, _ in kept})
         for group, n in kept.items():
-            ranges[(group[0] or DEFAULT_SPLIT, group[1])] = (group, 0, n)
+            ranges[(group[0] or DEFAULT_SPLIT, group[1])] = [(group, 0, n)]
     segments: dict[Group, list[Segment]] = {g: [] for g in group_sizes}
     splits = []
     for name in split_order:
         position = 0
         for label in range(num_classes):
-            if (name, label) in ranges:
-                group, start, end = ranges[(name, label)]
+            for group, start, end in ranges.get((name, label), ()):
                 if end > start:
                     segments[group].append(Segment(name, start, end, position))
                     position += end - start
@@ -246,3 +263,20 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
             raise PlanError(f"split {name!r} gets no examples; use fewer splits or more data")
         splits.append(SplitLayout(name, position, shard_count(position, mean_size, options, name)))
     return Layout({g: tuple(s) for g, s in segments.items()}, kept, tuple(splits))
+
+
+def _free_counts(free: int, fractions: Sequence[Fraction], names: Sequence[str], pinned: dict) -> list[int]:
+    """How many of a class's `free` images (in no group) go to each split, so that with its `pinned`
+    images ({split: count}) each split gets its largest-remainder share of the whole class, or as
+    close as the pinned ones allow (a split holding more pinned images than its share gets no free
+    one, and the excess is taken from the other splits, last split first)."""
+    if not pinned:
+        return largest_remainder(free, fractions)
+    targets = largest_remainder(free + sum(pinned.values()), fractions)
+    counts = [max(0, t - pinned.get(name, 0)) for t, name in zip(targets, names)]
+    excess = sum(counts) - free
+    for i in reversed(range(len(counts))):
+        take = min(excess, counts[i])
+        counts[i] -= take
+        excess -= take
+    return counts

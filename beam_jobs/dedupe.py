@@ -1,0 +1,267 @@
+"""`Dedupe`: duplicate and user groups of the prepared images, between preparing and planning.
+
+PrepareChunk records each good input's content keys beside its spill file
+(grouping.py); only chunk ids and keys travel, never image bytes:
+
+    counts   : ChunkCounts                     per prepared chunk (prepare.py)
+    filed    = FlatMap(file_keys)              (("x", sha256), item) and (("b", scale, band, bits), entry)
+    pairs    = GroupByKey | FlatMap(bucket_pairs)       exact stars, and near pairs verified per bucket
+                                                        (prep.core.near_pairs: oversized buckets cut, bounded)
+    members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
+               | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
+    decided  = GroupByKey | FlatMap(decide_group)       per member a Decision (prep.core.groups.decide),
+                                                        per group a line of duplicates.jsonl
+    report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts)
+    regroup  = (counts, decisions, report) | GroupByKey(chunk) | FlatMap(regroup)
+             : ChunkCounts | RejectedInputs    each chunk's counts by planner group (pins
+                                               included, rejected inputs left out), and the rejects
+
+What is held at once: one bucket (at most `cap`² distances), one group (at most
+`max_size` members, union_find.py), one chunk; and in the one union-find task, two
+32-bit ints per image that is in some pair, plus the pairs (duplicates only). The
+report is written from one task holding the group lines (images in groups only).
+Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset).
+"""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+
+from beam_jobs import grouping
+from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
+from prep.core import storage
+from prep.core.content_keys import ContentKeys
+from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
+from prep.core.near_pairs import DEFAULT_CAP, band_entries, band_pairs
+from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
+from prep.core.workdir import WorkDir
+
+REPORT = grouping.DUPLICATES_FILE
+_NO_SHA = "0" * 64  # band entries carry hashes only; exact duplicates meet under their sha256 key instead
+
+
+def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
+    """[(item id, PreparedRef, ContentKeys or None)] of a prepared chunk's good inputs, in index order."""
+    refs = [PreparedRef._make(fields) for fields in read_prepared(work, chunk)]
+    keys: dict[int, dict] = {}
+    out = []
+    for position, ref in enumerate(refs):
+        k = None
+        if with_keys:
+            if ref.spill not in keys:
+                keys[ref.spill] = grouping.read_keys(work, ref.spill)
+            k = keys[ref.spill].get(ref.offset)
+        out.append((grouping.item_id(chunk, position), ref, k))
+    return out
+
+
+def file_keys(counts: ChunkCounts, work: WorkDir):
+    """A prepared chunk -> its items under their sha256 and under each band key of each hash."""
+    for item, _, keys in chunk_items(work, counts.chunk):
+        if keys is None:
+            continue
+        yield ("x", keys.sha256), item
+        for key, entry in band_entries(item, ContentKeys(_NO_SHA, keys.hashes)):
+            yield ("b", *key), (entry.item, keys.hashes, entry.rest, entry.rest_bits)
+
+
+def bucket_pairs(element, cap: int):
+    """(key, items) -> ("pair", (distance, a, b)) per duplicate pair in it, and ("skipped", n) for an
+    oversized bucket's uncompared pairs."""
+    key, values = element
+    if key[0] == "x":
+        items = sorted(set(values))
+        for other in items[1:]:
+            yield "pair", (0, items[0], other)  # a star: the same component as every pair
+        return
+    if len(values) < 2:
+        return
+    entries = [band_entries_of(v) for v in values]
+    found = band_pairs(entries, cap)
+    for p in found.pairs:
+        yield "pair", (p.distance, p.a, p.b)
+    if found.skipped:
+        yield "skipped", found.skipped
+
+
+def band_entries_of(value):
+    from prep.core.near_pairs import BandEntry
+
+    item, hashes, rest, rest_bits = value
+    return BandEntry(item, ContentKeys(_NO_SHA, tuple(hashes)), rest, rest_bits)
+
+
+def components(element, max_size: int):
+    """(None, pairs and skip counts) -> (chunk, (item, group id)) per item in a group, and the stats.
+
+    Pairs are fed exact first, then by distance and ids, so which unions a full group
+    refuses depends on the data alone. A group's id is its smallest item.
+    """
+    _, values = element
+    pairs = sorted({v for kind, v in values if kind == "pair"})
+    skipped = sum(v for kind, v in values if kind == "skipped")
+    items = sorted({x for _, a, b in pairs for x in (a, b)})
+    index = {item: i for i, item in enumerate(items)}
+    uf = UnionFind(len(items), max_size)
+    for _, a, b in pairs:
+        uf.union(index[a], index[b])
+    least: dict[int, int] = {}
+    for item in items:  # items ascending: the first seen of a root is its smallest
+        least.setdefault(uf.find(index[item]), item)
+    sizes: dict[int, int] = {}
+    for item in items:
+        root = uf.find(index[item])
+        sizes[root] = sizes.get(root, 0) + 1
+    for item in items:
+        root = uf.find(index[item])
+        if sizes[root] > 1:
+            yield "member", (grouping.item_chunk(item), (item, least[root]))
+    yield "stats", (uf.refused, skipped)
+
+
+def member_info(element, work: WorkDir, labels, pattern: str | None):
+    """(chunk, [(item, group)]) -> (group, Member) for each of the chunk's grouped items."""
+    chunk, grouped = element
+    group_of = dict(grouped)
+    for item, ref, keys in chunk_items(work, chunk):
+        if item in group_of:
+            path = ref.path.decode("utf-8", "surrogateescape")
+            yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
+                                         keys.sha256 if keys else "", user_group(path, pattern) or "")
+
+
+def decide_group(element, options: DedupeOptions, seed: int, fractions, single_label: bool):
+    """(group, [Member]) -> ("decision", (chunk, Decision)) per member, and ("line", group line)."""
+    _, members = element
+    decisions, line = decide(members, options, seed, fractions, single_label)
+    for d in decisions:
+        yield "decision", (grouping.item_chunk(d.item), d)
+    yield "line", line
+
+
+def write_report(element, output: str):
+    """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl when a group was found (or a comparison or a
+    union left out), and yields the marker regroup waits on."""
+    _, values = element
+    lines = sorted((v for kind, v in values if kind == "line"), key=lambda line: line["members"][0]["path"])
+    refused = sum(v[0] for kind, v in values if kind == "stats")
+    skipped = sum(v[1] for kind, v in values if kind == "stats")
+    header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines, refused, skipped)}
+    if not lines and not refused and not skipped:
+        yield -1, ("report", None)  # nothing found: no file, so a dataset without duplicates is as before
+        return
+    text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
+    storage.write_atomic(storage.join(output, REPORT), text.encode())
+    yield -1, ("report", None)
+
+
+def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
+    """(chunk, [("counts", ChunkCounts) | ("decision", Decision)]) -> the chunk's ChunkCounts by planner
+    group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
+    chunk, values = element
+    if chunk < 0:
+        return  # the report's marker: waited for, nothing to plan
+    decisions = {d.item: d for kind, d in values if kind == "decision"}
+    pattern = options.group_pattern if fractions else None
+    placed, rejects = {}, []
+    if decisions or pattern:
+        for item, ref, _ in chunk_items(work, chunk, with_keys=False):
+            d = decisions.get(item)
+            if d is not None:
+                if d.reject is not None:
+                    placed[(ref.spill, ref.offset)] = None
+                    rejects.append(d.reject)
+                elif d.pin:
+                    placed[(ref.spill, ref.offset)] = d.pin
+            elif pattern:
+                unit = user_group(ref.path.decode("utf-8", "surrogateescape"), pattern)
+                if unit is not None:
+                    placed[(ref.spill, ref.offset)] = pin_split(seed, unit, fractions)
+    grouping.write_groups(work, chunk, placed)
+    if not placed:
+        yield from (v for kind, v in values if kind == "counts")
+    else:
+        place = grouping.placer(work, chunk, True)
+        yield ChunkCounts(chunk, chunk_counts(read_prepared(work, chunk), place))
+    if rejects:
+        yield RejectedInputs(tuple(sorted(rejects)))
+
+
+def duplicates_summary(output: str) -> list[str]:
+    """The lines `prep convert` prints about OUTPUT/duplicates.jsonl: nothing when there is none."""
+    path = storage.join(output, REPORT)
+    if not storage.exists(path):
+        return []
+    with storage.open_read(path) as f:
+        h = json.loads(f.readline())
+    lines = [f"duplicates: {h['groups']} group(s) of {h['images']} images ({h['exact_groups']} exact, "
+             f"{h['near_groups']} near), {h['rejected']} rejected by the group policies (see {REPORT})"]
+    if h["conflict_groups"]:
+        lines.append(f"Warning: {h['conflict_groups']} duplicate group(s) carry different labels (label_conflict)")
+    if h["cross_split_groups"]:
+        lines.append(f"Warning: {h['cross_split_groups']} duplicate group(s) span splits SOURCE gives "
+                     f"({h['cross_split_images']} images outside their group's first split; --cross-split remove "
+                     "takes them out of the evaluation splits)")
+    if h["refused_unions"] or h["skipped_comparisons"]:
+        lines.append(f"Warning: {h['refused_unions']} union(s) refused by the group size bound and "
+                     f"{h['skipped_comparisons']} comparison(s) left out in oversized hash buckets")
+    return lines
+
+
+class Dedupe(beam.PTransform):
+    """ChunkCounts -> ChunkCounts by planner group (duplicate and user groups pinned to one split, policy
+    rejects left out) and RejectedInputs; writes OUTPUT/duplicates.jsonl. See the module docstring."""
+
+    def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
+                 single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE):
+        super().__init__()
+        self._work, self._output, self._labels, self._options = work, output, tuple(labels), options
+        self._seed, self._fractions, self._single_label = seed, fractions, single_label
+        self._cap, self._max_size = cap, max_size
+
+    def expand(self, counts):
+        keyed = counts | "ByChunk" >> beam.Map(lambda c: (c.chunk, ("counts", c)))
+        joined = [keyed]
+        if self._options.keys:
+            pairs = (
+                counts
+                | "FileKeys" >> beam.FlatMap(file_keys, self._work)
+                | "GroupBuckets" >> beam.GroupByKey()
+                | "Pairs" >> beam.FlatMap(bucket_pairs, self._cap)
+            )
+            start = counts.pipeline | "NoPairs" >> beam.Create([("skipped", 0)])
+            found = (
+                (pairs, start)
+                | "AllPairs" >> beam.Flatten()
+                | "OnePairKey" >> beam.Map(lambda v: (None, v))
+                | "GatherPairs" >> beam.GroupByKey()
+                | "Components" >> beam.FlatMap(components, self._max_size)
+            )
+            decided = (
+                found
+                | "Members" >> beam.FlatMap(lambda v: [v[1]] if v[0] == "member" else [])
+                | "MembersByChunk" >> beam.GroupByKey()
+                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options.group_pattern)
+                | "ByGroup" >> beam.GroupByKey()
+                | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed, self._fractions,
+                                           self._single_label)
+            )
+            stats = found | "Stats" >> beam.FlatMap(lambda v: [v] if v[0] == "stats" else [])
+            report = (
+                (decided | "Lines" >> beam.FlatMap(lambda v: [v] if v[0] == "line" else []), stats)
+                | "ReportItems" >> beam.Flatten()
+                | "OneReportKey" >> beam.Map(lambda v: (None, v))
+                | "GatherReport" >> beam.GroupByKey()
+                | "WriteReport" >> beam.FlatMap(write_report, self._output)
+            )
+            decisions = decided | "Decisions" >> beam.FlatMap(
+                lambda v: [(v[1][0], ("decision", v[1][1]))] if v[0] == "decision" else [])
+            joined += [decisions, report]
+        return (
+            joined
+            | "JoinChunk" >> beam.Flatten()
+            | "GatherChunk" >> beam.GroupByKey()
+            | "Regroup" >> beam.FlatMap(regroup, self._work, self._options, self._seed, self._fractions)
+        )

@@ -1,0 +1,95 @@
+"""The work directory's files of the dedupe stage, and what the planner reads of them. No Beam.
+
+    .prep-tmp/keys/spill-NNNNNNNNN.json   content keys of a batch's good inputs: [[i, offset, sha256, [hash hex,
+                                          ...]], ...], written by prepare_batch before its spill file
+    .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
+                                          pin null when a group policy rejected it (beam_jobs/dedupe.py)
+
+An input is known by (spill, offset), which stays its own when --resume restages
+chunks in another order; its id for the union-find is `item_id` (dense: the chunk
+whose index holds it now, and its place there).
+
+The keys are those of the *stored* image (the prepared bytes, what the shard
+holds): its sha256 is the record's image/key/sha256, and `prep leakage` computes
+the same keys from the shards. Hashing the prepared image also never decodes an
+input outside the sandbox that --isolate sent it to.
+"""
+
+from __future__ import annotations
+
+import json
+
+from prep.core import content_keys, storage
+from prep.core.errors import ResumeError
+from prep.core.ordering import MAX_CHUNK
+from prep.core.workdir import WorkDir
+
+DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
+
+
+
+def item_id(chunk: int, position: int) -> int:
+    """A dense id for the good input at `position` of chunk `chunk`'s index: chunk * MAX_CHUNK + position."""
+    return chunk * MAX_CHUNK + position
+
+
+def item_chunk(item: int) -> int:
+    """The chunk whose index holds item `item`."""
+    return item // MAX_CHUNK
+
+
+def keys_path(work: WorkDir, spill: int) -> str:
+    return storage.join(work.root, "keys", f"spill-{spill:09d}.json")
+
+
+def groups_path(work: WorkDir, chunk: int) -> str:
+    return storage.join(work.root, "groups", f"chunk-{chunk:06d}.json")
+
+
+def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:
+    """The content keys of a prepared image, or None if they cannot be computed (the input is then in no
+    duplicate group; it was decoded once already, so this is not expected)."""
+    try:
+        return content_keys.image_keys(encoded)
+    except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
+        return None
+
+
+def write_keys(work: WorkDir, spill: int, rows: list) -> None:
+    """Records a batch's keys: rows [index in batch, offset in the spill file, ContentKeys]."""
+    data = [[i, offset, k.sha256, [f"{h:016x}" for h in k.hashes]] for i, offset, k in rows]
+    storage.write_atomic(keys_path(work, spill), json.dumps(data, separators=(",", ":")).encode())
+
+
+def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
+    """{offset in the spill file: keys} of a batch's inputs that have keys.
+
+    Raises:
+        ResumeError: the batch was prepared without keys (by a run with --duplicates off).
+    """
+    path = keys_path(work, spill)
+    if not storage.exists(path):
+        raise ResumeError("the interrupted run read images without computing their content keys "
+                          "(--duplicates off); resume with --duplicates off, or run with --overwrite")
+    rows = json.loads(storage.read_bytes(path))
+    return {offset: content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes))
+            for _, offset, sha, hashes in rows}
+
+
+def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:
+    """Records what becomes of a chunk's grouped inputs: {(spill, offset): pin, or None if rejected}."""
+    rows = [[spill, offset, pin] for (spill, offset), pin in sorted(placed.items())]
+    storage.write_atomic(groups_path(work, chunk), json.dumps(rows).encode())
+
+
+def placer(work: WorkDir, chunk: int, grouped: bool):
+    """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
+
+    The same function gives the chunk's counts (beam_jobs/dedupe.py) and ranks its refs
+    (plan_shards.rank_task), so the two agree. `grouped` False: no grouping in this run.
+    """
+    if not grouped:
+        return lambda ref: ""
+    rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
+    placed = {(spill, offset): pin for spill, offset, pin in rows}
+    return lambda ref: placed.get((ref.spill, ref.offset), "")

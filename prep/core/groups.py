@@ -1,0 +1,201 @@
+"""Grouping decisions: which split a duplicate or user group goes to, and what its policies reject. Pure.
+
+Groups come from two places:
+- duplicate groups: connected components of exact (same sha256) and near
+  (`content_keys.distance` <= NEAR_DISTANCE) pairs, from the bounded union-find
+  (beam_jobs/dedupe.py finds them during the conversion);
+- user groups, `--group-pattern REGEX`: images whose paths give the same match
+  (the regex's first group, or the whole match) belong together, e.g. a patient
+  or video id. Those need no comparison: the key alone decides.
+
+When the conversion makes the splits (`--split` fractions), a group is *pinned*
+to one split: `pin_split` maps the group's unit (its user key, or the first
+member's path) through a seeded hash onto the cumulative fractions, and the
+planner fills each class's split counts with the images in no group around the
+pinned ones (`prep.core.layout.make_layout`), so splits keep their fractions per
+class as closely as the groups allow. When SOURCE names the splits, a duplicate
+group across them is leakage: reported, and removed from the evaluation splits
+with `--cross-split remove`.
+
+Policies on a duplicate group (`decide`), members taken in path order:
+- `--conflicts reject` (default): members with different labels (single-label
+  classification) are all rejected `label_conflict`, each naming the others;
+- `--duplicates drop`: the first member is kept, the others rejected
+  `duplicate_of` with its path;
+- `--cross-split remove`: members outside the group's first split (train first,
+  then by name) rejected `cross_split_duplicate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import typing
+from fractions import Fraction
+
+from prep.core.errors import OptionsError
+from prep.core.listing import Reject
+
+DUPLICATES = ("keep", "drop", "off")
+CONFLICTS = ("reject", "keep")
+CROSS_SPLIT = ("report", "remove")
+TRAIN = "train"
+NAMED = 10  # members named in one reject's detail at most
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupeOptions:
+    """How duplicates and user groups are found and treated (see the module docstring)."""
+
+    duplicates: str = "keep"  # off: no content keys, no duplicate groups (user groups still hold)
+    conflicts: str = "reject"
+    cross_split: str = "report"
+    group_pattern: str | None = None
+
+    def __post_init__(self):
+        for name, value, allowed in (("duplicates", self.duplicates, DUPLICATES),
+                                     ("conflicts", self.conflicts, CONFLICTS),
+                                     ("cross-split", self.cross_split, CROSS_SPLIT)):
+            if value not in allowed:
+                raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.group_pattern is not None:
+            try:
+                re.compile(self.group_pattern)
+            except re.error as exc:
+                raise OptionsError(f"--group-pattern {self.group_pattern!r} is not a regular expression: {exc}") \
+                    from None
+        if self.duplicates == "off":
+            changed = [f"--{n}" for n, v, d in (("conflicts", self.conflicts, "reject"),
+                                                 ("cross-split", self.cross_split, "report")) if v != d]
+            if changed:
+                raise OptionsError(f"{changed[0]} acts on duplicate groups: it cannot be used with --duplicates off")
+
+    @property
+    def keys(self) -> bool:
+        """Whether content keys are computed (and duplicate groups made)."""
+        return self.duplicates != "off"
+
+    def manifest_options(self) -> dict:
+        """Only what differs from the defaults, so that earlier manifests stay as they were."""
+        out = {}
+        for name, value, default in (("duplicates", self.duplicates, "keep"), ("conflicts", self.conflicts, "reject"),
+                                     ("cross_split", self.cross_split, "report"),
+                                     ("group_pattern", self.group_pattern, None)):
+            if value != default:
+                out[name] = value
+        return out
+
+
+def user_group(path: str, pattern: str | None) -> str | None:
+    """The user group of `path`: the pattern's first group (or whole match), searched in the path; None if no
+    match or no pattern."""
+    if pattern is None:
+        return None
+    match = re.search(pattern, path)
+    if match is None:
+        return None
+    return match.group(1) if match.re.groups else match.group(0)
+
+
+def pin_split(seed: int, unit: str, fractions: tuple[tuple[str, Fraction], ...]) -> str:
+    """The split a group goes to: a seeded hash of its unit against the cumulative fractions."""
+    u = Fraction(int.from_bytes(hashlib.sha256(f"{seed}\0group\0{unit}".encode("utf-8", "surrogateescape"))
+                                .digest()[:8], "big"), 1 << 64)
+    total = Fraction(0)
+    for name, f in fractions:
+        total += f
+        if u < total:
+            return name
+    return fractions[-1][0]
+
+
+def split_order(split: str) -> tuple:
+    """Which split of a group counts as first (kept by --cross-split remove): train, then by name."""
+    return (split != TRAIN, split)
+
+
+class Member(typing.NamedTuple):
+    """One image of a duplicate group, as the decision needs it."""
+
+    item: int  # its id in the union-find (beam_jobs/dedupe.item_id)
+    path: str
+    label: int
+    label_name: str
+    split: str  # given by SOURCE, "" if none
+    sha256: str
+    user: str  # its user group key, "" if none
+
+
+class Decision(typing.NamedTuple):
+    """What becomes of one member: rejected (a Reject) or kept, and the split its group is pinned to."""
+
+    item: int
+    reject: Reject | None
+    pin: str  # "" when no split is made by the conversion
+
+
+def _named(members: list[Member], but: Member) -> str:
+    others = [m for m in members if m is not but]
+    text = ", ".join(f"{m.path} ({m.label_name})" for m in others[:NAMED])
+    return text + (f" and {len(others) - NAMED} more" if len(others) > NAMED else "")
+
+
+def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
+           fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool) -> tuple[list[Decision], dict]:
+    """The decisions for one duplicate group, and its line of duplicates.jsonl.
+
+    Args:
+        members: the group (two or more images, any order).
+        options: the policies.
+        seed: the conversion's seed (pins).
+        fractions: --split fractions, or None when the conversion makes no split.
+        single_label: labels can conflict only in single-label classification (other tasks' images carry
+            annotations of their own; their `label` is the planner's stratum).
+    """
+    members = sorted(members, key=lambda m: (m.path, m.item))
+    first = members[0]
+    rejects: dict[int, Reject] = {}
+    conflict = single_label and len({m.label for m in members}) > 1
+    splits = sorted({m.split for m in members}, key=split_order)
+    if conflict and options.conflicts == "reject":
+        for m in members:
+            rejects[m.item] = Reject(m.path, "label_conflict",
+                                     f"a duplicate of {_named(members, m)} with another label")
+    elif options.duplicates == "drop":
+        for m in members[1:]:
+            rejects[m.item] = Reject(m.path, "duplicate_of", first.path)
+    elif options.cross_split == "remove" and len(splits) > 1:
+        kept = next(m for m in members if m.split == splits[0])
+        for m in members:
+            if m.split != splits[0]:
+                rejects[m.item] = Reject(m.path, "cross_split_duplicate",
+                                         f"a duplicate of {kept.path} in split {splits[0]!r}")
+    unit = next((m.user for m in members if m.user), first.path)
+    pin = pin_split(seed, unit, fractions) if fractions else ""
+    decisions = [Decision(m.item, rejects.get(m.item), pin) for m in members]
+    line = {"kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",
+            "conflict": conflict, "cross_split": len(splits) > 1,
+            "members": [{"path": m.path, "label": m.label_name, "split": m.split or pin or None,
+                         "sha256": m.sha256, "rejected": rejects[m.item].reason if m.item in rejects else None}
+                        for m in members]}
+    return decisions, line
+
+
+def summarize(lines: typing.Iterable[dict], refused: int = 0, skipped: int = 0) -> dict:
+    """The counts of duplicates.jsonl's header (and the CLI's warning) from its group lines."""
+    out = {"groups": 0, "images": 0, "exact_groups": 0, "near_groups": 0, "conflict_groups": 0,
+           "cross_split_groups": 0, "cross_split_images": 0, "rejected": 0,
+           "refused_unions": refused, "skipped_comparisons": skipped}
+    for line in lines:
+        members = line["members"]
+        out["groups"] += 1
+        out["images"] += len(members)
+        out["exact_groups" if line["kind"] == "exact" else "near_groups"] += 1
+        out["conflict_groups"] += bool(line["conflict"])
+        if line["cross_split"]:
+            out["cross_split_groups"] += 1
+            first = min((m["split"] or "" for m in members), key=split_order)
+            out["cross_split_images"] += sum((m["split"] or "") != first for m in members)
+        out["rejected"] += sum(m["rejected"] is not None for m in members)
+    return out

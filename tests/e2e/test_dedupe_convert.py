@@ -1,0 +1,189 @@
+"""Duplicates found while converting (issue 20): groups never straddle --split splits, the policies and their
+rejects, counts that reconcile, --group-pattern, leakage across the splits SOURCE gives, determinism."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+
+import pytest
+
+from tests.support import datasets
+from tests.support.photos import EDITS, jpeg, photo
+from prep.core.schema import ImageRecord
+from tests.support.shards import shard_bytes
+
+SIZE = (96, 72)
+KINDS = ("copy", "reencode_q60", "resize_75", "crop_5")  # brightness is checked by the keys' own tests
+
+
+def _write(path: pathlib.Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def planted_tree(root: pathlib.Path, photos: int = 24, planted: int = 3, seed: int = 5) -> list[set[str]]:
+    """cat/ and dog/ with `photos` distinct photos each; for the first `planted` of each class one copy per kind
+    (same class, another name). Returns the planted groups as sets of paths."""
+    rnd = random.Random(seed)
+    groups = []
+    for c, cls in enumerate(("cat", "dog")):
+        for i in range(photos):
+            data = jpeg(photo(seed * 10_007 + c * 1000 + i, SIZE))
+            _write(root / cls / f"p{i:03d}.jpg", data)
+            if i < planted:
+                group = {f"{cls}/p{i:03d}.jpg"}
+                for kind in KINDS:
+                    _write(root / cls / f"z_{kind}_{i}.jpg", EDITS[kind](data, rnd))
+                    group.add(f"{cls}/z_{kind}_{i}.jpg")
+                groups.append(group)
+    return groups
+
+
+def split_of(out: pathlib.Path) -> dict[str, str]:
+    """{image/filename: split} of a converted dataset."""
+    found = {}
+    for split, info in datasets.load(out)["splits"].items():
+        for shard in info["shards"]:
+            for data in datasets.records(out / shard["file"]):
+                found[ImageRecord.from_bytes(data).filename] = split
+    return found
+
+
+def rejects(out: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+def reconciles(out: pathlib.Path) -> dict:
+    inputs = datasets.load(out)["inputs"]
+    assert inputs["found"] == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dedupe")
+    return root / "src", planted_tree(root / "src")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_group_straddles_the_splits_made_by_fractions(tree, tmp_path, seed):
+    src, groups = tree
+    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.5,validation=0.25,test=0.25",
+                           "--seed", str(seed), "--num-shards", "2")
+    where = split_of(out)
+    for group in groups:
+        assert len({where[p] for p in group}) == 1, {p: where[p] for p in group}
+    assert len(where) == 2 * 24 + len(groups) * len(KINDS)  # keep: every image written
+    inputs = reconciles(out)
+    assert inputs["rejected"] == 0
+    report = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+    assert report[0]["groups"] == len(groups) and report[0]["images"] == len(groups) * (1 + len(KINDS))
+    assert {frozenset(m["path"] for m in line["members"]) for line in report[1:]} == {frozenset(g) for g in groups}
+    # the splits stay close to their fractions per class: 39 images a class, 20 / 10 / 10 by largest remainder
+    manifest = datasets.load(out)
+    for name, share in (("train", 0.5), ("validation", 0.25), ("test", 0.25)):
+        for cls in ("cat", "dog"):
+            got = manifest["splits"][name]["class_counts"][cls]
+            assert abs(got - 39 * share) <= 1 + len(KINDS), (name, cls, got)
+
+
+def test_drop_keeps_the_first_by_path_and_rejects_the_others_naming_it(tree, tmp_path):
+    src, groups = tree
+    out = datasets.convert(src, tmp_path / "out", "--duplicates", "drop", "--split", "train=0.5,test=0.5")
+    got = {r["path"]: r for r in rejects(out)}
+    for group in groups:
+        first, *others = sorted(group)
+        assert first not in got
+        for other in others:
+            assert got[other]["reason"] == "duplicate_of" and got[other]["detail"] == first
+    inputs = reconciles(out)
+    assert inputs["rejected_by_reason"] == {"duplicate_of": len(groups) * len(KINDS)}
+    assert inputs["written"] == 48
+
+
+def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
+    src = tmp_path / "src"
+    planted_tree(src, photos=10, planted=0)
+    _write(src / "dog" / "also_cat.jpg", (src / "cat" / "p003.jpg").read_bytes())
+    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.5,test=0.5")
+    got = {r["path"]: r for r in rejects(out)}
+    assert set(got) == {"cat/p003.jpg", "dog/also_cat.jpg"}
+    assert got["cat/p003.jpg"]["reason"] == "label_conflict" and "dog/also_cat.jpg (dog)" in got["cat/p003.jpg"]["detail"]
+    assert "cat/p003.jpg (cat)" in got["dog/also_cat.jpg"]["detail"]
+    assert reconciles(out)["rejected_by_reason"] == {"label_conflict": 2}
+    kept = datasets.convert(src, tmp_path / "kept", "--split", "train=0.5,test=0.5", "--conflicts", "keep")
+    where = split_of(kept)
+    assert where["cat/p003.jpg"] == where["dog/also_cat.jpg"]
+    assert not (kept / "rejects.jsonl").read_text().strip()
+
+
+def test_group_pattern_keeps_each_patient_in_one_split(tmp_path):
+    src = tmp_path / "src"
+    for i in range(40):
+        cls = ("cat", "dog")[i % 2]
+        _write(src / cls / f"patient{i % 7}_scan{i}.jpg", jpeg(photo(900 + i, SIZE)))
+    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.6,test=0.4",
+                           "--group-pattern", r"(patient\d+)_")
+    where = split_of(out)
+    by_patient: dict[str, set] = {}
+    for path, split in where.items():
+        by_patient.setdefault(path.split("/")[1].split("_")[0], set()).add(split)
+    assert all(len(s) == 1 for s in by_patient.values()), by_patient
+    assert len({next(iter(s)) for s in by_patient.values()}) == 2  # both splits got patients
+    reconciles(out)
+
+
+def test_bad_group_pattern_is_a_one_line_error(tree, run_cli, tmp_path):
+    src, _ = tree
+    result = run_cli("convert", src, tmp_path / "out", "--group-pattern", "(unclosed", "--no-progress")
+    assert result.exit_code != 0 and "--group-pattern '(unclosed' is not a regular expression" in result.output
+
+
+def _split_tree(root: pathlib.Path) -> None:
+    for split, first in (("train", 0), ("test", 100)):
+        for i in range(8):
+            for cls in ("cat", "dog"):
+                _write(root / split / cls / f"{cls}{first + i}.jpg", jpeg(photo(first + i + (cls == "dog") * 50, SIZE)))
+    _write(root / "test" / "cat" / "leak.jpg", (root / "train" / "cat" / "cat2.jpg").read_bytes())
+    _write(root / "test" / "dog" / "leak_q60.jpg", EDITS["reencode_q60"]((root / "train" / "dog" / "dog5.jpg")
+                                                                         .read_bytes(), random.Random(0)))
+
+
+def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp_path, run_cli):
+    src = tmp_path / "src"
+    _split_tree(src)
+    result = run_cli("convert", src, tmp_path / "out", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert "2 duplicate group(s) span splits" in result.output  # the warning
+    report = [json.loads(line) for line in (tmp_path / "out" / "duplicates.jsonl").read_text().splitlines()]
+    assert report[0]["cross_split_groups"] == 2 and report[0]["cross_split_images"] == 2
+    assert {(m["path"], m["split"]) for line in report[1:] for m in line["members"]} == {
+        ("train/cat/cat2.jpg", "train"), ("test/cat/leak.jpg", "test"),
+        ("train/dog/dog5.jpg", "train"), ("test/dog/leak_q60.jpg", "test")}
+    assert set(split_of(tmp_path / "out")) >= {"test/cat/leak.jpg", "test/dog/leak_q60.jpg"}
+    out = datasets.convert(src, tmp_path / "removed", "--cross-split", "remove")
+    got = {r["path"]: r for r in rejects(out)}
+    assert got == {"test/cat/leak.jpg": {"path": "test/cat/leak.jpg", "reason": "cross_split_duplicate",
+                                         "detail": "a duplicate of train/cat/cat2.jpg in split 'train'"},
+                   "test/dog/leak_q60.jpg": {"path": "test/dog/leak_q60.jpg", "reason": "cross_split_duplicate",
+                                             "detail": "a duplicate of train/dog/dog5.jpg in split 'train'"}}
+    assert "train/cat/cat2.jpg" in split_of(out)
+    assert reconciles(out)["rejected_by_reason"] == {"cross_split_duplicate": 2}
+
+
+def test_same_bytes_at_one_and_two_workers(tree, tmp_path):
+    src, _ = tree
+    outs = [datasets.convert(src, tmp_path / f"w{w}", "--split", "train=0.5,test=0.5", "--duplicates", "drop",
+                             "--workers", str(w), "--num-shards", "2") for w in (1, 2)]
+    assert shard_bytes(outs[0]) == shard_bytes(outs[1])
+    for name in ("duplicates.jsonl", "rejects.jsonl"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+
+
+def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
+    src, _ = tree
+    out = datasets.convert(src, tmp_path / "out", "--duplicates", "off")
+    assert not (out / "duplicates.jsonl").exists()
+    assert datasets.load(out)["inputs"]["written"] == 48 + 6 * len(KINDS)

@@ -1,0 +1,119 @@
+"""prep.core.groups (decisions on duplicate groups) and the pinned groups of prep.core.layout."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from prep.core.errors import OptionsError
+from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
+from prep.core.layout import PlanOptions, largest_remainder, make_layout
+
+FRACTIONS = (("train", Fraction(1, 2)), ("validation", Fraction(1, 4)), ("test", Fraction(1, 4)))
+
+
+def member(item, path, label=0, split="", sha="a" * 64, user=""):
+    return Member(item, path, label, ("cat", "dog")[label], split, sha, user)
+
+
+def test_options_are_checked_with_the_option_named():
+    with pytest.raises(OptionsError, match="--duplicates must be one of keep, drop, off, got 'x'"):
+        DedupeOptions(duplicates="x")
+    with pytest.raises(OptionsError, match="--group-pattern"):
+        DedupeOptions(group_pattern="(")
+    with pytest.raises(OptionsError, match="--conflicts acts on duplicate groups"):
+        DedupeOptions(duplicates="off", conflicts="keep")
+    assert DedupeOptions().manifest_options() == {}
+    assert DedupeOptions(duplicates="drop").manifest_options() == {"duplicates": "drop"}
+
+
+def test_user_group_is_the_first_group_or_the_whole_match():
+    assert user_group("a/patient12_x.jpg", r"patient(\d+)") == "12"
+    assert user_group("a/patient12_x.jpg", r"patient\d+") == "patient12"
+    assert user_group("a/x.jpg", r"patient\d+") is None
+    assert user_group("a/x.jpg", None) is None
+
+
+def test_pins_follow_the_fractions_and_the_seed():
+    pins = [pin_split(0, f"unit{i}", FRACTIONS) for i in range(4000)]
+    assert abs(pins.count("train") / 4000 - 0.5) < 0.03 and abs(pins.count("test") / 4000 - 0.25) < 0.03
+    assert pins == [pin_split(0, f"unit{i}", FRACTIONS) for i in range(4000)]
+    assert pins != [pin_split(1, f"unit{i}", FRACTIONS) for i in range(4000)]
+
+
+def test_keep_pins_the_whole_group_and_rejects_nothing():
+    members = [member(3, "b.jpg"), member(1, "a.jpg", sha="b" * 64)]
+    decisions, line = decide(members, DedupeOptions(), 0, FRACTIONS, True)
+    assert {d.item for d in decisions} == {1, 3} and all(d.reject is None for d in decisions)
+    assert len({d.pin for d in decisions}) == 1 and decisions[0].pin == pin_split(0, "a.jpg", FRACTIONS)
+    assert line["kind"] == "near" and [m["path"] for m in line["members"]] == ["a.jpg", "b.jpg"]
+    assert decide(members, DedupeOptions(), 0, None, True)[0][0].pin == ""
+
+
+def test_drop_keeps_the_first_by_path():
+    members = [member(5, "c.jpg"), member(4, "a.jpg"), member(9, "b.jpg")]
+    decisions, _ = decide(members, DedupeOptions(duplicates="drop"), 0, None, True)
+    got = {d.item: d.reject for d in decisions}
+    assert got[4] is None
+    assert got[9].reason == got[5].reason == "duplicate_of" and got[9].detail == got[5].detail == "a.jpg"
+
+
+def test_a_conflict_rejects_every_member_naming_the_others_unless_kept():
+    members = [member(1, "a.jpg", 0), member(2, "b.jpg", 1), member(3, "c.jpg", 0)]
+    decisions, line = decide(members, DedupeOptions(duplicates="drop"), 0, None, True)
+    assert all(d.reject.reason == "label_conflict" for d in decisions) and line["conflict"]
+    assert decisions[0].reject.detail == "a duplicate of b.jpg (dog), c.jpg (cat) with another label"
+    kept, _ = decide(members, DedupeOptions(conflicts="keep"), 0, None, True)
+    assert all(d.reject is None for d in kept)
+    other_task, _ = decide(members, DedupeOptions(), 0, None, False)  # strata, not labels: never a conflict
+    assert all(d.reject is None for d in other_task)
+
+
+def test_cross_split_remove_keeps_train_then_the_first_split_by_name():
+    members = [member(1, "test/a.jpg", split="test"), member(2, "val/a.jpg", split="validation"),
+               member(3, "train/a.jpg", split="train")]
+    decisions, line = decide(members, DedupeOptions(cross_split="remove"), 0, None, True)
+    got = {d.item: d.reject for d in decisions}
+    assert got[3] is None and got[1].reason == got[2].reason == "cross_split_duplicate"
+    assert got[1].detail == "a duplicate of train/a.jpg in split 'train'"
+    report, _ = decide(members, DedupeOptions(), 0, None, True)
+    assert all(d.reject is None for d in report)
+    counts = summarize([line])
+    assert counts["cross_split_groups"] == 1 and counts["cross_split_images"] == 2 and counts["rejected"] == 2
+
+
+def check_balance(layout, sizes, options):
+    """Every rank of every group placed once; positions of a split cover 0..n-1 once."""
+    positions = {}
+    for group, n in sizes.items():
+        for rank in range(layout.kept[group]):
+            split, _ = layout.locate(group, rank)
+            if len(group) == 3:
+                assert split == group[2]
+            seg = next(s for s in layout.segments[group] if s.start <= rank < s.end)
+            positions.setdefault(split, []).append(seg.position + rank - seg.start)
+    for s in layout.splits:
+        assert sorted(positions.get(s.name, [])) == list(range(s.examples))
+
+
+def test_pinned_groups_land_in_their_split_and_the_free_ones_fill_the_fractions():
+    options = PlanOptions(split_fractions=FRACTIONS, num_shards=2)
+    sizes = {(None, 0): 30, (None, 0, "test"): 6, (None, 1): 40, (None, 1, "train"): 4}
+    layout = make_layout(sizes, 2, options, 100)
+    check_balance(layout, sizes, options)
+    per_class = {}
+    for group, n in sizes.items():
+        for rank in range(n):
+            split, _ = layout.locate(group, rank)
+            per_class[split, group[1]] = per_class.get((split, group[1]), 0) + 1
+    for label, total in ((0, 36), (1, 44)):  # exact largest-remainder shares: the pinned ones fit inside them
+        assert [per_class.get((s, label), 0) for s, _ in FRACTIONS] == largest_remainder(total, [f for _, f in FRACTIONS])
+
+
+def test_a_pinned_group_larger_than_its_share_takes_from_the_other_splits():
+    options = PlanOptions(split_fractions=FRACTIONS)
+    sizes = {(None, 0): 10, (None, 0, "test"): 8}
+    layout = make_layout(sizes, 1, options, 100)
+    check_balance(layout, sizes, options)
+    assert {s.name: s.examples for s in layout.splits} == {"train": 9, "validation": 1, "test": 8}
