@@ -162,6 +162,10 @@ def main(argv=None) -> None:
     parser.add_argument("--width", type=int, default=16, help="channels of the first layer")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    try:  # checked up front: the evaluation needs it only after minutes of training
+        import pycocotools.cocoeval  # noqa: F401
+    except ImportError:
+        sys.exit('this sample evaluates with pycocotools: pip install -e ".[samples]"')
     if args.synthetic:
         data = pathlib.Path(args.data or ROOT / "out" / "detection-shapes")
         ensure_dataset(data, args.train_images, args.validation_images)

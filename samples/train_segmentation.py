@@ -1,17 +1,19 @@
 """Trains a tiny segmentation net on drawn shapes and reports the validation mean IoU.
 
-    python samples/train_segmentation.py              # writes out/segmentation-shapes if needed
+    python samples/train_segmentation.py              # draws and converts out/segmentation-shapes if needed
     python samples/train_segmentation.py --epochs 20 --data out/my-segmentation-set
 
-Proof that masks survive the whole path (records -> `loaders.load` with random-resized crops
-and flips applied to image and mask alike -> a model -> IoU): a mask one pixel out of step
-with its image costs IoU at every edge. The model is a small encoder-decoder (stride 8, skip
-connections); the loss is cross-entropy over the pixels that are not the manifest's
-`ignore_value` (the shapes' outlines). Runs on CPU in a few minutes (docs/training.md).
+Proof that masks survive the whole path (image files and PNG class maps -> `prep convert --masks`
+-> records -> `loaders.load` with random-resized crops and flips applied to image and mask alike
+-> a model -> IoU): a mask one pixel out of step with its image costs IoU at every edge. The model
+is a small encoder-decoder (stride 8, skip connections); the loss is cross-entropy over the pixels
+that are not the manifest's `ignore_value` (the shapes' outlines). Runs on CPU in a few minutes
+(docs/training.md).
 
-The data, when --data has no manifest, is a drawn-shapes segmentation set in the records and
-manifest `prep convert --masks` writes (tests/support/task_records.py: rectangles and ellipses
-of three colours on a dark background, 64-112 px images).
+The data, when --data has no manifest: drawn shapes (tests/support/task_records.py: rectangles and
+ellipses of three colours on a dark background, 64-112 px JPEGs) written as image files with a
+single-channel PNG class map each (0 background, 1-3 the colours, 255 the ellipses' outlines) and
+converted with `prep convert IMAGES OUT --masks MASKS --classes classes.txt --split ...`.
 """
 
 from __future__ import annotations
@@ -26,14 +28,34 @@ sys.path.insert(0, str(ROOT))
 from samples.quiet_tf import import_tensorflow  # noqa: E402
 
 
-def ensure_dataset(data: pathlib.Path, train: int, validation: int) -> None:
+def ensure_dataset(data: pathlib.Path, images: int) -> None:
     if (data / "manifest.json").exists():
         return
-    from tests.support.task_records import write_dataset
+    import os
+    import random
+    import subprocess
 
-    print(f"writing a drawn-shapes segmentation set to {data}", flush=True)
-    write_dataset(data, "segmentation", {"train": train, "validation": validation}, {"train": 4, "validation": 2},
-                  fmt="jpeg", size_range=(64, 112), seed=2)
+    from PIL import Image
+
+    from tests.support.task_records import NAMES, draw, encode
+
+    source = data.parent / (data.name + "-source")
+    print(f"drawing {images} images and their class maps in {source}", flush=True)
+    for sub in ("images", "masks"):
+        (source / sub).mkdir(parents=True, exist_ok=True)
+    rng = random.Random(2)
+    for i in range(images):
+        drawn = draw(rng, rng.randint(64, 112), rng.randint(64, 112), kinds=("rect", "ellipse"))
+        while not drawn.shapes:  # blank images are near duplicates of each other: prep keeps them in one split
+            drawn = draw(rng, rng.randint(64, 112), rng.randint(64, 112), kinds=("rect", "ellipse"))
+        (source / "images" / f"img{i:05d}.jpg").write_bytes(encode(drawn.pixels, "jpeg"))
+        Image.fromarray(drawn.class_map).save(source / "masks" / f"img{i:05d}.png")
+    (source / "classes.txt").write_text("\n".join(("background",) + NAMES) + "\n")  # value v names line v
+    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source / "images"), str(data), "--masks",
+           str(source / "masks"), "--classes", str(source / "classes.txt"), "--split", "train=0.8,validation=0.2",
+           "--num-shards", "4", "--overwrite", "--no-progress"]
+    print("converting:", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
 
 
 def build_model(keras, size: int, classes: int, width: int = 16):
@@ -75,8 +97,7 @@ def mean_iou(tf, model, evaluation, classes: int, ignore: int) -> tuple[float, l
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(ROOT / "out" / "segmentation-shapes"), help="dataset (written if missing)")
-    parser.add_argument("--train-images", type=int, default=600)
-    parser.add_argument("--validation-images", type=int, default=150)
+    parser.add_argument("--images", type=int, default=750, help="images to draw (80%% train, 20%% validation)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=64)
@@ -84,7 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     data = pathlib.Path(args.data)
-    ensure_dataset(data, args.train_images, args.validation_images)
+    ensure_dataset(data, args.images)
 
     tf = import_tensorflow()
     import keras
