@@ -19,7 +19,7 @@ import posixpath
 
 from prep.core.annotations.files import image_path, read_text
 from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
 from prep.core.errors import SourceError
 
 COLUMNS = ("path", "label", "xmin", "ymin", "xmax", "ymax")
@@ -114,8 +114,4 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
         images[rel] = ImageAnnotation(rel, w, h, False, tuple(o for o in objects if o is not None), None,
                                       splits.get(rel))
     found = sorted({o.label for a in images.values() for o in a.objects})
-    categories = choose_categories([(None, n) for n in found], classes)
-    if classes is not None:
-        known = {c.name for c in categories}
-        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
-    return finish(images, categories, problems)
+    return finish(images, [(None, n) for n in found], classes, problems)

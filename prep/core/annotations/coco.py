@@ -20,7 +20,7 @@ import posixpath
 
 from prep.core.annotations.files import image_path, read_text
 from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
 from prep.core.errors import SourceError
 
 
@@ -165,8 +165,4 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
                 objects.append(obj)
         source_id = iid if isinstance(iid, int) else None
         result[rel] = ImageAnnotation(rel, width, height, False, tuple(objects), source_id, None)
-    categories = choose_categories(found, classes)
-    known = {c.name for c in categories}
-    if classes is not None:
-        result = {p: keep_known(a, known, problems, "--classes") for p, a in result.items()}
-    return finish(result, categories, problems)
+    return finish(result, found, classes, problems)

@@ -144,8 +144,14 @@ def number_categories(names_by_source: list[tuple[int | str | None, str]]) -> tu
     return tuple(Category(i, name, source) for i, (source, name) in enumerate(names_by_source, 1))
 
 
-def finish(images: dict[str, ImageAnnotation], categories, problems) -> AnnotationSet:
-    """The set with images sorted by path and problems in a stable order."""
+def finish(images: dict[str, ImageAnnotation], found: list[tuple[int | str | None, str]],
+           classes: tuple[str, ...] | None, problems: list[Problem]) -> AnnotationSet:
+    """The set a reader returns: categories from the (source id, name) pairs it found (or --classes,
+    whose unknown labels become Problems), images sorted by path, problems in a stable order."""
+    categories = choose_categories(found, classes)
+    if classes is not None:
+        known = {c.name for c in categories}
+        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
     ordered = tuple(images[p] for p in sorted(images))
     return AnnotationSet(ordered, tuple(categories),
                          tuple(sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))))

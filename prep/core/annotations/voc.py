@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from prep.core import storage
 from prep.core.annotations.files import StemIndex, files_under, image_path, read_text, strip_ext
 from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
 
 
 def _text(node, tag: str) -> str | None:
@@ -87,8 +87,4 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
         objects = _objects(root, rel, problems)
         images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))
     found = sorted({o.label for a in images.values() for o in a.objects})
-    categories = choose_categories([(None, n) for n in found], classes)
-    if classes is not None:
-        known = {c.name for c in categories}
-        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
-    return finish(images, categories, problems)
+    return finish(images, [(None, n) for n in found], classes, problems)

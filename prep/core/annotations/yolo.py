@@ -20,7 +20,7 @@ from prep.core import storage
 from prep.core.annotations.detect import CLASS_FILES, yolo_class_file
 from prep.core.annotations.files import StemIndex, files_under, read_text, strip_ext
 from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, choose_categories, finish, keep_known)
+    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
 from prep.core.errors import SourceError
 
 
@@ -100,8 +100,4 @@ def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) ->
             continue
         text = read_text(storage.join(path, txt), "YOLO annotation")
         images[rel] = ImageAnnotation(rel, None, None, True, tuple(_objects(text, rel, names, problems)))
-    categories = choose_categories(list(enumerate(names)), classes)
-    if classes is not None:
-        known = {c.name for c in categories}
-        images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
-    return finish(images, categories, problems)
+    return finish(images, list(enumerate(names)), classes, problems)
