@@ -124,8 +124,11 @@ def build_source(src: pathlib.Path) -> tuple[dict, dict]:
         lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 0, 0), 0))
     put("b/camera.mpo.jpg", frames("MPO", [(255, 0, 0), (0, 0, 255)]),
         lambda r: r.format == "jpeg" and close(pixels(r)[0, 0], (255, 0, 0)))
-    os.symlink("../a/gray.jpg", b / "alias.jpg")  # the same image under another path: another input
-    records["b/alias.jpg"] = lambda r: r.encoded == gray and r.text == "b"
+    # The same image under another path is another input; in another class it is a label conflict,
+    # which the default --conflicts reject rejects whole, naming the other member.
+    os.symlink("../a/gray.jpg", b / "alias.jpg")
+    del records["a/gray.jpg"]
+    rejects["a/gray.jpg"] = rejects["b/alias.jpg"] = "label_conflict"
     cafe = image_bytes("JPEG", size=(12, 12), seed=3)
     with open(os.fsencode(b) + b"/caf\xe9.jpg", "wb") as f:  # Latin-1 name: not UTF-8
         f.write(cafe)
@@ -176,6 +179,7 @@ def test_every_hostile_input_is_written_truthfully_or_rejected_with_a_reason(tmp
     assert rejects["b/bad\\xff.jpg"]["path_hex"] == b"b/bad\xff.jpg".hex()
     assert rejects["b/fifo.jpg"]["detail"] == "not a regular file (a FIFO)"
     assert rejects["b/bomb.png"]["detail"] == "12000x12000 = 144000000 pixels exceeds --max-pixels 89478485"
+    assert rejects["a/gray.jpg"]["detail"] == "a duplicate of b/alias.jpg (b) with another label"
     inputs = manifest["inputs"]
     assert inputs["found"] == len(expected_records) + len(expected_rejects) == 46
     assert (inputs["written"], inputs["rejected"], inputs["capped"]) == (len(expected_records), len(expected_rejects), 0)
@@ -296,7 +300,8 @@ def test_pillow_warnings_do_not_reach_the_terminal(tmp_path):
         (src / label / "plain.jpg").write_bytes(image_bytes("JPEG"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-m", "prep.cli", "convert", str(src), str(tmp_path / "out"),
-                           "--workers", "2", "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+                           "--workers", "2", "--no-progress", "--duplicates", "off"],  # a and b hold the same images
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "written 4" in done.stdout
     assert "Truncated File Read" not in done.stderr and "Warning" not in done.stderr, done.stderr
