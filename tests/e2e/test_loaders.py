@@ -172,11 +172,12 @@ def test_rebalance_evens_out_classes_and_keeps_the_count(tmp_path):
 
 def test_aspect_buckets_batch_similar_shapes_without_decoding_first(tmp_path):
     src = tmp_path / "src"
-    for cls in ("p", "q"):
+    for c, cls in enumerate(("p", "q")):
         (src / cls).mkdir(parents=True)
         for i in range(12):
             size = (32, 16) if i % 2 else (16, 32)  # (width, height): wide and tall images
-            (src / cls / f"{i}.png").write_bytes(image_bytes("PNG", size=size, seed=i))
+            # other seeds per class: the same picture in both would be a label conflict, and rejected
+            (src / cls / f"{i}.png").write_bytes(image_bytes("PNG", size=size, seed=100 * c + i))
     out = convert(src, tmp_path / "out", "--num-shards", 2)
     for training in (True, False):
         ds = loaders.load(out, "train", 4, (16, 16), training=training, aspect_buckets=(0.5, 2.0),
