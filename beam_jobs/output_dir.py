@@ -50,7 +50,7 @@ def prepare_output(output: str, overwrite: bool) -> None:
 def _written_names() -> tuple[str, ...]:
     """The files other than shards and indexes that prep writes in OUTPUT (`prep leakage` its key
     sidecar, `prep report` its page)."""
-    return (FILENAME, REJECTS, *tfds_meta.file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT, LABEL_MAP_CSV,
+    return (FILENAME, REJECTS, *tfds_meta.all_file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT, LABEL_MAP_CSV,
             DUPLICATES_FILE)
 
 
