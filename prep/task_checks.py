@@ -83,8 +83,9 @@ _YXYX = ("ymin", "xmin", "ymax", "xmax")
 def _bbox_issues(record: TaskRecord) -> list[str]:
     """tfds reads the boxes from image/object/bbox/yxyx, Model Garden from the four lists: they must agree, or
     the two readers train on other boxes (and without the key tfds reads no boxes at all, silently)."""
-    if record.bbox is None:
-        return [f"{OBJECT_BBOX} is missing: tensorflow-datasets would read this record as having no boxes"]
+    if record.bbox is None:  # (harmless where the record has no objects: tfds reads none either way)
+        return [f"{OBJECT_BBOX} is missing: tensorflow-datasets would read this record as having no boxes"
+                ] if record.objects else []
     want = record.yxyx()
     if len(record.bbox) != len(want):
         return [f"{OBJECT_BBOX} holds {len(record.bbox)} values, not 4 per object ({len(want)})"]

@@ -14,9 +14,9 @@ kinds of files in the folder (`tfds.core.read_only_builder`):
   `ClassLabel.load_metadata` reads ``{feature name, '/' as '.'}.labels.txt`` (see
   detection for a nested feature's name).
 
-The other tasks (`schema.TASKS`) keep the same flat keys, each its own feature, so
-tfds parses exactly the keys Model Garden reads (a top-level name such as
-``image/object/bbox/xmin`` is the Example key as it is):
+The other tasks (`schema.TASKS`) name their features by the keys Model Garden reads (a
+top-level name such as ``image/class/label`` is the Example key as it is; a nested one is
+its parent's name, '/', its own):
 
 - multilabel: ``image/class/label`` a `Sequence(ClassLabel)` (names in the same
   labels file as classification), ``image/class/text`` a `Sequence(Text)`.

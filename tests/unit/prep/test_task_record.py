@@ -76,3 +76,11 @@ def test_a_record_without_the_tfds_box_list_parses_with_bbox_none():
     features[s.OBJECT_BBOX] = s.Ints([1, 2])
     with pytest.raises(RecordError, match="image/object/bbox/yxyx must hold float values, has int64"):
         TaskRecord.from_bytes(encode_example(features), "detection")
+
+
+def test_no_record_key_is_a_prefix_of_another():
+    """Else Python's protobuf (upb) orders the two map keys unlike C++'s protobuf and our sorted order, and
+    the round trip above would fail for that reason: e.g. image/object/bbox beside image/object/bbox/xmin."""
+    keys = sorted(v for k, v in vars(s).items() if k.isupper() and isinstance(v, str) and v.startswith("image/"))
+    assert s.OBJECT_BBOX in keys and s.OBJECT_XMIN in keys and len(keys) > 15
+    assert [(a, b) for a in keys for b in keys if a != b and b.startswith(a)] == []
