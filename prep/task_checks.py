@@ -4,7 +4,8 @@ Per record (`record_issues`, and `mask_issues` for --deep), what the contract
 (`prep.core.schema`) promises: boxes within [0, 1] with xmin <= xmax and ymin <= ymax,
 class ids naming the manifest's labels (detection from 1, multi-label from 0) with the
 label's name as text, 0/1 crowd and difficult flags, a decimal `image/source_id`
-(detection and segmentation); with --deep, every mask a single-channel PNG of the image's
+(detection and segmentation), detection's yxyx box list (tfds') equal to its four box lists
+(Model Garden's); with --deep, every mask a single-channel PNG of the image's
 size whose values are 0/1 (instance: `area` is its pixel count, its pixels lie in the object's box
 within a pixel) or class values and the ignore value (semantic).
 
@@ -22,7 +23,7 @@ import math
 
 from prep.core.manifest import NO_STRATUM, Manifest
 from prep.core.manifest_checks import STRATIFIED
-from prep.core.schema import IGNORE_VALUE
+from prep.core.schema import IGNORE_VALUE, OBJECT_BBOX
 from prep.core.task_record import TaskRecord
 
 
@@ -72,7 +73,30 @@ def record_issues(record: TaskRecord, labels) -> list[str]:
     elif record.task == "detection":
         for i, o in enumerate(record.objects):
             issues += [f"object {i}: {message}" for message in _object_issues(o, labels)]
+        issues += _bbox_issues(record)
     return issues
+
+
+_YXYX = ("ymin", "xmin", "ymax", "xmax")
+
+
+def _bbox_issues(record: TaskRecord) -> list[str]:
+    """tfds reads the boxes from image/object/bbox/yxyx, Model Garden from the four lists: they must agree, or
+    the two readers train on other boxes (and without the key tfds reads no boxes at all, silently)."""
+    if record.bbox is None:  # (harmless where the record has no objects: tfds reads none either way)
+        return [f"{OBJECT_BBOX} is missing: tensorflow-datasets would read this record as having no boxes"
+                ] if record.objects else []
+    want = record.yxyx()
+    if len(record.bbox) != len(want):
+        return [f"{OBJECT_BBOX} holds {len(record.bbox)} values, not 4 per object ({len(want)})"]
+    differ = [i for i, (got, expected) in enumerate(zip(record.bbox, want))
+              if got != expected and not (math.isnan(got) and math.isnan(expected))]
+    if not differ:
+        return []
+    i = differ[0]
+    more = f" (and {len(differ) - 1} more values)" if len(differ) > 1 else ""
+    return [f"{OBJECT_BBOX}[{i}] is {record.bbox[i]!r} but object {i // 4}'s {_YXYX[i % 4]} is {want[i]!r}{more}: "
+            "tensorflow-datasets would read other boxes than Model Garden"]
 
 
 def _object_issues(o, labels) -> list[str]:

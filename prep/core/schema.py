@@ -15,7 +15,8 @@ The tasks (`TASKS`, the manifest's `task`):
 * multilabel: `image/class/label` and `image/class/text` as lists (ids from 0), any length.
 * detection: `image/object/...` lists, one item per object; class ids from 1 (0 is
   background), id i naming the manifest's labels[i - 1]; boxes normalised to [0, 1]
-  in the stored image's frame; `image/source_id` always, a decimal string.
+  in the stored image's frame, as four lists and as `OBJECT_BBOX` (four items per
+  object, yxyx); `image/source_id` always, a decimal string.
 * segmentation: `image/segmentation/class/encoded`, a single-channel PNG the size of
   the stored image whose value v is labels[v]; `IGNORE_VALUE` marks pixels to ignore.
 """
@@ -45,6 +46,12 @@ OBJECT_XMIN = "image/object/bbox/xmin"  # Floats, normalised to [0, 1]
 OBJECT_YMIN = "image/object/bbox/ymin"
 OBJECT_XMAX = "image/object/bbox/xmax"
 OBJECT_YMAX = "image/object/bbox/ymax"
+# The same boxes once more, as one Floats of [ymin, xmin, ymax, xmax] per object: the layout of
+# tensorflow-datasets' BBoxFeature, which reads a box from one key (`prep.core.tfds_meta`). Model
+# Garden and the Object Detection API read the four lists above and ignore it. Not "image/object/bbox":
+# no key may be a prefix of another, as Python's protobuf (upb) then orders map keys unlike C++'s and
+# our sorted order, and records would no longer be protobuf's deterministic serialization.
+OBJECT_BBOX = "image/object/bbox/yxyx"
 OBJECT_LABEL = "image/object/class/label"  # Ints, ids from 1
 OBJECT_TEXT = "image/object/class/text"  # ByteList, class names in UTF-8
 OBJECT_AREA = "image/object/area"  # Floats, in pixels of the stored image (the mask's, else the box's)

@@ -4,6 +4,11 @@
 loaders parse the same keys with TensorFlow (`prep.core.schema` names them all and says
 what each holds). A record is one of `schema.TASKS`; the fields of other tasks stay empty
 and are not written. Detection masks are written for every object or for none.
+
+Detection boxes are written twice: as Model Garden's four lists and as one yxyx list
+(`schema.OBJECT_BBOX`) for tensorflow-datasets. The objects are made from the four lists;
+`from_bytes` keeps the yxyx list as read in `TaskRecord.bbox` so that `verify` can compare
+the two (`prep.task_checks`), and `features` always writes it afresh from the objects.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class TaskRecord:
     objects: tuple[BoxObject, ...] = ()  # detection
     masks: bool = False  # detection: whether image/object/mask is written
     segmentation: bytes | None = None  # segmentation: the class map, PNG
+    # detection: image/object/bbox/yxyx as read by `from_bytes` (None: built, or a record without it). Not part
+    # of the record's value: `features` writes `yxyx()` instead, so equality and round trips ignore it.
+    bbox: tuple[float, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.task not in s.TASKS or self.task == "classification":
@@ -62,6 +70,10 @@ class TaskRecord:
     def build(cls, task: str, encoded: bytes, **fields) -> "TaskRecord":
         """A record with `sha256` computed from `encoded`."""
         return cls(task=task, encoded=encoded, sha256=hashlib.sha256(encoded).hexdigest(), **fields)
+
+    def yxyx(self) -> tuple[float, ...]:
+        """The boxes as tfds' BBoxFeature sequence holds them: [ymin, xmin, ymax, xmax] per object."""
+        return tuple(v for o in self.objects for v in (o.ymin, o.xmin, o.ymax, o.xmax))
 
     def features(self) -> dict:
         out = {
@@ -79,6 +91,7 @@ class TaskRecord:
             out |= {
                 s.OBJECT_XMIN: Floats(o.xmin for o in objs), s.OBJECT_YMIN: Floats(o.ymin for o in objs),
                 s.OBJECT_XMAX: Floats(o.xmax for o in objs), s.OBJECT_YMAX: Floats(o.ymax for o in objs),
+                s.OBJECT_BBOX: Floats(self.yxyx()),
                 s.OBJECT_LABEL: Ints(o.label for o in objs),
                 s.OBJECT_TEXT: ByteList(o.text.encode("utf-8") for o in objs),
                 s.OBJECT_AREA: Floats(o.area for o in objs), s.OBJECT_CROWD: Ints(o.crowd for o in objs),
@@ -126,7 +139,8 @@ class TaskRecord:
                     raise RecordError(f"{s.LABEL} has {len(labels)} ids but {s.TEXT} {len(texts)} names")
                 return cls(task, **common, labels=tuple(labels), texts=tuple(t.decode() for t in texts))
             if task == "detection":
-                return cls(task, **common, **_objects(get, s.OBJECT_MASK in f))
+                bbox = tuple(get(s.OBJECT_BBOX, "float", False)) if s.OBJECT_BBOX in f else None
+                return cls(task, **common, **_objects(get, s.OBJECT_MASK in f), bbox=bbox)
             if task == "segmentation":
                 return cls(task, **common, segmentation=get(s.SEGMENTATION, "bytes"))
         except UnicodeDecodeError as exc:

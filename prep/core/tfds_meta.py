@@ -11,24 +11,26 @@ kinds of files in the folder (`tfds.core.read_only_builder`):
 - ``features.json``: `FeaturesDict.to_json()` of our record schema, one entry
   per key of `schema`, so tfds parses and decodes every field we write.
 - ``image.class.label.labels.txt``: the class names, in label-id order.
-  `ClassLabel.load_metadata` reads ``{feature name, '/' as '.'}.labels.txt``.
+  `ClassLabel.load_metadata` reads ``{feature name, '/' as '.'}.labels.txt`` (see
+  detection for a nested feature's name).
 
-The other tasks (`schema.TASKS`) keep the same flat keys, each its own feature, so
-tfds parses exactly the keys Model Garden reads (a top-level name such as
-``image/object/bbox/xmin`` is the Example key as it is):
+The other tasks (`schema.TASKS`) name their features by the keys Model Garden reads (a
+top-level name such as ``image/class/label`` is the Example key as it is; a nested one is
+its parent's name, '/', its own):
 
 - multilabel: ``image/class/label`` a `Sequence(ClassLabel)` (names in the same
   labels file as classification), ``image/class/text`` a `Sequence(Text)`.
-- detection: the four box lists are each a `Sequence(float32)`, not one
-  `BBoxFeature` sequence: tfds serializes a `BBoxFeature` as a single float list
-  of [ymin, xmin, ymax, xmax] under one key, which our records (and Model
-  Garden's and the Object Detection API's decoders) do not have, and a missing
-  key would parse silently as no boxes (tfds reads sequences with
-  ``allow_missing``). ``image/object/class/label`` is a `Sequence(ClassLabel)` of
-  len(labels) + 1 names, as ids start at 1: name 0 is the background
-  (``image.object.class.label.labels.txt``). ``image/object/mask`` is a
-  `Sequence(Image)` of single-channel PNGs; a dataset written without masks reads
-  as an empty sequence there.
+- detection: one `Sequence` named ``image/object`` of a `FeaturesDict` per object:
+  ``bbox/yxyx`` a `BBoxFeature`, ``class/label`` a `ClassLabel`, ``class/text``, ``area``,
+  ``is_crowd`` and ``difficult``. tfds flattens a nested name with '/' into the Example
+  key, so these are read from ``image/object/bbox/yxyx`` (`schema.OBJECT_BBOX`, written for
+  tfds: a `BBoxFeature` is one [ymin, xmin, ymax, xmax] list, where Model Garden reads four
+  lists, which tfds is not told about) and from Model Garden's own keys for the rest. The
+  ClassLabel has len(labels) + 1 names, as ids start at 1: name 0 is the background; its
+  names file is ``image.object-class.label.labels.txt`` (tfds names a nested feature's file
+  {parent, '/' as '.'}-{name, '/' as '.'}). ``image/object/mask`` is a separate
+  `Sequence(Image)` of single-channel PNGs: a dataset written without masks reads as an
+  empty sequence there, which inside ``image/object`` would disagree with the boxes' count.
 - segmentation: ``image/segmentation/class/encoded`` is a `LabeledImage` (the
   class map, one channel, names in ``image.segmentation.class.encoded.labels.txt``).
 
@@ -56,15 +58,19 @@ _FEATURES = "tensorflow_datasets.core.features."
 
 
 BACKGROUND = "background"  # detection: the name of class id 0, which no object has
+OBJECTS = "image/object"  # detection: the Sequence of objects; its features' Example keys start with this + '/'
+BBOX = schema.OBJECT_BBOX.removeprefix(OBJECTS + "/")  # detection: the BBoxFeature's name in OBJECTS
 
-# The feature whose class names the labels file holds, per task.
-_LABELLED = {"classification": schema.LABEL, "multilabel": schema.LABEL, "detection": schema.OBJECT_LABEL,
-             "segmentation": schema.SEGMENTATION}
+# The feature whose class names the labels file holds, per task: its path of names in the FeaturesDict.
+_LABELLED = {"classification": (schema.LABEL,), "multilabel": (schema.LABEL,),
+             "detection": (OBJECTS, schema.OBJECT_LABEL.removeprefix(OBJECTS + "/")),
+             "segmentation": (schema.SEGMENTATION,)}
 
 
 def labels_file(task: str = "classification") -> str:
-    """Where tfds looks for the class names of `task`'s label feature."""
-    return _LABELLED[task].replace("/", ".") + ".labels.txt"
+    """Where tfds looks for the class names of `task`'s label feature: the names of the path with '/'
+    as '.', joined by '-' (`tfds.features.feature.convert_feature_name_to_filename`)."""
+    return "-".join(name.replace("/", ".") for name in _LABELLED[task]) + ".labels.txt"
 
 
 def file_names(task: str = "classification") -> tuple[str, ...]:
@@ -72,9 +78,14 @@ def file_names(task: str = "classification") -> tuple[str, ...]:
     return INFO_FILE, FEATURES_FILE, labels_file(task)
 
 
+# Written by an earlier version (detection's names file when the boxes were four lists of floats).
+_FORMER_NAMES = ("image.object.class.label.labels.txt",)
+
+
 def all_file_names() -> tuple[str, ...]:
-    """Every name `files` can write, whatever the task (what `--overwrite` may delete)."""
-    return tuple(dict.fromkeys(name for task in schema.TASKS for name in file_names(task)))
+    """Every name `files` can write, whatever the task, and that earlier versions wrote (what
+    `--overwrite` may delete)."""
+    return tuple(dict.fromkeys([name for task in schema.TASKS for name in file_names(task)] + list(_FORMER_NAMES)))
 
 
 def class_names(manifest: Manifest) -> list[str]:
@@ -125,6 +136,11 @@ def _sequence(feature: dict) -> dict:
             "sequence": {"feature": feature, "length": "-1"}}
 
 
+def _bbox() -> dict:
+    return {"pythonClassName": _FEATURES + "bounding_boxes.BBoxFeature",
+            "boundingBox": {"shape": {"dimensions": ["4"]}, "dtype": "float32", "bboxFormat": "REL_YXYX"}}
+
+
 def _png(extra: dict | None = None, name: str = "image_feature.Image") -> dict:
     return {"pythonClassName": _FEATURES + name,
             "image": {"shape": {"dimensions": ["-1", "-1", "1"]}, "dtype": "uint8", "encodingFormat": "png",
@@ -140,11 +156,13 @@ def _task_features(task: str, num_classes: int) -> dict:
         return common | {schema.SEGMENTATION: _png({"useColormap": True, "label": {"numClasses": str(num_classes)}},
                                                    "labeled_image.LabeledImage"),
                          schema.SEGMENTATION_FORMAT: _TEXT}
-    floats = (schema.OBJECT_XMIN, schema.OBJECT_YMIN, schema.OBJECT_XMAX, schema.OBJECT_YMAX, schema.OBJECT_AREA)
-    return common | {key: _sequence(_tensor("float32")) for key in floats} | {
-        schema.OBJECT_LABEL: _sequence(_class_label(num_classes + 1)),  # ids from 1: 0 is the background
-        schema.OBJECT_TEXT: _sequence(_TEXT),
-        schema.OBJECT_CROWD: _sequence(_tensor("int64")), schema.OBJECT_DIFFICULT: _sequence(_tensor("int64")),
+    objects = {schema.OBJECT_BBOX: _bbox(), schema.OBJECT_LABEL: _class_label(num_classes + 1),  # 0: background
+               schema.OBJECT_TEXT: _TEXT, schema.OBJECT_AREA: _tensor("float32"),
+               schema.OBJECT_CROWD: _tensor("int64"), schema.OBJECT_DIFFICULT: _tensor("int64")}
+    nested = {key.removeprefix(OBJECTS + "/"): feature for key, feature in sorted(objects.items())}
+    return common | {
+        OBJECTS: _sequence({"pythonClassName": _FEATURES + "features_dict.FeaturesDict",
+                            "featuresDict": {"features": nested}}),
         schema.OBJECT_MASK: _sequence(_png()),
     }
 

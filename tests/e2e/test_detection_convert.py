@@ -306,11 +306,15 @@ def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path,
 
 
 def test_overwrite_knows_the_label_maps_as_its_own(shapes, tmp_path, run_cli):
+    """And the tfds names file of detection, today's and an earlier version's."""
     source, path, _ = shapes
     out = tmp_path / "out"
     convert(run_cli, source, out, path)
+    assert (out / "image.object-class.label.labels.txt").is_file()
     assert convert(run_cli, source, out, path, ok=False).exit_code != 0  # not without --overwrite
+    (out / "image.object.class.label.labels.txt").write_text("background\n")  # as the version before wrote it
     convert(run_cli, source, out, path, "--overwrite", "--seed", 2)
+    assert not (out / "image.object.class.label.labels.txt").exists()
     (out / "mine.txt").write_text("a user's file")
     result = convert(run_cli, source, out, path, "--overwrite", ok=False)
     assert result.exit_code != 0 and "mine.txt" in result.output

@@ -11,7 +11,7 @@ from tests.support import task_datasets as td
 def test_each_task_names_its_label_file_and_overwrite_knows_them_all(tmp_path):
     outs = {"detection": td.detection_dataset(tmp_path / "det"), "segmentation": td.segmentation_dataset(tmp_path / "seg"),
             "multilabel": td.multilabel_dataset(tmp_path / "ml")}
-    expected = {"detection": "image.object.class.label.labels.txt",
+    expected = {"detection": "image.object-class.label.labels.txt",  # class/label inside image/object
                 "segmentation": "image.segmentation.class.encoded.labels.txt",
                 "multilabel": "image.class.label.labels.txt"}
     for task, out in outs.items():
@@ -25,6 +25,7 @@ def test_each_task_names_its_label_file_and_overwrite_knows_them_all(tmp_path):
         info = json.loads(files[tfds_meta.INFO_FILE])
         assert ("supervisedKeys" in info) == (task != "detection")
     assert tfds_meta.file_names() == (tfds_meta.INFO_FILE, tfds_meta.FEATURES_FILE, "image.class.label.labels.txt")
+    assert "image.object.class.label.labels.txt" in tfds_meta.all_file_names()  # an earlier version's, for --overwrite
 
 
 def test_a_class_called_background_keeps_id_0_apart(tmp_path):

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from prep.core import schema as s
 from prep.core.manifest import NO_STRATUM
+from prep.core.task_record import TaskRecord
 from prep.verify import verify
 from tests.support import datasets
 from tests.support import task_datasets as td
@@ -85,6 +87,40 @@ def test_a_box_outside_the_image_and_a_nan_are_named(tmp_path):
     file, index = where(out, records[3])
     assert [m for f, i, m in found if (f, i) == (file, index)] == ["object 0: box outside [0, 1]: xmin nan"]
     assert len(found) == 2
+
+
+class SkewedTfdsBoxes(td.TaskRecord):
+    """A record whose image/object/bbox/yxyx (what tfds reads) is not its four box lists (what Model Garden reads)."""
+
+    def features(self) -> dict:
+        features = super().features()
+        values = list(self.yxyx())
+        values[1] = 0.5 if values[1] != 0.5 else 0.25  # object 0's xmin
+        features[s.OBJECT_BBOX] = s.Floats(values)
+        return features
+
+
+class ShortTfdsBoxes(td.TaskRecord):
+    def features(self) -> dict:
+        return super().features() | {s.OBJECT_BBOX: s.Floats(self.yxyx()[:-4])}
+
+
+def test_a_tfds_box_list_that_disagrees_with_the_four_lists_is_named(tmp_path):
+    def skew(rs, i, cls):
+        rs[i] = cls(**{f.name: getattr(rs[i], f.name) for f in dataclasses.fields(rs[i])})
+
+    def damage(rs):
+        skew(rs, 1, SkewedTfdsBoxes)
+        skew(rs, 2, ShortTfdsBoxes)
+    out, records = write_detection(tmp_path, damage)
+    r1, r2 = records[1], records[2]
+    xmin = TaskRecord.from_bytes(r1.to_bytes(), "detection").objects[0].xmin  # as stored: float32
+    assert sorted(problems(out)) == sorted([
+        (*where(out, r1), f"image/object/bbox/yxyx[1] is {0.5 if xmin != 0.5 else 0.25} but object 0's xmin is "
+                          f"{xmin!r}: tensorflow-datasets would read other boxes than Model Garden"),
+        (*where(out, r2), f"image/object/bbox/yxyx holds {4 * len(r2.objects) - 4} values, not 4 per object "
+                          f"({4 * len(r2.objects)})")])
+    assert len(r2.objects) > 0
 
 
 def test_a_wrong_class_id_and_a_wrong_name_are_named(tmp_path):
