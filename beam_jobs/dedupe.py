@@ -9,10 +9,15 @@ PrepareChunk records each good input's content keys beside its spill file
                                                         (prep.core.near_pairs: oversized buckets cut, bounded)
     members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
                | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
-    decided  = GroupByKey | FlatMap(decide_group)       per member a Decision (prep.core.groups.decide),
-                                                        per group a line of duplicates.jsonl
+               | GroupByKey                             (group, [Member])
+    units    = (links, chunk ids) | GroupByKey(one key) | FlatMap(merge_user_groups)
+                                                        only with user groups and --split: user groups that
+                                                        duplicates link become one unit (groups.merge_units),
+                                                        recorded for regroup, then a marker per chunk
+    decided  = (members, units) | GroupByKey | FlatMap(decide_group)   per member a Decision
+                                                        (prep.core.groups.decide), per group a line of duplicates.jsonl
     report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts)
-    regroup  = (counts, decisions, report) | GroupByKey(chunk) | FlatMap(regroup)
+    regroup  = (counts, decisions, report, units) | GroupByKey(chunk) | FlatMap(regroup)
              : ChunkCounts | RejectedInputs    each chunk's counts by planner group (pins
                                                included, rejected inputs left out), and the rejects
 
@@ -33,7 +38,7 @@ from beam_jobs import grouping
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.content_keys import ContentKeys
-from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
+from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize
 from prep.core.near_pairs import DEFAULT_CAP, band_entries, band_pairs
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
@@ -121,21 +126,46 @@ def components(element, max_size: int):
     yield "stats", (uf.refused, skipped)
 
 
-def member_info(element, work: WorkDir, labels, pattern: str | None):
+def member_info(element, work: WorkDir, labels, options: DedupeOptions):
     """(chunk, [(item, group)]) -> (group, Member) for each of the chunk's grouped items."""
     chunk, grouped = element
     group_of = dict(grouped)
+    user = grouping.user_keys(work, chunk, options)
     for item, ref, keys in chunk_items(work, chunk):
         if item in group_of:
             path = ref.path.decode("utf-8", "surrogateescape")
             yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
-                                         keys.sha256 if keys else "", user_group(path, pattern) or "")
+                                         keys.sha256 if keys else "", user(path) or "")
+
+
+def user_links(element):
+    """(group, [Member]) -> (None, ("link", (group, its members' user groups))) when it has some."""
+    group, members = element
+    keys = sorted({m.user for m in members if m.user})
+    if keys:
+        yield None, ("link", (group, keys))
+
+
+def merge_user_groups(element, work: WorkDir):
+    """(None, links and chunk ids) -> (group, ("unit", unit)) per linked group, and (chunk, ("units", None)) per
+    chunk once the merged user groups are recorded (regroup reads them: `grouping.read_units`)."""
+    _, values = element
+    links = [v for kind, v in values if kind == "link"]
+    units = merge_units(keys for _, keys in links)
+    grouping.write_units(work, units)
+    for group, keys in links:
+        yield group, ("unit", units[keys[0]])
+    for chunk in sorted({v for kind, v in values if kind == "chunk"}):
+        yield chunk, ("units", None)
 
 
 def decide_group(element, options: DedupeOptions, seed: int, fractions, single_label: bool):
-    """(group, [Member]) -> ("decision", (chunk, Decision)) per member, and ("line", group line)."""
-    _, members = element
-    decisions, line = decide(members, options, seed, fractions, single_label)
+    """(group, [("members", [Member]) and ("unit", unit) if any]) -> ("decision", (chunk, Decision)) per member,
+    and ("line", group line)."""
+    _, values = element
+    members = next(v for kind, v in values if kind == "members")
+    unit = next((v for kind, v in values if kind == "unit"), None)
+    decisions, line = decide(members, options, seed, fractions, single_label, unit)
     for d in decisions:
         yield "decision", (grouping.item_chunk(d.item), d)
     yield "line", line
@@ -161,12 +191,13 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     """(chunk, [("counts", ChunkCounts) | ("decision", Decision)]) -> the chunk's ChunkCounts by planner
     group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
     chunk, values = element
-    if chunk < 0:
+    if chunk < 0 or not any(kind == "counts" for kind, _ in values):
         return  # the report's marker: waited for, nothing to plan
     decisions = {d.item: d for kind, d in values if kind == "decision"}
-    pattern = options.group_pattern if fractions else None
+    user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
+    merged = grouping.read_units(work) if any(kind == "units" for kind, _ in values) else {}
     placed, rejects = {}, []
-    if decisions or pattern:
+    if decisions or user:
         for item, ref, _ in chunk_items(work, chunk, with_keys=False):
             d = decisions.get(item)
             if d is not None:
@@ -175,8 +206,9 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
                     rejects.append(d.reject)
                 elif d.pin:
                     placed[(ref.spill, ref.offset)] = d.pin
-            elif pattern:
-                unit = user_group(ref.path.decode("utf-8", "surrogateescape"), pattern)
+            elif user:
+                unit = user(ref.path.decode("utf-8", "surrogateescape"))
+                unit = merged.get(unit, unit)
                 if unit is not None:
                     placed[(ref.spill, ref.offset)] = pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
@@ -239,15 +271,32 @@ class Dedupe(beam.PTransform):
                 | "GatherPairs" >> beam.GroupByKey()
                 | "Components" >> beam.FlatMap(components, self._max_size)
             )
-            decided = (
+            by_group = (
                 found
                 | "Members" >> beam.FlatMap(lambda v: [v[1]] if v[0] == "member" else [])
                 | "MembersByChunk" >> beam.GroupByKey()
-                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options.group_pattern)
+                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options)
                 | "ByGroup" >> beam.GroupByKey()
-                | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed, self._fractions,
-                                           self._single_label)
             )
+            tagged = by_group | "TagMembers" >> beam.Map(lambda gm: (gm[0], ("members", list(gm[1]))))
+            if self._options.user_groups and self._fractions:  # duplicates may link user groups: merge them
+                merged = (
+                    (by_group | "UserLinks" >> beam.FlatMap(user_links),
+                     counts | "ChunkIds" >> beam.Map(lambda c: (None, ("chunk", c.chunk))))
+                    | "LinksAndChunks" >> beam.Flatten()
+                    | "GatherLinks" >> beam.GroupByKey()
+                    | "MergeUserGroups" >> beam.FlatMap(merge_user_groups, self._work)
+                )
+                joined.append(merged | "UnitsReady" >> beam.FlatMap(lambda v: [v] if v[1][0] == "units" else []))
+                with_units = (
+                    (tagged, merged | "Units" >> beam.FlatMap(lambda v: [v] if v[1][0] == "unit" else []))
+                    | "MembersAndUnits" >> beam.Flatten()
+                    | "ByGroupWithUnit" >> beam.GroupByKey()
+                )
+            else:
+                with_units = tagged | "NoUnits" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
+            decided = with_units | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed,
+                                                             self._fractions, self._single_label)
             stats = found | "Stats" >> beam.FlatMap(lambda v: [v] if v[0] == "stats" else [])
             report = (
                 (decided | "Lines" >> beam.FlatMap(lambda v: [v] if v[0] == "line" else []), stats)

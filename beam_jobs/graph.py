@@ -53,7 +53,7 @@ def write_width(workers: int | None) -> int:
 
 def grouping_stage(config: ConvertConfig) -> bool:
     """Whether the run has the dedupe stage: content keys, or user groups for splits it makes."""
-    return config.dedupe.keys or (config.dedupe.group_pattern is not None and config.plan.split_fractions is not None)
+    return config.dedupe.keys or (config.dedupe.user_groups and config.plan.split_fractions is not None)
 
 
 def _of(kind):

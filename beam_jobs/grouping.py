@@ -4,6 +4,7 @@
                                           ...]], ...], written by prepare_batch before its spill file
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
+    .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
 
 An input is known by (spill, offset), which stays its own when --resume restages
 chunks in another order; its id for the union-find is `item_id` (dense: the chunk
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import json
 
+from beam_jobs import checkpoints
 from prep.core import content_keys, storage
 from prep.core.errors import ResumeError
+from prep.core.groups import DedupeOptions, user_group
 from prep.core.ordering import MAX_CHUNK
 from prep.core.workdir import WorkDir
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
-
 
 
 def item_id(chunk: int, position: int) -> int:
@@ -44,6 +46,19 @@ def keys_path(work: WorkDir, spill: int) -> str:
 
 def groups_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"chunk-{chunk:06d}.json")
+
+
+def units_path(work: WorkDir) -> str:
+    return storage.join(work.root, "groups", "units.json")
+
+
+def write_units(work: WorkDir, units: dict[str, str]) -> None:
+    """Records the user groups that duplicates merged: {user group: the unit pinning it}, merged ones only."""
+    storage.write_atomic(units_path(work), json.dumps({k: u for k, u in sorted(units.items()) if k != u}).encode())
+
+
+def read_units(work: WorkDir) -> dict[str, str]:
+    return json.loads(storage.read_bytes(units_path(work)))
 
 
 def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:
@@ -93,3 +108,12 @@ def placer(work: WorkDir, chunk: int, grouped: bool):
     rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
     placed = {(spill, offset): pin for spill, offset, pin in rows}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
+
+
+def user_keys(work: WorkDir, chunk: int, options: DedupeOptions):
+    """path -> the user group of that input of chunk `chunk`, or None: its --group-by value, which the staged
+    listing chunk holds (the chunk index holds the same inputs), or its --group-pattern match."""
+    if options.group_by is not None:
+        return {r.path: r.group for r in checkpoints.read_listing(work, chunk) if r.group is not None}.get
+    pattern = options.group_pattern
+    return lambda path: user_group(path, pattern)

@@ -135,6 +135,59 @@ def test_group_pattern_keeps_each_patient_in_one_split(tmp_path):
     reconciles(out)
 
 
+def _patients(src: pathlib.Path, n: int = 48, patients: int = 9) -> pathlib.Path:
+    """n scans of `patients` patients in one flat folder, and labels.csv with a patient column."""
+    rows = ["path,label,patient"]
+    for i in range(n):
+        _write(src / f"scan{i:03d}.jpg", jpeg(photo(1200 + i, SIZE)))
+        rows.append(f"scan{i:03d}.jpg,{('cat', 'dog')[i % 2]},{'' if i % 11 == 10 else f'P{i % patients}'}")
+    (src.parent / "labels.csv").write_text("\n".join(rows) + "\n")
+    return src.parent / "labels.csv"
+
+
+def _by_patient(labels: pathlib.Path, where: dict[str, str]) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for line in labels.read_text().splitlines()[1:]:
+        path, _, patient = line.split(",")
+        if patient and path in where:
+            out.setdefault(patient, set()).add(where[path])
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_group_by_keeps_each_patient_of_the_label_file_in_one_split(tmp_path, seed):
+    labels = _patients(tmp_path / "src")
+    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "patient",
+                           "--split", "train=0.6,test=0.4", "--seed", seed)
+    by_patient = _by_patient(labels, split_of(out))
+    assert len(by_patient) == 9 and all(len(s) == 1 for s in by_patient.values()), by_patient
+    assert {next(iter(s)) for s in by_patient.values()} == {"train", "test"}
+    assert datasets.load(out)["options"]["group_by"] == "patient"
+    reconciles(out)
+
+
+def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_path):
+    labels = _patients(tmp_path / "src")
+    # scan 0 (patient P0) filed again under patient P1: P0 and P1 become one group
+    _write(tmp_path / "src" / "again.jpg", (tmp_path / "src" / "scan000.jpg").read_bytes())
+    labels.write_text(labels.read_text() + "again.jpg,cat,P1\n")
+    for seed in (4, 7, 8):  # seeds that pin P0 and P1 apart on their own
+        out = datasets.convert(tmp_path / "src", tmp_path / f"out{seed}", "--labels", labels, "--group-by",
+                               "patient", "--split", "train=0.5,test=0.5", "--seed", seed)
+        by_patient = _by_patient(labels, split_of(out))
+        assert by_patient["P0"] == by_patient["P1"] and len(by_patient["P0"]) == 1, (seed, by_patient)
+        reconciles(out)
+
+
+def test_group_by_needs_the_column_and_a_label_file(tmp_path, run_cli):
+    labels = _patients(tmp_path / "src", n=6)
+    result = run_cli("convert", tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "visit",
+                     "--no-progress")
+    assert result.exit_code != 0 and "has no 'visit' column" in result.output
+    result = run_cli("convert", tmp_path / "src", tmp_path / "out2", "--group-by", "patient", "--no-progress")
+    assert result.exit_code != 0 and "--group-by 'patient' names a column of the label file" in result.output
+
+
 def test_bad_group_pattern_is_a_one_line_error(tree, run_cli, tmp_path):
     src, _ = tree
     result = run_cli("convert", src, tmp_path / "out", "--group-pattern", "(unclosed", "--no-progress")
