@@ -18,8 +18,9 @@ PrepareChunk records each good input's content keys beside its spill file
                                                         (prep.core.groups.decide), per group a line of duplicates.jsonl
     report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts)
     regroup  = (counts, decisions, report, units) | GroupByKey(chunk) | FlatMap(regroup)
-             : ChunkCounts | RejectedInputs    each chunk's counts by planner group (pins
-                                               included, rejected inputs left out), and the rejects
+             : ChunkCounts | RejectedInputs | GroupNotes    each chunk's counts by planner group (pins
+                                               included, rejected inputs left out), its rejects, and
+                                               with the report's, the counts of the manifest's `groups`
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most
 `max_size` members, union_find.py), one chunk; and in the one union-find task, two
@@ -185,6 +186,7 @@ def write_report(element, output: str):
     text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
     storage.write_atomic(storage.join(output, REPORT), text.encode())
     yield -1, ("report", None)
+    yield -1, ("notes", grouping.report_notes(header))
 
 
 def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
@@ -212,6 +214,9 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
                 if unit is not None:
                     placed[(ref.spill, ref.offset)] = pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
+    pinned = sum(1 for pin in placed.values() if pin)
+    if pinned:
+        yield grouping.GroupNotes((("pinned_images", pinned),))
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
     else:
@@ -244,7 +249,8 @@ def duplicates_summary(output: str) -> list[str]:
 
 class Dedupe(beam.PTransform):
     """ChunkCounts -> ChunkCounts by planner group (duplicate and user groups pinned to one split, policy
-    rejects left out) and RejectedInputs; writes OUTPUT/duplicates.jsonl. See the module docstring."""
+    rejects left out), RejectedInputs and GroupNotes (the manifest's `groups`); writes OUTPUT/duplicates.jsonl.
+    See the module docstring."""
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
                  single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE):
@@ -305,12 +311,17 @@ class Dedupe(beam.PTransform):
                 | "GatherReport" >> beam.GroupByKey()
                 | "WriteReport" >> beam.FlatMap(write_report, self._output)
             )
+            notes = report | "ReportNotes" >> beam.FlatMap(lambda v: [v[1][1]] if v[1][0] == "notes" else [])
+            report = report | "ReportDone" >> beam.FlatMap(lambda v: [v] if v[1][0] == "report" else [])
             decisions = decided | "Decisions" >> beam.FlatMap(
                 lambda v: [(v[1][0], ("decision", v[1][1]))] if v[0] == "decision" else [])
             joined += [decisions, report]
-        return (
+        regrouped = (
             joined
             | "JoinChunk" >> beam.Flatten()
             | "GatherChunk" >> beam.GroupByKey()
             | "Regroup" >> beam.FlatMap(regroup, self._work, self._options, self._seed, self._fractions)
         )
+        if not self._options.keys:
+            return regrouped
+        return (regrouped, notes) | "WithNotes" >> beam.Flatten()

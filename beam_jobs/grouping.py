@@ -19,6 +19,7 @@ input outside the sandbox that --isolate sent it to.
 from __future__ import annotations
 
 import json
+import typing
 
 from beam_jobs import checkpoints
 from prep.core import content_keys, storage
@@ -28,6 +29,18 @@ from prep.core.ordering import MAX_CHUNK
 from prep.core.workdir import WorkDir
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
+
+
+class GroupNotes(typing.NamedTuple):
+    """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish."""
+
+    counts: tuple  # ((GroupCounts field, n), ...)
+
+
+def report_notes(header: dict) -> GroupNotes:
+    """The manifest's counts of duplicates.jsonl's header (`groups.summarize`)."""
+    names = {"groups": "duplicate_groups", "images": "duplicate_images"}
+    return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")))
 
 
 def item_id(chunk: int, position: int) -> int:

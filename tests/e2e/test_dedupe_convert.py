@@ -13,6 +13,7 @@ from tests.support import datasets
 from tests.support.photos import EDITS, jpeg, photo
 from prep.core.schema import ImageRecord
 from tests.support.shards import shard_bytes
+from prep.core.manifest import Manifest
 
 SIZE = (96, 72)
 KINDS = ("copy", "reencode_q60", "resize_75", "crop_5")  # brightness is checked by the keys' own tests
@@ -56,9 +57,32 @@ def rejects(out: pathlib.Path) -> list[dict]:
 
 
 def reconciles(out: pathlib.Path) -> dict:
-    inputs = datasets.load(out)["inputs"]
+    """The inputs reconcile, and the manifest's `groups` agree with rejects.jsonl and duplicates.jsonl."""
+    manifest = datasets.load(out)
+    Manifest.from_json(json.dumps(manifest))  # the typed reader takes what was written
+    inputs = manifest["inputs"]
     assert inputs["found"] == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    groups = manifest.get("groups")
+    by_reason = inputs.get("rejected_by_reason", {})
+    policy = sum(by_reason.get(r, 0) for r in ("duplicate_of", "label_conflict", "cross_split_duplicate"))
+    if groups is None:
+        assert policy == 0 and not (out / "duplicates.jsonl").exists()
+        return inputs
+    assert groups["rejected"] == policy
+    if (out / "duplicates.jsonl").exists():
+        header = json.loads((out / "duplicates.jsonl").read_text().splitlines()[0])
+        assert (groups["duplicate_groups"], groups["duplicate_images"]) == (header["groups"], header["images"])
+        assert groups["rejected"] == header["rejected"]
     return inputs
+
+
+def deviations_hold(out: pathlib.Path, fractions: dict[str, float]) -> None:
+    """Each split's fraction_deviation is its class count minus its fraction of the class's total."""
+    splits = datasets.load(out)["splits"]
+    for name, share in fractions.items():
+        for cls, dev in splits[name]["fraction_deviation"].items():
+            total = sum(s["class_counts"][cls] for s in splits.values())
+            assert dev == pytest.approx(splits[name]["class_counts"][cls] - share * total, abs=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +102,10 @@ def test_no_group_straddles_the_splits_made_by_fractions(tree, tmp_path, seed):
     assert len(where) == 2 * 24 + len(groups) * len(KINDS)  # keep: every image written
     inputs = reconciles(out)
     assert inputs["rejected"] == 0
+    counts = datasets.load(out)["groups"]
+    assert counts["pinned_images"] == len(groups) * (1 + len(KINDS))  # every member of a planted group
+    assert counts["exact_groups"] + counts["near_groups"] == counts["duplicate_groups"] == len(groups)
+    deviations_hold(out, {"train": 0.5, "validation": 0.25, "test": 0.25})
     report = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
     assert report[0]["groups"] == len(groups) and report[0]["images"] == len(groups) * (1 + len(KINDS))
     assert {frozenset(m["path"] for m in line["members"]) for line in report[1:]} == {frozenset(g) for g in groups}
@@ -113,6 +141,7 @@ def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
     assert got["cat/p003.jpg"]["reason"] == "label_conflict" and "dog/also_cat.jpg (dog)" in got["cat/p003.jpg"]["detail"]
     assert "cat/p003.jpg (cat)" in got["dog/also_cat.jpg"]["detail"]
     assert reconciles(out)["rejected_by_reason"] == {"label_conflict": 2}
+    assert datasets.load(out)["groups"]["conflict_groups"] == 1
     kept = datasets.convert(src, tmp_path / "kept", "--split", "train=0.5,test=0.5", "--conflicts", "keep")
     where = split_of(kept)
     assert where["cat/p003.jpg"] == where["dog/also_cat.jpg"]
@@ -133,6 +162,9 @@ def test_group_pattern_keeps_each_patient_in_one_split(tmp_path):
     assert all(len(s) == 1 for s in by_patient.values()), by_patient
     assert len({next(iter(s)) for s in by_patient.values()}) == 2  # both splits got patients
     reconciles(out)
+    manifest = datasets.load(out)
+    assert manifest["groups"]["pinned_images"] == 40 and manifest["groups"]["duplicate_groups"] == 0
+    deviations_hold(out, {"train": 0.6, "test": 0.4})
 
 
 def _patients(src: pathlib.Path, n: int = 48, patients: int = 9) -> pathlib.Path:
@@ -164,6 +196,8 @@ def test_group_by_keeps_each_patient_of_the_label_file_in_one_split(tmp_path, se
     assert {next(iter(s)) for s in by_patient.values()} == {"train", "test"}
     assert datasets.load(out)["options"]["group_by"] == "patient"
     reconciles(out)
+    assert datasets.load(out)["groups"]["pinned_images"] == 48 - 4  # the rows without a patient are free
+    deviations_hold(out, {"train": 0.6, "test": 0.4})
 
 
 def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_path):
@@ -212,6 +246,10 @@ def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp
     assert "2 duplicate group(s) span splits" in result.output  # the warning
     report = [json.loads(line) for line in (tmp_path / "out" / "duplicates.jsonl").read_text().splitlines()]
     assert report[0]["cross_split_groups"] == 2 and report[0]["cross_split_images"] == 2
+    reconciles(tmp_path / "out")
+    groups = datasets.load(tmp_path / "out")["groups"]
+    assert (groups["cross_split_groups"], groups["cross_split_images"], groups["pinned_images"]) == (2, 2, 0)
+    assert all("fraction_deviation" not in s for s in datasets.load(tmp_path / "out")["splits"].values())
     assert {(m["path"], m["split"]) for line in report[1:] for m in line["members"]} == {
         ("train/cat/cat2.jpg", "train"), ("test/cat/leak.jpg", "test"),
         ("train/dog/dog5.jpg", "train"), ("test/dog/leak_q60.jpg", "test")}
@@ -238,5 +276,5 @@ def test_same_bytes_at_one_and_two_workers(tree, tmp_path):
 def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
     src, _ = tree
     out = datasets.convert(src, tmp_path / "out", "--duplicates", "off")
-    assert not (out / "duplicates.jsonl").exists()
+    assert not (out / "duplicates.jsonl").exists() and "groups" not in datasets.load(out)
     assert datasets.load(out)["inputs"]["written"] == 48 + 6 * len(KINDS)
