@@ -4,9 +4,12 @@ PrepareChunk records each good input's content keys beside its spill file
 (grouping.py); only chunk ids and keys travel, never image bytes:
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
-    filed    = FlatMap(file_keys)              (("x", sha256), item) and (("b", scale, band, bits), entry)
-    pairs    = GroupByKey | FlatMap(bucket_pairs)       exact stars, and near pairs verified per bucket
-                                                        (prep.core.near_pairs: oversized buckets cut, bounded)
+    keyed    = FlatMap(chunk_keys)             (None, (chunk, items)): its items' hashes in one binary file
+    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale and band (and part
+                                                        of the band's bits past PART_TARGET images)
+    pairs    = FlatMap(scan)                   near pairs (exact copies: identical hashes), found by sorting
+                                                        the hashes on the band (prep.core.band_scan:
+                                                        oversized runs cut, bounded)
     members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
                | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
                | GroupByKey                             (group, [Member])
@@ -32,20 +35,23 @@ Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset).
 from __future__ import annotations
 
 import json
+import math
+import typing
 
 import apache_beam as beam
+import numpy as np
 
 from beam_jobs import grouping
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
-from prep.core.content_keys import ContentKeys
 from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize
-from prep.core.near_pairs import DEFAULT_CAP, band_entries, band_pairs
+from prep.core import band_scan, near_pairs
+from prep.core.near_pairs import DEFAULT_CAP
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
 REPORT = grouping.DUPLICATES_FILE
-_NO_SHA = "0" * 64  # band entries carry hashes only; exact duplicates meet under their sha256 key instead
+PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and one hash)
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
@@ -63,40 +69,49 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
     return out
 
 
-def file_keys(counts: ChunkCounts, work: WorkDir):
-    """A prepared chunk -> its items under their sha256 and under each band key of each hash."""
-    for item, _, keys in chunk_items(work, counts.chunk):
-        if keys is None:
-            continue
-        yield ("x", keys.sha256), item
-        for key, entry in band_entries(item, ContentKeys(_NO_SHA, keys.hashes)):
-            yield ("b", *key), (entry.item, keys.hashes, entry.rest, entry.rest_bits)
+class ScanTask(typing.NamedTuple):
+    """One crop scale's hashes of every image, grouped by one band (and, for large sets, a prefix of its bits)."""
+
+    scale: int
+    band: int
+    sub: int  # the band bits' top `sub_bits` bits this task takes
+    sub_bits: int
+    chunks: tuple[int, ...]  # the chunks whose key files to read
 
 
-def bucket_pairs(element, cap: int):
-    """(key, items) -> ("pair", (distance, a, b)) per duplicate pair in it, and ("skipped", n) for an
-    oversized bucket's uncompared pairs."""
-    key, values = element
-    if key[0] == "x":
-        items = sorted(set(values))
-        for other in items[1:]:
-            yield "pair", (0, items[0], other)  # a star: the same component as every pair
-        return
-    if len(values) < 2:
-        return
-    entries = [band_entries_of(v) for v in values]
-    found = band_pairs(entries, cap)
-    for p in found.pairs:
-        yield "pair", (p.distance, p.a, p.b)
-    if found.skipped:
-        yield "skipped", found.skipped
+def chunk_keys(counts: ChunkCounts, work: WorkDir):
+    """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
+    (None, (chunk, items with keys))."""
+    rows = [(item, keys.hashes) for item, _, keys in chunk_items(work, counts.chunk) if keys is not None]
+    grouping.write_chunk_keys(work, counts.chunk, rows)
+    yield None, (counts.chunk, len(rows))
 
 
-def band_entries_of(value):
-    from prep.core.near_pairs import BandEntry
+def scan_tasks(element, part_target: int):
+    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale, band and part of the band's bits:
+    parts of about `part_target` images each."""
+    _, chunks = element
+    total = sum(n for _, n in chunks)
+    chunks = tuple(sorted(c for c, n in chunks if n))
+    bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
+    tasks = (ScanTask(scale, band, sub, bits, chunks) for scale in range(grouping.NUM_HASHES)
+             for band in range(near_pairs.PARTS) for sub in range(1 << bits))
+    yield from enumerate(tasks)
 
-    item, hashes, rest, rest_bits = value
-    return BandEntry(item, ContentKeys(_NO_SHA, tuple(hashes)), rest, rest_bits)
+
+def scan(element, work: WorkDir, cap: int):
+    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair it finds, and ("skipped", n) for an oversized
+    run's uncompared pairs (prep.core.band_scan)."""
+    _, task = element
+    items, hashes = grouping.read_scale(work, task.chunks, task.scale)
+    if task.sub_bits:
+        keep = (band_scan.band_fields(hashes, task.band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
+        items, hashes = items[keep], hashes[keep]
+    pairs, skipped = band_scan.scan_band(items, hashes, task.band, cap)
+    for pair in pairs:
+        yield "pair", pair
+    if skipped:
+        yield "skipped", skipped
 
 
 def components(element, max_size: int):
@@ -253,11 +268,12 @@ class Dedupe(beam.PTransform):
     See the module docstring."""
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
-                 single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE):
+                 single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE,
+                 part_target: int = PART_TARGET):
         super().__init__()
         self._work, self._output, self._labels, self._options = work, output, tuple(labels), options
         self._seed, self._fractions, self._single_label = seed, fractions, single_label
-        self._cap, self._max_size = cap, max_size
+        self._cap, self._max_size, self._part_target = cap, max_size, part_target
 
     def expand(self, counts):
         keyed = counts | "ByChunk" >> beam.Map(lambda c: (c.chunk, ("counts", c)))
@@ -265,9 +281,11 @@ class Dedupe(beam.PTransform):
         if self._options.keys:
             pairs = (
                 counts
-                | "FileKeys" >> beam.FlatMap(file_keys, self._work)
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "Pairs" >> beam.FlatMap(bucket_pairs, self._cap)
+                | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
+                | "GatherChunkKeys" >> beam.GroupByKey()
+                | "ScanTasks" >> beam.FlatMap(scan_tasks, self._part_target)
+                | "SpreadScans" >> beam.Reshuffle()
+                | "Scan" >> beam.FlatMap(scan, self._work, self._cap)
             )
             start = counts.pipeline | "NoPairs" >> beam.Create([("skipped", 0)])
             found = (

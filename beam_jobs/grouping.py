@@ -5,6 +5,7 @@
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
     .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
+    .prep-tmp/groups/keys-NNNNNN.bin      a chunk's item ids and hashes, packed (KEY_DTYPE), for the scan tasks
 
 An input is known by (spill, offset), which stays its own when --resume restages
 chunks in another order; its id for the union-find is `item_id` (dense: the chunk
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import json
 import typing
+
+import numpy as np
 
 from beam_jobs import checkpoints
 from prep.core import content_keys, storage
@@ -59,6 +62,31 @@ def keys_path(work: WorkDir, spill: int) -> str:
 
 def groups_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"chunk-{chunk:06d}.json")
+
+
+NUM_HASHES = 1 + len(content_keys.CROP_SCALES)
+KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
+
+
+def chunk_keys_path(work: WorkDir, chunk: int) -> str:
+    return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
+
+
+def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, tuple[int, ...]]]) -> None:
+    """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks."""
+    storage.write_atomic(chunk_keys_path(work, chunk), np.array(rows, dtype=KEY_DTYPE).tobytes())
+
+
+def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time."""
+    items, hashes = [], []
+    for chunk in chunks:
+        rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
+        items.append(rows["item"].copy())
+        hashes.append(rows["hashes"][:, scale].copy())
+    if not items:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    return np.concatenate(items), np.concatenate(hashes)
 
 
 def units_path(work: WorkDir) -> str:
