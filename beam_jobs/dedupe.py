@@ -46,7 +46,6 @@ from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_co
 from prep.core import storage
 from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize
 from prep.core import band_scan, near_pairs
-from prep.core.near_pairs import DEFAULT_CAP
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
@@ -268,7 +267,7 @@ class Dedupe(beam.PTransform):
     See the module docstring."""
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
-                 single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE,
+                 single_label: bool, cap: int = band_scan.SCAN_CAP, max_size: int = DEFAULT_MAX_SIZE,
                  part_target: int = PART_TARGET):
         super().__init__()
         self._work, self._output, self._labels, self._options = work, output, tuple(labels), options

@@ -14,7 +14,8 @@ distance (`distance`'s value). A pair is listed only by the first band its two
 hashes agree on, and identical hashes (every band agrees) only by band 0 as a
 star to the first image holding them (the same components, fewer pairs).
 
-A run of more than `cap` distinct hashes (many pictures alike) is handed to
+A run is compared `BLOCK` rows at a time, so memory stays small; a run of more
+than `cap` distinct hashes (many pictures alike) is handed to
 `near_pairs.band_pairs`, which cuts it again and bounds its work, counting what
 it leaves uncompared.
 """
@@ -27,6 +28,8 @@ from prep.core.content_keys import NEAR_DISTANCE, ContentKeys
 from prep.core.near_pairs import BITS, DEFAULT_CAP, PARTS, BandEntry, band_pairs, split
 
 WIDTH = BITS // PARTS  # bits per band
+SCAN_CAP = 16_384  # distinct hashes of one run compared all against all (in blocks); more go to band_pairs
+BLOCK = 256  # rows of a run compared at once: BLOCK x run bytes of distances
 _NO_SHA = "0" * 64
 
 
@@ -43,7 +46,20 @@ def _popcount(x: np.ndarray) -> np.ndarray:
     return np.bitwise_count(x)
 
 
-def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = DEFAULT_CAP,
+def _close(items: np.ndarray, hashes: np.ndarray, max_distance: int) -> list[tuple[int, int, int]]:
+    """(distance, a, b) of every two of `hashes` within `max_distance`, `BLOCK` rows at a time (a run of 3,000
+    hashes compared at once would hold 72 MB of distances)."""
+    out: list[tuple[int, int, int]] = []
+    for start in range(0, len(hashes) - 1, BLOCK):
+        rows = hashes[start:start + BLOCK]
+        d = _popcount(rows[:, None] ^ hashes[None, start + 1:])  # row r against the hashes after it: j > r
+        d = np.where(np.arange(len(hashes) - start - 1)[None, :] >= np.arange(len(rows))[:, None], d, 64)
+        r, c = np.nonzero(d <= max_distance)
+        out.extend(zip(d[r, c].tolist(), items[start + r].tolist(), items[start + 1 + c].tolist()))
+    return out
+
+
+def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_CAP,
               max_distance: int = NEAR_DISTANCE) -> tuple[list[tuple[int, int, int]], int]:
     """The pairs of images whose hashes (of one crop scale) agree on band `band` and lie within `max_distance`.
 
@@ -78,13 +94,11 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = DEFAU
         unique_items, unique = run_items[firsts], run_hashes[firsts]
         if len(unique) > cap:
             found = band_pairs([BandEntry(int(i), ContentKeys(_NO_SHA, (int(h),)), *split(int(h), BITS)[band][2:])
-                                for i, h in zip(unique_items, unique)], cap, max_distance)
+                                for i, h in zip(unique_items, unique)], min(cap, DEFAULT_CAP), max_distance)
             skipped += found.skipped
             pairs = [(p.distance, p.a, p.b) for p in found.pairs]
         else:
-            xor = unique[:, None] ^ unique[None, :]
-            i, j = np.nonzero(np.triu(_popcount(xor) <= max_distance, 1))
-            pairs = list(zip(_popcount(xor[i, j]).tolist(), unique_items[i].tolist(), unique_items[j].tolist()))
+            pairs = _close(unique_items, unique, max_distance)
         by_id = dict(zip(unique_items.tolist(), unique.tolist()))
         for d, a, b in pairs:
             x = by_id[a] ^ by_id[b]

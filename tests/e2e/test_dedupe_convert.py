@@ -131,6 +131,24 @@ def test_drop_keeps_the_first_by_path_and_rejects_the_others_naming_it(tree, tmp
     assert inputs["written"] == 48
 
 
+def test_inspect_lists_the_first_duplicate_groups(tree, tmp_path, run_cli, monkeypatch):
+    src, groups = tree
+    out = datasets.convert(src, tmp_path / "out", "--duplicates", "drop")
+    result = run_cli("inspect", out)
+    assert result.exit_code == 0, result.output
+    first = sorted(sorted(groups, key=min)[0])
+    assert f"duplicate groups: {len(groups)} (" in result.output
+    assert f"    {first[0]} cat" in result.output and f"    {first[1]} cat  rejected duplicate_of" in result.output
+    document = json.loads(run_cli("inspect", out, "--json").output)
+    assert document["groups"]["duplicate_groups"] == len(groups)
+    assert document["duplicates"]["groups"][0]["members"][0]["path"] == first[0]
+    monkeypatch.setattr("prep.inspect.duplicate_groups.__defaults__", (2, 3))
+    short = run_cli("inspect", out).output
+    assert f"... and {len(groups) - 2} more groups" in short and "    ... and 2 more" in short
+    off = datasets.convert(src, tmp_path / "off", "--duplicates", "off")
+    assert "duplicate groups" not in run_cli("inspect", off).output
+
+
 def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
     src = tmp_path / "src"
     planted_tree(src, photos=10, planted=0)
