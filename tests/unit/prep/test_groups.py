@@ -149,3 +149,12 @@ def test_a_pinned_group_larger_than_its_share_takes_from_the_other_splits():
     layout = make_layout(sizes, 1, options, 100)
     check_balance(layout, sizes, options)
     assert {s.name: s.examples for s in layout.splits} == {"train": 9, "validation": 1, "test": 8}
+
+
+def test_group_by_survives_the_multilabel_listing(tmp_path):
+    from prep.core.task_inputs import multilabel_listing
+
+    (tmp_path / "l.csv").write_text("path,label,patient\na.jpg,cat|dog,P1\nb.jpg,dog,P2\nc.jpg,cat,\n")
+    listing = list_label_file(str(tmp_path), str(tmp_path / "l.csv"), group_by="patient")
+    refs = multilabel_listing(listing, seed=0).refs
+    assert {r.path: r.group for r in refs} == {"a.jpg": "P1", "b.jpg": "P2", "c.jpg": None}
