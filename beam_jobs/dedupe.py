@@ -4,17 +4,26 @@ PrepareChunk records each good input's content keys beside its spill file
 (grouping.py); only chunk ids and keys travel, never image bytes:
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
-    filed    = FlatMap(file_keys)              (("x", sha256), item) and (("b", scale, band, bits), entry)
-    pairs    = GroupByKey | FlatMap(bucket_pairs)       exact stars, and near pairs verified per bucket
-                                                        (prep.core.near_pairs: oversized buckets cut, bounded)
+    keyed    = FlatMap(chunk_keys)             (None, (chunk, items)): its items' hashes in one binary file
+    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale and band (and part
+                                                        of the band's bits past PART_TARGET images)
+    pairs    = FlatMap(scan)                   near pairs (exact copies: identical hashes), found by sorting
+                                                        the hashes on the band (prep.core.band_scan:
+                                                        oversized runs cut, bounded)
     members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
                | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
-    decided  = GroupByKey | FlatMap(decide_group)       per member a Decision (prep.core.groups.decide),
-                                                        per group a line of duplicates.jsonl
+               | GroupByKey                             (group, [Member])
+    units    = (links, chunk ids) | GroupByKey(one key) | FlatMap(merge_user_groups)
+                                                        only with user groups and --split: user groups that
+                                                        duplicates link become one unit (groups.merge_units),
+                                                        recorded for regroup, then a marker per chunk
+    decided  = (members, units) | GroupByKey | FlatMap(decide_group)   per member a Decision
+                                                        (prep.core.groups.decide), per group a line of duplicates.jsonl
     report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts)
-    regroup  = (counts, decisions, report) | GroupByKey(chunk) | FlatMap(regroup)
-             : ChunkCounts | RejectedInputs    each chunk's counts by planner group (pins
-                                               included, rejected inputs left out), and the rejects
+    regroup  = (counts, decisions, report, units) | GroupByKey(chunk) | FlatMap(regroup)
+             : ChunkCounts | RejectedInputs | GroupNotes    each chunk's counts by planner group (pins
+                                               included, rejected inputs left out), its rejects, and
+                                               with the report's, the counts of the manifest's `groups`
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most
 `max_size` members, union_find.py), one chunk; and in the one union-find task, two
@@ -26,20 +35,22 @@ Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset).
 from __future__ import annotations
 
 import json
+import math
+import typing
 
 import apache_beam as beam
+import numpy as np
 
 from beam_jobs import grouping
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
-from prep.core.content_keys import ContentKeys
-from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
-from prep.core.near_pairs import DEFAULT_CAP, band_entries, band_pairs
+from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize
+from prep.core import band_scan, near_pairs
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
 REPORT = grouping.DUPLICATES_FILE
-_NO_SHA = "0" * 64  # band entries carry hashes only; exact duplicates meet under their sha256 key instead
+PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and one hash)
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
@@ -57,40 +68,49 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
     return out
 
 
-def file_keys(counts: ChunkCounts, work: WorkDir):
-    """A prepared chunk -> its items under their sha256 and under each band key of each hash."""
-    for item, _, keys in chunk_items(work, counts.chunk):
-        if keys is None:
-            continue
-        yield ("x", keys.sha256), item
-        for key, entry in band_entries(item, ContentKeys(_NO_SHA, keys.hashes)):
-            yield ("b", *key), (entry.item, keys.hashes, entry.rest, entry.rest_bits)
+class ScanTask(typing.NamedTuple):
+    """One crop scale's hashes of every image, grouped by one band (and, for large sets, a prefix of its bits)."""
+
+    scale: int
+    band: int
+    sub: int  # the band bits' top `sub_bits` bits this task takes
+    sub_bits: int
+    chunks: tuple[int, ...]  # the chunks whose key files to read
 
 
-def bucket_pairs(element, cap: int):
-    """(key, items) -> ("pair", (distance, a, b)) per duplicate pair in it, and ("skipped", n) for an
-    oversized bucket's uncompared pairs."""
-    key, values = element
-    if key[0] == "x":
-        items = sorted(set(values))
-        for other in items[1:]:
-            yield "pair", (0, items[0], other)  # a star: the same component as every pair
-        return
-    if len(values) < 2:
-        return
-    entries = [band_entries_of(v) for v in values]
-    found = band_pairs(entries, cap)
-    for p in found.pairs:
-        yield "pair", (p.distance, p.a, p.b)
-    if found.skipped:
-        yield "skipped", found.skipped
+def chunk_keys(counts: ChunkCounts, work: WorkDir):
+    """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
+    (None, (chunk, items with keys))."""
+    rows = [(item, keys.hashes) for item, _, keys in chunk_items(work, counts.chunk) if keys is not None]
+    grouping.write_chunk_keys(work, counts.chunk, rows)
+    yield None, (counts.chunk, len(rows))
 
 
-def band_entries_of(value):
-    from prep.core.near_pairs import BandEntry
+def scan_tasks(element, part_target: int):
+    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale, band and part of the band's bits:
+    parts of about `part_target` images each."""
+    _, chunks = element
+    total = sum(n for _, n in chunks)
+    chunks = tuple(sorted(c for c, n in chunks if n))
+    bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
+    tasks = (ScanTask(scale, band, sub, bits, chunks) for scale in range(grouping.NUM_HASHES)
+             for band in range(near_pairs.PARTS) for sub in range(1 << bits))
+    yield from enumerate(tasks)
 
-    item, hashes, rest, rest_bits = value
-    return BandEntry(item, ContentKeys(_NO_SHA, tuple(hashes)), rest, rest_bits)
+
+def scan(element, work: WorkDir, cap: int):
+    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair it finds, and ("skipped", n) for an oversized
+    run's uncompared pairs (prep.core.band_scan)."""
+    _, task = element
+    items, hashes = grouping.read_scale(work, task.chunks, task.scale)
+    if task.sub_bits:
+        keep = (band_scan.band_fields(hashes, task.band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
+        items, hashes = items[keep], hashes[keep]
+    pairs, skipped = band_scan.scan_band(items, hashes, task.band, cap)
+    for pair in pairs:
+        yield "pair", pair
+    if skipped:
+        yield "skipped", skipped
 
 
 def components(element, max_size: int):
@@ -121,21 +141,46 @@ def components(element, max_size: int):
     yield "stats", (uf.refused, skipped)
 
 
-def member_info(element, work: WorkDir, labels, pattern: str | None):
+def member_info(element, work: WorkDir, labels, options: DedupeOptions):
     """(chunk, [(item, group)]) -> (group, Member) for each of the chunk's grouped items."""
     chunk, grouped = element
     group_of = dict(grouped)
+    user = grouping.user_keys(work, chunk, options)
     for item, ref, keys in chunk_items(work, chunk):
         if item in group_of:
             path = ref.path.decode("utf-8", "surrogateescape")
             yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
-                                         keys.sha256 if keys else "", user_group(path, pattern) or "")
+                                         keys.sha256 if keys else "", user(path) or "")
+
+
+def user_links(element):
+    """(group, [Member]) -> (None, ("link", (group, its members' user groups))) when it has some."""
+    group, members = element
+    keys = sorted({m.user for m in members if m.user})
+    if keys:
+        yield None, ("link", (group, keys))
+
+
+def merge_user_groups(element, work: WorkDir):
+    """(None, links and chunk ids) -> (group, ("unit", unit)) per linked group, and (chunk, ("units", None)) per
+    chunk once the merged user groups are recorded (regroup reads them: `grouping.read_units`)."""
+    _, values = element
+    links = [v for kind, v in values if kind == "link"]
+    units = merge_units(keys for _, keys in links)
+    grouping.write_units(work, units)
+    for group, keys in links:
+        yield group, ("unit", units[keys[0]])
+    for chunk in sorted({v for kind, v in values if kind == "chunk"}):
+        yield chunk, ("units", None)
 
 
 def decide_group(element, options: DedupeOptions, seed: int, fractions, single_label: bool):
-    """(group, [Member]) -> ("decision", (chunk, Decision)) per member, and ("line", group line)."""
-    _, members = element
-    decisions, line = decide(members, options, seed, fractions, single_label)
+    """(group, [("members", [Member]) and ("unit", unit) if any]) -> ("decision", (chunk, Decision)) per member,
+    and ("line", group line)."""
+    _, values = element
+    members = next(v for kind, v in values if kind == "members")
+    unit = next((v for kind, v in values if kind == "unit"), None)
+    decisions, line = decide(members, options, seed, fractions, single_label, unit)
     for d in decisions:
         yield "decision", (grouping.item_chunk(d.item), d)
     yield "line", line
@@ -155,18 +200,20 @@ def write_report(element, output: str):
     text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
     storage.write_atomic(storage.join(output, REPORT), text.encode())
     yield -1, ("report", None)
+    yield -1, ("notes", grouping.report_notes(header))
 
 
 def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
     """(chunk, [("counts", ChunkCounts) | ("decision", Decision)]) -> the chunk's ChunkCounts by planner
     group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
     chunk, values = element
-    if chunk < 0:
+    if chunk < 0 or not any(kind == "counts" for kind, _ in values):
         return  # the report's marker: waited for, nothing to plan
     decisions = {d.item: d for kind, d in values if kind == "decision"}
-    pattern = options.group_pattern if fractions else None
+    user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
+    merged = grouping.read_units(work) if any(kind == "units" for kind, _ in values) else {}
     placed, rejects = {}, []
-    if decisions or pattern:
+    if decisions or user:
         for item, ref, _ in chunk_items(work, chunk, with_keys=False):
             d = decisions.get(item)
             if d is not None:
@@ -175,11 +222,15 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
                     rejects.append(d.reject)
                 elif d.pin:
                     placed[(ref.spill, ref.offset)] = d.pin
-            elif pattern:
-                unit = user_group(ref.path.decode("utf-8", "surrogateescape"), pattern)
+            elif user:
+                unit = user(ref.path.decode("utf-8", "surrogateescape"))
+                unit = merged.get(unit, unit)
                 if unit is not None:
                     placed[(ref.spill, ref.offset)] = pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
+    pinned = sum(1 for pin in placed.values() if pin)
+    if pinned:
+        yield grouping.GroupNotes((("pinned_images", pinned),))
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
     else:
@@ -212,14 +263,16 @@ def duplicates_summary(output: str) -> list[str]:
 
 class Dedupe(beam.PTransform):
     """ChunkCounts -> ChunkCounts by planner group (duplicate and user groups pinned to one split, policy
-    rejects left out) and RejectedInputs; writes OUTPUT/duplicates.jsonl. See the module docstring."""
+    rejects left out), RejectedInputs and GroupNotes (the manifest's `groups`); writes OUTPUT/duplicates.jsonl.
+    See the module docstring."""
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
-                 single_label: bool, cap: int = DEFAULT_CAP, max_size: int = DEFAULT_MAX_SIZE):
+                 single_label: bool, cap: int = band_scan.SCAN_CAP, max_size: int = DEFAULT_MAX_SIZE,
+                 part_target: int = PART_TARGET):
         super().__init__()
         self._work, self._output, self._labels, self._options = work, output, tuple(labels), options
         self._seed, self._fractions, self._single_label = seed, fractions, single_label
-        self._cap, self._max_size = cap, max_size
+        self._cap, self._max_size, self._part_target = cap, max_size, part_target
 
     def expand(self, counts):
         keyed = counts | "ByChunk" >> beam.Map(lambda c: (c.chunk, ("counts", c)))
@@ -227,9 +280,11 @@ class Dedupe(beam.PTransform):
         if self._options.keys:
             pairs = (
                 counts
-                | "FileKeys" >> beam.FlatMap(file_keys, self._work)
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "Pairs" >> beam.FlatMap(bucket_pairs, self._cap)
+                | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
+                | "GatherChunkKeys" >> beam.GroupByKey()
+                | "ScanTasks" >> beam.FlatMap(scan_tasks, self._part_target)
+                | "SpreadScans" >> beam.Reshuffle()
+                | "Scan" >> beam.FlatMap(scan, self._work, self._cap)
             )
             start = counts.pipeline | "NoPairs" >> beam.Create([("skipped", 0)])
             found = (
@@ -239,15 +294,32 @@ class Dedupe(beam.PTransform):
                 | "GatherPairs" >> beam.GroupByKey()
                 | "Components" >> beam.FlatMap(components, self._max_size)
             )
-            decided = (
+            by_group = (
                 found
                 | "Members" >> beam.FlatMap(lambda v: [v[1]] if v[0] == "member" else [])
                 | "MembersByChunk" >> beam.GroupByKey()
-                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options.group_pattern)
+                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options)
                 | "ByGroup" >> beam.GroupByKey()
-                | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed, self._fractions,
-                                           self._single_label)
             )
+            tagged = by_group | "TagMembers" >> beam.Map(lambda gm: (gm[0], ("members", list(gm[1]))))
+            if self._options.user_groups and self._fractions:  # duplicates may link user groups: merge them
+                merged = (
+                    (by_group | "UserLinks" >> beam.FlatMap(user_links),
+                     counts | "ChunkIds" >> beam.Map(lambda c: (None, ("chunk", c.chunk))))
+                    | "LinksAndChunks" >> beam.Flatten()
+                    | "GatherLinks" >> beam.GroupByKey()
+                    | "MergeUserGroups" >> beam.FlatMap(merge_user_groups, self._work)
+                )
+                joined.append(merged | "UnitsReady" >> beam.FlatMap(lambda v: [v] if v[1][0] == "units" else []))
+                with_units = (
+                    (tagged, merged | "Units" >> beam.FlatMap(lambda v: [v] if v[1][0] == "unit" else []))
+                    | "MembersAndUnits" >> beam.Flatten()
+                    | "ByGroupWithUnit" >> beam.GroupByKey()
+                )
+            else:
+                with_units = tagged | "NoUnits" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
+            decided = with_units | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed,
+                                                             self._fractions, self._single_label)
             stats = found | "Stats" >> beam.FlatMap(lambda v: [v] if v[0] == "stats" else [])
             report = (
                 (decided | "Lines" >> beam.FlatMap(lambda v: [v] if v[0] == "line" else []), stats)
@@ -256,12 +328,17 @@ class Dedupe(beam.PTransform):
                 | "GatherReport" >> beam.GroupByKey()
                 | "WriteReport" >> beam.FlatMap(write_report, self._output)
             )
+            notes = report | "ReportNotes" >> beam.FlatMap(lambda v: [v[1][1]] if v[1][0] == "notes" else [])
+            report = report | "ReportDone" >> beam.FlatMap(lambda v: [v] if v[1][0] == "report" else [])
             decisions = decided | "Decisions" >> beam.FlatMap(
                 lambda v: [(v[1][0], ("decision", v[1][1]))] if v[0] == "decision" else [])
             joined += [decisions, report]
-        return (
+        regrouped = (
             joined
             | "JoinChunk" >> beam.Flatten()
             | "GatherChunk" >> beam.GroupByKey()
             | "Regroup" >> beam.FlatMap(regroup, self._work, self._options, self._seed, self._fractions)
         )
+        if not self._options.keys:
+            return regrouped
+        return (regrouped, notes) | "WithNotes" >> beam.Flatten()

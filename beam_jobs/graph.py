@@ -8,7 +8,8 @@ What each PCollection holds (the types say it; see each step's module):
     parts    = GroupByKey                   (write task, [(PartKey, Section)])
     written  = ParDo(WriteParts)            WrittenShard | WrittenPart                          write.py
     joined   = GroupByKey | ParDo(ConcatParts)   WrittenShard, for shards cut into parts
-    summary  = Flatten | GroupByKey(one key)     every WrittenShard, RejectedInputs, Capped, ReusedChunk, BoxNotes
+    summary  = Flatten | GroupByKey(one key)     every WrittenShard, RejectedInputs, Capped, ReusedChunk, BoxNotes,
+                                                 GroupNotes (dedupe.py)
     done     = FlatMap(publish)             rejects.jsonl, tfds metadata, then manifest.json    publish.py
 
 Invariants. References never travel as elements (a chunk's wait in its index, a rank
@@ -32,6 +33,7 @@ import apache_beam as beam
 from beam_jobs import prepare, write
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.dedupe import Dedupe
+from beam_jobs.grouping import GroupNotes
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import publish
 from beam_jobs.stage import Staged
@@ -53,7 +55,7 @@ def write_width(workers: int | None) -> int:
 
 def grouping_stage(config: ConvertConfig) -> bool:
     """Whether the run has the dedupe stage: content keys, or user groups for splits it makes."""
-    return config.dedupe.keys or (config.dedupe.group_pattern is not None and config.plan.split_fractions is not None)
+    return config.dedupe.keys or (config.dedupe.user_groups and config.plan.split_fractions is not None)
 
 
 def _of(kind):
@@ -97,6 +99,9 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
         rejects = ((rejects, regrouped | "GroupRejects" >> beam.FlatMap(_of(prepare.RejectedInputs)))
                    | "AllRejects" >> beam.Flatten())
+    notes = []
+    if grouped:
+        notes = [regrouped | "GroupNotes" >> beam.FlatMap(_of(GroupNotes))]
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
     boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
     ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, group_target, groups, grouped)
@@ -125,7 +130,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "TagCapped" >> beam.MapTuple(Capped)
     )
     (
-        (whole, joined, rejects, capped, reused, boxes)
+        (whole, joined, rejects, capped, reused, boxes, *notes)
         | "Summary" >> beam.Flatten()
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()

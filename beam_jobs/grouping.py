@@ -4,6 +4,8 @@
                                           ...]], ...], written by prepare_batch before its spill file
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
+    .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
+    .prep-tmp/groups/keys-NNNNNN.bin      a chunk's item ids and hashes, packed (KEY_DTYPE), for the scan tasks
 
 An input is known by (spill, offset), which stays its own when --resume restages
 chunks in another order; its id for the union-find is `item_id` (dense: the chunk
@@ -18,14 +20,30 @@ input outside the sandbox that --isolate sent it to.
 from __future__ import annotations
 
 import json
+import typing
 
+import numpy as np
+
+from beam_jobs import checkpoints
 from prep.core import content_keys, storage
 from prep.core.errors import ResumeError
+from prep.core.groups import DedupeOptions, user_group
 from prep.core.ordering import MAX_CHUNK
 from prep.core.workdir import WorkDir
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
 
+
+class GroupNotes(typing.NamedTuple):
+    """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish."""
+
+    counts: tuple  # ((GroupCounts field, n), ...)
+
+
+def report_notes(header: dict) -> GroupNotes:
+    """The manifest's counts of duplicates.jsonl's header (`groups.summarize`)."""
+    names = {"groups": "duplicate_groups", "images": "duplicate_images"}
+    return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")))
 
 
 def item_id(chunk: int, position: int) -> int:
@@ -44,6 +62,44 @@ def keys_path(work: WorkDir, spill: int) -> str:
 
 def groups_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"chunk-{chunk:06d}.json")
+
+
+NUM_HASHES = 1 + len(content_keys.CROP_SCALES)
+KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
+
+
+def chunk_keys_path(work: WorkDir, chunk: int) -> str:
+    return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
+
+
+def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, tuple[int, ...]]]) -> None:
+    """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks."""
+    storage.write_atomic(chunk_keys_path(work, chunk), np.array(rows, dtype=KEY_DTYPE).tobytes())
+
+
+def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time."""
+    items, hashes = [], []
+    for chunk in chunks:
+        rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
+        items.append(rows["item"].copy())
+        hashes.append(rows["hashes"][:, scale].copy())
+    if not items:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    return np.concatenate(items), np.concatenate(hashes)
+
+
+def units_path(work: WorkDir) -> str:
+    return storage.join(work.root, "groups", "units.json")
+
+
+def write_units(work: WorkDir, units: dict[str, str]) -> None:
+    """Records the user groups that duplicates merged: {user group: the unit pinning it}, merged ones only."""
+    storage.write_atomic(units_path(work), json.dumps({k: u for k, u in sorted(units.items()) if k != u}).encode())
+
+
+def read_units(work: WorkDir) -> dict[str, str]:
+    return json.loads(storage.read_bytes(units_path(work)))
 
 
 def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:
@@ -93,3 +149,12 @@ def placer(work: WorkDir, chunk: int, grouped: bool):
     rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
     placed = {(spill, offset): pin for spill, offset, pin in rows}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
+
+
+def user_keys(work: WorkDir, chunk: int, options: DedupeOptions):
+    """path -> the user group of that input of chunk `chunk`, or None: its --group-by value, which the staged
+    listing chunk holds (the chunk index holds the same inputs), or its --group-pattern match."""
+    if options.group_by is not None:
+        return {r.path: r.group for r in checkpoints.read_listing(work, chunk) if r.group is not None}.get
+    pattern = options.group_pattern
+    return lambda path: user_group(path, pattern)

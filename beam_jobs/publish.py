@@ -14,18 +14,22 @@ import time
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
+from beam_jobs.grouping import GroupNotes
 from beam_jobs.plan_shards import Capped
 from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
-from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, InFlight, Manifest, Resumed, Run
+from prep.core.layout import parse_split_fractions
+from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, GroupCounts, InFlight, Manifest,
+                                Resumed, Run)
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
 
 def publish(element, *, output: str, work: WorkDir, labels, options: dict, found: int, tool: dict, run: dict,
             splits=(), on_step: StepHook | None = None, task: str = "classification", categories=()):
-    """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk | BoxNotes]) -> the count of examples written.
+    """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk | BoxNotes | GroupNotes]) -> the count of
+    examples written.
 
     Writes rejects.jsonl and the files tensorflow-datasets reads (`tfds_meta`), publishes
     manifest.json, then removes the work directory. `splits` are the splits SOURCE names
@@ -40,6 +44,7 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     notes, tally = listed_boxes if listed_boxes is not None else ([], BoxTally())
     capped_by_class = {name: 0 for name in labels}
     chunks_reused = 0
+    groups = GroupCounts()
     for item in items:
         if isinstance(item, WrittenShard):
             shards.append(item)
@@ -52,9 +57,12 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
         elif isinstance(item, BoxNotes):
             notes.extend(item.notes)
             tally = tally.plus(item.tally)
+        elif isinstance(item, GroupNotes):
+            groups = groups.plus(item.counts)
         else:
             raise TypeError(f"internal error: publish got {item!r}")
     rejects = accounting.sort_rejects(rejects)
+    accounting.check_group_rejects(groups, rejects)
     inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
                               rejects, capped_by_class, tally if task == "detection" else None)
     rejects_path = storage.join(output, REJECTS)
@@ -73,7 +81,9 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
         resumed=resumed), task=task, categories=tuple(categories) if task == "detection" else None,
-        max_boxes=_max_boxes(shards) if task == "detection" else None)
+        max_boxes=_max_boxes(shards) if task == "detection" else None, groups=groups,
+        fractions=dict(parse_split_fractions(options["split"])) if groups.pinned_images and options.get("split")
+        else None)
     if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
         delete_unplanned_shards(output, manifest)
     if task == "detection":  # the label maps the Object Detection API and Model Garden read

@@ -194,7 +194,8 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     """Summarize the dataset in OUTPUT from its manifest: splits, shards, classes, sizes, options, rejects.
 
     Prints the totals, a table per split with each class's records, share and
-    per-shard spread; --contact-sheet and --plot draw pictures of it.
+    per-shard spread, and the first duplicate groups the conversion found;
+    --contact-sheet and --plot draw pictures of it.
     """
     import json
 
@@ -208,8 +209,11 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
         raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest.splits)})",
                                  param_hint="'--split'")
     summary = inspect_lib.summary(manifest, output)
+    dups = inspect_lib.duplicate_groups(output)
+    if dups is not None:  # only then: a dataset without duplicates is shown as before
+        summary["duplicates"] = dups
     click.echo(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) if as_json
-               else render.inspect_text(summary))
+               else "\n".join([render.inspect_text(summary), *(render.duplicates_text(dups) if dups else [])]))
     if sheet:
         picked = inspect_lib.samples(manifest, output, per_class, split)
         layout = pictures.SheetLayout(rows=len(manifest.labels), columns=per_class, tile=tile)

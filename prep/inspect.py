@@ -74,7 +74,36 @@ def summary(manifest: Manifest, output: str) -> dict:
         "rejects": manifest.inputs.rejected,
         "inputs": inputs,
         "splits": splits,
-    }
+    } | ({} if manifest.groups is None else {"groups": manifest.groups.to_json()})
+
+
+DUPLICATES = "duplicates.jsonl"  # beam_jobs/grouping.DUPLICATES_FILE: the duplicate groups a conversion found
+GROUPS_SHOWN = 10  # groups listed by inspect (the file, sorted by first path, has them all)
+MEMBERS_SHOWN = 5  # members listed per group
+
+
+def duplicate_groups(output: str, groups: int = GROUPS_SHOWN, members: int = MEMBERS_SHOWN) -> dict | None:
+    """The head of OUTPUT/duplicates.jsonl: its counts and its first `groups` groups, each with its first
+    `members` members (path, split, label, the reason it was rejected or None), read line by line; None when
+    the conversion found no duplicates (or ran with --duplicates off)."""
+    import json
+
+    path = os.path.join(output, DUPLICATES)
+    if not os.path.exists(path):
+        return None
+    shown, total = [], 0
+    with open(path, encoding="utf-8") as f:
+        header = json.loads(f.readline())
+        for line in f:
+            total += 1
+            if len(shown) < groups:
+                g = json.loads(line)
+                shown.append({"kind": g["kind"], "conflict": g["conflict"], "cross_split": g["cross_split"],
+                              "size": len(g["members"]),
+                              "members": [{k: m.get(k) for k in ("path", "split", "label", "rejected")}
+                                          for m in g["members"][:members]]})
+    counts = {k: v for k, v in header.items() if k not in ("format", "version")}
+    return {"counts": counts, "groups": shown, "more": total - len(shown)}
 
 
 def shard_paths(manifest: Manifest, output: str, split: str | None = None) -> list[str]:

@@ -181,6 +181,27 @@ def inspect_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def duplicates_text(dups: dict) -> list[str]:
+    """inspect's lines for the head of duplicates.jsonl (`prep.inspect.duplicate_groups`)."""
+    c = dups["counts"]
+    lines = ["", f"duplicate groups: {c['groups']} ({c['exact_groups']} exact, {c['near_groups']} near) of "
+                 f"{c['images']} images; {c['conflict_groups']} with different labels, {c['cross_split_groups']} "
+                 f"across the source's splits; {c['rejected']} rejected (duplicates.jsonl lists them all)"]
+    for g in dups["groups"]:
+        flags = "".join(f", {f}" for f, on in (("labels differ", g["conflict"]), ("across splits", g["cross_split"]))
+                        if on)
+        lines.append(f"  {g['kind']} group of {g['size']}{flags}:")
+        for m in g["members"]:
+            where = f" [{m['split']}]" if m["split"] else ""
+            note = f"  rejected {m['rejected']}" if m["rejected"] else ""
+            lines.append(f"    {m['path']}{where} {m['label']}{note}")
+        if g["size"] > len(g["members"]):
+            lines.append(f"    ... and {g['size'] - len(g['members'])} more")
+    if dups["more"]:
+        lines.append(f"  ... and {_plural(dups['more'], 'more group')}")
+    return lines
+
+
 class ByteProgress:
     """`verify`'s progress callback: a tqdm bar over bytes, made on the first block read.
 

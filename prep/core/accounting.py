@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 from prep.core.errors import PlanError
 from prep.core.listing import Reject
-from prep.core.manifest import BoxAccounting, Inputs, ShardInfo
+from prep.core.manifest import BoxAccounting, GroupCounts, Inputs, ShardInfo
 from prep.core.naming import ShardName
 
 
@@ -59,6 +59,18 @@ def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: 
                         f"{'them' if many else 'it'} was rejected; see {rejects_path}")
     if not inputs.reconciles or (inputs.boxes is not None and not inputs.boxes.reconciles):
         raise RuntimeError(f"internal error: counts do not reconcile: {inputs.to_json()}")
+
+
+def check_group_rejects(groups: GroupCounts, rejects: Sequence[Reject]) -> None:
+    """The group policies' rejects (duplicates.jsonl's count) are those rejects.jsonl gives their reasons.
+
+    Raises:
+        RuntimeError: they differ (a bug: a decision was lost or counted twice).
+    """
+    listed = sum(1 for r in rejects if r.reason in GroupCounts.REASONS)
+    if listed != groups.rejected:
+        raise RuntimeError(f"internal error: the duplicate groups reject {groups.rejected} inputs, "
+                           f"rejects.jsonl lists {listed}")
 
 
 def sort_rejects(rejects: Iterable[Reject]) -> list[Reject]:

@@ -106,6 +106,9 @@ class ConvertConfig:
                                    f"classification; {task} keeps every class and its id")
             if self.plan.max_per_class is not None:
                 raise OptionsError(f"--max-per-class applies to single-label classification, not {task}")
+        if self.dedupe.group_by is not None and self.labels is None:
+            raise OptionsError(f"--group-by {self.dedupe.group_by!r} names a column of the label file: it needs "
+                               "--labels (--group-pattern groups by path)")
         if task == "segmentation" and self.classes is None:
             raise OptionsError("--masks needs --classes FILE naming the mask values 0, 1, ... in order")
 

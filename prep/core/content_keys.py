@@ -30,6 +30,8 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
+from prep.core import lanczos
+
 HASH_SIDE = 8  # 8x8 low frequencies: 64-bit hashes
 GRID = 32  # the gray image the DCT is taken of
 CROP_SCALES = (0.96, 0.92, 0.88, 0.84)  # centre crops hashed besides the whole picture (side fraction)
@@ -112,13 +114,14 @@ def displayed_gray(img: Image.Image) -> Image.Image:
 def crop_hashes(gray: Image.Image, scales=CROP_SCALES) -> tuple[int, ...]:
     """The pHash of the whole gray picture, then of its centre crop at each scale (fraction of each side)."""
     w, h = gray.size
+    pixels = np.asarray(gray)
     grids = np.empty((1 + len(scales), GRID, GRID))
     for i, s in enumerate((1.0, *scales)):
         cw, ch = max(1, round(w * s)), max(1, round(h * s))
         left, top = (w - cw) // 2, (h - ch) // 2
-        # crop, then resize: resize(box=...) would let the filter reach past the crop's edges
-        grids[i] = (gray if s == 1.0 else gray.crop((left, top, left + cw, top + ch))).resize(
-            (GRID, GRID), Image.Resampling.LANCZOS)
+        # crop, then resize (Pillow's LANCZOS, the same bytes: lanczos.py): resizing with a box would let the
+        # filter reach past the crop's edges
+        grids[i] = lanczos.resize(pixels[top:top + ch, left:left + cw], GRID)
     return _phashes(grids)
 
 

@@ -107,6 +107,9 @@ OPTIONS = (
     Option("--group-pattern", "Images whose paths give the same match of REGEX (its first group, or the whole "
            "match; e.g. a patient or video id) go to the same split when --split makes the splits.",
            metavar="REGEX"),
+    Option("--group-by", "Rows of the --labels file with the same value in COLUMN (e.g. a patient id) go to the "
+           "same split when --split makes the splits; a row with an empty value is in no group.",
+           metavar="COLUMN"),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
            "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
@@ -181,7 +184,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
                           skip_empty=bool(v["skip_empty"]), unannotated=v["unannotated"],
                           masks=_absolute(v["masks"]) if v["masks"] else None),
         dedupe=DedupeOptions(duplicates=v["duplicates"], conflicts=v["conflicts"], cross_split=v["cross_split"],
-                             group_pattern=v["group_pattern"]))
+                             group_pattern=v["group_pattern"], group_by=v["group_by"]))
 
 
 def add_arguments(parser) -> None:

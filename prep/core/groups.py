@@ -6,7 +6,8 @@ Groups come from two places:
   (beam_jobs/dedupe.py finds them during the conversion);
 - user groups, `--group-pattern REGEX`: images whose paths give the same match
   (the regex's first group, or the whole match) belong together, e.g. a patient
-  or video id. Those need no comparison: the key alone decides.
+  or video id; or `--group-by COLUMN`: rows of the label file with the same value
+  in that column. Those need no comparison: the key alone decides.
 
 When the conversion makes the splits (`--split` fractions), a group is *pinned*
 to one split: `pin_split` maps the group's unit (its user key, or the first
@@ -52,6 +53,7 @@ class DedupeOptions:
     conflicts: str = "reject"
     cross_split: str = "report"
     group_pattern: str | None = None
+    group_by: str | None = None  # a column of the label file (ConvertConfig checks there is one)
 
     def __post_init__(self):
         for name, value, allowed in (("duplicates", self.duplicates, DUPLICATES),
@@ -65,11 +67,21 @@ class DedupeOptions:
             except re.error as exc:
                 raise OptionsError(f"--group-pattern {self.group_pattern!r} is not a regular expression: {exc}") \
                     from None
+        if self.group_by is not None and not self.group_by.strip():
+            raise OptionsError("--group-by is empty; leave the option out instead")
+        if self.group_by is not None and self.group_pattern is not None:
+            raise OptionsError("--group-by (a label-file column) and --group-pattern (a path pattern) both name the "
+                               "user groups: pass one of them")
         if self.duplicates == "off":
             changed = [f"--{n}" for n, v, d in (("conflicts", self.conflicts, "reject"),
                                                  ("cross-split", self.cross_split, "report")) if v != d]
             if changed:
                 raise OptionsError(f"{changed[0]} acts on duplicate groups: it cannot be used with --duplicates off")
+
+    @property
+    def user_groups(self) -> bool:
+        """Whether the user names groups (--group-pattern or --group-by)."""
+        return self.group_pattern is not None or self.group_by is not None
 
     @property
     def keys(self) -> bool:
@@ -81,7 +93,7 @@ class DedupeOptions:
         out = {}
         for name, value, default in (("duplicates", self.duplicates, "keep"), ("conflicts", self.conflicts, "reject"),
                                      ("cross_split", self.cross_split, "report"),
-                                     ("group_pattern", self.group_pattern, None)):
+                                     ("group_pattern", self.group_pattern, None), ("group_by", self.group_by, None)):
             if value != default:
                 out[name] = value
         return out
@@ -141,8 +153,35 @@ def _named(members: list[Member], but: Member) -> str:
     return text + (f" and {len(others) - NAMED} more" if len(others) > NAMED else "")
 
 
+def merge_units(links: typing.Iterable[typing.Iterable[str]]) -> dict[str, str]:
+    """{user group: the unit it is pinned by} when duplicate groups link user groups.
+
+    Each link is the user groups of one duplicate group's members; user groups linked,
+    directly or through others, form one unit named by its least key, so that all their
+    images go to one split. Only user groups that are in some duplicate group appear.
+    """
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for link in links:
+        keys = sorted(set(link))
+        for k in keys:
+            parent.setdefault(k, k)
+        for k in keys[1:]:
+            a, b = find(keys[0]), find(k)
+            if a != b:
+                parent[max(a, b)] = min(a, b)  # the root is the least key of its set
+    return {k: find(k) for k in parent}
+
+
 def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
-           fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool) -> tuple[list[Decision], dict]:
+           fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool,
+           unit: str | None = None) -> tuple[list[Decision], dict]:
     """The decisions for one duplicate group, and its line of duplicates.jsonl.
 
     Args:
@@ -152,6 +191,8 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
         fractions: --split fractions, or None when the conversion makes no split.
         single_label: labels can conflict only in single-label classification (other tasks' images carry
             annotations of their own; their `label` is the planner's stratum).
+        unit: what the group is pinned by, when its members are in user groups (`merge_units`); None: the
+            first member's user group, else its path.
     """
     members = sorted(members, key=lambda m: (m.path, m.item))
     first = members[0]
@@ -171,7 +212,7 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
             if m.split != splits[0]:
                 rejects[m.item] = Reject(m.path, "cross_split_duplicate",
                                          f"a duplicate of {kept.path} in split {splits[0]!r}")
-    unit = next((m.user for m in members if m.user), first.path)
+    unit = unit or next((m.user for m in members if m.user), first.path)
     pin = pin_split(seed, unit, fractions) if fractions else ""
     decisions = [Decision(m.item, rejects.get(m.item), pin) for m in members]
     line = {"kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",

@@ -72,4 +72,4 @@ def _list_label_file(config: ConvertConfig) -> Listing:
         except Exception as exc:  # each file system raises its own types
             raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
     return list_label_file(config.source, config.labels, config.classes, data=data,
-                           allow_outside=config.allow_outside_source)
+                           allow_outside=config.allow_outside_source, group_by=config.dedupe.group_by)

@@ -24,8 +24,9 @@ LABEL_COLUMNS = ("path", "label")
 MULTI = "\0multi"  # set in a JSONL row whose label is a list: the file is multi-label
 
 
-def _label_rows(path: str, data: bytes | None):
-    """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file."""
+def _label_rows(path: str, data: bytes | None, group_by: str | None = None):
+    """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file (a CSV or TSV file must
+    have the `group_by` column too, when given)."""
     ext = os.path.splitext(path)[1].lower()
     if data is None:
         try:
@@ -66,7 +67,7 @@ def _label_rows(path: str, data: bytes | None):
             if header is None:
                 raise SourceError(f"label file {path} is empty")
             header = [h.strip() for h in header]
-            missing = [c for c in LABEL_COLUMNS if c not in header]
+            missing = [c for c in (*LABEL_COLUMNS, *([group_by] if group_by else [])) if c not in header]
             if missing:
                 raise SourceError(f"label file {path} has no {missing[0]!r} column (columns: {', '.join(header)})")
             for row in reader:
@@ -147,8 +148,12 @@ def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | N
 
 
 def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None,
-                    data: bytes | None = None, allow_outside: bool = False) -> Listing:
+                    data: bytes | None = None, allow_outside: bool = False, group_by: str | None = None) -> Listing:
     """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
+
+    `group_by` (--group-by) names a column whose value is the row's user group (e.g. a patient
+    id; `prep.core.groups`): a CSV or TSV file must have it, and an empty value (or a JSONL
+    row without it) puts the row in no group.
 
     `data` holds the label file's bytes when the caller read it (object stores);
     SOURCE is then not checked here. Paths outside SOURCE are rejected unless
@@ -162,7 +167,7 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
     refs, rejects, first_line = [], [], {}
     saw_row = multi = False
-    for number, row, problem in _label_rows(label_file, data):
+    for number, row, problem in _label_rows(label_file, data, group_by):
         saw_row = True
         where = f"line {number}"
         if problem is not None:
@@ -195,7 +200,8 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
             rejects.append(Reject(rel, "duplicate", f"{where}: path already listed on line {first_line[rel]}"))
         else:
             first_line[rel] = number
-            refs.append(InputRef(rel, sys.intern(label), split and sys.intern(split)))
+            group = (row.get(group_by) or "").strip() or None if group_by else None
+            refs.append(InputRef(rel, sys.intern(label), split and sys.intern(split), group=group))
     if not saw_row:
         raise SourceError(f"label file {label_file} has no rows")
     if refs and len({r.split is None for r in refs}) > 1:

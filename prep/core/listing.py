@@ -36,10 +36,13 @@ class InputRef(typing.NamedTuple):
     split: str | None
     extra: str | None = None  # those tasks: what the record needs beyond the image, as JSON (`task_inputs`)
     key: str | None = None  # those tasks: the rank key in the group, hex (`ordering.rank_key`)
+    group: str | None = None  # its user group from the label file's --group-by column (prep.core.groups)
 
     def fields(self) -> list:
-        """The fields to stage and hash: a classification input's three, as before these tasks."""
-        return list(self) if self.extra is not None or self.key is not None else list(self[:3])
+        """The fields to stage and hash: a classification input's three, as before these tasks and groups."""
+        if self.group is not None:
+            return list(self)
+        return list(self[:5]) if self.extra is not None or self.key is not None else list(self[:3])
 
 
 class Reject(typing.NamedTuple):

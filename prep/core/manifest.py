@@ -21,8 +21,9 @@ from typing import Any, Iterable, Mapping
 from prep.core.errors import ManifestError
 from prep.core.naming import ShardName, check_split_name
 from prep.core.schema import IGNORE_VALUE, TASKS
-from prep.core.manifest_parts import (BoxAccounting, Category, IndexFile, InFlight, Inputs,  # noqa: F401 (re-exported)
-                                      Resumed, Run, ShardInfo, SplitInfo, deviation)
+from prep.core.manifest_parts import (BoxAccounting, Category, GroupCounts, IndexFile,  # noqa: F401 (re-exported)
+                                      InFlight, Inputs, Resumed, Run, ShardInfo, SplitInfo, deviation,
+                                      fraction_deviation)
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
@@ -75,6 +76,7 @@ class Manifest:
     task: str = "classification"  # one of schema.TASKS; not written for classification (older manifests lack it)
     categories: tuple[Category, ...] | None = None  # detection
     ignore_value: int | None = None  # segmentation: the mask value that marks pixels to ignore
+    groups: GroupCounts | None = None  # only when a duplicate group was found or a group decided a split
 
     @property
     def examples(self) -> int:
@@ -89,12 +91,14 @@ class Manifest:
     @classmethod
     def build(cls, labels, options: dict, written: Iterable[tuple[ShardName, ShardInfo]], inputs: Inputs,
               tool: dict, run: Run, task: str = "classification", categories: tuple[Category, ...] | None = None,
-              max_boxes: dict[str, int] | None = None) -> "Manifest":
+              max_boxes: dict[str, int] | None = None, groups: GroupCounts | None = None,
+              fractions: dict | None = None) -> "Manifest":
         """Assembles the manifest from the shards written, each with its name (split and shard count).
 
         Detection (`task`) adds `categories`, and per split the box counts of its shards and
         `max_boxes` ({split: the most objects of one image}; a split absent holds none);
-        segmentation adds `ignore_value`.
+        segmentation adds `ignore_value`. `groups`, when they say something, are written; `fractions`
+        ({split: --split fraction}, given when groups decided splits) add each split's `fraction_deviation`.
         """
         splits: dict[str, dict] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
@@ -109,15 +113,18 @@ class Manifest:
                 split["box_counts"][label] += n
             split["shards"].append(shard)
         detection, several = task == "detection", task in ("multilabel", "detection")
+        totals = {label: sum(s["class_counts"][label] for s in splits.values()) for label in labels}
         return cls(labels=tuple(labels), options=dict(options),
                    splits={n: SplitInfo(n, s["examples"], s["bytes"], s["num_shards"], s["class_counts"],
                                         tuple(s["shards"]), box_counts=s["box_counts"] if detection else None,
                                         max_boxes=(max_boxes or {}).get(n, 0) if detection else None,
                                         max_deviation=deviation(s["class_counts"], s["examples"], s["shards"])
-                                        if several else None)
+                                        if several else None,
+                                        fraction_deviation=fraction_deviation(s["class_counts"], fractions[n], totals)
+                                        if fractions and n in fractions else None)
                            for n, s in splits.items()},
                    inputs=inputs, tool=dict(tool), run=run, task=task, categories=categories,
-                   ignore_value=IGNORE_VALUE if task == "segmentation" else None)
+                   ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=groups or None)
 
     def to_json(self) -> dict:
         out = {
@@ -136,6 +143,8 @@ class Manifest:
             out["categories"] = [c.to_json() for c in self.categories]
         if self.ignore_value is not None:
             out["ignore_value"] = self.ignore_value
+        if self.groups is not None:
+            out["groups"] = self.groups.to_json()
         return out
 
     def dumps(self) -> bytes:
@@ -204,9 +213,14 @@ class Manifest:
                                            read.get(c, "name", str, f"categories[{i}].name"), source_id))
             categories = tuple(categories)
         ignore_value = read.get(data, "ignore_value", int, "ignore_value") if "ignore_value" in data else None
+        groups = None
+        if "groups" in data:
+            raw = read.get(data, "groups", dict, "groups")
+            groups = GroupCounts(**{f.name: read.get(raw, f.name, int, f"groups.{f.name}")
+                                    for f in dataclasses.fields(GroupCounts)})
         return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,
                    tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")),
-                   task=task, categories=categories, ignore_value=ignore_value)
+                   task=task, categories=categories, ignore_value=ignore_value, groups=groups)
 
     @classmethod
     def load(cls, output: str) -> "Manifest":
@@ -261,8 +275,17 @@ def _split(read: _Reader, name: str, info) -> SplitInfo:
         if isinstance(max_deviation, bool) or not isinstance(max_deviation, (int, float)) or max_deviation < 0:
             raise ManifestError(f"{read.where} is malformed: {field}.max_deviation must be a number >= 0, "
                                 f"got {max_deviation!r}")
+    fraction_dev = None
+    if "fraction_deviation" in info:
+        fraction_dev = read.get(info, "fraction_deviation", dict, f"{field}.fraction_deviation")
+        for label, value in fraction_dev.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ManifestError(f"{read.where} is malformed: {field}.fraction_deviation[{label!r}] must be a "
+                                    f"number, got {value!r}")
+        fraction_dev = dict(fraction_dev)
     return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards),
-                     box_counts=box_counts, max_boxes=max_boxes, max_deviation=max_deviation)
+                     box_counts=box_counts, max_boxes=max_boxes, max_deviation=max_deviation,
+                     fraction_deviation=fraction_dev)
 
 
 def dumps(document: dict) -> bytes:

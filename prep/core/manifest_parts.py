@@ -59,6 +59,9 @@ class SplitInfo:
     max_boxes: int | None = None  # detection: the most objects one image of the split holds
     # multilabel, detection: the largest |images of a class in a shard - its proportional share| (`deviation`)
     max_deviation: float | None = None
+    # --split fractions with groups pinned to splits: {class: records - fraction x the class's records in all
+    # splits} (`fraction_deviation`)
+    fraction_deviation: dict[str, float] | None = None
 
     def to_json(self) -> dict:
         out = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
@@ -69,7 +72,51 @@ class SplitInfo:
             out["max_boxes"] = self.max_boxes
         if self.max_deviation is not None:
             out["max_deviation"] = self.max_deviation
+        if self.fraction_deviation is not None:
+            out["fraction_deviation"] = dict(self.fraction_deviation)
         return out
+
+
+def fraction_deviation(class_counts: dict[str, int], fraction, totals: dict[str, int]) -> dict[str, float]:
+    """{class: the split's count of it - `fraction` x its count over all splits}, to 1/1000: how far a split is
+    from its fraction, per class, once groups are kept whole."""
+    return {name: round(float(n - fraction * totals.get(name, 0)), 3) or 0.0 for name, n in class_counts.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupCounts:
+    """The manifest's `groups`: duplicate groups found while converting, and images whose split a group decided.
+
+    `rejected` counts the inputs the group policies rejected, which `inputs.rejected_by_reason` holds as
+    `duplicate_of`, `label_conflict` and `cross_split_duplicate` (`REASONS`): they always agree.
+    """
+
+    duplicate_groups: int = 0
+    duplicate_images: int = 0  # images in duplicate groups
+    exact_groups: int = 0  # groups of identical stored bytes
+    near_groups: int = 0
+    conflict_groups: int = 0  # groups whose images carry different labels
+    cross_split_groups: int = 0  # groups across the splits SOURCE gives
+    cross_split_images: int = 0  # their images outside the group's first split
+    rejected: int = 0
+    pinned_images: int = 0  # images sent to their group's split (--split), duplicate and user groups
+    refused_unions: int = 0  # unions the group size bound refused
+    skipped_comparisons: int = 0  # pairs of oversized hash buckets not compared
+
+    REASONS = ("duplicate_of", "label_conflict", "cross_split_duplicate")
+
+    def plus(self, counts) -> "GroupCounts":
+        """These counts with `counts` ((name, n), ...) added."""
+        out = dataclasses.asdict(self)
+        for name, n in counts:
+            out[name] += n
+        return GroupCounts(**out)
+
+    def __bool__(self) -> bool:
+        return any(dataclasses.astuple(self))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def deviation(split_counts: dict[str, int], examples: int, shards) -> float:

@@ -280,5 +280,8 @@ def multilabel_listing(listing: Listing, seed: int, plan=None, source: str | Non
     items = [(r.path, r.split, [ids[n] for n in r.label.split("|")],
               {"l": sorted({ids[n] for n in r.label.split("|")})}) for r in listing.refs]
     refs = strata_refs(items, listing.classes, seed, plan, source)
+    user = {r.path: r.group for r in listing.refs if r.group is not None}  # --group-by
+    if user:
+        refs = [r._replace(group=user.get(r.path)) for r in refs]
     return Listing(tuple(refs), listing.rejects, listing.classes, task="multilabel",
                    groups=listing.classes + (NO_STRATUM,))

@@ -13,6 +13,7 @@ from tests.support import datasets
 from tests.support.photos import EDITS, jpeg, photo
 from prep.core.schema import ImageRecord
 from tests.support.shards import shard_bytes
+from prep.core.manifest import Manifest
 
 SIZE = (96, 72)
 KINDS = ("copy", "reencode_q60", "resize_75", "crop_5")  # brightness is checked by the keys' own tests
@@ -56,9 +57,32 @@ def rejects(out: pathlib.Path) -> list[dict]:
 
 
 def reconciles(out: pathlib.Path) -> dict:
-    inputs = datasets.load(out)["inputs"]
+    """The inputs reconcile, and the manifest's `groups` agree with rejects.jsonl and duplicates.jsonl."""
+    manifest = datasets.load(out)
+    Manifest.from_json(json.dumps(manifest))  # the typed reader takes what was written
+    inputs = manifest["inputs"]
     assert inputs["found"] == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    groups = manifest.get("groups")
+    by_reason = inputs.get("rejected_by_reason", {})
+    policy = sum(by_reason.get(r, 0) for r in ("duplicate_of", "label_conflict", "cross_split_duplicate"))
+    if groups is None:
+        assert policy == 0 and not (out / "duplicates.jsonl").exists()
+        return inputs
+    assert groups["rejected"] == policy
+    if (out / "duplicates.jsonl").exists():
+        header = json.loads((out / "duplicates.jsonl").read_text().splitlines()[0])
+        assert (groups["duplicate_groups"], groups["duplicate_images"]) == (header["groups"], header["images"])
+        assert groups["rejected"] == header["rejected"]
     return inputs
+
+
+def deviations_hold(out: pathlib.Path, fractions: dict[str, float]) -> None:
+    """Each split's fraction_deviation is its class count minus its fraction of the class's total."""
+    splits = datasets.load(out)["splits"]
+    for name, share in fractions.items():
+        for cls, dev in splits[name]["fraction_deviation"].items():
+            total = sum(s["class_counts"][cls] for s in splits.values())
+            assert dev == pytest.approx(splits[name]["class_counts"][cls] - share * total, abs=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +102,10 @@ def test_no_group_straddles_the_splits_made_by_fractions(tree, tmp_path, seed):
     assert len(where) == 2 * 24 + len(groups) * len(KINDS)  # keep: every image written
     inputs = reconciles(out)
     assert inputs["rejected"] == 0
+    counts = datasets.load(out)["groups"]
+    assert counts["pinned_images"] == len(groups) * (1 + len(KINDS))  # every member of a planted group
+    assert counts["exact_groups"] + counts["near_groups"] == counts["duplicate_groups"] == len(groups)
+    deviations_hold(out, {"train": 0.5, "validation": 0.25, "test": 0.25})
     report = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
     assert report[0]["groups"] == len(groups) and report[0]["images"] == len(groups) * (1 + len(KINDS))
     assert {frozenset(m["path"] for m in line["members"]) for line in report[1:]} == {frozenset(g) for g in groups}
@@ -103,6 +131,24 @@ def test_drop_keeps_the_first_by_path_and_rejects_the_others_naming_it(tree, tmp
     assert inputs["written"] == 48
 
 
+def test_inspect_lists_the_first_duplicate_groups(tree, tmp_path, run_cli, monkeypatch):
+    src, groups = tree
+    out = datasets.convert(src, tmp_path / "out", "--duplicates", "drop")
+    result = run_cli("inspect", out)
+    assert result.exit_code == 0, result.output
+    first = sorted(sorted(groups, key=min)[0])
+    assert f"duplicate groups: {len(groups)} (" in result.output
+    assert f"    {first[0]} cat" in result.output and f"    {first[1]} cat  rejected duplicate_of" in result.output
+    document = json.loads(run_cli("inspect", out, "--json").output)
+    assert document["groups"]["duplicate_groups"] == len(groups)
+    assert document["duplicates"]["groups"][0]["members"][0]["path"] == first[0]
+    monkeypatch.setattr("prep.inspect.duplicate_groups.__defaults__", (2, 3))
+    short = run_cli("inspect", out).output
+    assert f"... and {len(groups) - 2} more groups" in short and "    ... and 2 more" in short
+    off = datasets.convert(src, tmp_path / "off", "--duplicates", "off")
+    assert "duplicate groups" not in run_cli("inspect", off).output
+
+
 def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
     src = tmp_path / "src"
     planted_tree(src, photos=10, planted=0)
@@ -113,6 +159,7 @@ def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
     assert got["cat/p003.jpg"]["reason"] == "label_conflict" and "dog/also_cat.jpg (dog)" in got["cat/p003.jpg"]["detail"]
     assert "cat/p003.jpg (cat)" in got["dog/also_cat.jpg"]["detail"]
     assert reconciles(out)["rejected_by_reason"] == {"label_conflict": 2}
+    assert datasets.load(out)["groups"]["conflict_groups"] == 1
     kept = datasets.convert(src, tmp_path / "kept", "--split", "train=0.5,test=0.5", "--conflicts", "keep")
     where = split_of(kept)
     assert where["cat/p003.jpg"] == where["dog/also_cat.jpg"]
@@ -133,6 +180,64 @@ def test_group_pattern_keeps_each_patient_in_one_split(tmp_path):
     assert all(len(s) == 1 for s in by_patient.values()), by_patient
     assert len({next(iter(s)) for s in by_patient.values()}) == 2  # both splits got patients
     reconciles(out)
+    manifest = datasets.load(out)
+    assert manifest["groups"]["pinned_images"] == 40 and manifest["groups"]["duplicate_groups"] == 0
+    deviations_hold(out, {"train": 0.6, "test": 0.4})
+
+
+def _patients(src: pathlib.Path, n: int = 48, patients: int = 9) -> pathlib.Path:
+    """n scans of `patients` patients in one flat folder, and labels.csv with a patient column."""
+    rows = ["path,label,patient"]
+    for i in range(n):
+        _write(src / f"scan{i:03d}.jpg", jpeg(photo(1200 + i, SIZE)))
+        rows.append(f"scan{i:03d}.jpg,{('cat', 'dog')[i % 2]},{'' if i % 11 == 10 else f'P{i % patients}'}")
+    (src.parent / "labels.csv").write_text("\n".join(rows) + "\n")
+    return src.parent / "labels.csv"
+
+
+def _by_patient(labels: pathlib.Path, where: dict[str, str]) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for line in labels.read_text().splitlines()[1:]:
+        path, _, patient = line.split(",")
+        if patient and path in where:
+            out.setdefault(patient, set()).add(where[path])
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_group_by_keeps_each_patient_of_the_label_file_in_one_split(tmp_path, seed):
+    labels = _patients(tmp_path / "src")
+    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "patient",
+                           "--split", "train=0.6,test=0.4", "--seed", seed)
+    by_patient = _by_patient(labels, split_of(out))
+    assert len(by_patient) == 9 and all(len(s) == 1 for s in by_patient.values()), by_patient
+    assert {next(iter(s)) for s in by_patient.values()} == {"train", "test"}
+    assert datasets.load(out)["options"]["group_by"] == "patient"
+    reconciles(out)
+    assert datasets.load(out)["groups"]["pinned_images"] == 48 - 4  # the rows without a patient are free
+    deviations_hold(out, {"train": 0.6, "test": 0.4})
+
+
+def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_path):
+    labels = _patients(tmp_path / "src")
+    # scan 0 (patient P0) filed again under patient P1: P0 and P1 become one group
+    _write(tmp_path / "src" / "again.jpg", (tmp_path / "src" / "scan000.jpg").read_bytes())
+    labels.write_text(labels.read_text() + "again.jpg,cat,P1\n")
+    for seed in (4, 7, 8):  # seeds that pin P0 and P1 apart on their own
+        out = datasets.convert(tmp_path / "src", tmp_path / f"out{seed}", "--labels", labels, "--group-by",
+                               "patient", "--split", "train=0.5,test=0.5", "--seed", seed)
+        by_patient = _by_patient(labels, split_of(out))
+        assert by_patient["P0"] == by_patient["P1"] and len(by_patient["P0"]) == 1, (seed, by_patient)
+        reconciles(out)
+
+
+def test_group_by_needs_the_column_and_a_label_file(tmp_path, run_cli):
+    labels = _patients(tmp_path / "src", n=6)
+    result = run_cli("convert", tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "visit",
+                     "--no-progress")
+    assert result.exit_code != 0 and "has no 'visit' column" in result.output
+    result = run_cli("convert", tmp_path / "src", tmp_path / "out2", "--group-by", "patient", "--no-progress")
+    assert result.exit_code != 0 and "--group-by 'patient' names a column of the label file" in result.output
 
 
 def test_bad_group_pattern_is_a_one_line_error(tree, run_cli, tmp_path):
@@ -159,6 +264,10 @@ def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp
     assert "2 duplicate group(s) span splits" in result.output  # the warning
     report = [json.loads(line) for line in (tmp_path / "out" / "duplicates.jsonl").read_text().splitlines()]
     assert report[0]["cross_split_groups"] == 2 and report[0]["cross_split_images"] == 2
+    reconciles(tmp_path / "out")
+    groups = datasets.load(tmp_path / "out")["groups"]
+    assert (groups["cross_split_groups"], groups["cross_split_images"], groups["pinned_images"]) == (2, 2, 0)
+    assert all("fraction_deviation" not in s for s in datasets.load(tmp_path / "out")["splits"].values())
     assert {(m["path"], m["split"]) for line in report[1:] for m in line["members"]} == {
         ("train/cat/cat2.jpg", "train"), ("test/cat/leak.jpg", "test"),
         ("train/dog/dog5.jpg", "train"), ("test/dog/leak_q60.jpg", "test")}
@@ -185,5 +294,5 @@ def test_same_bytes_at_one_and_two_workers(tree, tmp_path):
 def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
     src, _ = tree
     out = datasets.convert(src, tmp_path / "out", "--duplicates", "off")
-    assert not (out / "duplicates.jsonl").exists()
+    assert not (out / "duplicates.jsonl").exists() and "groups" not in datasets.load(out)
     assert datasets.load(out)["inputs"]["written"] == 48 + 6 * len(KINDS)

@@ -7,7 +7,8 @@ from fractions import Fraction
 import pytest
 
 from prep.core.errors import OptionsError
-from prep.core.groups import DedupeOptions, Member, decide, pin_split, summarize, user_group
+from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize, user_group
+from prep.core.label_file import list_label_file
 from prep.core.layout import PlanOptions, largest_remainder, make_layout
 
 FRACTIONS = (("train", Fraction(1, 2)), ("validation", Fraction(1, 4)), ("test", Fraction(1, 4)))
@@ -26,6 +27,37 @@ def test_options_are_checked_with_the_option_named():
         DedupeOptions(duplicates="off", conflicts="keep")
     assert DedupeOptions().manifest_options() == {}
     assert DedupeOptions(duplicates="drop").manifest_options() == {"duplicates": "drop"}
+
+
+def test_group_by_is_checked_and_recorded():
+    with pytest.raises(OptionsError, match="--group-by .* and --group-pattern .* pass one of them"):
+        DedupeOptions(group_by="patient", group_pattern="p")
+    with pytest.raises(OptionsError, match="--group-by is empty"):
+        DedupeOptions(group_by=" ")
+    assert DedupeOptions(group_by="patient").manifest_options() == {"group_by": "patient"}
+    assert DedupeOptions(group_by="patient").user_groups and not DedupeOptions().user_groups
+
+
+def test_group_by_reads_the_column_of_the_label_file(tmp_path):
+    (tmp_path / "l.csv").write_text("path,label,patient\na.jpg,cat,P1\nb.jpg,dog, \nc.jpg,cat,P1\n")
+    refs = list_label_file(str(tmp_path), str(tmp_path / "l.csv"), group_by="patient").refs
+    assert [(r.path, r.group) for r in refs] == [("a.jpg", "P1"), ("b.jpg", None), ("c.jpg", "P1")]
+    assert refs[1].fields() == ["b.jpg", "dog", None]  # no group: staged as before the option
+    assert list_label_file(str(tmp_path), str(tmp_path / "l.csv")).refs[0].group is None
+    (tmp_path / "l.jsonl").write_text('{"path": "a.jpg", "label": "cat", "patient": 7}\n'
+                                      '{"path": "b.jpg", "label": "cat"}\n')
+    refs = list_label_file(str(tmp_path), str(tmp_path / "l.jsonl"), group_by="patient").refs
+    assert [r.group for r in refs] == ["7", None]
+
+
+def test_duplicates_merge_the_user_groups_they_link():
+    units = merge_units([["P3", "P1"], ["P7"], ["P3", "P9"], ["P5", "P8"]])
+    assert units == {"P1": "P1", "P3": "P1", "P9": "P1", "P7": "P7", "P5": "P5", "P8": "P5"}
+    assert merge_units([]) == {}
+    # decide pins the group by its unit, whatever its own members' user groups
+    members = [member(1, "a.jpg", user="P3"), member(2, "b.jpg", user="P9")]
+    decisions, _ = decide(members, DedupeOptions(), 0, FRACTIONS, True, unit="P1")
+    assert {d.pin for d in decisions} == {pin_split(0, "P1", FRACTIONS)}
 
 
 def test_user_group_is_the_first_group_or_the_whole_match():
@@ -117,3 +149,12 @@ def test_a_pinned_group_larger_than_its_share_takes_from_the_other_splits():
     layout = make_layout(sizes, 1, options, 100)
     check_balance(layout, sizes, options)
     assert {s.name: s.examples for s in layout.splits} == {"train": 9, "validation": 1, "test": 8}
+
+
+def test_group_by_survives_the_multilabel_listing(tmp_path):
+    from prep.core.task_inputs import multilabel_listing
+
+    (tmp_path / "l.csv").write_text("path,label,patient\na.jpg,cat|dog,P1\nb.jpg,dog,P2\nc.jpg,cat,\n")
+    listing = list_label_file(str(tmp_path), str(tmp_path / "l.csv"), group_by="patient")
+    refs = multilabel_listing(listing, seed=0).refs
+    assert {r.path: r.group for r in refs} == {"a.jpg": "P1", "b.jpg": "P2", "c.jpg": None}

@@ -108,3 +108,42 @@ def test_a_malformed_task_field_is_named(edit, message):
     edit(doc)
     with pytest.raises(ManifestError, match=message):
         Manifest.from_json(doc)
+
+
+def test_groups_and_fraction_deviation_round_trip_and_are_checked():
+    doc = document()
+    doc["groups"] = {"duplicate_groups": 2, "duplicate_images": 5, "exact_groups": 1, "near_groups": 1,
+                     "conflict_groups": 0, "cross_split_groups": 0, "cross_split_images": 0, "rejected": 1,
+                     "pinned_images": 5, "refused_unions": 0, "skipped_comparisons": 0}
+    doc["splits"]["train"]["fraction_deviation"] = {"cat": -0.5, "dog": 0.5}
+    data = dumps(doc)
+    manifest = Manifest.from_json(data)
+    assert manifest.dumps() == data and manifest.groups.pinned_images == 5
+    assert manifest.splits["train"].fraction_deviation == {"cat": -0.5, "dog": 0.5}
+    bad = json.loads(data)
+    bad["groups"].pop("rejected")
+    with pytest.raises(ManifestError, match="groups.rejected must be an integer >= 0, got None"):
+        Manifest.from_json(bad)
+    bad = json.loads(data)
+    bad["splits"]["train"]["fraction_deviation"]["cat"] = "x"
+    with pytest.raises(ManifestError, match=r"splits.train.fraction_deviation\['cat'\] must be a number"):
+        Manifest.from_json(bad)
+
+
+def test_build_writes_groups_only_when_they_say_something_and_deviations_per_class():
+    from fractions import Fraction
+
+    from prep.core.manifest import GroupCounts, Run
+
+    shard = ShardInfo("train-00000-of-00001.tfrecord", 0, 3, 10, "ab", {"cat": 2, "dog": 1})
+    test = ShardInfo("test-00000-of-00001.tfrecord", 0, 1, 10, "cd", {"cat": 0, "dog": 1})
+    written = [(ShardName("train", 0, 1), shard), (ShardName("test", 0, 1), test)]
+    inputs = Inputs(found=4, written=4, rejected=0, capped=0)
+    plain = Manifest.build(["cat", "dog"], {}, written, inputs, {}, Run(), groups=GroupCounts())
+    assert "groups" not in plain.to_json() and plain.splits["train"].fraction_deviation is None
+    pinned = Manifest.build(["cat", "dog"], {}, written, inputs, {}, Run(),
+                            groups=GroupCounts().plus([("pinned_images", 2)]),
+                            fractions={"train": Fraction(1, 2), "test": Fraction(1, 2)})
+    assert pinned.to_json()["groups"]["pinned_images"] == 2
+    assert pinned.splits["train"].fraction_deviation == {"cat": 1.0, "dog": 0.0}
+    assert pinned.splits["test"].fraction_deviation == {"cat": -1.0, "dog": 0.0}

@@ -1,0 +1,138 @@
+"""What the dedupe stage costs at scale: `prep convert` with duplicates found (the default) against
+`--duplicates off`, on one large generated set, interleaved.
+
+    python bench/dedupe_scale.py --count 100000 --repeats 2
+    python bench/dedupe_scale.py --count 20000 --repeats 2 --data /tmp/dedupe-scale
+
+The set (generated once, cached under --data): `--count` small JPEGs (64x64, quality 90) in 10 class
+folders, photo-like scenes from tests/support/photos.py so that the perceptual hashes spread as real
+photos' do, and 1% of them planted near-copies (exact copies, re-encodes at quality 60, brightness +12%)
+in the same class. Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
+checkout's code (PYTHONPATH), after the previous output is deleted and synced. "wall" is the whole
+command, "pipeline" the manifest's run.seconds; "peak tree RSS" is the summed RSS of the command and all
+its child processes, polled every 20 ms (tests/support/proctree.py). The table gives medians and each
+mode's ratio to --duplicates off. Results also go to bench/results/dedupe-scale-<count>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+from tests.support.photos import EDITS, jpeg, photo  # noqa: E402  (bench/ scripts run as files)
+from tests.support.proctree import TreePeak  # noqa: E402
+
+CLASSES = 10
+SIZE = (64, 64)
+PLANTED = ("copy", "reencode_q60", "brightness_12")
+MODES = {"dedupe (default)": [], "--duplicates off": ["--duplicates", "off"]}
+
+
+def _make(job: tuple[int, int, str]) -> None:
+    start, stop, root = job
+    rnd = random.Random(start)
+    for i in range(start, stop):
+        data = jpeg(photo(1_000_003 + i, SIZE))
+        folder = pathlib.Path(root) / f"class{i % CLASSES:02d}"
+        (folder / f"img{i:07d}.jpg").write_bytes(data)
+        if i % 100 == 7:  # 1%: a planted near-copy in the same class
+            kind = PLANTED[(i // 100) % len(PLANTED)]
+            (folder / f"dup{i:07d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
+
+
+def ensure_data(count: int, data: pathlib.Path, jobs: int) -> pathlib.Path:
+    """DATA/src-<count>, generated on first use (written under a temporary name, then renamed)."""
+    source = data / f"src-{count}"
+    if source.exists():
+        return source
+    tmp = data / f"src-{count}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for c in range(CLASSES):
+        (tmp / f"class{c:02d}").mkdir(parents=True)
+    step = 2000
+    todo = [(s, min(s + step, count), str(tmp)) for s in range(0, count, step)]
+    started = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        for done, _ in enumerate(pool.map(_make, todo), 1):
+            print(f"generated {min(done * step, count)} / {count} ({time.perf_counter() - started:.0f} s)",
+                  file=sys.stderr)
+    tmp.rename(source)
+    return source
+
+
+def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], workers: int) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()
+    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source), str(out), "--workers", str(workers),
+           "--no-progress", *extra]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    with TreePeak(proc.pid, interval=0.02) as peak:
+        stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {stderr.decode()[-2000:]}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = out / "duplicates.jsonl"
+    groups = json.loads(report.read_text().splitlines()[0])["groups"] if report.exists() else 0
+    return {"wall": wall, "pipeline": manifest["run"]["seconds"], "tree_rss_mb": peak.peak / 2**20,
+            "examples": manifest["inputs"]["written"], "groups": groups, "stdout": stdout.decode()}
+
+
+def table(count: int, results: dict[str, list[dict]]) -> str:
+    base = {k: statistics.median(r[k] for r in results["--duplicates off"]) for k in ("wall", "pipeline")}
+    lines = [f"prep convert, {count} generated 64x64 JPEGs (+1% planted copies), 2 workers, "
+             f"median of {len(next(iter(results.values())))}",
+             f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'pipeline s':>10} {'x off':>6} "
+             f"{'peak tree RSS MB':>16}"]
+    for mode, runs in results.items():
+        wall = statistics.median(r["wall"] for r in runs)
+        pipe = statistics.median(r["pipeline"] for r in runs)
+        rss = statistics.median(r["tree_rss_mb"] for r in runs)
+        lines.append(f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} {wall:>8.2f} "
+                     f"{wall / base['wall']:>6.3f} {pipe:>10.2f} {pipe / base['pipeline']:>6.3f} {rss:>16.0f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path("/tmp/dedupe-scale"))
+    parser.add_argument("--generate-only", action="store_true", help="make the set and stop")
+    args = parser.parse_args(argv)
+    source = ensure_data(args.count, args.data, args.workers)
+    if args.generate_only:
+        return
+    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    for repeat in range(args.repeats):
+        for mode, extra in (MODES.items() if repeat % 2 == 0 else reversed(MODES.items())):
+            r = run_once(source, args.data / "out", extra, args.workers)
+            results[mode].append(r)
+            print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, pipeline {r['pipeline']:.2f} s, "
+                  f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}", file=sys.stderr)
+    shutil.rmtree(args.data / "out", ignore_errors=True)
+    print(table(args.count, results))
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+    (results_dir / f"dedupe-scale-{args.count}.json").write_text(json.dumps(
+        {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
+        indent=1))
+
+
+if __name__ == "__main__":
+    main()

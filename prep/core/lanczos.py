@@ -1,0 +1,70 @@
+"""Pillow's LANCZOS resize of an 8-bit gray image to GRID x GRID, as two matrix products. Pure: numpy.
+
+The perceptual hashes (content_keys.py) resize five crops of every image to 32x32;
+`Image.resize` costs ~70 us a call on a small image, most of it per-call overhead,
+which made the keys cost more than the conversion they ride on. This computes the
+same bytes: Pillow's resampling (libImaging/Resample.c) takes, per output pixel,
+the Lanczos-3 weights of `precompute_coeffs` normalised to sum 1, turns them into
+22-bit fixed point (`normalize_coeffs_8bpc`, rounding half away from zero), and
+runs a horizontal then a vertical pass, each rounding (adding half, shifting) and
+clipping to 0..255; a pass whose size does not change is skipped. Here the
+weights are one dense integer matrix per (input size, output size), cached, and
+each pass is a float64 product: exact, since the sums stay far below 2**53.
+tests/unit/prep/test_content_keys.py checks the bytes against Pillow's.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+PRECISION_BITS = 22  # Pillow's for 8-bit images: 32 - 8 - 2
+_HALF = float(1 << (PRECISION_BITS - 1))
+_ONE = float(1 << PRECISION_BITS)
+SUPPORT = 3.0
+
+
+def _sinc(x: float) -> float:
+    if x == 0.0:
+        return 1.0
+    x *= math.pi
+    return math.sin(x) / x
+
+
+def _lanczos(x: float) -> float:
+    return _sinc(x) * _sinc(x / 3) if -SUPPORT <= x < SUPPORT else 0.0
+
+
+@functools.lru_cache(maxsize=1024)
+def weights(in_size: int, out_size: int) -> np.ndarray:
+    """The (out_size, in_size) fixed-point weights of one pass, as Pillow computes them (box 0..in_size)."""
+    scale = in_size / out_size
+    filterscale = max(scale, 1.0)
+    support = SUPPORT * filterscale
+    m = np.zeros((out_size, in_size))
+    for xx in range(out_size):
+        center = (xx + 0.5) * scale
+        xmin = max(int(center - support + 0.5), 0)
+        count = min(int(center + support + 0.5), in_size) - xmin
+        k = [_lanczos((x + xmin - center + 0.5) / filterscale) for x in range(count)]
+        total = 0.0
+        for w in k:  # summed in Pillow's order
+            total += w
+        for x, w in enumerate(k):
+            w = w / total if total != 0.0 else w
+            m[xx, xmin + x] = int(w * _ONE - 0.5) if w < 0 else int(w * _ONE + 0.5)
+    m.setflags(write=False)
+    return m
+
+
+def resize(gray: np.ndarray, side: int) -> np.ndarray:
+    """`Image.fromarray(gray, "L").resize((side, side), Image.Resampling.LANCZOS)`'s pixels, as float64."""
+    h, w = gray.shape
+    x = gray.astype(np.float64)
+    if w != side:
+        x = np.clip(np.floor((x @ weights(w, side).T + _HALF) / _ONE), 0, 255)
+    if h != side:
+        x = np.clip(np.floor((weights(h, side) @ x + _HALF) / _ONE), 0, 255)
+    return x
