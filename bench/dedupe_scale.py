@@ -3,8 +3,9 @@
 
     python bench/dedupe_scale.py --count 100000 --repeats 2
     python bench/dedupe_scale.py --count 20000 --repeats 2 --data /tmp/dedupe-scale
+    python bench/dedupe_scale.py --count 5000 --size 500x375 --convert-args="--resize 256"   # photo-sized
 
-The set (generated once, cached under --data): `--count` small JPEGs (64x64, quality 90) in 10 class
+The set (generated once, cached under --data): `--count` JPEGs (--size, default 64x64, quality 90) in 10 class
 folders, photo-like scenes from tests/support/photos.py so that the perceptual hashes spread as real
 photos' do, and 1% of them planted near-copies (exact copies, re-encodes at quality 60, brightness +12%)
 in the same class. Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
@@ -40,11 +41,11 @@ PLANTED = ("copy", "reencode_q60", "brightness_12")
 MODES = {"dedupe (default)": [], "--duplicates off": ["--duplicates", "off"]}
 
 
-def _make(job: tuple[int, int, str]) -> None:
-    start, stop, root = job
+def _make(job: tuple[int, int, str, tuple[int, int]]) -> None:
+    start, stop, root, size = job
     rnd = random.Random(start)
     for i in range(start, stop):
-        data = jpeg(photo(1_000_003 + i, SIZE))
+        data = jpeg(photo(1_000_003 + i, size))
         folder = pathlib.Path(root) / f"class{i % CLASSES:02d}"
         (folder / f"img{i:07d}.jpg").write_bytes(data)
         if i % 100 == 7:  # 1%: a planted near-copy in the same class
@@ -52,17 +53,17 @@ def _make(job: tuple[int, int, str]) -> None:
             (folder / f"dup{i:07d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
 
 
-def ensure_data(count: int, data: pathlib.Path, jobs: int) -> pathlib.Path:
-    """DATA/src-<count>, generated on first use (written under a temporary name, then renamed)."""
-    source = data / f"src-{count}"
+def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE) -> pathlib.Path:
+    """DATA/src-<count>[-WxH], generated on first use (written under a temporary name, then renamed)."""
+    source = data / (f"src-{count}" + ("" if size == SIZE else f"-{size[0]}x{size[1]}"))
     if source.exists():
         return source
-    tmp = data / f"src-{count}.partial"
+    tmp = source.with_name(source.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     for c in range(CLASSES):
         (tmp / f"class{c:02d}").mkdir(parents=True)
     step = 2000
-    todo = [(s, min(s + step, count), str(tmp)) for s in range(0, count, step)]
+    todo = [(s, min(s + step, count), str(tmp), size) for s in range(0, count, step)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
         for done, _ in enumerate(pool.map(_make, todo), 1):
@@ -92,9 +93,9 @@ def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], workers:
             "examples": manifest["inputs"]["written"], "groups": groups, "stdout": stdout.decode()}
 
 
-def table(count: int, results: dict[str, list[dict]]) -> str:
+def table(count: int, results: dict[str, list[dict]], what: str = "64x64 JPEGs") -> str:
     base = {k: statistics.median(r[k] for r in results["--duplicates off"]) for k in ("wall", "pipeline")}
-    lines = [f"prep convert, {count} generated 64x64 JPEGs (+1% planted copies), 2 workers, "
+    lines = [f"prep convert, {count} generated {what} (+1% planted copies), 2 workers, "
              f"median of {len(next(iter(results.values())))}",
              f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'pipeline s':>10} {'x off':>6} "
              f"{'peak tree RSS MB':>16}"]
@@ -114,22 +115,26 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path("/tmp/dedupe-scale"))
     parser.add_argument("--generate-only", action="store_true", help="make the set and stop")
+    parser.add_argument("--size", default="64x64", help="WxH of the generated JPEGs")
+    parser.add_argument("--convert-args", default="",
+                        help="more prep convert options for both modes, e.g. '--resize 256'")
     args = parser.parse_args(argv)
-    source = ensure_data(args.count, args.data, args.workers)
+    size = tuple(int(v) for v in args.size.split("x"))
+    source = ensure_data(args.count, args.data, args.workers, size)
     if args.generate_only:
         return
     results: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for repeat in range(args.repeats):
         for mode, extra in (MODES.items() if repeat % 2 == 0 else reversed(MODES.items())):
-            r = run_once(source, args.data / "out", extra, args.workers)
+            r = run_once(source, args.data / "out", [*args.convert_args.split(), *extra], args.workers)
             results[mode].append(r)
             print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, pipeline {r['pipeline']:.2f} s, "
                   f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}", file=sys.stderr)
     shutil.rmtree(args.data / "out", ignore_errors=True)
-    print(table(args.count, results))
+    print(table(args.count, results, f"{args.size} JPEGs" + (f", {args.convert_args}" if args.convert_args else "")))
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
-    (results_dir / f"dedupe-scale-{args.count}.json").write_text(json.dumps(
+    (results_dir / f"dedupe-scale-{args.count}{'' if size == SIZE else '-' + args.size}.json").write_text(json.dumps(
         {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
         indent=1))
 

@@ -82,6 +82,8 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data", default=str(HERE / "data"))
+    parser.add_argument("--convert-args", default="", help="more prep convert options for every run, e.g. "
+                        "'--duplicates off' to time the task paths without the dedupe stage")
     args = parser.parse_args(argv)
     root = pathlib.Path(args.data) / f"detection-{args.count}"
     boxes = make_set(root, args.count)
@@ -91,10 +93,10 @@ def main(argv=None) -> None:
     for _ in range(args.repeats):
         for mode, extra in modes.items():
             for task in ("classification", "detection"):
-                times.setdefault((mode, task), []).append(run(root, out, task, extra))
+                times.setdefault((mode, task), []).append(run(root, out, task, [*extra, *args.convert_args.split()]))
     shutil.rmtree(out, ignore_errors=True)
     print(f"{args.count} images, {boxes} boxes ({boxes / args.count:.1f} per image), median of {args.repeats}, "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores" + (f", {args.convert_args}" if args.convert_args else ""))
     print(f"{'mode':<14} {'classification img/s':>21} {'detection img/s':>16} {'boxes/s':>9} {'ratio':>6}")
     results = {}
     for mode in modes:
@@ -104,8 +106,10 @@ def main(argv=None) -> None:
                          "detection_boxes_per_s": round(d * boxes / args.count, 1), "ratio": round(d / c, 3)}
         print(f"{mode:<14} {c:>21.1f} {d:>16.1f} {d * boxes / args.count:>9.0f} {d / c:>6.2f}")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"detection-{args.count}.json").write_text(json.dumps(
-        {"count": args.count, "boxes": boxes, "repeats": args.repeats, "cores": os.cpu_count(), "results": results},
+    suffix = "-" + "_".join(args.convert_args.replace("-", "").split()) if args.convert_args else ""
+    (HERE / "results" / f"detection-{args.count}{suffix}.json").write_text(json.dumps(
+        {"count": args.count, "convert_args": args.convert_args, "boxes": boxes, "repeats": args.repeats,
+         "cores": os.cpu_count(), "results": results},
         indent=1) + "\n")
 
 
