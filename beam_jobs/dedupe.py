@@ -44,7 +44,7 @@ import numpy as np
 from beam_jobs import grouping
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
-from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize
+from prep.core.groups import DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize
 from prep.core import band_scan, near_pairs
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
@@ -183,14 +183,23 @@ def decide_group(element, options: DedupeOptions, seed: int, fractions, single_l
     decisions, line = decide(members, options, seed, fractions, single_label, unit)
     for d in decisions:
         yield "decision", (grouping.item_chunk(d.item), d)
-    yield "line", line
+    yield "line", {**line, "_movable": decisions[0].movable}  # write_report balances those groups' splits
 
 
-def write_report(element, output: str):
+def write_report(element, output: str, work: WorkDir, fractions):
     """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl when a group was found (or a comparison or a
-    union left out), and yields the marker regroup waits on."""
+    union left out), and yields the marker regroup waits on. Under --split, first picks the split of each
+    group no user group pins (`balance_pins`, recorded for regroup: `grouping.write_pins`)."""
     _, values = element
     lines = sorted((v for kind, v in values if kind == "line"), key=lambda line: line["members"][0]["path"])
+    movable = [line for line in lines if line["_movable"]]
+    if fractions and movable:
+        pins = balance_pins([(line["_movable"], _kept_labels(line)) for line in movable], fractions)
+        grouping.write_pins(work, pins)
+        for line in movable:
+            for m in line["members"]:
+                m["split"] = pins.get(line["_movable"], m["split"])
+    lines = [{k: v for k, v in line.items() if k != "_movable"} for line in lines]
     refused = sum(v[0] for kind, v in values if kind == "stats")
     skipped = sum(v[1] for kind, v in values if kind == "stats")
     header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines, refused, skipped)}
@@ -203,6 +212,14 @@ def write_report(element, output: str):
     yield -1, ("notes", grouping.report_notes(header))
 
 
+def _kept_labels(line: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in line["members"]:
+        if m["rejected"] is None:
+            out[m["label"]] = out.get(m["label"], 0) + 1
+    return out
+
+
 def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
     """(chunk, [("counts", ChunkCounts) | ("decision", Decision)]) -> the chunk's ChunkCounts by planner
     group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
@@ -212,6 +229,8 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     decisions = {d.item: d for kind, d in values if kind == "decision"}
     user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
     merged = grouping.read_units(work) if any(kind == "units" for kind, _ in values) else {}
+    # write_report recorded them before this GroupByKey could emit (it feeds the same one)
+    pins = grouping.read_pins(work) if fractions and any(d.movable for d in decisions.values()) else {}
     placed, rejects = {}, []
     if decisions or user:
         for item, ref, _ in chunk_items(work, chunk, with_keys=False):
@@ -221,7 +240,7 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
                     placed[(ref.spill, ref.offset)] = None
                     rejects.append(d.reject)
                 elif d.pin:
-                    placed[(ref.spill, ref.offset)] = d.pin
+                    placed[(ref.spill, ref.offset)] = pins.get(d.movable, d.pin) if d.movable else d.pin
             elif user:
                 unit = user(ref.path.decode("utf-8", "surrogateescape"))
                 unit = merged.get(unit, unit)
@@ -326,7 +345,7 @@ class Dedupe(beam.PTransform):
                 | "ReportItems" >> beam.Flatten()
                 | "OneReportKey" >> beam.Map(lambda v: (None, v))
                 | "GatherReport" >> beam.GroupByKey()
-                | "WriteReport" >> beam.FlatMap(write_report, self._output)
+                | "WriteReport" >> beam.FlatMap(write_report, self._output, self._work, self._fractions)
             )
             notes = report | "ReportNotes" >> beam.FlatMap(lambda v: [v[1][1]] if v[1][0] == "notes" else [])
             report = report | "ReportDone" >> beam.FlatMap(lambda v: [v] if v[1][0] == "report" else [])

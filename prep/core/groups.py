@@ -145,6 +145,7 @@ class Decision(typing.NamedTuple):
     item: int
     reject: Reject | None
     pin: str  # "" when no split is made by the conversion
+    movable: str = ""  # the group's first path when no user group pins it: `balance_pins` picks its split
 
 
 def _named(members: list[Member], but: Member) -> str:
@@ -212,15 +213,50 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
             if m.split != splits[0]:
                 rejects[m.item] = Reject(m.path, "cross_split_duplicate",
                                          f"a duplicate of {kept.path} in split {splits[0]!r}")
-    unit = unit or next((m.user for m in members if m.user), first.path)
-    pin = pin_split(seed, unit, fractions) if fractions else ""
-    decisions = [Decision(m.item, rejects.get(m.item), pin) for m in members]
+    unit = unit or next((m.user for m in members if m.user), None)
+    pin = pin_split(seed, unit or first.path, fractions) if fractions else ""
+    movable = first.path if fractions and unit is None else ""
+    decisions = [Decision(m.item, rejects.get(m.item), pin, movable) for m in members]
     line = {"kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",
             "conflict": conflict, "cross_split": len(splits) > 1,
             "members": [{"path": m.path, "label": m.label_name, "split": m.split or pin or None,
                          "sha256": m.sha256, "rejected": rejects[m.item].reason if m.item in rejects else None}
                         for m in members]}
     return decisions, line
+
+
+def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
+                 fractions: tuple[tuple[str, Fraction], ...]) -> dict[str, str]:
+    """The split of each duplicate group no user group pins: {group's first path: split}.
+
+    A seeded hash alone sends a large group wherever it falls (a hundred blank frames to validation);
+    here the largest groups go first, each to the split furthest below its fraction of the pinned
+    images of the group's labels, so the pinned images of each label are split close to the fractions
+    and the planner's free images can make up the rest exactly. Exact arithmetic and a fixed order:
+    the same groups give the same splits on any runner.
+
+    Args:
+        groups: (first path, {label: members kept}) per group; groups with no member kept are skipped.
+        fractions: the --split fractions.
+    """
+    names = [name for name, _ in fractions]
+    total: dict[str, int] = {}
+    pinned: dict[str, dict[str, int]] = {name: {} for name in names}
+    out = {}
+    for unit, labels in sorted(groups, key=lambda g: (-sum(g[1].values()), g[0])):
+        if not sum(labels.values()):
+            continue
+
+        def lack(i: int) -> Fraction:
+            f, have = fractions[i][1], pinned[names[i]]
+            return sum(n * (f * (total.get(lab, 0) + n) - have.get(lab, 0)) for lab, n in labels.items())
+
+        best = max(range(len(names)), key=lambda i: (lack(i), -i))
+        out[unit] = names[best]
+        for lab, n in labels.items():
+            total[lab] = total.get(lab, 0) + n
+            pinned[names[best]][lab] = pinned[names[best]].get(lab, 0) + n
+    return out
 
 
 def summarize(lines: typing.Iterable[dict], refused: int = 0, skipped: int = 0) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pathlib
 import random
@@ -37,7 +38,10 @@ def write_class_tree(root: pathlib.Path, counts: dict[str, int], size=(20, 16), 
         (root / cls).mkdir(parents=True, exist_ok=True)
         for i in range(n):
             ext = "png" if png_every and i % png_every == png_every - 1 else "jpg"
-            jobs.append((root / cls / f"{cls}_{i:04d}.{ext}", ext, hash((cls, i, seed)) & 0xFFFF))
+            # a stable 64-bit seed per image: hash() of a str changes per process, and 16 bits gave
+            # identical pictures in two classes (a label conflict, rejected) in about every other run
+            digest = hashlib.sha256(f"{cls}\0{i}\0{seed}".encode()).digest()
+            jobs.append((root / cls / f"{cls}_{i:04d}.{ext}", ext, int.from_bytes(digest[:8], "big")))
     if order == "reverse":
         jobs.reverse()
     elif order == "shuffle":

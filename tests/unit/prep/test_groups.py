@@ -7,9 +7,10 @@ from fractions import Fraction
 import pytest
 
 from prep.core.errors import OptionsError
-from prep.core.groups import DedupeOptions, Member, decide, merge_units, pin_split, summarize, user_group
+from prep.core.groups import (DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize,
+                              user_group)
 from prep.core.label_file import list_label_file
-from prep.core.layout import PlanOptions, largest_remainder, make_layout
+from prep.core.layout import PlanOptions, largest_remainder, make_layout, parse_split_fractions
 
 FRACTIONS = (("train", Fraction(1, 2)), ("validation", Fraction(1, 4)), ("test", Fraction(1, 4)))
 
@@ -158,3 +159,23 @@ def test_group_by_survives_the_multilabel_listing(tmp_path):
     listing = list_label_file(str(tmp_path), str(tmp_path / "l.csv"), group_by="patient")
     refs = multilabel_listing(listing, seed=0).refs
     assert {r.path: r.group for r in refs} == {"a.jpg": "P1", "b.jpg": "P2", "c.jpg": None}
+
+
+EIGHTY = parse_split_fractions("train=0.8,validation=0.2")
+
+
+def test_balance_pins_sends_the_largest_group_to_the_largest_split():
+    pins = balance_pins([("blank/0.png", {"(none)": 148}), ("a/1.png", {"cat": 2})], EIGHTY)
+    assert pins["blank/0.png"] == "train"
+
+
+def test_balance_pins_splits_each_labels_pinned_images_by_the_fractions():
+    groups = [(f"g{i:02d}", {"cat": 2}) for i in range(10)] + [(f"h{i:02d}", {"dog": 3}) for i in range(5)]
+    pins = balance_pins(groups, EIGHTY)
+    assert sum(pins[f"g{i:02d}"] == "validation" for i in range(10)) == 2  # 4 of 20 cat images
+    assert sum(pins[f"h{i:02d}"] == "validation" for i in range(5)) == 1  # 3 of 15 dog images
+    assert balance_pins(list(reversed(groups)), EIGHTY) == pins  # whatever order the runner gives
+
+
+def test_balance_pins_skips_groups_with_no_member_kept():
+    assert balance_pins([("x", {}), ("y", {"cat": 0})], EIGHTY) == {}
