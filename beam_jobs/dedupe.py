@@ -161,15 +161,39 @@ def user_links(element):
         yield None, ("link", (group, keys))
 
 
-def merge_user_groups(element, work: WorkDir):
-    """(None, links and chunk ids) -> (group, ("unit", unit)) per linked group, and (chunk, ("units", None)) per
-    chunk once the merged user groups are recorded (regroup reads them: `grouping.read_units`)."""
+def unit_labels(counts: ChunkCounts, work: WorkDir, labels, options: DedupeOptions):
+    """A prepared chunk -> (None, ("sizes", (user group, label, images))) for its inputs in user groups."""
+    user = grouping.user_keys(work, counts.chunk, options)
+    sizes: dict[tuple[str, str], int] = {}
+    for _, ref, _ in chunk_items(work, counts.chunk, with_keys=False):
+        unit = user(ref.path.decode("utf-8", "surrogateescape"))
+        if unit is not None:
+            key = (unit, labels[ref.label])
+            sizes[key] = sizes.get(key, 0) + 1
+    for (unit, label), n in sorted(sizes.items()):
+        yield None, ("sizes", (unit, label, n))
+
+
+def merge_user_groups(element, work: WorkDir, fractions):
+    """(None, links, user group sizes and chunk ids) -> (group, ("unit", (unit, split))) per linked group, and
+    (chunk, ("units", None)) per chunk once the merged user groups and their splits are recorded (regroup
+    reads them: `grouping.read_units`, `grouping.read_user_pins`). User groups that duplicates link become
+    one unit (`merge_units`); units are spread over the splits by `balance_pins`, as duplicate groups are."""
     _, values = element
     links = [v for kind, v in values if kind == "link"]
     units = merge_units(keys for _, keys in links)
+    sizes: dict[str, dict[str, int]] = {}
+    for kind, v in values:
+        if kind == "sizes":
+            unit, label, n = v
+            by_label = sizes.setdefault(units.get(unit, unit), {})
+            by_label[label] = by_label.get(label, 0) + n
+    pins = balance_pins(sizes.items(), fractions)
     grouping.write_units(work, units)
+    grouping.write_user_pins(work, pins)
     for group, keys in links:
-        yield group, ("unit", units[keys[0]])
+        unit = units[keys[0]]
+        yield group, ("unit", (unit, pins.get(unit)))
     for chunk in sorted({v for kind, v in values if kind == "chunk"}):
         yield chunk, ("units", None)
 
@@ -179,8 +203,8 @@ def decide_group(element, options: DedupeOptions, seed: int, fractions, single_l
     and ("line", group line)."""
     _, values = element
     members = next(v for kind, v in values if kind == "members")
-    unit = next((v for kind, v in values if kind == "unit"), None)
-    decisions, line = decide(members, options, seed, fractions, single_label, unit)
+    unit, unit_split = next((v for kind, v in values if kind == "unit"), (None, None))
+    decisions, line = decide(members, options, seed, fractions, single_label, unit, unit_split)
     for d in decisions:
         yield "decision", (grouping.item_chunk(d.item), d)
     yield "line", {**line, "_movable": decisions[0].movable}  # write_report balances those groups' splits
@@ -228,7 +252,9 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
         return  # the report's marker: waited for, nothing to plan
     decisions = {d.item: d for kind, d in values if kind == "decision"}
     user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
-    merged = grouping.read_units(work) if any(kind == "units" for kind, _ in values) else {}
+    units_ready = any(kind == "units" for kind, _ in values)
+    merged = grouping.read_units(work) if units_ready else {}
+    user_pins = grouping.read_user_pins(work) if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = grouping.read_pins(work) if fractions and any(d.movable for d in decisions.values()) else {}
     placed, rejects = {}, []
@@ -245,7 +271,7 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
                 unit = user(ref.path.decode("utf-8", "surrogateescape"))
                 unit = merged.get(unit, unit)
                 if unit is not None:
-                    placed[(ref.spill, ref.offset)] = pin_split(seed, unit, fractions)
+                    placed[(ref.spill, ref.offset)] = user_pins.get(unit) or pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
     pinned = sum(1 for pin in placed.values() if pin)
     if pinned:
@@ -293,9 +319,21 @@ class Dedupe(beam.PTransform):
         self._seed, self._fractions, self._single_label = seed, fractions, single_label
         self._cap, self._max_size, self._part_target = cap, max_size, part_target
 
+    def _merge(self, items):
+        # (group, ("unit", (unit, split))) per linked duplicate group, (chunk, ("units", None)) per chunk
+        return (items
+                | "LinksAndChunks" >> beam.Flatten()
+                | "GatherLinks" >> beam.GroupByKey()
+                | "MergeUserGroups" >> beam.FlatMap(merge_user_groups, self._work, self._fractions))
+
     def expand(self, counts):
         keyed = counts | "ByChunk" >> beam.Map(lambda c: (c.chunk, ("counts", c)))
         joined = [keyed]
+        merging = bool(self._options.user_groups and self._fractions)
+        if merging:  # every user group's size per label, and each chunk's id, for MergeUserGroups
+            user_items = [counts | "UnitLabels" >> beam.FlatMap(unit_labels, self._work, self._labels, self._options),
+                          counts | "ChunkIds" >> beam.Map(lambda c: (None, ("chunk", c.chunk)))]
+        merged = None
         if self._options.keys:
             pairs = (
                 counts
@@ -321,15 +359,8 @@ class Dedupe(beam.PTransform):
                 | "ByGroup" >> beam.GroupByKey()
             )
             tagged = by_group | "TagMembers" >> beam.Map(lambda gm: (gm[0], ("members", list(gm[1]))))
-            if self._options.user_groups and self._fractions:  # duplicates may link user groups: merge them
-                merged = (
-                    (by_group | "UserLinks" >> beam.FlatMap(user_links),
-                     counts | "ChunkIds" >> beam.Map(lambda c: (None, ("chunk", c.chunk))))
-                    | "LinksAndChunks" >> beam.Flatten()
-                    | "GatherLinks" >> beam.GroupByKey()
-                    | "MergeUserGroups" >> beam.FlatMap(merge_user_groups, self._work)
-                )
-                joined.append(merged | "UnitsReady" >> beam.FlatMap(lambda v: [v] if v[1][0] == "units" else []))
+            if merging:  # duplicates may link user groups: merge them
+                merged = self._merge([*user_items, by_group | "UserLinks" >> beam.FlatMap(user_links)])
                 with_units = (
                     (tagged, merged | "Units" >> beam.FlatMap(lambda v: [v] if v[1][0] == "unit" else []))
                     | "MembersAndUnits" >> beam.Flatten()
@@ -352,6 +383,10 @@ class Dedupe(beam.PTransform):
             decisions = decided | "Decisions" >> beam.FlatMap(
                 lambda v: [(v[1][0], ("decision", v[1][1]))] if v[0] == "decision" else [])
             joined += [decisions, report]
+        if merging and merged is None:
+            merged = self._merge(user_items)
+        if merging:
+            joined.append(merged | "UnitsReady" >> beam.FlatMap(lambda v: [v] if v[1][0] == "units" else []))
         regrouped = (
             joined
             | "JoinChunk" >> beam.Flatten()

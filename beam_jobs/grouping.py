@@ -115,6 +115,19 @@ def read_pins(work: WorkDir) -> dict[str, str]:
     return json.loads(storage.read_bytes(pins_path(work)))
 
 
+def user_pins_path(work: WorkDir) -> str:
+    return storage.join(work.root, "groups", "user_pins.json")
+
+
+def write_user_pins(work: WorkDir, pins: dict[str, str]) -> None:
+    """Records the split `groups.balance_pins` chose for each user group (merged ones by their unit)."""
+    storage.write_atomic(user_pins_path(work), json.dumps(pins, sort_keys=True).encode())
+
+
+def read_user_pins(work: WorkDir) -> dict[str, str]:
+    return json.loads(storage.read_bytes(user_pins_path(work)))
+
+
 def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:
     """The content keys of a prepared image, or None if they cannot be computed (the input is then in no
     duplicate group; it was decoded once already, so this is not expected)."""

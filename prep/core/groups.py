@@ -182,7 +182,7 @@ def merge_units(links: typing.Iterable[typing.Iterable[str]]) -> dict[str, str]:
 
 def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
            fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool,
-           unit: str | None = None) -> tuple[list[Decision], dict]:
+           unit: str | None = None, unit_split: str | None = None) -> tuple[list[Decision], dict]:
     """The decisions for one duplicate group, and its line of duplicates.jsonl.
 
     Args:
@@ -194,6 +194,7 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
             annotations of their own; their `label` is the planner's stratum).
         unit: what the group is pinned by, when its members are in user groups (`merge_units`); None: the
             first member's user group, else its path.
+        unit_split: the split `balance_pins` chose for `unit`; None: a seeded hash of it picks.
     """
     members = sorted(members, key=lambda m: (m.path, m.item))
     first = members[0]
@@ -214,7 +215,7 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
                 rejects[m.item] = Reject(m.path, "cross_split_duplicate",
                                          f"a duplicate of {kept.path} in split {splits[0]!r}")
     unit = unit or next((m.user for m in members if m.user), None)
-    pin = pin_split(seed, unit or first.path, fractions) if fractions else ""
+    pin = (unit_split or pin_split(seed, unit or first.path, fractions)) if fractions else ""
     movable = first.path if fractions and unit is None else ""
     decisions = [Decision(m.item, rejects.get(m.item), pin, movable) for m in members]
     line = {"kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",
@@ -227,7 +228,8 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
 
 def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
                  fractions: tuple[tuple[str, Fraction], ...]) -> dict[str, str]:
-    """The split of each duplicate group no user group pins: {group's first path: split}.
+    """The split of each group: {unit: split}, for duplicate groups no user group pins (by first path)
+    and for user groups (by their unit, `merge_units`).
 
     A seeded hash alone sends a large group wherever it falls (a hundred blank frames to validation);
     here the largest groups go first, each to the split furthest below its fraction of the pinned
@@ -236,7 +238,7 @@ def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
     the same groups give the same splits on any runner.
 
     Args:
-        groups: (first path, {label: members kept}) per group; groups with no member kept are skipped.
+        groups: (unit, {label: members kept}) per group; groups with no member kept are skipped.
         fractions: the --split fractions.
     """
     names = [name for name, _ in fractions]

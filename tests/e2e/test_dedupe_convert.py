@@ -236,6 +236,28 @@ def test_group_by_keeps_each_patient_of_the_label_file_in_one_split(tmp_path, se
     deviations_hold(out, {"train": 0.6, "test": 0.4})
 
 
+@pytest.mark.parametrize("extra", [(), ("--duplicates", "off")])  # user groups hold without content keys
+def test_patients_are_spread_so_that_each_class_keeps_its_fractions(tmp_path, extra):
+    # 20 patients of 1-4 scans, every scan in a patient: the planner has no loose image to even things out,
+    # so the split counts are what the patients' placement makes them (a seeded hash per patient: off by
+    # several scans); spread largest first to the split furthest below its share, they are exact here
+    rows = ["path,label,patient"]
+    for k in range(20):
+        for j in range(k % 4 + 1):
+            name = f"p{k:02d}_{j}.jpg"
+            _write(tmp_path / "src" / name, jpeg(photo(3000 + 10 * k + j, SIZE)))
+            rows.append(f"{name},{('cat', 'dog')[k % 2]},P{k}")
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--labels", tmp_path / "labels.csv",
+                           "--group-by", "patient", "--split", "train=0.8,test=0.2", "--num-shards", "1", *extra)
+    by_patient = _by_patient(tmp_path / "labels.csv", split_of(out))
+    assert len(by_patient) == 20 and all(len(s) == 1 for s in by_patient.values())
+    splits = datasets.load(out)["splits"]
+    assert {name: info["class_counts"] for name, info in splits.items()} == {
+        "train": {"cat": 16, "dog": 24}, "test": {"cat": 4, "dog": 6}}
+    assert all(dev == 0 for info in splits.values() for dev in info["fraction_deviation"].values())
+
+
 def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_path):
     labels = _patients(tmp_path / "src")
     # scan 0 (patient P0) filed again under patient P1: P0 and P1 become one group
