@@ -177,7 +177,7 @@ def unit_labels(counts: ChunkCounts, work: WorkDir, labels, options: DedupeOptio
 def merge_user_groups(element, work: WorkDir, fractions):
     """(None, links, user group sizes and chunk ids) -> (group, ("unit", (unit, split))) per linked group, and
     (chunk, ("units", None)) per chunk once the merged user groups and their splits are recorded (regroup
-    reads them: `grouping.read_units`, `grouping.read_user_pins`). User groups that duplicates link become
+    reads them: `grouping.read_units`, `grouping.read_choices`). User groups that duplicates link become
     one unit (`merge_units`); units are spread over the splits by `balance_pins`, as duplicate groups are."""
     _, values = element
     links = [v for kind, v in values if kind == "link"]
@@ -190,7 +190,7 @@ def merge_user_groups(element, work: WorkDir, fractions):
             by_label[label] = by_label.get(label, 0) + n
     pins = balance_pins(sizes.items(), fractions)
     grouping.write_units(work, units)
-    grouping.write_user_pins(work, pins)
+    grouping.write_choices(work, "users", pins)
     for group, keys in links:
         unit = units[keys[0]]
         yield group, ("unit", (unit, pins.get(unit)))
@@ -213,13 +213,13 @@ def decide_group(element, options: DedupeOptions, seed: int, fractions, single_l
 def write_report(element, output: str, work: WorkDir, fractions):
     """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl when a group was found (or a comparison or a
     union left out), and yields the marker regroup waits on. Under --split, first picks the split of each
-    group no user group pins (`balance_pins`, recorded for regroup: `grouping.write_pins`)."""
+    group no user group pins (`balance_pins`, recorded for regroup: `grouping.write_choices`)."""
     _, values = element
     lines = sorted((v for kind, v in values if kind == "line"), key=lambda line: line["members"][0]["path"])
     movable = [line for line in lines if line["_movable"]]
     if fractions and movable:
         pins = balance_pins([(line["_movable"], _kept_labels(line)) for line in movable], fractions)
-        grouping.write_pins(work, pins)
+        grouping.write_choices(work, "duplicates", pins)
         for line in movable:
             for m in line["members"]:
                 m["split"] = pins.get(line["_movable"], m["split"])
@@ -254,9 +254,9 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
     units_ready = any(kind == "units" for kind, _ in values)
     merged = grouping.read_units(work) if units_ready else {}
-    user_pins = grouping.read_user_pins(work) if units_ready else {}
+    user_pins = grouping.read_choices(work, "users") if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
-    pins = grouping.read_pins(work) if fractions and any(d.movable for d in decisions.values()) else {}
+    pins = grouping.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
     placed, rejects = {}, []
     if decisions or user:
         for item, ref, _ in chunk_items(work, chunk, with_keys=False):

@@ -102,30 +102,18 @@ def read_units(work: WorkDir) -> dict[str, str]:
     return json.loads(storage.read_bytes(units_path(work)))
 
 
-def pins_path(work: WorkDir) -> str:
-    return storage.join(work.root, "groups", "pins.json")
+def choices_path(work: WorkDir, kind: str) -> str:
+    return storage.join(work.root, "groups", f"{kind}_pins.json")
 
 
-def write_pins(work: WorkDir, pins: dict[str, str]) -> None:
-    """Records the split `groups.balance_pins` chose for each duplicate group no user group pins."""
-    storage.write_atomic(pins_path(work), json.dumps(pins, sort_keys=True).encode())
+def write_choices(work: WorkDir, kind: str, pins: dict[str, str]) -> None:
+    """Records the split `groups.balance_pins` chose per group: kind "duplicates" (keyed by a duplicate
+    group's first path, groups no user group pins) or "users" (keyed by user group, merged ones by unit)."""
+    storage.write_atomic(choices_path(work, kind), json.dumps(pins, sort_keys=True).encode())
 
 
-def read_pins(work: WorkDir) -> dict[str, str]:
-    return json.loads(storage.read_bytes(pins_path(work)))
-
-
-def user_pins_path(work: WorkDir) -> str:
-    return storage.join(work.root, "groups", "user_pins.json")
-
-
-def write_user_pins(work: WorkDir, pins: dict[str, str]) -> None:
-    """Records the split `groups.balance_pins` chose for each user group (merged ones by their unit)."""
-    storage.write_atomic(user_pins_path(work), json.dumps(pins, sort_keys=True).encode())
-
-
-def read_user_pins(work: WorkDir) -> dict[str, str]:
-    return json.loads(storage.read_bytes(user_pins_path(work)))
+def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
+    return json.loads(storage.read_bytes(choices_path(work, kind)))
 
 
 def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:

@@ -45,8 +45,8 @@ def ensure_dataset(data: pathlib.Path, images: int) -> None:
         (source / sub).mkdir(parents=True, exist_ok=True)
     rng = random.Random(2)
     for i in range(images):
-        drawn = draw(rng, rng.randint(64, 112), rng.randint(64, 112), kinds=("rect", "ellipse"))
-        while not drawn.shapes:  # blank images are near duplicates of each other: prep keeps them in one split
+        drawn = None
+        while drawn is None or not drawn.shapes:  # blank images are near duplicates of each other
             drawn = draw(rng, rng.randint(64, 112), rng.randint(64, 112), kinds=("rect", "ellipse"))
         (source / "images" / f"img{i:05d}.jpg").write_bytes(encode(drawn.pixels, "jpeg"))
         Image.fromarray(drawn.class_map).save(source / "masks" / f"img{i:05d}.png")

@@ -9,25 +9,16 @@ records in 3 shards, so neither 2 nor 3 divides it and 2 workers share 3 shards.
 import json
 import os
 import pathlib
-import socket
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
 from tests.support.imagegen import write_class_tree
+from tests.support.workers import free_port, run_workers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "support" / "dist_worker.py"
 COUNTS = {"a": 13, "b": 11, "c": 7}
-TIMEOUT = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,31 +41,11 @@ def runs(tmp_path_factory):
         "mwms0": ["mwms", "--index", "0", "--ports", ports],
         "mwms1": ["mwms", "--index", "1", "--ports", ports],
     }
-    procs = {}
-    for name, args in jobs.items():
-        log = open(tmp / f"{name}.log", "wb")
-        procs[name] = subprocess.Popen([sys.executable, str(WORKER), args[0], str(data), str(tmp / f"{name}.json"),
-                                        *args[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
-    failed = []
-    try:
-        for name, proc in procs.items():
-            try:
-                if proc.wait(timeout=TIMEOUT) != 0:
-                    failed.append(f"{name} exited {proc.returncode}")
-            except subprocess.TimeoutExpired:
-                failed.append(f"{name} hung for {TIMEOUT} s")
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    if failed:
-        logs = "\n".join(f"--- {name}\n{(tmp / f'{name}.log').read_text()[-3000:]}" for name in jobs)
-        pytest.fail("; ".join(failed) + "\n" + logs)
+    results = run_workers(WORKER, data, tmp, jobs, env)
     manifest = json.loads((data / "manifest.json").read_text())
     split = {p.relative_to(tmp / "src").as_posix() for p in (tmp / "src").rglob("*.*")}
     assert len(split) == manifest["splits"]["train"]["examples"] == 31
-    return {name: json.loads((tmp / f"{name}.json").read_text()) for name in jobs}, split
+    return results, split
 
 
 def check_training_epoch(epochs, steps, per_replica_batch, split, max_dropped):

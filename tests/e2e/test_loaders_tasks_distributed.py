@@ -16,12 +16,10 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = (24, 24)
-TIMEOUT = 300
 
 
 def epoch(strategy, dataset, weights: bool = False) -> dict:
@@ -90,7 +88,7 @@ if __name__ == "__main__":
 
 import pytest  # noqa: E402 (the worker above needs neither pytest nor the test support)
 
-from tests.e2e.test_distributed import free_port  # noqa: E402
+from tests.support.workers import free_port, run_workers  # noqa: E402
 from tests.support.task_records import read_split, write_dataset  # noqa: E402
 
 
@@ -103,29 +101,9 @@ def runs(tmp_path_factory):
     ports = f"{free_port()},{free_port()}"
     jobs = {"mirrored2": ["mirrored", "--devices", "2"], "mirrored3": ["mirrored", "--devices", "3"],
             "mwms0": ["mwms", "--index", "0", "--ports", ports], "mwms1": ["mwms", "--index", "1", "--ports", ports]}
-    procs = {}
-    for name, args in jobs.items():
-        log = open(tmp / f"{name}.log", "wb")
-        procs[name] = subprocess.Popen([sys.executable, __file__, args[0], str(data), str(tmp / f"{name}.json"),
-                                        *args[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
-    failed = []
-    try:
-        for name, proc in procs.items():
-            try:
-                if proc.wait(timeout=TIMEOUT) != 0:
-                    failed.append(f"{name} exited {proc.returncode}")
-            except subprocess.TimeoutExpired:
-                failed.append(f"{name} hung for {TIMEOUT} s")
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    if failed:
-        logs = "\n".join(f"--- {name}\n{(tmp / f'{name}.log').read_text()[-3000:]}" for name in jobs)
-        pytest.fail("; ".join(failed) + "\n" + logs)
+    results = run_workers(__file__, data, tmp, jobs, env)
     boxes = {r.filename: len(r.objects) for r in read_split(data, "train", "detection")}
-    return {name: json.loads((tmp / f"{name}.json").read_text()) for name in jobs}, boxes
+    return results, boxes
 
 
 def check_training(epochs, steps, boxes):
