@@ -50,9 +50,10 @@ def check_boxes(images, boxes, classes, num) -> tuple[int, int]:
         for (y0, x0, y1, x1), c in zip(bx[:n], cl[:n]):
             assert 0 <= y0 < y1 <= 1 and 0 <= x0 < x1 <= 1, (y0, x0, y1, x1)
             edge += bool(min(y0, x0) == 0 or max(y1, x1) == 1)
-            inside = image[int(np.ceil(y0 * h)) + BORDER:int(np.floor(y1 * h)) - BORDER,
-                           int(np.ceil(x0 * w)) + BORDER:int(np.floor(x1 * w)) - BORDER]
-            if inside.size:
+            r0, r1 = int(np.ceil(y0 * h)) + BORDER, int(np.floor(y1 * h)) - BORDER
+            c0, c1 = int(np.ceil(x0 * w)) + BORDER, int(np.floor(x1 * w)) - BORDER
+            if r1 > r0 and c1 > c0:  # a sliver of a box has no inside (and a negative end would wrap)
+                inside = image[r0:r1, c0:c1]
                 assert colour_ok(inside, COLOURS[int(c)]), (c, inside.reshape(-1, 3)[:3])
                 checked += 1
     return checked, edge
