@@ -116,15 +116,6 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
     return json.loads(storage.read_bytes(choices_path(work, kind)))
 
 
-def image_keys(encoded: bytes) -> content_keys.ContentKeys | None:
-    """The content keys of a prepared image, or None if they cannot be computed (the input is then in no
-    duplicate group; it was decoded once already, so this is not expected)."""
-    try:
-        return content_keys.image_keys(encoded)
-    except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
-        return None
-
-
 def write_keys(work: WorkDir, spill: int, rows: list) -> None:
     """Records a batch's keys: rows [index in batch, offset in the spill file, ContentKeys]."""
     data = [[i, offset, k.sha256, [f"{h:016x}" for h in k.hashes]] for i, offset, k in rows]

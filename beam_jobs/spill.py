@@ -18,6 +18,7 @@ import threading
 from beam_jobs import grouping
 from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
+from prep.core.content_keys import KeyBatch
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
 from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
@@ -71,20 +72,22 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
-def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool):
+def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool,
+             keys: bool = False):
     """prepare_image, in the calling thread or in `sandbox` (see beam_jobs/sandbox.py): there go
     suspects of a killed run, and under --isolate auto every input whose header does not promise
-    a decode within the bounds (`predictable`), under --isolate all every input."""
+    a decode within the bounds (`predictable`), under --isolate all every input. `keys`: see
+    prepare_image (a sandbox's image comes without its gray pixels)."""
     isolate = sandbox is not None and (suspect or options.isolate == "all" or (
         options.isolate == "auto" and not predictable(data, options)))
     if isolate:
         return sandbox.prepare(data, options)[0]
-    return prepare_image(data, options, buffer)
+    return prepare_image(data, options, buffer, keys)
 
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
                      source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None,
-                     keys: list | None = None):
+                     keys: KeyBatch | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -99,7 +102,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
     the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
-    `keys`, when given, gets the prepared image's content keys appended (beam_jobs/grouping.py).
+    `keys`, when given, gets the prepared image added (content_keys.KeyBatch; beam_jobs/grouping.py).
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -108,7 +111,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
     sig = sig if sig is not None else storage.signature(path, data)
     try:
-        image = _prepare(data, options, buffer, sandbox, suspect)
+        image = _prepare(data, options, buffer, sandbox, suspect, keys is not None)
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig, task and rejected_info(task, ref)
     info = None
@@ -120,7 +123,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         if isinstance(record, Reject):
             return record, sig, info
     if keys is not None:
-        keys.append(grouping.image_keys(image.encoded))
+        keys.add(image.encoded, image.gray)
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
@@ -190,23 +193,22 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
-    found, rows = ([], []) if keys else (None, None)
+    batch, kept = (KeyBatch(), []) if keys else (None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
             result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
-                                                       sandbox, ref.path in suspects, task, found)
+                                                       sandbox, ref.path in suspects, task, batch)
             if not isinstance(result, Reject):
-                if found:
-                    k = found.pop()
-                    if k is not None:
-                        rows.append((i, offset, k))
+                if keys:
+                    kept.append((i, offset))
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
-    if keys:
+    if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
+        rows = [(i, offset, k) for (i, offset), k in zip(kept, batch.keys()) if k is not None]
         grouping.write_keys(work, spill, rows)
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):

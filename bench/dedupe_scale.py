@@ -4,11 +4,13 @@
     python bench/dedupe_scale.py --count 100000 --repeats 2
     python bench/dedupe_scale.py --count 20000 --repeats 2 --data /tmp/dedupe-scale
     python bench/dedupe_scale.py --count 5000 --size 500x375 --convert-args="--resize 256"   # photo-sized
+    python bench/dedupe_scale.py --count 100000 --size 500x375 --variants 8   # photo-sized, made in minutes
 
 The set (generated once, cached under --data): `--count` JPEGs (--size, default 64x64, quality 90) in 10 class
 folders, photo-like scenes from tests/support/photos.py so that the perceptual hashes spread as real
 photos' do, and 1% of them planted near-copies (exact copies, re-encodes at quality 60, brightness +12%)
-in the same class. Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
+in the same class. With `--variants N`, count/N scenes are drawn, each saved as is and mirrored or
+turned N-1 ways (pHash tells these apart), in one class. Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
 checkout's code (PYTHONPATH), after the previous output is deleted and synced. "wall" is the whole
 command, "pipeline" the manifest's run.seconds; "peak tree RSS" is the summed RSS of the command and all
 its child processes, polled every 20 ms (tests/support/proctree.py). The table gives medians and each
@@ -32,6 +34,8 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from PIL import Image  # noqa: E402
+
 from tests.support.photos import EDITS, jpeg, photo  # noqa: E402  (bench/ scripts run as files)
 from tests.support.proctree import TreePeak  # noqa: E402
 
@@ -41,29 +45,40 @@ PLANTED = ("copy", "reencode_q60", "brightness_12")
 MODES = {"dedupe (default)": [], "--duplicates off": ["--duplicates", "off"]}
 
 
-def _make(job: tuple[int, int, str, tuple[int, int]]) -> None:
-    start, stop, root, size = job
+# Mirrored and turned copies of one scene are 12 or more bits apart (pHash sees orientation), so one
+# generated scene can stand for up to 8 unrelated photos: a photo-sized 100,000-image set in minutes, not an hour.
+TURNS = (None, Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.FLIP_TOP_BOTTOM, Image.Transpose.ROTATE_180,
+         Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270, Image.Transpose.TRANSPOSE, Image.Transpose.TRANSVERSE)
+
+
+def _make(job: tuple[int, int, str, tuple[int, int], int]) -> None:
+    start, stop, root, size, variants = job
     rnd = random.Random(start)
+    scene = None
     for i in range(start, stop):
-        data = jpeg(photo(1_000_003 + i, size))
-        folder = pathlib.Path(root) / f"class{i % CLASSES:02d}"
+        turn = TURNS[i % variants]
+        if turn is None:
+            scene = photo(1_000_003 + i, size)
+        data = jpeg(scene if turn is None else scene.transpose(turn))
+        folder = pathlib.Path(root) / f"class{(i // variants) % CLASSES:02d}"  # a scene's turns share a class
         (folder / f"img{i:07d}.jpg").write_bytes(data)
         if i % 100 == 7:  # 1%: a planted near-copy in the same class
             kind = PLANTED[(i // 100) % len(PLANTED)]
             (folder / f"dup{i:07d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
 
 
-def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE) -> pathlib.Path:
-    """DATA/src-<count>[-WxH], generated on first use (written under a temporary name, then renamed)."""
-    source = data / (f"src-{count}" + ("" if size == SIZE else f"-{size[0]}x{size[1]}"))
+def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE, variants: int = 1) -> pathlib.Path:
+    """DATA/src-<count>[-WxH][-tN], generated on first use (written under a temporary name, then renamed)."""
+    source = data / (f"src-{count}" + ("" if size == SIZE else f"-{size[0]}x{size[1]}")
+                     + ("" if variants == 1 else f"-t{variants}"))
     if source.exists():
         return source
     tmp = source.with_name(source.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     for c in range(CLASSES):
         (tmp / f"class{c:02d}").mkdir(parents=True)
-    step = 2000
-    todo = [(s, min(s + step, count), str(tmp), size) for s in range(0, count, step)]
+    step = 2000  # a multiple of every --variants
+    todo = [(s, min(s + step, count), str(tmp), size, variants) for s in range(0, count, step)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
         for done, _ in enumerate(pool.map(_make, todo), 1):
@@ -116,11 +131,13 @@ def main(argv=None) -> None:
     parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path("/tmp/dedupe-scale"))
     parser.add_argument("--generate-only", action="store_true", help="make the set and stop")
     parser.add_argument("--size", default="64x64", help="WxH of the generated JPEGs")
+    parser.add_argument("--variants", type=int, default=1, choices=(1, 2, 4, 8),
+                        help="generate count/N scenes, each also mirrored and turned: N images apiece")
     parser.add_argument("--convert-args", default="",
                         help="more prep convert options for both modes, e.g. '--resize 256'")
     args = parser.parse_args(argv)
     size = tuple(int(v) for v in args.size.split("x"))
-    source = ensure_data(args.count, args.data, args.workers, size)
+    source = ensure_data(args.count, args.data, args.workers, size, args.variants)
     if args.generate_only:
         return
     results: dict[str, list[dict]] = {mode: [] for mode in MODES}
@@ -134,7 +151,8 @@ def main(argv=None) -> None:
     print(table(args.count, results, f"{args.size} JPEGs" + (f", {args.convert_args}" if args.convert_args else "")))
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
-    (results_dir / f"dedupe-scale-{args.count}{'' if size == SIZE else '-' + args.size}.json").write_text(json.dumps(
+    name = source.name.replace("src", "dedupe-scale") + "".join(f"-{a.strip('-')}" for a in args.convert_args.split())
+    (results_dir / f"{name}.json").write_text(json.dumps(
         {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
         indent=1))
 

@@ -36,7 +36,7 @@ HASH_SIDE = 8  # 8x8 low frequencies: 64-bit hashes
 GRID = 32  # the gray image the DCT is taken of
 CROP_SCALES = (0.96, 0.92, 0.88, 0.84)  # centre crops hashed besides the whole picture (side fraction)
 NEAR_DISTANCE = 7  # at most this many differing bits (least over hash pairs) is a near duplicate
-DRAFT = 64  # JPEGs are decoded at the smallest DCT scale that is still at least this many pixels a side
+DRAFT = 32  # JPEGs are decoded at the smallest DCT scale that is still at least this many pixels a side
 _ORIENTATION = 0x0112
 
 
@@ -111,18 +111,52 @@ def displayed_gray(img: Image.Image) -> Image.Image:
     return img.convert("L")
 
 
+def crop_boxes(width: int, height: int, scales=CROP_SCALES) -> tuple[tuple[int, int, int, int], ...]:
+    """(left, top, width, height) of the whole picture and of its centre crop at each scale."""
+    boxes = []
+    for s in (1.0, *scales):
+        cw, ch = max(1, round(width * s)), max(1, round(height * s))
+        boxes.append(((width - cw) // 2, (height - ch) // 2, cw, ch))
+    return tuple(boxes)
+
+
 def crop_hashes(gray: Image.Image, scales=CROP_SCALES) -> tuple[int, ...]:
     """The pHash of the whole gray picture, then of its centre crop at each scale (fraction of each side)."""
-    w, h = gray.size
-    pixels = np.asarray(gray)
-    grids = np.empty((1 + len(scales), GRID, GRID))
-    for i, s in enumerate((1.0, *scales)):
-        cw, ch = max(1, round(w * s)), max(1, round(h * s))
-        left, top = (w - cw) // 2, (h - ch) // 2
-        # crop, then resize (Pillow's LANCZOS, the same bytes: lanczos.py): resizing with a box would let the
-        # filter reach past the crop's edges
-        grids[i] = lanczos.resize(pixels[top:top + ch, left:left + cw], GRID)
-    return _phashes(grids)
+    return gray_hashes([np.asarray(gray)], scales)[0]
+
+
+def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, ...]]:
+    """`crop_hashes` of each 8-bit gray array (height, width), images of one size hashed together.
+
+    Each crop is cut, then resized to GRID x GRID (Pillow's LANCZOS, the same bytes: lanczos.py);
+    resizing the whole picture with a box instead would let the filter reach past the crop's edges.
+    """
+    out: list = [None] * len(grays)
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for i, g in enumerate(grays):
+        by_size.setdefault(g.shape, []).append(i)
+    for (h, w), members in by_size.items():
+        stack = np.stack([grays[i] for i in members]) if len(members) > 1 else grays[members[0]][None]
+        grids = lanczos.resize_crops(stack, crop_boxes(w, h, scales), GRID)  # (B, 1 + len(scales), GRID, GRID)
+        hashes = _phashes(grids.reshape(-1, GRID, GRID))
+        n = 1 + len(scales)
+        for j, i in enumerate(members):
+            out[i] = hashes[j * n:(j + 1) * n]
+    return out
+
+
+def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
+    """Loads an opened image as the keys see it: a JPEG at the smallest DCT scale still at least `draft`
+    pixels a side (None: full size), in its own mode. The converter's check of a JPEG it keeps decodes
+    this way too when keys are wanted (prep.core.image_rules), so its pixels serve both."""
+    if draft is not None and img.format in ("JPEG", "MPO"):
+        img.draft(img.mode, (draft, draft))
+    img.load()
+
+
+def gray_pixels(img: Image.Image) -> np.ndarray:
+    """The loaded image's displayed gray pixels (`displayed_gray`), as the array the hashes are taken of."""
+    return np.asarray(displayed_gray(img))
 
 
 def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> ContentKeys:
@@ -139,10 +173,49 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
     """
     digest = hashlib.sha256(data).hexdigest()
     with Image.open(io.BytesIO(data)) as img:
-        if draft is not None and img.format == "JPEG":
-            img.draft("L" if img.mode in ("L", "RGB", "YCbCr") else img.mode, (draft, draft))
-        img.load()
+        decode_for_keys(img, draft)
         return ContentKeys(digest, crop_hashes(displayed_gray(img), scales))
+
+
+class KeyBatch:
+    """The content keys of a run of images, hashed together at the end: images of one size share the
+    resize's two matrix products (lanczos.resize_crops), so a batch costs less than its images one by one.
+
+    `add` takes an image's encoded bytes and, when its decode is at hand, its `gray_pixels` (else the
+    bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
+    that could not be decoded. Large images are hashed on arrival, so pending pixels stay small.
+    """
+
+    LARGE = 256 * 256  # pixels: a gray image larger than this is hashed at once, not held
+
+    def __init__(self, scales=CROP_SCALES):
+        self._scales = scales
+        self._digests: list[str] = []
+        self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
+        self._waiting: list[int] = []
+
+    def add(self, data: bytes, gray: np.ndarray | None = None) -> None:
+        self._digests.append(hashlib.sha256(data).hexdigest())
+        if gray is None:
+            try:
+                with Image.open(io.BytesIO(data)) as img:
+                    decode_for_keys(img)
+                    gray = gray_pixels(img)
+            except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
+                self._hashes.append(None)
+                return
+        if gray.size > self.LARGE:
+            self._hashes.append(gray_hashes([gray], self._scales)[0])
+        else:
+            self._waiting.append(len(self._hashes))
+            self._hashes.append(gray)
+
+    def keys(self) -> list[ContentKeys | None]:
+        done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
+        for i, hashes in zip(self._waiting, done):
+            self._hashes[i] = hashes
+        self._waiting = []
+        return [None if h is None else ContentKeys(d, h) for d, h in zip(self._digests, self._hashes)]
 
 
 def distance(a: ContentKeys, b: ContentKeys) -> int:

@@ -32,8 +32,10 @@ import tempfile
 import warnings
 import zlib
 
+import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from prep.core import content_keys
 from prep.core.errors import OptionsError
 from prep.core.headers import read_header
 
@@ -100,6 +102,9 @@ class PreparedImage:
     converted: bool
     stored: tuple[int, int] = (0, 0)  # (width, height) of the input's pixels as stored, before EXIF orientation
     orientation: int = 1  # the input's EXIF orientation, 1..8 (1: none): boxes and masks follow it
+    # an image kept as it is, prepared with keys=True: its displayed gray pixels, decoded as
+    # content_keys decodes for hashing, so the check's decode serves the keys too
+    gray: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class ImageRejected(Exception):
@@ -267,11 +272,13 @@ def _failure(exc: BaseException, options: ImageOptions, size: str = "an inner im
     return ImageRejected("undecodable", f"{type(exc).__name__}: {exc}")
 
 
-def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None) -> PreparedImage:
+def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None,
+                  keys: bool = False) -> PreparedImage:
     """Checks `data` and returns the bytes to store, following the module's rule.
 
     A converted image is encoded through `buffer` if given: pass one per thread
-    when several threads prepare images (see EncodeBuffer).
+    when several threads prepare images (see EncodeBuffer). With `keys`, an image
+    kept as it is comes with its gray pixels for the content keys (`PreparedImage.gray`).
 
     Raises:
         ImageRejected: empty, undecodable, too many pixels, or unsupported.
@@ -329,14 +336,17 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     )
     try:
         if keep:
-            if source_format == "jpeg":
-                # Decoded at 1/8 scale: every entropy-coded block is still decoded, which
-                # is where a damaged JPEG fails (the inverse DCT that the scale skips
-                # cannot), in less time (docs/design.md).
-                img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
-            img.load()
+            if keys:  # the keys' decode (a reduced DCT scale too, never below content_keys.DRAFT a side)
+                content_keys.decode_for_keys(img)
+            else:
+                if source_format == "jpeg":
+                    # Decoded at 1/8 scale: every entropy-coded block is still decoded, which
+                    # is where a damaged JPEG fails (the inverse DCT that the scale skips
+                    # cannot), in less time (docs/design.md).
+                    img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
+                img.load()
             return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False,
-                                 stored=(width, height))
+                                 stored=(width, height), gray=content_keys.gray_pixels(img) if keys else None)
         if out_format not in ("jpeg", "png"):
             out_format = "png"
         if source_format == "jpeg" and orientation == 1 and size != (width, height):

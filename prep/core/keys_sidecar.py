@@ -4,7 +4,7 @@
 run does not decode again; the conversion will write the same file. JSON
 lines, keys sorted:
 
-- line 1, the header: `format` ("tfrecord-prep-content-keys"), `version` (1), and
+- line 1, the header: `format` ("tfrecord-prep-content-keys"), `version` (2), and
   what decides the hashes: `crop_scales`, `grid`, `hash_side`, `draft`;
 - then one line per record, in shard and record order: `shard` (file name),
   `shard_sha256` (the manifest's digest of that shard when the keys were made),
@@ -26,7 +26,7 @@ from prep.core import content_keys as ck
 
 FILENAME = "content_keys.jsonl"
 FORMAT = "tfrecord-prep-content-keys"
-VERSION = 1
+VERSION = 2  # 2: JPEGs decoded in their own mode, then made gray (1: decoded straight to gray)
 
 
 def header() -> dict:

@@ -68,3 +68,57 @@ def resize(gray: np.ndarray, side: int) -> np.ndarray:
     if h != side:
         x = np.clip(np.floor((weights(h, side) @ x + _HALF) / _ONE), 0, 255)
     return x
+
+
+def _placed(weights_of, size: int, spans, side: int) -> np.ndarray:
+    """One pass's weights for several crops at once: (len(spans), side, size), crop i's weights over its
+    span (start, length) and zero elsewhere. A span already `side` long gets ONE on the diagonal: Pillow
+    skips that pass, and ONE * x rounds back to x exactly."""
+    m = np.zeros((len(spans), side, size))
+    for i, (start, length) in enumerate(spans):
+        m[i, :, start:start + length] = weights_of(length) if length != side else np.eye(side) * _ONE
+    return m
+
+
+@functools.lru_cache(maxsize=64)
+def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """(horizontal (width, n * side), vertical (n, side, height)) weights that resize each crop
+    (left, top, crop width, crop height) of an image of this size to side x side in one product each."""
+    horizontal = _placed(lambda n: weights(n, side), width, [(b[0], b[2]) for b in boxes], side)
+    vertical = _placed(lambda n: weights(n, side), height, [(b[1], b[3]) for b in boxes], side)
+    horizontal = horizontal.transpose(2, 0, 1).reshape(width, len(boxes) * side)
+    horizontal.setflags(write=False)
+    vertical.setflags(write=False)
+    return horizontal, vertical
+
+
+def resize_crops(grays: np.ndarray, boxes: tuple, side: int) -> np.ndarray:
+    """`resize(gray[top:top + h, left:left + w], side)` for every box of every image of a stack
+    (B, height, width) of same-sized gray images: (B, len(boxes), side, side), float64, the same values.
+
+    Both passes run over whole images with each crop's weights zero outside it, so all crops of all
+    images take two matrix products: the horizontal pass of rows outside a crop is computed and then
+    weighted by zero, which changes nothing (every sum is of integers, exact in float64)."""
+    b, height, width = grays.shape
+    n = len(boxes)
+    horizontal, vertical = crop_weights(height, width, boxes, side)
+    rows = grays.reshape(b * height, width)
+    x = np.empty((b * height, n * side))
+    step = max(1, _BLOCK // width)  # rows per product: a large image is not copied to float64 whole
+    for start in range(0, b * height, step):
+        np.matmul(rows[start:start + step].astype(np.float64), horizontal, out=x[start:start + step])
+    _round(x)
+    # (B, n, h, side), contiguous: numpy's stacked product falls back to a slow loop on strided operands
+    x = np.ascontiguousarray(x.reshape(b, height, n, side).transpose(0, 2, 1, 3))
+    return _round(vertical @ x)
+
+
+_BLOCK = 1 << 20  # input pixels per horizontal product
+
+
+def _round(x: np.ndarray) -> np.ndarray:
+    """A pass's fixed-point rounding and clipping, in place: floor((x + HALF) / ONE) into 0..255."""
+    x += _HALF
+    x /= _ONE
+    np.floor(x, out=x)
+    return np.clip(x, 0, 255, out=x)

@@ -133,3 +133,36 @@ def test_the_numpy_resize_gives_pillows_lanczos_bytes():
             pixels = np.asarray(Image.fromarray(pixels).resize((max(1, w // 8), max(1, h // 8))).resize((w, h)))
         want = np.asarray(Image.fromarray(pixels, "L").resize((32, 32), Image.Resampling.LANCZOS))
         assert np.array_equal(lanczos.resize(pixels, 32), want), (w, h)
+
+
+def test_all_crops_of_a_stack_resize_as_each_crop_alone():
+    """resize_crops (two products for every crop of every image of one size) gives lanczos.resize's
+    values for each crop cut out: sizes where a crop is exactly GRID wide or tall (that pass is
+    skipped), stacks of several images, and an image large enough to be multiplied in row blocks."""
+    from prep.core import lanczos
+
+    rng = np.random.default_rng(1)
+    sizes = [(32, 32), (33, 34), (38, 40), (7, 300), (64, 64), (47, 63), (1100, 1000)]
+    sizes += [tuple(int(v) for v in rng.integers(3, 200, 2)) for _ in range(40)]
+    for h, w in sizes:
+        stack = rng.integers(0, 256, (1 if h * w > 10**5 else 3, h, w), dtype=np.uint8)
+        boxes = ck.crop_boxes(w, h)
+        got = lanczos.resize_crops(stack, boxes, ck.GRID)
+        for b, gray in enumerate(stack):
+            for i, (left, top, cw, ch) in enumerate(boxes):
+                assert np.array_equal(got[b, i], lanczos.resize(gray[top:top + ch, left:left + cw], ck.GRID)), (h, w, i)
+
+
+def test_a_batch_gives_each_image_the_keys_it_has_alone():
+    """KeyBatch hashes images of one size together and large ones on arrival; each gets image_keys'
+    answer, in order, and bytes that do not decode get None (never an error)."""
+    datas = [encode(photo(s, size), fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+             for s, (size, fmt) in enumerate([((96, 72), "JPEG"), ((96, 72), "JPEG"), ((80, 80), "PNG"),
+                                              ((96, 72), "PNG"), ((600, 400), "PNG"), ((640, 480), "JPEG")])]
+    datas.insert(3, b"not an image")
+    batch = ck.KeyBatch()
+    for d in datas:
+        batch.add(d)
+    got = batch.keys()
+    assert got[3] is None
+    assert [k for i, k in enumerate(got) if i != 3] == [ck.image_keys(d) for i, d in enumerate(datas) if i != 3]

@@ -300,3 +300,26 @@ def test_sizes_inside_containers_are_checked_against_max_pixels(make, detail):
     with pytest.raises(ImageRejected) as info:
         prepare_image(make(), ImageOptions(max_pixels=limit))
     assert (info.value.reason, info.value.detail) == ("too_large", detail)
+
+
+@pytest.mark.parametrize("fmt,size", [("JPEG", (96, 72)), ("JPEG", (700, 500)), ("PNG", (90, 60)),
+                                      ("JPEG_CMYK", (96, 72))])
+def test_the_checks_decode_gives_the_content_keys_pixels(fmt, size):
+    """With keys=True an image kept as it is comes with the gray pixels content_keys would decode, so one
+    decode serves both; a converted one comes without, and its stored bytes are hashed instead."""
+    from prep.core import content_keys as ck
+    from tests.support.photos import photo
+
+    img = photo(7, size)
+    buf = io.BytesIO()
+    if fmt == "JPEG_CMYK":
+        img.convert("CMYK").save(buf, "JPEG", quality=90)
+    else:
+        img.save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    data = buf.getvalue()
+    prepared = prepare_image(data, ImageOptions(), keys=True)
+    assert (prepared.gray is None) == prepared.converted == (fmt == "JPEG_CMYK")
+    batch = ck.KeyBatch()
+    batch.add(prepared.encoded, prepared.gray)
+    assert batch.keys() == [ck.image_keys(prepared.encoded)]
+    assert prepare_image(data, ImageOptions()) == prepared  # the keys change nothing that is stored
