@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+from threadpoolctl import threadpool_limits
 
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
@@ -159,6 +160,7 @@ class PrepareChunk(PooledDoFn):
         self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
         self._suspects = frozenset(suspects)
         self._sandbox = None
+        self._blas = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
@@ -166,12 +168,18 @@ class PrepareChunk(PooledDoFn):
         super().setup()
         quiet_pillow()
         self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
+        # The content keys' small matrix products (lanczos.resize_crops) run on this DoFn's threads, one
+        # image batch each: BLAS threads of their own would only contend for the same cores (bench/dedupe_scale.py)
+        self._blas = threadpool_limits(limits=1, user_api="blas") if self._keys else None
 
     def teardown(self):
         super().teardown()
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
+        if self._blas is not None:
+            self._blas.restore_original_limits()
+            self._blas = None
 
     def start_bundle(self):
         self._pending = None

@@ -23,6 +23,8 @@ import os
 import time
 from typing import Callable
 
+from threadpoolctl import threadpool_limits
+
 from prep.core import content_keys as ck
 from prep.core import keys_sidecar, storage
 from prep.core.keys_sidecar import RecordKeys
@@ -116,7 +118,14 @@ def _executor(workers: int, records: int):
         return _InProcess()
     # spawn: a forked child would inherit the locks of threads the caller runs (Beam's, in a test process)
     return concurrent.futures.ProcessPoolExecutor(min(workers, -(-records // BATCH)),
-                                                  mp_context=multiprocessing.get_context("spawn"))
+                                                  mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_one_blas_thread)
+
+
+def _one_blas_thread() -> None:
+    """A hashing process's BLAS uses one thread: the pool already has a process per core, and the
+    hashes' matrix products are small (threads of their own would only contend)."""
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: int,

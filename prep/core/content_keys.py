@@ -36,7 +36,7 @@ HASH_SIDE = 8  # 8x8 low frequencies: 64-bit hashes
 GRID = 32  # the gray image the DCT is taken of
 CROP_SCALES = (0.96, 0.92, 0.88, 0.84)  # centre crops hashed besides the whole picture (side fraction)
 NEAR_DISTANCE = 7  # at most this many differing bits (least over hash pairs) is a near duplicate
-DRAFT = 32  # JPEGs are decoded at the smallest DCT scale that is still at least this many pixels a side
+DRAFT = 64  # JPEGs too small for a 1/8-scale decode of GRID pixels a side are decoded at least this large
 _ORIENTATION = 0x0112
 
 
@@ -146,11 +146,14 @@ def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, 
 
 
 def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
-    """Loads an opened image as the keys see it: a JPEG at the smallest DCT scale still at least `draft`
-    pixels a side (None: full size), in its own mode. The converter's check of a JPEG it keeps decodes
-    this way too when keys are wanted (prep.core.image_rules), so its pixels serve both."""
+    """Loads an opened image as the keys see it, in its own mode. A JPEG is decoded at a reduced DCT
+    scale: 1/8 when that is still GRID pixels a side or more (the scale the converter's check of a JPEG
+    it keeps uses anyway), else the smallest scale still at least `draft` pixels a side (None: full
+    size), so a small picture keeps the detail its hash needs. When keys are wanted, that check decodes
+    this way instead (prep.core.image_rules), so its pixels serve both."""
     if draft is not None and img.format in ("JPEG", "MPO"):
-        img.draft(img.mode, (draft, draft))
+        w, h = img.size
+        img.draft(img.mode, (w // 8, h // 8) if min(w, h) // 8 >= GRID else (draft, draft))
     img.load()
 
 
