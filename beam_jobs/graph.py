@@ -113,7 +113,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "GroupParts" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, work, labels, config.workers,
                                                        width, reuse, config.index, on_step=on_step,
-                                                       task=listing.task, groups=groups))
+                                                       task=listing.task, groups=groups, keys=config.dedupe.keys))
     )
     whole = written | "WholeShards" >> beam.FlatMap(_of(write.WrittenShard))
     joined = (
@@ -121,7 +121,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "Parts" >> beam.FlatMap(lambda w: [(w.shard, w)] if isinstance(w, write.WrittenPart) else [])
         | "GroupShardParts" >> beam.GroupByKey()
         | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, work, labels, reuse, config.index,
-                                                        on_step=on_step))
+                                                        on_step=on_step, keys=config.dedupe.keys))
     )
     capped = (
         ranked
@@ -137,5 +137,5 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "WriteManifest" >> beam.FlatMap(
             publish, output=config.output, work=work, labels=labels, options=config.manifest_options(),
             found=listing.found, tool=tool_info(), run=run_info, splits=listing.splits, on_step=on_step,
-            task=listing.task, categories=listing.categories)
+            task=listing.task, categories=listing.categories, keys=config.dedupe.keys)
     )

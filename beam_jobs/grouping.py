@@ -25,7 +25,7 @@ import typing
 import numpy as np
 
 from beam_jobs import checkpoints
-from prep.core import content_keys, storage
+from prep.core import content_keys, keys_sidecar, storage
 from prep.core.errors import ResumeError
 from prep.core.groups import DedupeOptions, user_group
 from prep.core.ordering import MAX_CHUNK
@@ -117,13 +117,13 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
 
 
 def write_keys(work: WorkDir, spill: int, rows: list) -> None:
-    """Records a batch's keys: rows [index in batch, offset in the spill file, ContentKeys]."""
-    data = [[i, offset, k.sha256, [f"{h:016x}" for h in k.hashes]] for i, offset, k in rows]
+    """Records a batch's keys: rows [index in batch, offset in the spill file, input path, ContentKeys]."""
+    data = [[i, offset, path, k.sha256, [f"{h:016x}" for h in k.hashes]] for i, offset, path, k in rows]
     storage.write_atomic(keys_path(work, spill), json.dumps(data, separators=(",", ":")).encode())
 
 
-def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
-    """{offset in the spill file: keys} of a batch's inputs that have keys.
+def read_key_rows(work: WorkDir, spill: int) -> dict[int, tuple[str, content_keys.ContentKeys]]:
+    """{offset in the spill file: (input path, keys)} of a batch's inputs that have keys.
 
     Raises:
         ResumeError: the batch was prepared without keys (by a run with --duplicates off).
@@ -133,8 +133,62 @@ def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
         raise ResumeError("the interrupted run read images without computing their content keys "
                           "(--duplicates off); resume with --duplicates off, or run with --overwrite")
     rows = json.loads(storage.read_bytes(path))
-    return {offset: content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes))
-            for _, offset, sha, hashes in rows}
+    return {offset: (name, content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes)))
+            for _, offset, name, sha, hashes in rows}
+
+
+def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
+    """{offset in the spill file: keys} of a batch's inputs that have keys (see read_key_rows)."""
+    return {offset: k for offset, (_, k) in read_key_rows(work, spill).items()}
+
+
+def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
+    return storage.join(work.root, "keys", f"{filename}.part-{part:05d}.json")
+
+
+def write_part_keys(work: WorkDir, filename: str, part: int, entries) -> None:
+    """Records the keys of a shard part's records, in the order written: [[path, sha256, [hex hashes]]],
+    or null for the whole part if one of them has none (its shard is then left out of the sidecar)."""
+    spills: dict[int, dict] = {}
+    rows = []
+    for e in entries:
+        if e.spill not in spills:
+            spills[e.spill] = read_key_rows(work, e.spill)
+        found = spills[e.spill].get(e.offset)
+        if found is None:
+            rows = None
+            break
+        path, k = found
+        rows.append([path, k.sha256, [f"{h:016x}" for h in k.hashes]])
+    storage.write_atomic(part_keys_path(work, filename, part), json.dumps(rows, separators=(",", ":")).encode())
+
+
+def shard_key_lines(work: WorkDir, name, shard_sha256: str, parts: int) -> bytes:
+    """The content_keys.jsonl lines of one written shard (prep.core.keys_sidecar), from its parts' key rows;
+    empty if a record has no keys (`prep leakage` then hashes that shard itself)."""
+    lines = []
+    for part in range(parts):
+        rows = json.loads(storage.read_bytes(part_keys_path(work, name.filename, part)))
+        if rows is None:
+            return b""
+        for path, sha, hashes in rows:
+            lines.append(keys_sidecar.RecordKeys(name.split, name.filename, shard_sha256, len(lines), path, sha,
+                                                 tuple(int(h, 16) for h in hashes)))
+    return keys_sidecar.record_lines(lines)
+
+
+def shard_lines_path(work: WorkDir, filename: str) -> str:
+    return storage.join(work.root, "keys", f"{filename}.jsonl")
+
+
+def write_sidecar(output: str, work: WorkDir, shard_files) -> None:
+    """OUTPUT/content_keys.jsonl from the shards' recorded lines (`shard_key_lines`), in the order given."""
+    tmp = storage.temp_path(storage.join(output, keys_sidecar.FILENAME))
+    with storage.open_write(tmp) as f:
+        f.write(keys_sidecar.header_line())
+        for filename in shard_files:
+            f.write(storage.read_bytes(shard_lines_path(work, filename)))
+    storage.rename(tmp, storage.join(output, keys_sidecar.FILENAME))
 
 
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from beam_jobs import checkpoints
+from beam_jobs import checkpoints, grouping
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
 from beam_jobs.grouping import GroupNotes
@@ -27,7 +27,8 @@ from prep.core.workdir import WorkDir
 
 
 def publish(element, *, output: str, work: WorkDir, labels, options: dict, found: int, tool: dict, run: dict,
-            splits=(), on_step: StepHook | None = None, task: str = "classification", categories=()):
+            splits=(), on_step: StepHook | None = None, task: str = "classification", categories=(),
+            keys: bool = False):
     """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk | BoxNotes | GroupNotes]) -> the count of
     examples written.
 
@@ -91,6 +92,8 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
 
         storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
+    if keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
+        grouping.write_sidecar(output, work, [s.file for split in manifest.splits.values() for s in split.shards])
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)

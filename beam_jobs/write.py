@@ -33,7 +33,7 @@ import typing
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs import checkpoints
+from beam_jobs import checkpoints, grouping
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.plan_shards import PartKey, Section, read_section
 from beam_jobs.pooled import PooledDoFn
@@ -251,8 +251,9 @@ class WriteParts(PooledDoFn):
 
     def __init__(self, output: str, source: str, work: WorkDir, labels: tuple[str, ...], workers: int | None,
                  width: int = 1, reuse: bool = False, index: bool = False, on_step: StepHook | None = None,
-                 task: str = "classification", groups: tuple[str, ...] | None = None):
+                 task: str = "classification", groups: tuple[str, ...] | None = None, keys: bool = False):
         super().__init__(workers)
+        self._keys = keys  # record each part's content keys, for OUTPUT/content_keys.jsonl (grouping.py)
         self._task = task
         self._groups = groups
         self._output = output
@@ -314,6 +315,11 @@ class WriteParts(PooledDoFn):
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
+        if self._keys:
+            grouping.write_part_keys(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
+            if key.num_parts == 1:
+                storage.write_atomic(grouping.shard_lines_path(self._work, name.filename),
+                                     grouping.shard_key_lines(self._work, name, sha, 1))
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
                                sizes, extra), 0, 0
@@ -331,7 +337,8 @@ class ConcatParts(beam.DoFn):
     """(shard file, [WrittenPart]) -> `WrittenShard`: joins part files in part order."""
 
     def __init__(self, output: str, work: WorkDir, labels: tuple[str, ...], reuse: bool = False,
-                 index: bool = False, on_step: StepHook | None = None):
+                 index: bool = False, on_step: StepHook | None = None, keys: bool = False):
+        self._keys = keys
         self._output = output
         self._work = work
         self._on_step = on_step
@@ -364,6 +371,9 @@ class ConcatParts(beam.DoFn):
             checkpoints.record_complete(sidecar, digest, size, sha)
             if self._on_step is not None:
                 self._on_step("shard")
+        if self._keys:
+            storage.write_atomic(grouping.shard_lines_path(self._work, filename),
+                                 grouping.shard_key_lines(self._work, name, sha, len(parts)))
         class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._labels}
         index_file = write_index(self._output, self._work, name, [n for p in parts for n in p.record_sizes]) \
             if self._index else None

@@ -6,7 +6,9 @@ GIF, 16-bit PNG), some rejected. Every file of OUTPUT is pinned by its SHA-256; 
 manifest.json the "run" object (times, the source's absolute path) is cut out first, the rest
 is pinned byte for byte.
 
-A change that alters these bytes on purpose (a new manifest field, another encoder setting)
+content_keys.jsonl (the records' content keys, docs/leakage.md) came in with the keys written by
+convert; no other file changed then. A change that alters these bytes on purpose (a new manifest
+field, another encoder setting)
 updates the digests here in the same commit and says why; any other change must keep them.
 """
 
@@ -27,6 +29,7 @@ RUN = re.compile(rb'\n  "run": \{\n(?:    .*\n)*  \},\n')
 GOLDEN = {
     "split-index": (
         ["--split", "train=0.5,validation=0.25,test=0.25", "--num-shards", 2, "--seed", 7, "--index"], {
+            "content_keys.jsonl": "931213e935dec1d0c8e267874a685a37637e654bdea18bfa0eadeaeebb658846",
             "dataset_info.json": "21c05d40a2bab214b9e905598bbcdc28f7582b38fec282bf67508f035126c615",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",
@@ -48,6 +51,7 @@ GOLDEN = {
     "capped-resized-jpeg": (
         ["--max-per-class", 4, "--resize", 8, "--image-format", "jpeg", "--quality", 80, "--num-shards", 3,
          "--seed", 3], {
+            "content_keys.jsonl": "2087f463f1221c56900c720ab4e3c3126e1cc499c5edaa76041a97e9e33dab84",
             "dataset_info.json": "fdda61093c8a0fc00cce58f31b6826c9b04b24a0f65eda132d1c288b843e5243",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",

@@ -74,9 +74,16 @@ class RecordKeys:
 
 
 def dumps(records: list[RecordKeys]) -> bytes:
-    lines = [json.dumps(header(), sort_keys=True)]
-    lines += [json.dumps(r.to_json(), sort_keys=True, ensure_ascii=True) for r in records]
-    return ("\n".join(lines) + "\n").encode()
+    return header_line() + record_lines(records)
+
+
+def header_line() -> bytes:
+    return (json.dumps(header(), sort_keys=True) + "\n").encode()
+
+
+def record_lines(records: list[RecordKeys]) -> bytes:
+    """The records' lines, each ending in a newline (a sidecar is `header_line` and these, joined)."""
+    return "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=True) + "\n" for r in records).encode()
 
 
 def loads(data: bytes, shard_digests: dict[str, str]) -> dict[str, list[RecordKeys]]:

@@ -257,4 +257,37 @@ def test_convert_overwrite_replaces_a_dataset_with_its_key_sidecar(fresh, run_cl
     source = pathlib.Path(json.loads((outs["c"] / "manifest.json").read_text())["run"]["source"])
     result = run_cli("convert", source, outs["c"], "--split", "train=0.5,test=0.5", "--overwrite", "--no-progress")
     assert result.exit_code == 0, result.output
-    assert not (outs["c"] / keys_sidecar.FILENAME).exists()
+    again = dataset_keys(str(outs["c"]))  # the new conversion's own sidecar, valid for its new shards
+    assert again.computed == 0 and again.cached == sum(s["examples"] for split in datasets.load(outs["c"])[
+        "splits"].values() for s in split["shards"])
+
+
+@pytest.mark.parametrize("options", [{}, {"resize": 120}])
+def test_convert_records_the_keys_leakage_would_compute(tmp_path, options):
+    """`prep convert` writes content_keys.jsonl: for every record, in shard order (shards cut into parts
+    too), `image_keys` of its stored image, whether the keys came from the check's own decode (kept
+    JPEGs of 256 px a side or more at 1/8 scale, smaller ones larger, PNGs) or from the stored bytes
+    (converted: --resize); so `prep leakage` decodes nothing."""
+    from beam_jobs import launch
+    from prep.core import content_keys as ck
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+    from tests.support.imagegen import write_class_tree
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    write_class_tree(src, {"ant": 7, "bee": 9}, size=(300, 260), png_every=3)
+    write_class_tree(src, {"cat": 6}, size=(90, 70), png_every=4)
+    config = build_config(str(src), str(out), {"split": "train=0.7,validation=0.3", "num_shards": 2, "seed": 3,
+                                               "workers": 2, **options})
+    launch.convert(config, list_inputs(config), group_target=4)
+    manifest = datasets.load(out)
+    digests = {s["file"]: s["sha256"] for split in manifest["splits"].values() for s in split["shards"]}
+    cached = keys_sidecar.loads((out / keys_sidecar.FILENAME).read_bytes(), digests)
+    assert set(cached) == set(digests)
+    for shard, records in cached.items():
+        stored = [ImageRecord.from_bytes(r) for r in datasets.records(out / shard)]
+        assert [r.record for r in records] == list(range(len(stored)))
+        for r, record in zip(records, stored):
+            assert (r.filename, r.keys) == (record.filename, ck.image_keys(record.encoded))
+    found = dataset_keys(str(out))
+    assert (found.computed, found.cached) == (0, 22)
