@@ -5,9 +5,9 @@ PrepareChunk records each good input's content keys beside its spill file
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
     keyed    = FlatMap(chunk_keys)             (None, (chunk, items)): its items' hashes in one binary file
-    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale and band (and part
-                                                        of the band's bits past PART_TARGET images)
-    pairs    = FlatMap(scan)                   near pairs (exact copies: identical hashes), found by sorting
+    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale (and part of the
+                                                        bands' bits past PART_TARGET images)
+    pairs    = ParDo(Scan)                     its bands on a thread pool: near pairs (exact copies: identical hashes), found by sorting
                                                         the hashes on the band (prep.core.band_scan:
                                                         oversized runs cut, bounded)
     members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
@@ -42,6 +42,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs import grouping
+from beam_jobs.pooled import PooledDoFn
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize
@@ -69,10 +70,11 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
 
 
 class ScanTask(typing.NamedTuple):
-    """One crop scale's hashes of every image, grouped by one band (and, for large sets, a prefix of its bits)."""
+    """One crop scale's hashes of every image, grouped by each band in turn (and, for large sets, a prefix of
+    the band's bits): the scale's hashes are read once for all its bands."""
 
     scale: int
-    band: int
+    bands: tuple[int, ...]
     sub: int  # the band bits' top `sub_bits` bits this task takes
     sub_bits: int
     chunks: tuple[int, ...]  # the chunks whose key files to read
@@ -87,30 +89,42 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
 
 
 def scan_tasks(element, part_target: int):
-    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale, band and part of the band's bits:
-    parts of about `part_target` images each."""
+    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale and part of the bands' bits:
+    parts of about `part_target` images a band."""
     _, chunks = element
     total = sum(n for _, n in chunks)
     chunks = tuple(sorted(c for c, n in chunks if n))
     bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(scale, band, sub, bits, chunks) for scale in range(grouping.NUM_HASHES)
-             for band in range(near_pairs.PARTS) for sub in range(1 << bits))
+    tasks = (ScanTask(scale, tuple(range(near_pairs.PARTS)), sub, bits, chunks)
+             for scale in range(grouping.NUM_HASHES) for sub in range(1 << bits))
     yield from enumerate(tasks)
 
 
-def scan(element, work: WorkDir, cap: int):
-    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair it finds, and ("skipped", n) for an oversized
-    run's uncompared pairs (prep.core.band_scan)."""
-    _, task = element
-    items, hashes = grouping.read_scale(work, task.chunks, task.scale)
-    if task.sub_bits:
-        keep = (band_scan.band_fields(hashes, task.band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
-        items, hashes = items[keep], hashes[keep]
-    pairs, skipped = band_scan.scan_band(items, hashes, task.band, cap)
-    for pair in pairs:
-        yield "pair", pair
-    if skipped:
-        yield "skipped", skipped
+class Scan(PooledDoFn):
+    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair its bands find, and ("skipped", n) for an
+    oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads (numpy's
+    sorts and comparisons release the GIL), all of them inside process()."""
+
+    def __init__(self, work: WorkDir, cap: int, workers: int | None):
+        super().__init__(workers)
+        self._work, self._cap = work, cap
+
+    def process(self, element):
+        _, task = element
+        items, hashes = grouping.read_scale(self._work, task.chunks, task.scale)
+
+        def one(band):
+            it, hs = items, hashes
+            if task.sub_bits:
+                keep = (band_scan.band_fields(hs, band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
+                it, hs = it[keep], hs[keep]
+            return band_scan.scan_band(it, hs, band, self._cap)
+
+        for pairs, skipped in self._pool.map(one, task.bands):
+            for pair in pairs:
+                yield "pair", pair
+            if skipped:
+                yield "skipped", skipped
 
 
 def components(element, max_size: int):
@@ -313,11 +327,12 @@ class Dedupe(beam.PTransform):
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,
                  single_label: bool, cap: int = band_scan.SCAN_CAP, max_size: int = DEFAULT_MAX_SIZE,
-                 part_target: int = PART_TARGET):
+                 part_target: int = PART_TARGET, workers: int | None = None):
         super().__init__()
         self._work, self._output, self._labels, self._options = work, output, tuple(labels), options
         self._seed, self._fractions, self._single_label = seed, fractions, single_label
         self._cap, self._max_size, self._part_target = cap, max_size, part_target
+        self._workers = workers
 
     def _merge(self, items):
         # (group, ("unit", (unit, split))) per linked duplicate group, (chunk, ("units", None)) per chunk
@@ -341,7 +356,7 @@ class Dedupe(beam.PTransform):
                 | "GatherChunkKeys" >> beam.GroupByKey()
                 | "ScanTasks" >> beam.FlatMap(scan_tasks, self._part_target)
                 | "SpreadScans" >> beam.Reshuffle()
-                | "Scan" >> beam.FlatMap(scan, self._work, self._cap)
+                | "Scan" >> beam.ParDo(Scan(self._work, self._cap, self._workers))
             )
             start = counts.pipeline | "NoPairs" >> beam.Create([("skipped", 0)])
             found = (

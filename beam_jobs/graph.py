@@ -95,7 +95,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     grouped = grouping_stage(config)
     if grouped:  # duplicate and user groups (dedupe.py): counts by planner group, policy rejects
         regrouped = counts | "Dedupe" >> Dedupe(work, config.output, groups, config.dedupe, config.plan.seed,
-                                                config.plan.split_fractions, listing.task == "classification")
+                                                config.plan.split_fractions, listing.task == "classification",
+                                                workers=config.workers)
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
         rejects = ((rejects, regrouped | "GroupRejects" >> beam.FlatMap(_of(prepare.RejectedInputs)))
                    | "AllRejects" >> beam.Flatten())

@@ -143,51 +143,68 @@ def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
-    return storage.join(work.root, "keys", f"{filename}.part-{part:05d}.json")
+    return storage.join(work.root, "keys", f"{filename}.part-{part:05d}.bin")
 
 
-def write_part_keys(work: WorkDir, filename: str, part: int, entries) -> None:
-    """Records the keys of a shard part's records, in the order written: [[path, sha256, [hex hashes]]],
-    or null for the whole part if one of them has none (its shard is then left out of the sidecar)."""
-    spills: dict[int, dict] = {}
-    rows = []
-    for e in entries:
-        if e.spill not in spills:
-            spills[e.spill] = read_key_rows(work, e.spill)
-        found = spills[e.spill].get(e.offset)
-        if found is None:
-            rows = None
-            break
-        path, k = found
-        rows.append([path, k.sha256, [f"{h:016x}" for h in k.hashes]])
-    storage.write_atomic(part_keys_path(work, filename, part), json.dumps(rows, separators=(",", ":")).encode())
+_PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
 
 
-def shard_key_lines(work: WorkDir, name, shard_sha256: str, parts: int) -> bytes:
-    """The content_keys.jsonl lines of one written shard (prep.core.keys_sidecar), from its parts' key rows;
-    empty if a record has no keys (`prep leakage` then hashes that shard itself)."""
-    lines = []
-    for part in range(parts):
-        rows = json.loads(storage.read_bytes(part_keys_path(work, name.filename, part)))
-        if rows is None:
-            return b""
-        for path, sha, hashes in rows:
-            lines.append(keys_sidecar.RecordKeys(name.split, name.filename, shard_sha256, len(lines), path, sha,
-                                                 tuple(int(h, 16) for h in hashes)))
-    return keys_sidecar.record_lines(lines)
+def write_part_order(work: WorkDir, filename: str, part: int, entries) -> None:
+    """Records where a shard part's records came from, in the order written: (spill, offset) each. The
+    sidecar is made from these and the spills' key rows at the end (`write_sidecar`), so no part reads
+    every spill's keys."""
+    rows = np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE)
+    storage.write_atomic(part_keys_path(work, filename, part), rows.tobytes())
 
 
-def shard_lines_path(work: WorkDir, filename: str) -> str:
-    return storage.join(work.root, "keys", f"{filename}.jsonl")
+def shard_parts_path(work: WorkDir, filename: str) -> str:
+    return storage.join(work.root, "keys", f"{filename}.parts.json")
 
 
-def write_sidecar(output: str, work: WorkDir, shard_files) -> None:
-    """OUTPUT/content_keys.jsonl from the shards' recorded lines (`shard_key_lines`), in the order given."""
+def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
+    storage.write_atomic(shard_parts_path(work, filename), json.dumps(parts).encode())
+
+
+def write_sidecar(output: str, work: WorkDir, shards) -> None:
+    """OUTPUT/content_keys.jsonl (prep.core.keys_sidecar) for `shards` [(split, file name, sha256)], in that
+    order. Each spill's key rows are read once into one sorted table (ids, sha256 and hashes as arrays: ~90
+    bytes an image), then each shard's lines are streamed out part by part. A shard holding a record
+    without keys is left out (`prep leakage` then hashes it itself)."""
+    orders = {}
+    for split, filename, _ in shards:
+        parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
+        orders[filename] = [np.frombuffer(storage.read_bytes(part_keys_path(work, filename, p)), _PLACE) for p in parts]
+    spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
+                                      [np.zeros(0, np.uint64)]))
+    ids, shas, hashes, paths = [], [], [], []
+    for spill in spills.tolist():
+        path = keys_path(work, spill)
+        if not storage.exists(path):
+            raise ResumeError("the interrupted run read images without computing their content keys "
+                              "(--duplicates off); resume with --duplicates off, or run with --overwrite")
+        rows = json.loads(storage.read_bytes(path))
+        ids.append(np.array([(spill << 32) | r[1] for r in rows], dtype=np.uint64))
+        shas.append(np.frombuffer(b"".join(bytes.fromhex(r[3]) for r in rows), np.uint8).reshape(-1, 32))
+        hashes.append(np.array([[int(h, 16) for h in r[4]] for r in rows], dtype=np.uint64).reshape(len(rows), -1))
+        paths.extend(r[2] for r in rows)
+    table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
+    shas = np.concatenate(shas) if shas else np.zeros((0, 32), np.uint8)
+    hashes = np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64)
+    order = np.argsort(table, kind="stable")
+    table = table[order]
     tmp = storage.temp_path(storage.join(output, keys_sidecar.FILENAME))
     with storage.open_write(tmp) as f:
         f.write(keys_sidecar.header_line())
-        for filename in shard_files:
-            f.write(storage.read_bytes(shard_lines_path(work, filename)))
+        for split, filename, digest in shards:
+            wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, _PLACE)
+            key = (wanted["spill"] << np.uint64(32)) | wanted["offset"]
+            at = np.searchsorted(table, key)
+            if len(key) and (at.max(initial=0) >= len(table) or not np.array_equal(table[np.minimum(at, len(table) - 1)], key)):
+                continue  # a record without keys
+            rows = order[at]
+            f.write(keys_sidecar.record_lines([
+                keys_sidecar.RecordKeys(split, filename, digest, i, paths[r], sha.tobytes().hex(), tuple(h))
+                for i, (r, sha, h) in enumerate(zip(rows.tolist(), shas[rows], hashes[rows].tolist()))]))
     storage.rename(tmp, storage.join(output, keys_sidecar.FILENAME))
 
 

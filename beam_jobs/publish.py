@@ -93,7 +93,8 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
         storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     if keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
-        grouping.write_sidecar(output, work, [s.file for split in manifest.splits.values() for s in split.shards])
+        grouping.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
+                                              for s in split.shards])
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)

@@ -316,10 +316,9 @@ class WriteParts(PooledDoFn):
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
         if self._keys:
-            grouping.write_part_keys(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
+            grouping.write_part_order(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
             if key.num_parts == 1:
-                storage.write_atomic(grouping.shard_lines_path(self._work, name.filename),
-                                     grouping.shard_key_lines(self._work, name, sha, 1))
+                grouping.write_shard_parts(self._work, name.filename, [0])
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
                                sizes, extra), 0, 0
@@ -372,8 +371,7 @@ class ConcatParts(beam.DoFn):
             if self._on_step is not None:
                 self._on_step("shard")
         if self._keys:
-            storage.write_atomic(grouping.shard_lines_path(self._work, filename),
-                                 grouping.shard_key_lines(self._work, name, sha, len(parts)))
+            grouping.write_shard_parts(self._work, filename, [p.part for p in parts])
         class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._labels}
         index_file = write_index(self._output, self._work, name, [n for p in parts for n in p.record_sizes]) \
             if self._index else None

@@ -14,7 +14,7 @@ import pytest
 
 from prep.core import storage
 from beam_jobs import launch
-from prep.core import tfds_meta
+from prep.core import keys_sidecar, tfds_meta
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.support.imagegen import image_bytes, write_dirty_tree
@@ -43,7 +43,7 @@ def assert_same(out, reference):
     assert_same_dataset(out, reference, shards=6)
     indexes = [p.name + ".idx" for p in out.glob("*.tfrecord")]
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
-        ["manifest.json", "rejects.jsonl", *tfds_meta.file_names(), *indexes])
+        ["manifest.json", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names(), *indexes])
 
 
 def resumed(out) -> dict:
