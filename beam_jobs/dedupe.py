@@ -7,9 +7,10 @@ PrepareChunk records each good input's content keys beside its spill file
     keyed    = FlatMap(chunk_keys)             (None, (chunk, items)): its items' hashes in one binary file
     tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale (and part of the
                                                         bands' bits past PART_TARGET images)
-    pairs    = ParDo(Scan)                     its bands on a thread pool: near pairs (exact copies: identical hashes), found by sorting
-                                                        the hashes on the band (prep.core.band_scan:
-                                                        oversized runs cut, bounded)
+    pairs    = ParDo(Scan)                     near pairs (exact copies: identical hashes), its bands on a
+                                                        thread pool (scan_tasks.py), found by sorting the
+                                                        hashes on the band (prep.core.band_scan: oversized
+                                                        runs cut, bounded)
     members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
                | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
                | GroupByKey                             (group, [Member])
@@ -35,18 +36,15 @@ Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset).
 from __future__ import annotations
 
 import json
-import math
-import typing
 
 import apache_beam as beam
-import numpy as np
 
 from beam_jobs import grouping
-from beam_jobs.pooled import PooledDoFn
+from beam_jobs.scan_tasks import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize
-from prep.core import band_scan, near_pairs
+from prep.core import band_scan
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
@@ -69,62 +67,12 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
     return out
 
 
-class ScanTask(typing.NamedTuple):
-    """One crop scale's hashes of every image, grouped by each band in turn (and, for large sets, a prefix of
-    the band's bits): the scale's hashes are read once for all its bands."""
-
-    scale: int
-    bands: tuple[int, ...]
-    sub: int  # the band bits' top `sub_bits` bits this task takes
-    sub_bits: int
-    chunks: tuple[int, ...]  # the chunks whose key files to read
-
-
 def chunk_keys(counts: ChunkCounts, work: WorkDir):
     """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
     (None, (chunk, items with keys))."""
     rows = [(item, keys.hashes) for item, _, keys in chunk_items(work, counts.chunk) if keys is not None]
     grouping.write_chunk_keys(work, counts.chunk, rows)
     yield None, (counts.chunk, len(rows))
-
-
-def scan_tasks(element, part_target: int):
-    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale and part of the bands' bits:
-    parts of about `part_target` images a band."""
-    _, chunks = element
-    total = sum(n for _, n in chunks)
-    chunks = tuple(sorted(c for c, n in chunks if n))
-    bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(scale, tuple(range(near_pairs.PARTS)), sub, bits, chunks)
-             for scale in range(grouping.NUM_HASHES) for sub in range(1 << bits))
-    yield from enumerate(tasks)
-
-
-class Scan(PooledDoFn):
-    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair its bands find, and ("skipped", n) for an
-    oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads (numpy's
-    sorts and comparisons release the GIL), all of them inside process()."""
-
-    def __init__(self, work: WorkDir, cap: int, workers: int | None):
-        super().__init__(workers)
-        self._work, self._cap = work, cap
-
-    def process(self, element):
-        _, task = element
-        items, hashes = grouping.read_scale(self._work, task.chunks, task.scale)
-
-        def one(band):
-            it, hs = items, hashes
-            if task.sub_bits:
-                keep = (band_scan.band_fields(hs, band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
-                it, hs = it[keep], hs[keep]
-            return band_scan.scan_band(it, hs, band, self._cap)
-
-        for pairs, skipped in self._pool.map(one, task.bands):
-            for pair in pairs:
-                yield "pair", pair
-            if skipped:
-                yield "skipped", skipped
 
 
 def components(element, max_size: int):

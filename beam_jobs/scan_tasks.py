@@ -1,0 +1,68 @@
+"""The dedupe stage's scan: near pairs of every crop scale, from the chunks' packed key files (dedupe.py).
+
+A task holds one crop scale's hashes of every image (16 bytes an image: id and hash), read once from
+the chunk key files (grouping.read_scale); its 8 bands are sorted and compared on a thread pool
+(prep.core.band_scan), all inside process(), as every runner needs.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import numpy as np
+
+from beam_jobs import grouping
+from beam_jobs.pooled import PooledDoFn
+from prep.core import band_scan, near_pairs
+from prep.core.workdir import WorkDir
+
+
+class ScanTask(typing.NamedTuple):
+    """One crop scale's hashes of every image, grouped by each band in turn (and, for large sets, a prefix of
+    the band's bits): the scale's hashes are read once for all its bands."""
+
+    scale: int
+    bands: tuple[int, ...]
+    sub: int  # the band bits' top `sub_bits` bits this task takes
+    sub_bits: int
+    chunks: tuple[int, ...]  # the chunks whose key files to read
+
+
+def scan_tasks(element, part_target: int):
+    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale and part of the bands' bits:
+    parts of about `part_target` images a band."""
+    _, chunks = element
+    total = sum(n for _, n in chunks)
+    chunks = tuple(sorted(c for c, n in chunks if n))
+    bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
+    tasks = (ScanTask(scale, tuple(range(near_pairs.PARTS)), sub, bits, chunks)
+             for scale in range(grouping.NUM_HASHES) for sub in range(1 << bits))
+    yield from enumerate(tasks)
+
+
+class Scan(PooledDoFn):
+    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair its bands find, and ("skipped", n) for an
+    oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads (numpy's
+    sorts and comparisons release the GIL), all of them inside process()."""
+
+    def __init__(self, work: WorkDir, cap: int, workers: int | None):
+        super().__init__(workers)
+        self._work, self._cap = work, cap
+
+    def process(self, element):
+        _, task = element
+        items, hashes = grouping.read_scale(self._work, task.chunks, task.scale)
+
+        def one(band):
+            it, hs = items, hashes
+            if task.sub_bits:
+                keep = (band_scan.band_fields(hs, band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
+                it, hs = it[keep], hs[keep]
+            return band_scan.scan_band(it, hs, band, self._cap)
+
+        for pairs, skipped in self._pool.map(one, task.bands):
+            for pair in pairs:
+                yield "pair", pair
+            if skipped:
+                yield "skipped", skipped
