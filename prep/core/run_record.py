@@ -29,7 +29,8 @@ from prep.core.listing import InputRef, Listing, printable
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
 # 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
-RUN_VERSION = 4
+# 5: a spill's key rows hold each input's path, and keys come from the check's own decode (content keys v2).
+RUN_VERSION = 5
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 # Manifest options that only shape the plan, read after every image is prepared.
 PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")
