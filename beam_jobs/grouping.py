@@ -122,8 +122,8 @@ def write_keys(work: WorkDir, spill: int, rows: list) -> None:
     storage.write_atomic(keys_path(work, spill), json.dumps(data, separators=(",", ":")).encode())
 
 
-def read_key_rows(work: WorkDir, spill: int) -> dict[int, tuple[str, content_keys.ContentKeys]]:
-    """{offset in the spill file: (input path, keys)} of a batch's inputs that have keys.
+def _spill_rows(work: WorkDir, spill: int) -> list:
+    """A batch's key rows as `write_keys` wrote them.
 
     Raises:
         ResumeError: the batch was prepared without keys (by a run with --duplicates off).
@@ -132,14 +132,13 @@ def read_key_rows(work: WorkDir, spill: int) -> dict[int, tuple[str, content_key
     if not storage.exists(path):
         raise ResumeError("the interrupted run read images without computing their content keys "
                           "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-    rows = json.loads(storage.read_bytes(path))
-    return {offset: (name, content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes)))
-            for _, offset, name, sha, hashes in rows}
+    return json.loads(storage.read_bytes(path))
 
 
 def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
-    """{offset in the spill file: keys} of a batch's inputs that have keys (see read_key_rows)."""
-    return {offset: k for offset, (_, k) in read_key_rows(work, spill).items()}
+    """{offset in the spill file: keys} of a batch's inputs that have keys (ResumeError: see _spill_rows)."""
+    return {offset: content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes))
+            for _, offset, _, sha, hashes in _spill_rows(work, spill)}
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
@@ -171,18 +170,14 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
     bytes an image), then each shard's lines are streamed out part by part. A shard holding a record
     without keys is left out (`prep leakage` then hashes it itself)."""
     orders = {}
-    for split, filename, _ in shards:
+    for _, filename, _ in shards:
         parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
         orders[filename] = [np.frombuffer(storage.read_bytes(part_keys_path(work, filename, p)), _PLACE) for p in parts]
     spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
                                       [np.zeros(0, np.uint64)]))
     ids, shas, hashes, paths = [], [], [], []
     for spill in spills.tolist():
-        path = keys_path(work, spill)
-        if not storage.exists(path):
-            raise ResumeError("the interrupted run read images without computing their content keys "
-                              "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-        rows = json.loads(storage.read_bytes(path))
+        rows = _spill_rows(work, spill)
         ids.append(np.array([(spill << 32) | r[1] for r in rows], dtype=np.uint64))
         shas.append(np.frombuffer(b"".join(bytes.fromhex(r[3]) for r in rows), np.uint8).reshape(-1, 32))
         hashes.append(np.array([[int(h, 16) for h in r[4]] for r in rows], dtype=np.uint64).reshape(len(rows), -1))
@@ -198,8 +193,8 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
         for split, filename, digest in shards:
             wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, _PLACE)
             key = (wanted["spill"] << np.uint64(32)) | wanted["offset"]
-            at = np.searchsorted(table, key)
-            if len(key) and (at.max(initial=0) >= len(table) or not np.array_equal(table[np.minimum(at, len(table) - 1)], key)):
+            at = np.minimum(np.searchsorted(table, key), max(len(table) - 1, 0))
+            if len(key) and not (len(table) and np.array_equal(table[at], key)):
                 continue  # a record without keys
             rows = order[at]
             f.write(keys_sidecar.record_lines([

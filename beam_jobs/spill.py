@@ -123,7 +123,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         if isinstance(record, Reject):
             return record, sig, info
     if keys is not None:
-        keys.add(image.encoded, image.gray)
+        keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)

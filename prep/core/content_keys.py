@@ -184,8 +184,8 @@ class KeyBatch:
     """The content keys of a run of images, hashed together at the end: images of one size share the
     resize's two matrix products (lanczos.resize_crops), so a batch costs less than its images one by one.
 
-    `add` takes an image's encoded bytes and, when its decode is at hand, its `gray_pixels` (else the
-    bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
+    `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
+    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
     that could not be decoded. Large images are hashed on arrival, so pending pixels stay small.
     """
 
@@ -197,8 +197,8 @@ class KeyBatch:
         self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
         self._waiting: list[int] = []
 
-    def add(self, data: bytes, gray: np.ndarray | None = None) -> None:
-        self._digests.append(hashlib.sha256(data).hexdigest())
+    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None) -> None:
+        self._digests.append(sha256 or hashlib.sha256(data).hexdigest())
         if gray is None:
             try:
                 with Image.open(io.BytesIO(data)) as img:

@@ -70,13 +70,13 @@ def resize(gray: np.ndarray, side: int) -> np.ndarray:
     return x
 
 
-def _placed(weights_of, size: int, spans, side: int) -> np.ndarray:
+def _placed(size: int, spans, side: int) -> np.ndarray:
     """One pass's weights for several crops at once: (len(spans), side, size), crop i's weights over its
     span (start, length) and zero elsewhere. A span already `side` long gets ONE on the diagonal: Pillow
     skips that pass, and ONE * x rounds back to x exactly."""
     m = np.zeros((len(spans), side, size))
     for i, (start, length) in enumerate(spans):
-        m[i, :, start:start + length] = weights_of(length) if length != side else np.eye(side) * _ONE
+        m[i, :, start:start + length] = weights(length, side) if length != side else np.eye(side) * _ONE
     return m
 
 
@@ -84,8 +84,8 @@ def _placed(weights_of, size: int, spans, side: int) -> np.ndarray:
 def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[np.ndarray, np.ndarray]:
     """(horizontal (width, n * side), vertical (n, side, height)) weights that resize each crop
     (left, top, crop width, crop height) of an image of this size to side x side in one product each."""
-    horizontal = _placed(lambda n: weights(n, side), width, [(b[0], b[2]) for b in boxes], side)
-    vertical = _placed(lambda n: weights(n, side), height, [(b[1], b[3]) for b in boxes], side)
+    horizontal = _placed(width, [(b[0], b[2]) for b in boxes], side)
+    vertical = _placed(height, [(b[1], b[3]) for b in boxes], side)
     horizontal = horizontal.transpose(2, 0, 1).reshape(width, len(boxes) * side)
     horizontal.setflags(write=False)
     vertical.setflags(write=False)
