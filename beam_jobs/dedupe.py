@@ -53,24 +53,28 @@ PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and on
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
-    """[(item id, PreparedRef, ContentKeys or None)] of a prepared chunk's good inputs, in index order."""
+    """[(item id, PreparedRef, its key row (grouping.SPILL_KEYS) or None)] of a prepared chunk's good
+    inputs, in index order."""
     refs = [PreparedRef._make(fields) for fields in read_prepared(work, chunk)]
-    keys: dict[int, dict] = {}
+    tables: dict[int, tuple] = {}
     out = []
     for position, ref in enumerate(refs):
-        k = None
+        row = None
         if with_keys:
-            if ref.spill not in keys:
-                keys[ref.spill] = grouping.read_keys(work, ref.spill)
-            k = keys[ref.spill].get(ref.offset)
-        out.append((grouping.item_id(chunk, position), ref, k))
+            if ref.spill not in tables:
+                rows, _ = grouping.spill_keys(work, ref.spill)
+                tables[ref.spill] = (dict(zip(rows["offset"].tolist(), range(len(rows)))), rows)
+            where, rows = tables[ref.spill]
+            at = where.get(ref.offset)
+            row = None if at is None else rows[at]
+        out.append((grouping.item_id(chunk, position), ref, row))
     return out
 
 
 def chunk_keys(counts: ChunkCounts, work: WorkDir):
     """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
     (None, (chunk, items with keys))."""
-    rows = [(item, keys.hashes) for item, _, keys in chunk_items(work, counts.chunk) if keys is not None]
+    rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
     grouping.write_chunk_keys(work, counts.chunk, rows)
     yield None, (counts.chunk, len(rows))
 
@@ -108,11 +112,11 @@ def member_info(element, work: WorkDir, labels, options: DedupeOptions):
     chunk, grouped = element
     group_of = dict(grouped)
     user = grouping.user_keys(work, chunk, options)
-    for item, ref, keys in chunk_items(work, chunk):
+    for item, ref, row in chunk_items(work, chunk):
         if item in group_of:
             path = ref.path.decode("utf-8", "surrogateescape")
             yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
-                                         keys.sha256 if keys else "", user(path) or "")
+                                         "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")
 
 
 def user_links(element):

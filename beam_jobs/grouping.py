@@ -1,7 +1,7 @@
 """The work directory's files of the dedupe stage, and what the planner reads of them. No Beam.
 
-    .prep-tmp/keys/spill-NNNNNNNNN.json   content keys of a batch's good inputs: [[i, offset, sha256, [hash hex,
-                                          ...]], ...], written by prepare_batch before its spill file
+    .prep-tmp/keys/spill-NNNNNNNNN.bin    content keys of a batch's good inputs, packed (`encode_keys`: SPILL_KEYS
+                                          rows, then their paths), written by prepare_batch before its spill file
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
     .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
@@ -57,7 +57,7 @@ def item_chunk(item: int) -> int:
 
 
 def keys_path(work: WorkDir, spill: int) -> str:
-    return storage.join(work.root, "keys", f"spill-{spill:09d}.json")
+    return storage.join(work.root, "keys", f"spill-{spill:09d}.bin")
 
 
 def groups_path(work: WorkDir, chunk: int) -> str:
@@ -72,9 +72,13 @@ def chunk_keys_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
 
 
-def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, tuple[int, ...]]]) -> None:
+def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, np.ndarray]]) -> None:
     """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks."""
-    storage.write_atomic(chunk_keys_path(work, chunk), np.array(rows, dtype=KEY_DTYPE).tobytes())
+    packed = np.zeros(len(rows), KEY_DTYPE)
+    if rows:
+        packed["item"] = [item for item, _ in rows]
+        packed["hashes"] = np.stack([hashes for _, hashes in rows])
+    storage.write_atomic(chunk_keys_path(work, chunk), packed.tobytes())
 
 
 def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,14 +120,21 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
     return json.loads(storage.read_bytes(choices_path(work, kind)))
 
 
-def write_keys(work: WorkDir, spill: int, rows: list) -> None:
-    """Records a batch's keys: rows [index in batch, offset in the spill file, input path, ContentKeys]."""
-    data = [[i, offset, path, k.sha256, [f"{h:016x}" for h in k.hashes]] for i, offset, path, k in rows]
-    storage.write_atomic(keys_path(work, spill), json.dumps(data, separators=(",", ":")).encode())
+SPILL_KEYS = np.dtype([("i", "<u4"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 
 
-def _spill_rows(work: WorkDir, spill: int) -> list:
-    """A batch's key rows as `write_keys` wrote them.
+def encode_keys(rows: list) -> bytes:
+    """A batch's key file: rows [index in batch, offset in the spill file, input path, ContentKeys] packed
+    as SPILL_KEYS (a count first), then the paths, NUL-separated (a path cannot hold NUL). Binary, as the
+    batch's own images cost little more to prepare than JSON cost to write and read back."""
+    packed = np.array([(i, offset, np.frombuffer(bytes.fromhex(k.sha256), np.uint8), k.hashes)
+                       for i, offset, _, k in rows], dtype=SPILL_KEYS)
+    paths = b"\0".join(path.encode("utf-8", "surrogateescape") for _, _, path, _ in rows)
+    return len(rows).to_bytes(4, "little") + packed.tobytes() + paths
+
+
+def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
+    """A batch's key rows (SPILL_KEYS) and their input paths, as `encode_keys` wrote them.
 
     Raises:
         ResumeError: the batch was prepared without keys (by a run with --duplicates off).
@@ -132,13 +143,18 @@ def _spill_rows(work: WorkDir, spill: int) -> list:
     if not storage.exists(path):
         raise ResumeError("the interrupted run read images without computing their content keys "
                           "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-    return json.loads(storage.read_bytes(path))
+    data = storage.read_bytes(path)
+    n = int.from_bytes(data[:4], "little")
+    end = 4 + n * SPILL_KEYS.itemsize
+    paths = data[end:].split(b"\0") if n else []
+    return np.frombuffer(data[4:end], SPILL_KEYS), [p.decode("utf-8", "surrogateescape") for p in paths]
 
 
 def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
-    """{offset in the spill file: keys} of a batch's inputs that have keys (ResumeError: see _spill_rows)."""
-    return {offset: content_keys.ContentKeys(sha, tuple(int(h, 16) for h in hashes))
-            for _, offset, _, sha, hashes in _spill_rows(work, spill)}
+    """{offset in the spill file: keys} of a batch's inputs that have keys (ResumeError: see spill_keys)."""
+    rows, _ = spill_keys(work, spill)
+    return {offset: content_keys.ContentKeys(sha.tobytes().hex(), tuple(hashes))
+            for offset, sha, hashes in zip(rows["offset"].tolist(), rows["sha256"], rows["hashes"].tolist())}
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
@@ -177,11 +193,11 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
                                       [np.zeros(0, np.uint64)]))
     ids, shas, hashes, paths = [], [], [], []
     for spill in spills.tolist():
-        rows = _spill_rows(work, spill)
-        ids.append(np.array([(spill << 32) | r[1] for r in rows], dtype=np.uint64))
-        shas.append(np.frombuffer(b"".join(bytes.fromhex(r[3]) for r in rows), np.uint8).reshape(-1, 32))
-        hashes.append(np.array([[int(h, 16) for h in r[4]] for r in rows], dtype=np.uint64).reshape(len(rows), -1))
-        paths.extend(r[2] for r in rows)
+        rows, names = spill_keys(work, spill)
+        ids.append((np.uint64(spill) << np.uint64(32)) | rows["offset"])
+        shas.append(rows["sha256"])
+        hashes.append(rows["hashes"])
+        paths.extend(names)
     table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
     shas = np.concatenate(shas) if shas else np.zeros((0, 32), np.uint8)
     hashes = np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64)

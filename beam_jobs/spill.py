@@ -184,12 +184,12 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
     `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
     `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs'
-    content keys are recorded too (`grouping.write_keys`), before the spill file is complete.
+    content keys are recorded too (`grouping.encode_keys`), before the spill file is complete.
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
     in_flight = work.in_flight(spill)
-    _record_in_flight(in_flight, json.dumps([ref.path for ref in refs]).encode())
+    _write_small(in_flight, json.dumps([ref.path for ref in refs]).encode())
     if pause is not None:
         pause()
     results, offset = [], 0
@@ -209,7 +209,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
             results.append((result, signature) if task is None else (result, signature, info))
     if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
         rows = [(i, offset, path, k) for (i, offset, path), k in zip(kept, batch.keys()) if k is not None]
-        grouping.write_keys(work, spill, rows)
+        _write_small(grouping.keys_path(work, spill), grouping.encode_keys(rows))
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)
@@ -221,10 +221,10 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     return results, offset
 
 
-def _record_in_flight(path: str, data: bytes) -> None:
+def _write_small(path: str, data: bytes) -> None:
     """Writes `path` atomically. Locally with bare system calls: storage's general path
     (folders made, a random temporary name, stat before delete) costs several times more,
-    once per batch (docs/design.md)."""
+    once or twice per batch (docs/design.md)."""
     if storage.is_remote(path):
         storage.write_atomic(path, data)
         return

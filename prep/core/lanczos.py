@@ -80,37 +80,56 @@ def _placed(size: int, spans, side: int) -> np.ndarray:
     return m
 
 
+BAND_COLUMNS = 8  # output columns of one crop per horizontal product (see crop_weights)
+
+
 @functools.lru_cache(maxsize=64)
-def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """(horizontal (width, n * side), vertical (n, side, height)) weights that resize each crop
-    (left, top, crop width, crop height) of an image of this size to side x side in one product each."""
-    horizontal = _placed(width, [(b[0], b[2]) for b in boxes], side)
+def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[tuple, np.ndarray]:
+    """(horizontal bands, vertical (n, side, height) weights) that resize each crop (left, top, crop
+    width, crop height) of an image of this size to side x side.
+
+    The horizontal pass is cut into bands of `BAND_COLUMNS` output columns of one crop, each
+    (first input column, its weights (inputs, columns)) over only the inputs those columns reach:
+    a column's Lanczos window is a few inputs wide, so one dense (width, n * side) product spent
+    most of its time multiplying zeros. Bands are in output order: crop by crop, left to right."""
     vertical = _placed(height, [(b[1], b[3]) for b in boxes], side)
-    horizontal = horizontal.transpose(2, 0, 1).reshape(width, len(boxes) * side)
-    horizontal.setflags(write=False)
     vertical.setflags(write=False)
-    return horizontal, vertical
+    bands = []
+    for dense in _placed(width, [(b[0], b[2]) for b in boxes], side):  # (side, width) per crop
+        columns = BAND_COLUMNS if side % BAND_COLUMNS == 0 else side  # bands of equal width
+        for start in range(0, side, columns):
+            rows = dense[start:start + columns]
+            reached = np.flatnonzero(rows.any(axis=0))
+            lo, hi = int(reached[0]), int(reached[-1]) + 1
+            w = np.ascontiguousarray(rows[:, lo:hi].T)
+            w.setflags(write=False)
+            bands.append((lo, w))
+    return tuple(bands), vertical
 
 
 def resize_crops(grays: np.ndarray, boxes: tuple, side: int) -> np.ndarray:
     """`resize(gray[top:top + h, left:left + w], side)` for every box of every image of a stack
     (B, height, width) of same-sized gray images: (B, len(boxes), side, side), float64, the same values.
 
-    Both passes run over whole images with each crop's weights zero outside it, so all crops of all
-    images take two matrix products: the horizontal pass of rows outside a crop is computed and then
-    weighted by zero, which changes nothing (every sum is of integers, exact in float64)."""
+    Each pass runs over whole images: a band of output columns takes the inputs its weights reach
+    (crop_weights), and the vertical pass weights rows outside a crop by zero, which changes
+    nothing (every sum is of integers, exact in float64, in any order)."""
     b, height, width = grays.shape
     n = len(boxes)
-    horizontal, vertical = crop_weights(height, width, boxes, side)
+    bands, vertical = crop_weights(height, width, boxes, side)
+    per_crop = len(bands) // n
+    columns = side // per_crop
     rows = grays.reshape(b * height, width)
-    x = np.empty((b * height, n * side))
+    x = np.empty((len(bands), b * height, columns))  # each band's products land contiguous
     step = max(1, _BLOCK // width)  # rows per product: a large image is not copied to float64 whole
     for start in range(0, b * height, step):
-        np.matmul(rows[start:start + step].astype(np.float64), horizontal, out=x[start:start + step])
+        block = rows[start:start + step].astype(np.float64)
+        for i, (lo, w) in enumerate(bands):
+            np.matmul(block[:, lo:lo + w.shape[0]], w, out=x[i, start:start + step])
     _round(x)
     # (B, n, h, side), contiguous: numpy's stacked product falls back to a slow loop on strided operands
-    x = np.ascontiguousarray(x.reshape(b, height, n, side).transpose(0, 2, 1, 3))
-    return _round(vertical @ x)
+    x = np.ascontiguousarray(x.reshape(n, per_crop, b, height, columns).transpose(2, 0, 3, 1, 4))
+    return _round(vertical @ x.reshape(b, n, height, side))
 
 
 _BLOCK = 1 << 20  # input pixels per horizontal product
@@ -119,6 +138,6 @@ _BLOCK = 1 << 20  # input pixels per horizontal product
 def _round(x: np.ndarray) -> np.ndarray:
     """A pass's fixed-point rounding and clipping, in place: floor((x + HALF) / ONE) into 0..255."""
     x += _HALF
-    x /= _ONE
+    x *= 1.0 / _ONE  # exact: a power of two
     np.floor(x, out=x)
     return np.clip(x, 0, 255, out=x)
