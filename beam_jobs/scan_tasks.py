@@ -1,7 +1,7 @@
 """The dedupe stage's scan: near pairs of every crop scale, from the chunks' packed key files (dedupe.py).
 
 A task holds one crop scale's hashes of every image (16 bytes an image: id and hash), read once from
-the chunk key files (grouping.read_scale); its 8 bands are sorted and compared on a thread pool
+the chunk key files (grouping.read_scale); its 4 bands are sorted and probed on a thread pool
 (prep.core.band_scan), all inside process(), as every runner needs.
 """
 
@@ -10,11 +10,9 @@ from __future__ import annotations
 import math
 import typing
 
-import numpy as np
-
 from beam_jobs import grouping
 from beam_jobs.pooled import PooledDoFn
-from prep.core import band_scan, near_pairs
+from prep.core import band_scan
 from prep.core.workdir import WorkDir
 
 
@@ -31,12 +29,12 @@ class ScanTask(typing.NamedTuple):
 
 def scan_tasks(element, part_target: int):
     """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale and part of the bands' bits:
-    parts of about `part_target` images a band."""
+    parts of about `part_target` images a band (each probes into its own and the parts one bit away)."""
     _, chunks = element
     total = sum(n for _, n in chunks)
     chunks = tuple(sorted(c for c, n in chunks if n))
     bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(scale, tuple(range(near_pairs.PARTS)), sub, bits, chunks)
+    tasks = (ScanTask(scale, tuple(range(band_scan.BANDS)), sub, bits, chunks)
              for scale in range(grouping.NUM_HASHES) for sub in range(1 << bits))
     yield from enumerate(tasks)
 
@@ -55,11 +53,7 @@ class Scan(PooledDoFn):
         items, hashes = grouping.read_scale(self._work, task.chunks, task.scale)
 
         def one(band):
-            it, hs = items, hashes
-            if task.sub_bits:
-                keep = (band_scan.band_fields(hs, band) >> np.uint64(band_scan.WIDTH - task.sub_bits)) == task.sub
-                it, hs = it[keep], hs[keep]
-            return band_scan.scan_band(it, hs, band, self._cap)
+            return band_scan.scan_band(items, hashes, band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
 
         for pairs, skipped in self._pool.map(one, task.bands):
             for pair in pairs:

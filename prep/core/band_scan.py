@@ -1,23 +1,31 @@
 """Near pairs of one crop scale and one band, for arrays of hashes: the convert pipeline's form of near_pairs.
 Pure: numpy, no Beam, no I/O.
 
-`near_pairs` files one entry per (hash, band) and compares the entries of each
-band key; that is one Beam element per image and band key (40 per image), which
-cost the conversion more than the images did. Here a task gets the hashes of
-*one* crop scale of every image as two arrays, sorts them by one band's bits,
-and compares each run of equal bits at once with numpy (the hashes only: 8
-bytes an image, no objects per image). The guarantee is the same: two hashes
-within 7 bits agree on one of the 8 bands, so the 8 tasks of a scale find every
-pair of that scale; and the distance of two images is the least over scales,
-so a pair within `NEAR_DISTANCE` is found at the scale that gives it, with that
-distance (`distance`'s value). A pair is listed only by the first band its two
-hashes agree on, and identical hashes (every band agrees) only by band 0 as a
-star to the first image holding them (the same components, fewer pairs).
+Multi-index hashing with probes: each 64-bit hash is cut into `BANDS` (4) bands
+of `WIDTH` (16) bits. Two hashes within 7 bits differ in at most one bit of at
+least one band (4 bands, 2 bits each would be 8), so looking up, per band, the
+hashes whose band bits equal an image's or differ from them in one bit (17
+probes) finds every such pair. A task gets the hashes of *one* crop scale of
+every image as two arrays (8 bytes an image, no objects per image), sorts them
+by the band's bits, and looks each probe up in a table of where every one of
+the 65,536 band values starts: an image meets about 17 * n / 65,536 others a
+band, where 8 bands of 8 bits compared each image with n / 256 (all n² / 512
+pairs of a band: the largest cost of the stage past a few hundred thousand
+images). The distance of two images is the least over scales, so a pair within
+`NEAR_DISTANCE` is found at the scale that gives it, with that distance
+(`distance`'s value). A pair is listed only by the first band whose bits differ
+in at most one place, and identical hashes only by band 0, as a star to the
+first image holding them (the same components, fewer pairs).
 
-A run is compared `BLOCK` rows at a time, so memory stays small; a run of more
-than `cap` distinct hashes (many pictures alike) is handed to
-`near_pairs.band_pairs`, which cuts it again and bounds its work, counting what
-it leaves uncompared.
+Bounded: candidates are compared `LIMIT` at a time, and a band value shared by
+more than `cap` distinct hashes (many pictures alike) is not probed into: its
+own pairs go to `near_pairs.band_pairs`, which cuts them again and bounds its
+work, and the comparisons it saves are counted as skipped.
+
+For sets too large for one task, `sub_bits` cuts a band by the top bits of its
+value: the task for part `sub` probes from the hashes of that part, into that
+part and the parts one bit away (a probe flips one bit), so each pair is still
+listed by exactly one task.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from __future__ import annotations
 import numpy as np
 
 from prep.core.content_keys import NEAR_DISTANCE, ContentKeys
-from prep.core.near_pairs import BITS, DEFAULT_CAP, PARTS, BandEntry, band_pairs, split
+from prep.core.near_pairs import BITS, DEFAULT_CAP, BandEntry, band_pairs
 
-WIDTH = BITS // PARTS  # bits per band
-SCAN_CAP = 16_384  # distinct hashes of one run compared all against all (in blocks); more go to band_pairs
-BLOCK = 256  # rows of a run compared at once: BLOCK x run bytes of distances
+BANDS = 4
+WIDTH = BITS // BANDS  # bits per band
+SCAN_CAP = 16_384  # distinct hashes of one band value probed into; more go to band_pairs
+LIMIT = 1 << 21  # candidate pairs compared at once (~50 MB of temporaries)
 _NO_SHA = "0" * 64
+_MASK = np.uint64((1 << WIDTH) - 1)
 
 
 def _shift(band: int) -> np.uint64:
@@ -38,71 +48,108 @@ def _shift(band: int) -> np.uint64:
 
 
 def band_fields(hashes: np.ndarray, band: int) -> np.ndarray:
-    """The bits of band `band` (0: the top 8) of each 64-bit hash."""
-    return (hashes >> _shift(band)) & np.uint64((1 << WIDTH) - 1)
+    """The bits of band `band` (0: the top WIDTH) of each 64-bit hash."""
+    return (hashes >> _shift(band)) & _MASK
 
 
-def _popcount(x: np.ndarray) -> np.ndarray:
-    return np.bitwise_count(x)
-
-
-def _close(items: np.ndarray, hashes: np.ndarray, max_distance: int) -> list[tuple[int, int, int]]:
-    """(distance, a, b) of every two of `hashes` within `max_distance`, `BLOCK` rows at a time (a run of 3,000
-    hashes compared at once would hold 72 MB of distances)."""
-    out: list[tuple[int, int, int]] = []
-    for start in range(0, len(hashes) - 1, BLOCK):
-        rows = hashes[start:start + BLOCK]
-        d = _popcount(rows[:, None] ^ hashes[None, start + 1:])  # row r against the hashes after it: j > r
-        d = np.where(np.arange(len(hashes) - start - 1)[None, :] >= np.arange(len(rows))[:, None], d, 64)
-        r, c = np.nonzero(d <= max_distance)
-        out.extend(zip(d[r, c].tolist(), items[start + r].tolist(), items[start + 1 + c].tolist()))
-    return out
+def _first_band_is(x: np.ndarray, band: int) -> np.ndarray:
+    """For XORs of hash pairs: whether no band before `band` differs in at most one bit (so `band` lists them)."""
+    keep = np.ones(len(x), bool)
+    for k in range(band):
+        keep &= np.bitwise_count(band_fields(x, k)) > 1
+    return keep
 
 
 def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_CAP,
-              max_distance: int = NEAR_DISTANCE) -> tuple[list[tuple[int, int, int]], int]:
-    """The pairs of images whose hashes (of one crop scale) agree on band `band` and lie within `max_distance`.
+              max_distance: int = NEAR_DISTANCE, sub: int = 0,
+              sub_bits: int = 0) -> tuple[list[tuple[int, int, int]], int]:
+    """The pairs of images whose hashes (of one crop scale) differ in at most one bit of band `band`, that
+    band being the first such, and lie within `max_distance`.
 
     Args:
         items: image ids (int64), one per hash.
         hashes: 64-bit hashes (uint64) of one crop scale.
-        band: which 8 bits to group by (0..7).
+        band: which WIDTH bits to look up by (0..BANDS - 1).
+        sub, sub_bits: only pairs probed from hashes whose band's top `sub_bits` bits are `sub`.
 
     Returns:
-        ([(distance, a, b)] with a < b, in no particular order; comparisons skipped in oversized runs).
+        ([(distance, a, b)] with a < b, in no particular order; comparisons skipped at oversized values).
     """
+    if max_distance > 2 * BANDS - 1:
+        raise ValueError(f"max_distance {max_distance} is past what {BANDS} bands probed at one bit find")
+    fields = band_fields(hashes, band)
+    query = np.ones(len(items), bool)
+    if sub_bits:
+        top = fields >> np.uint64(WIDTH - sub_bits)
+        near = np.bitwise_count(top ^ np.uint64(sub)) <= 1
+        items, hashes, fields, query = items[near], hashes[near], fields[near], top[near] == sub
     if len(items) < 2:
         return [], 0
-    fields = band_fields(hashes, band)
-    order = np.lexsort((items, hashes, fields))  # by band bits, then hash, then id
-    items, hashes, fields = items[order], hashes[order], fields[order]
-    starts = np.flatnonzero(np.r_[True, fields[1:] != fields[:-1]])
-    ends = np.r_[starts[1:], len(fields)]
     out: list[tuple[int, int, int]] = []
+    order = np.lexsort((items, hashes))  # identical hashes together, smallest id first
+    items, hashes, fields, query = items[order], hashes[order], fields[order], query[order]
+    first = np.r_[True, hashes[1:] != hashes[:-1]]
+    if band == 0 and not first.all():  # identical hashes: a star to the first of each
+        owner = np.maximum.accumulate(np.where(first, np.arange(len(items)), 0))
+        same = np.flatnonzero(~first & query)
+        out.extend((0, a, b) for a, b in zip(items[owner[same]].tolist(), items[same].tolist()))
+    order = np.argsort(fields[first], kind="stable")
+    items, hashes, query = items[first][order], hashes[first][order], query[first][order]
+    values = fields[first][order].astype(np.int64)
+    starts = np.searchsorted(values, np.arange((1 << WIDTH) + 1))
+    sizes = np.diff(starts)
+    big = sizes > cap
     skipped = 0
-    for start, end in zip(starts.tolist(), ends.tolist()):
-        if end - start < 2:
-            continue
-        run_items, run_hashes = items[start:end], hashes[start:end]
-        firsts = np.flatnonzero(np.r_[True, run_hashes[1:] != run_hashes[:-1]])
-        if band == 0 and len(firsts) < len(run_hashes):  # identical hashes: a star to the first of each
-            owner = np.repeat(firsts, np.diff(np.r_[firsts, len(run_hashes)]))
-            same = np.flatnonzero(owner != np.arange(len(run_hashes)))
-            out.extend((0, int(run_items[owner[i]]), int(run_items[i])) for i in same.tolist())
-        if len(firsts) < 2:
-            continue
-        unique_items, unique = run_items[firsts], run_hashes[firsts]
-        if len(unique) > cap:
-            found = band_pairs([BandEntry(int(i), ContentKeys(_NO_SHA, (int(h),)), *split(int(h), BITS)[band][2:])
-                                for i, h in zip(unique_items, unique)], min(cap, DEFAULT_CAP), max_distance)
-            skipped += found.skipped
-            pairs = [(p.distance, p.a, p.b) for p in found.pairs]
-        else:
-            pairs = _close(unique_items, unique, max_distance)
-        by_id = dict(zip(unique_items.tolist(), unique.tolist()))
-        for d, a, b in pairs:
-            x = by_id[a] ^ by_id[b]
-            if any((x >> (BITS - WIDTH * (k + 1))) & ((1 << WIDTH) - 1) == 0 for k in range(band)):
-                continue  # an earlier band agrees too: listed there
-            out.append((d, min(a, b), max(a, b)))
+    for value in np.flatnonzero(big).tolist():
+        if query[starts[value]]:  # a value's hashes are all in one part
+            pairs, s = _oversized(items, hashes, starts[value], starts[value + 1], band, cap, max_distance)
+            out.extend(pairs)
+            skipped += s
+    at = np.flatnonzero(query & ~big[values])
+    for flip in [0, *(1 << k for k in range(WIDTH))]:
+        if flip == 0:  # the same band value: each later hash of it
+            q, lo, hi = at, at + 1, starts[values[at] + 1]
+        else:  # from the side whose bit is 0, so a pair is met once
+            q = np.flatnonzero(query & ((values & flip) == 0))
+            target = values[q] | flip
+            over = big[target]
+            skipped += int(sizes[target[over]].sum())
+            q, target = q[~over], target[~over]
+            lo, hi = starts[target], starts[target + 1]
+        out.extend(_compare(items, hashes, q, lo, hi - lo, band, max_distance))
     return out, skipped
+
+
+def _compare(items, hashes, q, lo, counts, band, max_distance):
+    """(distance, a, b) for hash q[i] against hashes lo[i] .. lo[i] + counts[i] - 1, LIMIT pairs at a time."""
+    keep = counts > 0
+    q, lo, counts = q[keep], lo[keep], counts[keep]
+    ends = np.cumsum(counts)
+    start = 0
+    while start < len(q):
+        stop = max(start + 1, int(np.searchsorted(ends, (ends[start - 1] if start else 0) + LIMIT, "right")))
+        n = counts[start:stop]
+        rows = np.repeat(np.arange(start, stop), n)
+        b = lo[rows] + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        a = q[rows]
+        x = hashes[a] ^ hashes[b]
+        d = np.bitwise_count(x)
+        near = np.flatnonzero(d <= max_distance)
+        near = near[_first_band_is(x[near], band)]
+        ia, ib = items[a[near]], items[b[near]]
+        yield from zip(d[near].tolist(), np.minimum(ia, ib).tolist(), np.maximum(ia, ib).tolist())
+        start = stop
+
+
+def _oversized(items, hashes, lo, hi, band, cap, max_distance):
+    """The pairs among one band value's distinct hashes, too many to compare all: near_pairs.band_pairs on
+    the 48 bits outside the band (which cuts them again and bounds its work), first-band rule applied."""
+    shift = int(_shift(band))
+    low = (1 << shift) - 1
+    entries = [BandEntry(int(i), ContentKeys(_NO_SHA, (int(h),)), ((int(h) >> (shift + WIDTH)) << shift) | (int(h) & low),
+                         BITS - WIDTH) for i, h in zip(items[lo:hi], hashes[lo:hi])]
+    found = band_pairs(entries, min(cap, DEFAULT_CAP), max_distance)
+    by_id = dict(zip(items[lo:hi].tolist(), hashes[lo:hi].tolist()))
+    pairs = [(p.distance, p.a, p.b) for p in found.pairs]
+    x = np.array([by_id[a] ^ by_id[b] for _, a, b in pairs], dtype=np.uint64)
+    return [p for p, ok in zip(pairs, _first_band_is(x, band)) if ok], found.skipped

@@ -8,7 +8,8 @@ import numpy as np
 
 from prep.core.band_scan import scan_band
 from prep.core.content_keys import ContentKeys, distance
-from prep.core.near_pairs import PARTS, near_pairs
+from prep.core.band_scan import BANDS
+from prep.core.near_pairs import near_pairs
 
 SHA = "0" * 64
 SCALES = 5
@@ -53,7 +54,7 @@ def scan_all(keys, cap=2048):
     found, skipped = {}, 0
     for scale in range(SCALES):
         hashes = np.array([keys[i].hashes[scale] for i in items.tolist()], dtype=np.uint64)
-        for band in range(PARTS):
+        for band in range(BANDS):
             pairs, s = scan_band(items, hashes, band, cap)
             skipped += s
             for d, a, b in pairs:
@@ -85,3 +86,28 @@ def test_identical_hashes_are_a_star_and_an_oversized_run_is_bounded():
     assert components(found, 60) == components([(p.a, p.b) for p in expected], 60)
     # a run cut to the cap may leave the closest scale of a pair uncompared: never closer than the truth
     assert all(distance(alike[a], alike[b]) <= d <= 7 for (a, b), d in found.items())
+
+
+def test_seven_bits_spread_over_every_band_are_found_in_the_one_that_differs_by_one():
+    rnd = random.Random(3)
+    base = rnd.getrandbits(64)
+    spread = sum(1 << (16 * band + bit) for band, bits in enumerate((2, 2, 2, 1)) for bit in rnd.sample(range(16), bits))
+    keys = {0: ContentKeys(SHA, (base,) * SCALES), 1: ContentKeys(SHA, (base ^ spread,) * SCALES),
+            2: ContentKeys(SHA, (base ^ spread ^ (1 << 63),) * SCALES)}  # 8 bits from 0: no pair
+    found, skipped = scan_all(keys)
+    assert skipped == 0 and found == {(0, 1): 7, (1, 2): 1}
+
+
+def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together():
+    """A large set's scan is cut by the top bits of the band (scan_tasks): each part probes from its own
+    hashes into the parts one bit away, so the parts together list exactly the uncut scan's pairs, once."""
+    keys = planted_keys(1500, 4)
+    items = np.array(sorted(keys), dtype=np.int64)
+    for scale in range(SCALES):
+        hashes = np.array([keys[i].hashes[scale] for i in items.tolist()], dtype=np.uint64)
+        whole = sorted(p for band in range(BANDS) for p in scan_band(items, hashes, band)[0])
+        assert len(set(whole)) == len(whole)
+        for sub_bits in (1, 3):
+            cut = sorted(p for band in range(BANDS) for sub in range(1 << sub_bits)
+                         for p in scan_band(items, hashes, band, sub=sub, sub_bits=sub_bits)[0])
+            assert cut == whole, (scale, sub_bits)
