@@ -38,7 +38,7 @@ from prep.core.near_pairs import BITS, DEFAULT_CAP, BandEntry, band_pairs
 BANDS = 4
 WIDTH = BITS // BANDS  # bits per band
 SCAN_CAP = 16_384  # distinct hashes of one band value probed into; more go to band_pairs
-LIMIT = 1 << 21  # candidate pairs compared at once (~50 MB of temporaries)
+LIMIT = 1 << 18  # candidate pairs compared at once (~15 MB of temporaries)
 _NO_SHA = "0" * 64
 _MASK = np.uint64((1 << WIDTH) - 1)
 
