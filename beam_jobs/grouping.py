@@ -120,16 +120,16 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
     return json.loads(storage.read_bytes(choices_path(work, kind)))
 
 
-SPILL_KEYS = np.dtype([("i", "<u4"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
+SPILL_KEYS = np.dtype([("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 
 
 def encode_keys(rows: list) -> bytes:
-    """A batch's key file: rows [index in batch, offset in the spill file, input path, ContentKeys] packed
+    """A batch's key file: rows [offset in the spill file, input path, ContentKeys] packed
     as SPILL_KEYS (a count first), then the paths, NUL-separated (a path cannot hold NUL). Binary, as the
     batch's own images cost little more to prepare than JSON cost to write and read back."""
-    packed = np.array([(i, offset, np.frombuffer(bytes.fromhex(k.sha256), np.uint8), k.hashes)
-                       for i, offset, _, k in rows], dtype=SPILL_KEYS)
-    paths = b"\0".join(path.encode("utf-8", "surrogateescape") for _, _, path, _ in rows)
+    packed = np.array([(offset, np.frombuffer(bytes.fromhex(k.sha256), np.uint8), k.hashes)
+                       for offset, _, k in rows], dtype=SPILL_KEYS)
+    paths = b"\0".join(path.encode("utf-8", "surrogateescape") for _, path, _ in rows)
     return len(rows).to_bytes(4, "little") + packed.tobytes() + paths
 
 
@@ -148,13 +148,6 @@ def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
     end = 4 + n * SPILL_KEYS.itemsize
     paths = data[end:].split(b"\0") if n else []
     return np.frombuffer(data[4:end], SPILL_KEYS), [p.decode("utf-8", "surrogateescape") for p in paths]
-
-
-def read_keys(work: WorkDir, spill: int) -> dict[int, content_keys.ContentKeys]:
-    """{offset in the spill file: keys} of a batch's inputs that have keys (ResumeError: see spill_keys)."""
-    rows, _ = spill_keys(work, spill)
-    return {offset: content_keys.ContentKeys(sha.tobytes().hex(), tuple(hashes))
-            for offset, sha, hashes in zip(rows["offset"].tolist(), rows["sha256"], rows["hashes"].tolist())}
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:

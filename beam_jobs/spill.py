@@ -201,14 +201,14 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
                                                        sandbox, ref.path in suspects, task, batch)
             if not isinstance(result, Reject):
                 if keys:
-                    kept.append((i, offset, ref.path))
+                    kept.append((offset, ref.path))
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
     if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-        rows = [(i, offset, path, k) for (i, offset, path), k in zip(kept, batch.keys()) if k is not None]
+        rows = [(offset, path, k) for (offset, path), k in zip(kept, batch.keys()) if k is not None]
         _write_small(grouping.keys_path(work, spill), grouping.encode_keys(rows))
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
