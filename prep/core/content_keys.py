@@ -14,10 +14,11 @@ hashes of the same crop scale. Comparing every hash with every other instead
 finds no more crops and more unrelated pairs (bench/dedupe_quality.py;
 docs/leakage.md has the figures that chose the scales and `NEAR_DISTANCE`).
 A pHash has as many 1 bits as 0 bits (a median split of 64 values), so
-distances are even: 7 and 6 draw the same line.
+distances are even: 7 and 6 draw the same line. Only a picture whose
+frequencies tie with their median (flat, or drawn symmetric) has fewer 1 bits.
 
 The pHash is imagehash's (`imagehash.phash`: 32x32 gray, 2-D DCT-II, the 8x8
-lowest frequencies against their median), written over numpy: the DCT is two
+lowest frequencies against their median, here rounded first), written over numpy: the DCT is two
 products with a fixed 32x32 matrix, so neither scipy nor PyWavelets is needed.
 """
 
@@ -50,6 +51,7 @@ def _dct_matrix(n: int) -> np.ndarray:
 
 _DCT = _dct_matrix(GRID)[:HASH_SIDE]  # only the rows of the frequencies kept
 _HALF = HASH_SIDE * HASH_SIDE // 2
+_QUANTUM = float(1 << 16)  # coefficients are compared in steps of 2**-16 (see _phashes)
 _WEIGHTS = 1 << np.arange(HASH_SIDE * HASH_SIDE - 1, -1, -1, dtype=np.uint64)  # first bit is the top bit
 
 
@@ -79,12 +81,20 @@ class ContentKeys:
         return cls(obj["sha256"], tuple(int(h, 16) for h in obj["hashes"]))
 
 
-def _phashes(grids: np.ndarray) -> tuple[int, ...]:
-    """The pHashes of a stack of GRID x GRID gray arrays, all in one numpy pass (less time holding the GIL)."""
-    low = (_DCT @ grids @ _DCT.T).reshape(len(grids), -1)
+def _phashes(grids: np.ndarray) -> list[tuple[int, ...]]:
+    """The pHashes of `lanczos.crop_grids`' output (crops, GRID, images, GRID), per image a tuple (one hash
+    per crop), all in one numpy pass (less time holding the GIL).
+
+    The coefficients are rounded to 2**-16 before the median split: float sums in another order (another
+    BLAS, another CPU) then give the same bits, where a flat picture's zero coefficients were float noise."""
+    n, _, b, _ = grids.shape
+    rows = (_DCT @ grids.reshape(n, GRID, b * GRID)).reshape(n * HASH_SIDE * b, GRID)  # (crop, u, image, x)
+    low = (rows @ _DCT.T).reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, -1)
+    low = np.rint(low * _QUANTUM)
     middle = np.partition(low, (_HALF - 1, _HALF), axis=1)  # np.median's answer, without its checks
     bits = low > ((middle[:, _HALF - 1] + middle[:, _HALF]) / 2)[:, None]
-    return tuple(int(v) for v in (bits * _WEIGHTS).sum(axis=1, dtype=np.uint64))
+    hashes = [int(v) for v in (bits * _WEIGHTS).sum(axis=1, dtype=np.uint64)]
+    return [tuple(hashes[i * n:(i + 1) * n]) for i in range(b)]
 
 
 def phash(gray: Image.Image) -> int:
@@ -137,28 +147,30 @@ def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, 
         by_size.setdefault(g.shape, []).append(i)
     for (h, w), members in by_size.items():
         stack = np.stack([grays[i] for i in members]) if len(members) > 1 else grays[members[0]][None]
-        grids = lanczos.resize_crops(stack, crop_boxes(w, h, scales), GRID)  # (B, 1 + len(scales), GRID, GRID)
-        hashes = _phashes(grids.reshape(-1, GRID, GRID))
-        n = 1 + len(scales)
-        for j, i in enumerate(members):
-            out[i] = hashes[j * n:(j + 1) * n]
+        for i, hashes in zip(members, _phashes(lanczos.crop_grids(stack, crop_boxes(w, h, scales), GRID))):
+            out[i] = hashes
     return out
 
 
 def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
-    """Loads an opened image as the keys see it, in its own mode. A JPEG is decoded at a reduced DCT
-    scale: 1/8 when that is still GRID pixels a side or more (the scale the converter's check of a JPEG
-    it keeps uses anyway), else the smallest scale still at least `draft` pixels a side (None: full
-    size), so a small picture keeps the detail its hash needs. When keys are wanted, that check decodes
-    this way instead (prep.core.image_rules), so its pixels serve both."""
-    if draft is not None and img.format in ("JPEG", "MPO"):
+    """Loads an opened image as the keys see it. A colour JPEG is decoded straight to gray (libjpeg
+    keeps the luma and skips the colour conversion), at a reduced DCT scale: 1/8 when that is still
+    GRID pixels a side or more (the scale the converter's check of a JPEG it keeps uses anyway), else
+    the smallest scale still at least `draft` pixels a side (None: full size), so a small picture keeps
+    the detail its hash needs. When keys are wanted, that check decodes this way instead
+    (prep.core.image_rules): every entropy-coded block is still decoded, so its pixels serve both."""
+    if img.format in ("JPEG", "MPO"):
         w, h = img.size
-        img.draft(img.mode, (w // 8, h // 8) if min(w, h) // 8 >= GRID else (draft, draft))
+        size = None if draft is None else (w // 8, h // 8) if min(w, h) // 8 >= GRID else (draft, draft)
+        img.draft("L", size)  # only an RGB JPEG changes mode; CMYK and gray ones decode as they are
     img.load()
 
 
-def gray_pixels(img: Image.Image) -> np.ndarray:
-    """The loaded image's displayed gray pixels (`displayed_gray`), as the array the hashes are taken of."""
+def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
+    """The loaded image's displayed gray pixels (`displayed_gray`), as the array the hashes are taken of.
+    `upright`: the caller has checked that the image has no EXIF turn and no transparency."""
+    if upright:
+        return np.asarray(img if img.mode == "L" else img.convert("L"))
     return np.asarray(displayed_gray(img))
 
 
@@ -182,7 +194,7 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
 
 class KeyBatch:
     """The content keys of a run of images, hashed together at the end: images of one size share the
-    resize's two matrix products (lanczos.resize_crops), so a batch costs less than its images one by one.
+    resize's matrix products (lanczos.crop_grids), so a batch costs less than its images one by one.
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
     hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one

@@ -336,6 +336,7 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
     )
     try:
         if keep:
+            channels = len(img.getbands())  # the stored picture's: the keys' decode may be gray
             if keys:  # the keys' decode (a reduced DCT scale too, never below content_keys.DRAFT a side)
                 content_keys.decode_for_keys(img)
             else:
@@ -345,8 +346,8 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
                     # cannot), in less time (docs/design.md).
                     img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
                 img.load()
-            return PreparedImage(data, source_format, height, width, len(img.getbands()), converted=False,
-                                 stored=(width, height), gray=content_keys.gray_pixels(img) if keys else None)
+            return PreparedImage(data, source_format, height, width, channels, converted=False,
+                                 stored=(width, height), gray=content_keys.gray_pixels(img, upright=True) if keys else None)
         if out_format not in ("jpeg", "png"):
             out_format = "png"
         if source_format == "jpeg" and orientation == 1 and size != (width, height):

@@ -26,7 +26,7 @@ from prep.core import content_keys as ck
 
 FILENAME = "content_keys.jsonl"
 FORMAT = "tfrecord-prep-content-keys"
-VERSION = 2  # 2: JPEGs decoded in their own mode, then made gray (1: decoded straight to gray)
+VERSION = 3  # 3: colour JPEGs decoded straight to gray (2: in their own mode, then made gray; 1: straight to gray, other scales)
 
 
 def header() -> dict:

@@ -80,56 +80,62 @@ def _placed(size: int, spans, side: int) -> np.ndarray:
     return m
 
 
-BAND_COLUMNS = 8  # output columns of one crop per horizontal product (see crop_weights)
+BAND = 8  # output columns (rows) of one crop per horizontal (vertical) product (see crop_weights)
 
 
 @functools.lru_cache(maxsize=64)
-def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[tuple, np.ndarray]:
-    """(horizontal bands, vertical (n, side, height) weights) that resize each crop (left, top, crop
-    width, crop height) of an image of this size to side x side.
+def crop_weights(height: int, width: int, boxes: tuple, side: int) -> tuple[tuple, tuple]:
+    """(horizontal bands, vertical bands) that resize each crop (left, top, crop width, crop height) of an
+    image of this size to side x side.
 
-    The horizontal pass is cut into bands of `BAND_COLUMNS` output columns of one crop, each
-    (first input column, its weights (inputs, columns)) over only the inputs those columns reach:
-    a column's Lanczos window is a few inputs wide, so one dense (width, n * side) product spent
-    most of its time multiplying zeros. Bands are in output order: crop by crop, left to right."""
-    vertical = _placed(height, [(b[1], b[3]) for b in boxes], side)
-    vertical.setflags(write=False)
-    bands = []
-    for dense in _placed(width, [(b[0], b[2]) for b in boxes], side):  # (side, width) per crop
-        columns = BAND_COLUMNS if side % BAND_COLUMNS == 0 else side  # bands of equal width
-        for start in range(0, side, columns):
-            rows = dense[start:start + columns]
-            reached = np.flatnonzero(rows.any(axis=0))
-            lo, hi = int(reached[0]), int(reached[-1]) + 1
-            w = np.ascontiguousarray(rows[:, lo:hi].T)
-            w.setflags(write=False)
-            bands.append((lo, w))
-    return tuple(bands), vertical
+    Each pass is cut into bands of `BAND` outputs of one crop, each (crop, first output, first input,
+    weights) over only the inputs those outputs reach: an output's Lanczos window is a few inputs wide,
+    so one dense product per crop spent most of its time multiplying zeros. Horizontal weights are
+    (inputs, outputs), vertical ones (outputs, inputs)."""
+    def bands(size: int, spans, horizontal: bool) -> tuple:
+        out = []
+        step = BAND if side % BAND == 0 else side  # bands of equal width
+        for crop, dense in enumerate(_placed(size, spans, side)):  # (side, size) per crop
+            for first in range(0, side, step):
+                rows = dense[first:first + step]
+                reached = np.flatnonzero(rows.any(axis=0))
+                lo, hi = int(reached[0]), int(reached[-1]) + 1
+                w = np.ascontiguousarray(rows[:, lo:hi].T if horizontal else rows[:, lo:hi])
+                w.setflags(write=False)
+                out.append((crop, first, lo, w))
+        return tuple(out)
+
+    return bands(width, [(b[0], b[2]) for b in boxes], True), bands(height, [(b[1], b[3]) for b in boxes], False)
+
+
+def crop_grids(grays: np.ndarray, boxes: tuple, side: int) -> np.ndarray:
+    """`resize(gray[top:top + h, left:left + w], side)` for every box of every image of a stack
+    (B, height, width) of same-sized gray images, laid out (len(boxes), side, B, side): row r of a
+    crop holds row r of every image's grid, float64, the same values.
+
+    Each pass runs over whole images, one product per band (crop_weights), and the rows are taken
+    image-minor, so a crop's rows of every image are one matrix: each product writes its part of
+    the output in place, and no pass copies the stack into another layout."""
+    b, height, width = grays.shape
+    n = len(boxes)
+    horizontal, vertical = crop_weights(height, width, tuple(boxes), side)
+    rows = grays.transpose(1, 0, 2).reshape(height * b, width)  # row h of every image, then row h + 1
+    x = np.empty((n, height * b, side))
+    step = max(1, _BLOCK // width)  # rows per product: a large image is not copied to float64 whole
+    for start in range(0, height * b, step):
+        block = rows[start:start + step].astype(np.float64)
+        for crop, first, lo, w in horizontal:
+            np.matmul(block[:, lo:lo + w.shape[0]], w, out=x[crop, start:start + step, first:first + w.shape[1]])
+    x = _round(x).reshape(n, height, b * side)
+    y = np.empty((n, side, b * side))
+    for crop, first, lo, w in vertical:
+        np.matmul(w, x[crop, lo:lo + w.shape[1]], out=y[crop, first:first + w.shape[0]])
+    return _round(y).reshape(n, side, b, side)
 
 
 def resize_crops(grays: np.ndarray, boxes: tuple, side: int) -> np.ndarray:
-    """`resize(gray[top:top + h, left:left + w], side)` for every box of every image of a stack
-    (B, height, width) of same-sized gray images: (B, len(boxes), side, side), float64, the same values.
-
-    Each pass runs over whole images: a band of output columns takes the inputs its weights reach
-    (crop_weights), and the vertical pass weights rows outside a crop by zero, which changes
-    nothing (every sum is of integers, exact in float64, in any order)."""
-    b, height, width = grays.shape
-    n = len(boxes)
-    bands, vertical = crop_weights(height, width, boxes, side)
-    per_crop = len(bands) // n
-    columns = side // per_crop
-    rows = grays.reshape(b * height, width)
-    x = np.empty((len(bands), b * height, columns))  # each band's products land contiguous
-    step = max(1, _BLOCK // width)  # rows per product: a large image is not copied to float64 whole
-    for start in range(0, b * height, step):
-        block = rows[start:start + step].astype(np.float64)
-        for i, (lo, w) in enumerate(bands):
-            np.matmul(block[:, lo:lo + w.shape[0]], w, out=x[i, start:start + step])
-    _round(x)
-    # (B, n, h, side), contiguous: numpy's stacked product falls back to a slow loop on strided operands
-    x = np.ascontiguousarray(x.reshape(n, per_crop, b, height, columns).transpose(2, 0, 3, 1, 4))
-    return _round(vertical @ x.reshape(b, n, height, side))
+    """`crop_grids` as (B, len(boxes), side, side): image, crop, grid."""
+    return crop_grids(grays, boxes, side).transpose(2, 0, 1, 3)
 
 
 _BLOCK = 1 << 20  # input pixels per horizontal product

@@ -55,6 +55,31 @@ def test_phash_has_as_many_ones_as_zeros_so_distances_are_even():
     assert all(ck.distance(a, b) % 2 == 0 for a in keys for b in keys)
 
 
+def test_a_flat_picture_hashes_alike_at_any_gray_level_and_size():
+    """A blank frame's frequencies are all zero but its mean: float noise in them once made its hash
+    depend on the gray level (and could on the BLAS summing them); now only the mean is above the median."""
+    for level in (1, 128, 255):
+        for shape in ((64, 64), (47, 63), (300, 7)):
+            assert ck.gray_hashes([np.full(shape, level, np.uint8)])[0] == (1 << 63,) * (1 + len(ck.CROP_SCALES))
+    assert ck.gray_hashes([np.zeros((40, 40), np.uint8)])[0] == (0,) * (1 + len(ck.CROP_SCALES))
+
+
+def test_a_colour_jpeg_is_hashed_from_its_luma():
+    """The keys decode a colour JPEG straight to gray (libjpeg's luma, no colour conversion): within a
+    gray level of Pillow's RGB-to-L conversion, so the hashes barely move, and the check's decode serves them."""
+    data = encode(photo(3, (400, 300)), "JPEG", quality=90)
+    with Image.open(io.BytesIO(data)) as img:
+        ck.decode_for_keys(img)
+        assert img.mode == "L" and img.size == (50, 38)  # 1/8 scale, straight to gray
+        luma = np.asarray(img, dtype=np.int16)
+    with Image.open(io.BytesIO(data)) as img:
+        img.draft("RGB", (50, 37))
+        via_rgb = np.asarray(img.convert("L"), dtype=np.int16)
+    assert np.abs(luma - via_rgb).max() <= 1
+    assert ck.distance(ck.image_keys(data), ck.ContentKeys(ck.image_keys(data).sha256,
+                                                           ck.gray_hashes([via_rgb.astype(np.uint8)])[0])) <= 2
+
+
 def test_sha256_is_of_the_bytes_and_the_keys_have_one_hash_per_scale():
     data = encode(photo(1, (96, 72)), "JPEG", quality=90)
     keys = ck.image_keys(data)
