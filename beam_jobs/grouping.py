@@ -1,7 +1,7 @@
 """The work directory's files of the dedupe stage, and what the planner reads of them. No Beam.
 
-    .prep-tmp/keys/spill-NNNNNNNNN.bin    content keys of a batch's good inputs, packed (`encode_keys`: SPILL_KEYS
-                                          rows, then their paths), written by prepare_batch before its spill file
+    .prep-tmp/spill/chunk-*.bin (end)     content keys of a batch's good inputs, packed after its records
+                                          (`spill_trailer`: SPILL_KEYS rows, then their paths), by prepare_batch
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
     .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
@@ -20,6 +20,7 @@ input outside the sandbox that --isolate sent it to.
 from __future__ import annotations
 
 import json
+import os
 import typing
 
 import numpy as np
@@ -54,10 +55,6 @@ def item_id(chunk: int, position: int) -> int:
 def item_chunk(item: int) -> int:
     """The chunk whose index holds item `item`."""
     return item // MAX_CHUNK
-
-
-def keys_path(work: WorkDir, spill: int) -> str:
-    return storage.join(work.root, "keys", f"spill-{spill:09d}.bin")
 
 
 def groups_path(work: WorkDir, chunk: int) -> str:
@@ -123,31 +120,43 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
 SPILL_KEYS = np.dtype([("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 
 
-def encode_keys(rows: list) -> bytes:
-    """A batch's key file: rows [offset in the spill file, input path, ContentKeys] packed
-    as SPILL_KEYS (a count first), then the paths, NUL-separated (a path cannot hold NUL). Binary, as the
-    batch's own images cost little more to prepare than JSON cost to write and read back."""
+KEYS_END = b"prepkeys"  # the last bytes of a spill file that carries its batch's keys (spill_trailer)
+
+
+def spill_trailer(rows: list) -> bytes:
+    """What follows a batch's records in its spill file when keys are computed: rows [offset in the spill
+    file, input path, ContentKeys] packed as SPILL_KEYS (a count first), then the paths, NUL-separated (a
+    path cannot hold NUL), then the length of all that and KEYS_END. In the spill file, not a file of their
+    own: the keys are then as atomic as the records, and a batch creates one file less (a file's creation
+    cost as much as a batch's keys' Python)."""
     packed = np.array([(offset, np.frombuffer(bytes.fromhex(k.sha256), np.uint8), k.hashes)
                        for offset, _, k in rows], dtype=SPILL_KEYS)
     paths = b"\0".join(path.encode("utf-8", "surrogateescape") for _, path, _ in rows)
-    return len(rows).to_bytes(4, "little") + packed.tobytes() + paths
+    block = len(rows).to_bytes(4, "little") + packed.tobytes() + paths
+    return block + len(block).to_bytes(8, "little") + KEYS_END
 
 
 def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
-    """A batch's key rows (SPILL_KEYS) and their input paths, as `encode_keys` wrote them.
+    """A batch's key rows (SPILL_KEYS) and their input paths, as `spill_trailer` wrote them.
 
     Raises:
         ResumeError: the batch was prepared without keys (by a run with --duplicates off).
     """
-    path = keys_path(work, spill)
-    if not storage.exists(path):
-        raise ResumeError("the interrupted run read images without computing their content keys "
-                          "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-    data = storage.read_bytes(path)
+    tail = 8 + len(KEYS_END)
+    with storage.open_read(work.spill(spill)) as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - tail))
+        end = storage.read_exact(f, tail)
+        length = int.from_bytes(end[:8], "little")
+        if len(end) != tail or end[8:] != KEYS_END or length > size - tail:
+            raise ResumeError("the interrupted run read images without computing their content keys "
+                              "(--duplicates off); resume with --duplicates off, or run with --overwrite")
+        f.seek(size - tail - length)
+        data = storage.read_exact(f, length)
     n = int.from_bytes(data[:4], "little")
-    end = 4 + n * SPILL_KEYS.itemsize
-    paths = data[end:].split(b"\0") if n else []
-    return np.frombuffer(data[4:end], SPILL_KEYS), [p.decode("utf-8", "surrogateescape") for p in paths]
+    stop = 4 + n * SPILL_KEYS.itemsize
+    paths = data[stop:].split(b"\0") if n else []
+    return np.frombuffer(data[4:stop], SPILL_KEYS), [p.decode("utf-8", "surrogateescape") for p in paths]
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:

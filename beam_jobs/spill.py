@@ -184,7 +184,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
     `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
     `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs'
-    content keys are recorded too (`grouping.encode_keys`), before the spill file is complete.
+    content keys go at the end of the spill file, after the records (`grouping.spill_trailer`).
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
@@ -207,9 +207,11 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
-    if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-        rows = [(offset, path, k) for (offset, path), k in zip(kept, batch.keys()) if k is not None]
-        _write_small(grouping.keys_path(work, spill), grouping.encode_keys(rows))
+        if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
+            rows = [(offset, path, k) for (offset, path), k in zip(kept, batch.keys()) if k is not None]
+            trailer = grouping.spill_trailer(rows)
+            f.write(trailer)
+            offset += len(trailer)
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)

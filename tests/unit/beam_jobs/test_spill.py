@@ -170,3 +170,37 @@ def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monk
     jpeg = (src / "a" / "keep.jpg").read_bytes()
     expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
     assert _record(src, spilled, keep, "a/keep.jpg") == expected
+
+
+def test_a_batchs_content_keys_end_its_spill_file_after_the_records(tmp_path):
+    """With keys, the good inputs' keys follow the records in the spill file (one atomic file): read back
+    with their offsets and paths, the records still read as before, and a spill prepared without keys
+    is told apart (a resume that wants keys refuses it)."""
+    from beam_jobs import grouping
+    from prep.core import content_keys as ck
+    from prep.core.errors import ResumeError
+
+    src, tmp = tmp_path / "src", str(tmp_path / "tmp")
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
+    (src / "a" / "bad.jpg").write_bytes(b"not a picture")
+    (src / "a" / "convert\udcff.png").write_bytes(image_bytes("PNG", size=(90, 60)))
+    refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png")]
+    work = WorkDir(tmp)
+    results, size = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"), keys=True)
+    assert os.path.getsize(work.spill(3)) == size
+    rows, paths = grouping.spill_keys(work, 3)
+    keep, bad, convert = (r for r, _ in results)
+    assert paths == ["a/keep.jpg", "a/convert\udcff.png"] and rows["offset"].tolist() == [keep[0], convert[0]]
+    with open(work.spill(3), "rb") as f:
+        spilled = f.read()
+    stored = spilled[convert[0]:convert[0] + convert[1]]  # a converted image's whole framed record
+    assert ImageRecord.from_bytes(stored[12:-4]).sha256 == rows["sha256"][1].tobytes().hex()
+    keys = ck.image_keys((src / "a" / "keep.jpg").read_bytes())
+    assert tuple(rows["hashes"][0].tolist()) == keys.hashes and rows["sha256"][0].tobytes().hex() == keys.sha256
+    assert _record(src, spilled, keep, "a/keep.jpg") == frame(ImageRecord.build(
+        (src / "a" / "keep.jpg").read_bytes(), "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+
+    prepare_batch(str(src), work, 4, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    with pytest.raises(ResumeError, match="without computing their content keys"):
+        grouping.spill_keys(work, 4)
