@@ -10,7 +10,9 @@ The set (generated once, cached under --data): `--count` JPEGs (--size, default 
 folders, photo-like scenes from tests/support/photos.py so that the perceptual hashes spread as real
 photos' do, and 1% of them planted near-copies (exact copies, re-encodes at quality 60, brightness +12%)
 in the same class. With `--variants N`, count/N scenes are drawn, each saved as is and mirrored or
-turned N-1 ways, in one class (see TURNS). Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
+turned N-1 ways, in one class (see TURNS); with `--mixed-sizes` each image is also cut to 70-100% of
+each side at random, so nearly every picture has a size of its own (the keys hash same-sized images
+together). Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
 checkout's code (PYTHONPATH), after the previous output is deleted and synced. "wall" is the whole
 command, "pipeline" the manifest's run.seconds; "peak tree RSS" is the summed RSS of the command and all
 its child processes, polled every 20 ms (tests/support/proctree.py). The table gives medians and each
@@ -52,15 +54,24 @@ TURNS = (None, Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.FLIP_TOP_BOTTOM,
          Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270, Image.Transpose.TRANSPOSE, Image.Transpose.TRANSVERSE)
 
 
-def _make(job: tuple[int, int, str, tuple[int, int], int]) -> None:
-    start, stop, root, size, variants = job
+def _cut(img: Image.Image, rnd: random.Random) -> Image.Image:
+    """A centre cut keeping 70-100% of each side, drawn at random: pictures of many sizes, as scraped sets
+    hold (far more than a 5% crop, so it does not make a scene's turns pair)."""
+    w, h = img.size
+    cw, ch = round(w * rnd.uniform(0.7, 1.0)), round(h * rnd.uniform(0.7, 1.0))
+    return img.crop(((w - cw) // 2, (h - ch) // 2, (w - cw) // 2 + cw, (h - ch) // 2 + ch))
+
+
+def _make(job: tuple[int, int, str, tuple[int, int], int, bool]) -> None:
+    start, stop, root, size, variants, mixed = job
     rnd = random.Random(start)
     scene = None
     for i in range(start, stop):
         turn = TURNS[i % variants]
         if turn is None:
             scene = photo(1_000_003 + i, size)
-        data = jpeg(scene if turn is None else scene.transpose(turn))
+        img = scene if turn is None else scene.transpose(turn)
+        data = jpeg(_cut(img, rnd) if mixed else img)
         folder = pathlib.Path(root) / f"class{(i // variants) % CLASSES:02d}"  # a scene's turns share a class
         (folder / f"img{i:07d}.jpg").write_bytes(data)
         if i % 100 == 7:  # 1%: a planted near-copy in the same class
@@ -68,10 +79,11 @@ def _make(job: tuple[int, int, str, tuple[int, int], int]) -> None:
             (folder / f"dup{i:07d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
 
 
-def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE, variants: int = 1) -> pathlib.Path:
-    """DATA/src-<count>[-WxH][-tN], generated on first use (written under a temporary name, then renamed)."""
+def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE, variants: int = 1,
+                mixed: bool = False) -> pathlib.Path:
+    """DATA/src-<count>[-WxH][-tN][-mixed], generated on first use (written under a temporary name, then renamed)."""
     source = data / (f"src-{count}" + ("" if size == SIZE else f"-{size[0]}x{size[1]}")
-                     + ("" if variants == 1 else f"-t{variants}"))
+                     + ("" if variants == 1 else f"-t{variants}") + ("-mixed" if mixed else ""))
     if source.exists():
         return source
     tmp = source.with_name(source.name + ".partial")
@@ -79,7 +91,7 @@ def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int]
     for c in range(CLASSES):
         (tmp / f"class{c:02d}").mkdir(parents=True)
     step = 2000  # a multiple of every --variants
-    todo = [(s, min(s + step, count), str(tmp), size, variants) for s in range(0, count, step)]
+    todo = [(s, min(s + step, count), str(tmp), size, variants, mixed) for s in range(0, count, step)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
         for done, _ in enumerate(pool.map(_make, todo), 1):
@@ -134,11 +146,13 @@ def main(argv=None) -> None:
     parser.add_argument("--size", default="64x64", help="WxH of the generated JPEGs")
     parser.add_argument("--variants", type=int, default=1, choices=(1, 2, 4, 8),
                         help="generate count/N scenes, each also mirrored and turned: N images apiece")
+    parser.add_argument("--mixed-sizes", action="store_true",
+                        help="cut each image to 70-100%% of each side at random: nearly every picture its own size")
     parser.add_argument("--convert-args", default="",
                         help="more prep convert options for both modes, e.g. '--resize 256'")
     args = parser.parse_args(argv)
     size = tuple(int(v) for v in args.size.split("x"))
-    source = ensure_data(args.count, args.data, args.workers, size, args.variants)
+    source = ensure_data(args.count, args.data, args.workers, size, args.variants, args.mixed_sizes)
     if args.generate_only:
         return
     results: dict[str, list[dict]] = {mode: [] for mode in MODES}
@@ -149,7 +163,8 @@ def main(argv=None) -> None:
             print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, pipeline {r['pipeline']:.2f} s, "
                   f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}", file=sys.stderr)
     shutil.rmtree(args.data / "out", ignore_errors=True)
-    print(table(args.count, results, f"{args.size} JPEGs" + (f", {args.convert_args}" if args.convert_args else "")))
+    what = f"{args.size} JPEGs" + (" cut to 70-100% a side" if args.mixed_sizes else "")
+    print(table(args.count, results, what + (f", {args.convert_args}" if args.convert_args else "")))
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
     name = source.name.replace("src", "dedupe-scale") + "".join(f"-{a.strip('-')}" for a in args.convert_args.split())
