@@ -40,6 +40,7 @@ import json
 import apache_beam as beam
 
 from beam_jobs import grouping
+from beam_jobs.heap import release_free_memory
 from beam_jobs.scan_tasks import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
@@ -198,6 +199,8 @@ def write_report(element, output: str, work: WorkDir, fractions):
         return
     text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
     storage.write_atomic(storage.join(output, REPORT), text.encode())
+    del lines, movable, text
+    release_free_memory()  # every group's line was held here at once
     yield -1, ("report", None)
     yield -1, ("notes", grouping.report_notes(header))
 

@@ -11,6 +11,7 @@ import math
 import typing
 
 from beam_jobs import grouping
+from beam_jobs.heap import release_free_memory
 from beam_jobs.pooled import PooledDoFn
 from prep.core import band_scan
 from prep.core.workdir import WorkDir
@@ -60,3 +61,4 @@ class Scan(PooledDoFn):
                 yield "pair", pair
             if skipped:
                 yield "skipped", skipped
+        release_free_memory()  # the bands' sorted copies and candidate blocks, freed on the pool's threads
