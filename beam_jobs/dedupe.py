@@ -11,16 +11,20 @@ PrepareChunk records each good input's content keys beside its spill file
                                                         thread pool (scan_tasks.py), found by sorting the
                                                         hashes on the band (prep.core.band_scan: oversized
                                                         runs cut, bounded)
-    members  = GroupByKey(one key) | FlatMap(components)   (chunk, (item, group)) from the bounded union-find
-               | GroupByKey | FlatMap(member_info)      (group, Member): path, label, split, user group
-               | GroupByKey                             (group, [Member])
+    members  = GroupByKey(one key) | FlatMap(components)   (chunk, ((item, group, batch), ...)) per chunk, from the
+                                                        bounded union-find; a batch is GROUPS_PER_BATCH groups
+               | GroupByKey | FlatMap(member_info)      (batch, ("members", Slice)) per chunk and batch: the
+                                                        chunk's Members (path, label, split, user group) go to a
+                                                        work file (group_batches.py), never into an element
     units    = (links, chunk ids) | GroupByKey(one key) | FlatMap(merge_user_groups)
                                                         only with user groups and --split: user groups that
                                                         duplicates link become one unit (groups.merge_units),
                                                         recorded for regroup, then a marker per chunk
-    decided  = (members, units) | GroupByKey | FlatMap(decide_group)   per member a Decision
-                                                        (prep.core.groups.decide), per group a line of duplicates.jsonl
-    report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts)
+    decided  = (members, units) | GroupByKey(batch) | FlatMap(decide_batch)   per group batch, its decisions
+                                                        (prep.core.groups.decide) and lines of duplicates.jsonl
+                                                        to work files; per chunk a Slice of its decisions
+    report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts),
+                                                        streamed from the batches' line files (dedupe_decide.py)
     regroup  = (counts, decisions, report, units) | GroupByKey(chunk) | FlatMap(regroup)
              : ChunkCounts | RejectedInputs | GroupNotes    each chunk's counts by planner group (pins
                                                included, rejected inputs left out), its rejects, and
@@ -28,8 +32,8 @@ PrepareChunk records each good input's content keys beside its spill file
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most
 `max_size` members, union_find.py), one chunk; and in the one union-find task, two
-32-bit ints per image that is in some pair, plus the pairs (duplicates only). The
-report is written from one task holding the group lines (images in groups only).
+32-bit ints per image that is in some pair, plus the pairs (duplicates only). One
+decide task holds one group batch; the report task one line per batch at a time.
 Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset).
 """
 
@@ -39,12 +43,12 @@ import json
 
 import apache_beam as beam
 
-from beam_jobs import grouping
-from beam_jobs.heap import release_free_memory
+from beam_jobs import group_batches, grouping
+from beam_jobs.dedupe_decide import decide_batch, write_report
 from beam_jobs.scan_tasks import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
 from prep.core import storage
-from prep.core.groups import DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize
+from prep.core.groups import DedupeOptions, Member, balance_pins, merge_units, pin_split
 from prep.core import band_scan
 from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
@@ -81,7 +85,8 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
 
 
 def components(element, max_size: int):
-    """(None, pairs and skip counts) -> (chunk, (item, group id)) per item in a group, and the stats.
+    """(None, pairs and skip counts) -> (chunk, ((item, group id, group batch), ...)) per chunk with an item
+    in a group, and the stats.
 
     Pairs are fed exact first, then by distance and ids, so which unions a full group
     refuses depends on the data alone. A group's id is its smallest item.
@@ -101,31 +106,43 @@ def components(element, max_size: int):
     for item in items:
         root = uf.find(index[item])
         sizes[root] = sizes.get(root, 0) + 1
+    batch = {group: group_batches.batch_of(rank)
+             for rank, group in enumerate(sorted(least[root] for root, n in sizes.items() if n > 1))}
+    by_chunk: dict[int, list] = {}
     for item in items:
-        root = uf.find(index[item])
-        if sizes[root] > 1:
-            yield "member", (grouping.item_chunk(item), (item, least[root]))
+        group = least[uf.find(index[item])]
+        if group in batch:
+            by_chunk.setdefault(grouping.item_chunk(item), []).append((item, group, batch[group]))
+    for chunk, rows in sorted(by_chunk.items()):
+        yield "member", (chunk, tuple(rows))
     yield "stats", (uf.refused, skipped)
 
 
-def member_info(element, work: WorkDir, labels, options: DedupeOptions):
-    """(chunk, [(item, group)]) -> (group, Member) for each of the chunk's grouped items."""
+def member_info(element, work: WorkDir, labels, options: DedupeOptions, links: bool):
+    """(chunk, [((item, group, batch), ...)]) -> (batch, ("members", Slice)) per group batch of the chunk's
+    grouped items, recorded in the work dir (group_batches.write_members); with `links`, also
+    (None, ("link", (group, batch, its members' user groups in this chunk))) per group with some."""
     chunk, grouped = element
-    group_of = dict(grouped)
+    where = {item: (group, batch) for rows in grouped for item, group, batch in rows}
     user = grouping.user_keys(work, chunk, options)
+    by_batch: dict[int, list] = {}
     for item, ref, row in chunk_items(work, chunk):
-        if item in group_of:
+        if item in where:
+            group, batch = where[item]
             path = ref.path.decode("utf-8", "surrogateescape")
-            yield group_of[item], Member(item, path, ref.label, labels[ref.label], ref.split or "",
-                                         "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")
-
-
-def user_links(element):
-    """(group, [Member]) -> (None, ("link", (group, its members' user groups))) when it has some."""
-    group, members = element
-    keys = sorted({m.user for m in members if m.user})
-    if keys:
-        yield None, ("link", (group, keys))
+            by_batch.setdefault(batch, []).append((group, Member(
+                item, path, ref.label, labels[ref.label], ref.split or "",
+                "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")))
+    for batch, where_ in group_batches.write_members(work, chunk, by_batch).items():
+        yield batch, ("members", where_)
+    if links:
+        keys: dict[tuple[int, int], set] = {}
+        for batch, rows in by_batch.items():
+            for group, m in rows:
+                if m.user:
+                    keys.setdefault((group, batch), set()).add(m.user)
+        for (group, batch), users in sorted(keys.items()):
+            yield None, ("link", (group, batch, tuple(sorted(users))))
 
 
 def unit_labels(counts: ChunkCounts, work: WorkDir, labels, options: DedupeOptions):
@@ -142,13 +159,17 @@ def unit_labels(counts: ChunkCounts, work: WorkDir, labels, options: DedupeOptio
 
 
 def merge_user_groups(element, work: WorkDir, fractions):
-    """(None, links, user group sizes and chunk ids) -> (group, ("unit", (unit, split))) per linked group, and
-    (chunk, ("units", None)) per chunk once the merged user groups and their splits are recorded (regroup
-    reads them: `grouping.read_units`, `grouping.read_choices`). User groups that duplicates link become
+    """(None, links, user group sizes and chunk ids) -> (batch, ("unit", (group, unit, split))) per linked
+    group, and (chunk, ("units", None)) per chunk once the merged user groups and their splits are recorded
+    (regroup reads them: `grouping.read_units`, `grouping.read_choices`). User groups that duplicates link become
     one unit (`merge_units`); units are spread over the splits by `balance_pins`, as duplicate groups are."""
     _, values = element
-    links = [v for kind, v in values if kind == "link"]
-    units = merge_units(keys for _, keys in links)
+    linked: dict[tuple[int, int], set] = {}  # a group's members may be in several chunks: a link from each
+    for kind, v in values:
+        if kind == "link":
+            linked.setdefault(v[:2], set()).update(v[2])
+    links = [(group, batch, sorted(keys)) for (group, batch), keys in sorted(linked.items())]
+    units = merge_units(keys for _, _, keys in links)
     sizes: dict[str, dict[str, int]] = {}
     for kind, v in values:
         if kind == "sizes":
@@ -158,68 +179,20 @@ def merge_user_groups(element, work: WorkDir, fractions):
     pins = balance_pins(sizes.items(), fractions)
     grouping.write_units(work, units)
     grouping.write_choices(work, "users", pins)
-    for group, keys in links:
+    for group, batch, keys in links:
         unit = units[keys[0]]
-        yield group, ("unit", (unit, pins.get(unit)))
+        yield batch, ("unit", (group, unit, pins.get(unit)))
     for chunk in sorted({v for kind, v in values if kind == "chunk"}):
         yield chunk, ("units", None)
 
 
-def decide_group(element, options: DedupeOptions, seed: int, fractions, single_label: bool):
-    """(group, [("members", [Member]) and ("unit", unit) if any]) -> ("decision", (chunk, Decision)) per member,
-    and ("line", group line)."""
-    _, values = element
-    members = next(v for kind, v in values if kind == "members")
-    unit, unit_split = next((v for kind, v in values if kind == "unit"), (None, None))
-    decisions, line = decide(members, options, seed, fractions, single_label, unit, unit_split)
-    for d in decisions:
-        yield "decision", (grouping.item_chunk(d.item), d)
-    yield "line", {**line, "_movable": decisions[0].movable}  # write_report balances those groups' splits
-
-
-def write_report(element, output: str, work: WorkDir, fractions):
-    """(None, lines and stats) -> writes OUTPUT/duplicates.jsonl when a group was found (or a comparison or a
-    union left out), and yields the marker regroup waits on. Under --split, first picks the split of each
-    group no user group pins (`balance_pins`, recorded for regroup: `grouping.write_choices`)."""
-    _, values = element
-    lines = sorted((v for kind, v in values if kind == "line"), key=lambda line: line["members"][0]["path"])
-    movable = [line for line in lines if line["_movable"]]
-    if fractions and movable:
-        pins = balance_pins([(line["_movable"], _kept_labels(line)) for line in movable], fractions)
-        grouping.write_choices(work, "duplicates", pins)
-        for line in movable:
-            for m in line["members"]:
-                m["split"] = pins.get(line["_movable"], m["split"])
-    lines = [{k: v for k, v in line.items() if k != "_movable"} for line in lines]
-    refused = sum(v[0] for kind, v in values if kind == "stats")
-    skipped = sum(v[1] for kind, v in values if kind == "stats")
-    header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines, refused, skipped)}
-    if not lines and not refused and not skipped:
-        yield -1, ("report", None)  # nothing found: no file, so a dataset without duplicates is as before
-        return
-    text = "\n".join(json.dumps(x, sort_keys=True, ensure_ascii=True) for x in [header, *lines]) + "\n"
-    storage.write_atomic(storage.join(output, REPORT), text.encode())
-    del lines, movable, text
-    release_free_memory()  # every group's line was held here at once
-    yield -1, ("report", None)
-    yield -1, ("notes", grouping.report_notes(header))
-
-
-def _kept_labels(line: dict) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for m in line["members"]:
-        if m["rejected"] is None:
-            out[m["label"]] = out.get(m["label"], 0) + 1
-    return out
-
-
 def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
-    """(chunk, [("counts", ChunkCounts) | ("decision", Decision)]) -> the chunk's ChunkCounts by planner
+    """(chunk, [("counts", ChunkCounts) | ("decided", Slice of its Decisions)]) -> the chunk's ChunkCounts by planner
     group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
     chunk, values = element
     if chunk < 0 or not any(kind == "counts" for kind, _ in values):
         return  # the report's marker: waited for, nothing to plan
-    decisions = {d.item: d for kind, d in values if kind == "decision"}
+    decisions = {d.item: d for kind, v in values if kind == "decided" for d in group_batches.read_decisions(v)}
     user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
     units_ready = any(kind == "units" for kind, _ in values)
     merged = grouping.read_units(work) if units_ready else {}
@@ -321,28 +294,28 @@ class Dedupe(beam.PTransform):
                 | "GatherPairs" >> beam.GroupByKey()
                 | "Components" >> beam.FlatMap(components, self._max_size)
             )
-            by_group = (
+            # (batch, ("members", Slice)) per chunk and group batch; with merging, (None, ("link", ...))
+            member_slices = (
                 found
                 | "Members" >> beam.FlatMap(lambda v: [v[1]] if v[0] == "member" else [])
                 | "MembersByChunk" >> beam.GroupByKey()
-                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options)
-                | "ByGroup" >> beam.GroupByKey()
+                | "MemberInfo" >> beam.FlatMap(member_info, self._work, self._labels, self._options, merging)
             )
-            tagged = by_group | "TagMembers" >> beam.Map(lambda gm: (gm[0], ("members", list(gm[1]))))
+            batched = member_slices | "MemberSlices" >> beam.FlatMap(lambda v: [v] if v[1][0] == "members" else [])
             if merging:  # duplicates may link user groups: merge them
-                merged = self._merge([*user_items, by_group | "UserLinks" >> beam.FlatMap(user_links)])
-                with_units = (
-                    (tagged, merged | "Units" >> beam.FlatMap(lambda v: [v] if v[1][0] == "unit" else []))
-                    | "MembersAndUnits" >> beam.Flatten()
-                    | "ByGroupWithUnit" >> beam.GroupByKey()
-                )
-            else:
-                with_units = tagged | "NoUnits" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
-            decided = with_units | "Decide" >> beam.FlatMap(decide_group, self._options, self._seed,
-                                                             self._fractions, self._single_label)
+                links = member_slices | "UserLinks" >> beam.FlatMap(lambda v: [v] if v[1][0] == "link" else [])
+                merged = self._merge([*user_items, links])
+                batched = ((batched, merged | "Units" >> beam.FlatMap(lambda v: [v] if v[1][0] == "unit" else []))
+                           | "MembersAndUnits" >> beam.Flatten())
+            decided = (
+                batched
+                | "ByBatch" >> beam.GroupByKey()
+                | "Decide" >> beam.FlatMap(decide_batch, self._work, self._options, self._seed,
+                                           self._fractions, self._single_label)
+            )
             stats = found | "Stats" >> beam.FlatMap(lambda v: [v] if v[0] == "stats" else [])
             report = (
-                (decided | "Lines" >> beam.FlatMap(lambda v: [v] if v[0] == "line" else []), stats)
+                (decided | "Lines" >> beam.FlatMap(lambda v: [v] if v[0] == "lines" else []), stats)
                 | "ReportItems" >> beam.Flatten()
                 | "OneReportKey" >> beam.Map(lambda v: (None, v))
                 | "GatherReport" >> beam.GroupByKey()
@@ -350,8 +323,7 @@ class Dedupe(beam.PTransform):
             )
             notes = report | "ReportNotes" >> beam.FlatMap(lambda v: [v[1][1]] if v[1][0] == "notes" else [])
             report = report | "ReportDone" >> beam.FlatMap(lambda v: [v] if v[1][0] == "report" else [])
-            decisions = decided | "Decisions" >> beam.FlatMap(
-                lambda v: [(v[1][0], ("decision", v[1][1]))] if v[0] == "decision" else [])
+            decisions = decided | "Decisions" >> beam.FlatMap(lambda v: [v[1]] if v[0] == "decided" else [])
             joined += [decisions, report]
         if merging and merged is None:
             merged = self._merge(user_items)

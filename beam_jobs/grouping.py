@@ -6,6 +6,8 @@
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
     .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
     .prep-tmp/groups/keys-NNNNNN.bin      a chunk's item ids and hashes, packed (KEY_DTYPE), for the scan tasks
+    .prep-tmp/groups/members-*, decided-*, lines-*   the grouped images' members, decisions and report lines,
+                                          by chunk and group batch (beam_jobs/group_batches.py)
 
 An input is known by (spill, offset), which stays its own when --resume restages
 chunks in another order; its id for the union-find is `item_id` (dense: the chunk

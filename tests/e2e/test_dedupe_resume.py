@@ -1,0 +1,52 @@
+"""A conversion stopped between the dedupe stage's work files (beam_jobs/group_batches.py) resumes to the
+same bytes: members recorded, lines not; files an earlier, larger run left are never read."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+
+from prep.core import storage
+from tests.e2e.test_dedupe_convert import planted_tree
+from tests.support import datasets
+from tests.support.shards import shard_bytes
+
+ARGS = ("--split", "train=0.5,test=0.5", "--duplicates", "drop", "--workers", "2", "--num-shards", "2")
+OUTPUTS = ("duplicates.jsonl", "rejects.jsonl")
+
+
+def test_resume_after_a_stop_between_the_members_and_the_lines_files(tmp_path, run_cli, monkeypatch):
+    src = tmp_path / "src"
+    planted_tree(src)
+    reference = datasets.convert(src, tmp_path / "ref", *ARGS)
+    out = tmp_path / "out"
+    real = storage.open_write
+
+    def open_write(path):
+        if f"groups{os.sep}lines-" in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "open_write", open_write)
+        result = run_cli("convert", src, out, *ARGS)
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    groups = out / ".prep-tmp" / "groups"
+    members = sorted(groups.glob("members-*.pkl"))
+    assert members and not list(groups.glob("lines-*")) and not (out / "manifest.json").exists()
+    for path in members:  # a bundle cut short elsewhere, or an earlier run's: rewritten before it is read
+        path.write_bytes(b"stale")
+    (groups / "lines-000042.jsonl").write_text('{"members": [{"path": "gone.jpg"}]}\n')
+    (groups / "decided-000042.pkl").write_bytes(b"stale")
+
+    result = run_cli("convert", src, out, *ARGS, "--resume")
+    assert result.exit_code == 0, result.output
+    assert shard_bytes(out) == shard_bytes(reference)
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (reference / name).read_bytes()
+    assert _without_run(out) == _without_run(reference)
+
+
+def _without_run(out: pathlib.Path) -> dict:
+    return {k: v for k, v in datasets.load(out).items() if k != "run"}
