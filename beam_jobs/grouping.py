@@ -144,6 +144,16 @@ def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
     Raises:
         ResumeError: the batch was prepared without keys (by a run with --duplicates off).
     """
+    rows, paths = spill_key_block(work, spill)
+    return rows, [p.decode("utf-8", "surrogateescape") for p in paths.split(b"\0")] if len(rows) else []
+
+
+def spill_key_block(work: WorkDir, spill: int) -> tuple[np.ndarray, bytes]:
+    """`spill_keys` with the paths as written: UTF-8 (surrogateescape), NUL-separated, in one byte string.
+
+    Raises:
+        ResumeError: the batch was prepared without keys (by a run with --duplicates off).
+    """
     tail = 8 + len(KEYS_END)
     with storage.open_read(work.spill(spill)) as f:
         size = f.seek(0, os.SEEK_END)
@@ -157,8 +167,7 @@ def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
         data = storage.read_exact(f, length)
     n = int.from_bytes(data[:4], "little")
     stop = 4 + n * SPILL_KEYS.itemsize
-    paths = data[stop:].split(b"\0") if n else []
-    return np.frombuffer(data[4:stop], SPILL_KEYS), [p.decode("utf-8", "surrogateescape") for p in paths]
+    return np.frombuffer(data[4:stop], SPILL_KEYS), data[stop:]
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
@@ -187,7 +196,7 @@ def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
 def write_sidecar(output: str, work: WorkDir, shards) -> None:
     """OUTPUT/content_keys.jsonl (prep.core.keys_sidecar) for `shards` [(split, file name, sha256)], in that
     order. Each spill's key rows are read once into one sorted table (ids, sha256 and hashes as arrays: ~90
-    bytes an image), then each shard's lines are streamed out part by part. A shard holding a record
+    bytes an image; the paths in one byte string with their offsets), then each shard's lines are streamed out part by part. A shard holding a record
     without keys is left out (`prep leakage` then hashes it itself)."""
     orders = {}
     for _, filename, _ in shards:
@@ -195,13 +204,20 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
         orders[filename] = [np.frombuffer(storage.read_bytes(part_keys_path(work, filename, p)), _PLACE) for p in parts]
     spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
                                       [np.zeros(0, np.uint64)]))
-    ids, shas, hashes, paths = [], [], [], []
+    ids, shas, hashes = [], [], []
+    paths, starts, ends = bytearray(), [], []  # every path in one byte string, not a str each
     for spill in spills.tolist():
-        rows, names = spill_keys(work, spill)
+        rows, block = spill_key_block(work, spill)
         ids.append((np.uint64(spill) << np.uint64(32)) | rows["offset"])
         shas.append(rows["sha256"])
         hashes.append(rows["hashes"])
-        paths.extend(names)
+        if len(rows):
+            cuts = np.flatnonzero(np.frombuffer(block, np.uint8) == 0)
+            starts.append(len(paths) + np.concatenate([[0], cuts + 1]))
+            ends.append(len(paths) + np.concatenate([cuts, [len(block)]]))
+            paths += block
+    starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
     table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
     shas = np.concatenate(shas) if shas else np.zeros((0, 32), np.uint8)
     hashes = np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64)
@@ -218,8 +234,10 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
                 continue  # a record without keys
             rows = order[at]
             f.write(keys_sidecar.record_lines([
-                keys_sidecar.RecordKeys(split, filename, digest, i, paths[r], sha.tobytes().hex(), tuple(h))
-                for i, (r, sha, h) in enumerate(zip(rows.tolist(), shas[rows], hashes[rows].tolist()))]))
+                keys_sidecar.RecordKeys(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
+                                        sha.tobytes().hex(), tuple(h))
+                for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(), shas[rows],
+                                                       hashes[rows].tolist()))]))
     storage.rename(tmp, storage.join(output, keys_sidecar.FILENAME))
 
 
