@@ -81,12 +81,14 @@ def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, np.ndarray
 
 
 def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
-    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time."""
+    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time; an item whose
+    keys are not `content_keys.comparable` is left out (it would pair with every flat picture)."""
     items, hashes = [], []
     for chunk in chunks:
         rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
-        items.append(rows["item"].copy())
-        hashes.append(rows["hashes"][:, scale].copy())
+        keep = content_keys.comparable_rows(rows["hashes"])
+        items.append(rows["item"][keep])
+        hashes.append(rows["hashes"][keep, scale])
     if not items:
         return np.zeros(0, np.int64), np.zeros(0, np.uint64)
     return np.concatenate(items), np.concatenate(hashes)

@@ -233,6 +233,19 @@ class KeyBatch:
         return [None if h is None else ContentKeys(d, h) for d, h in zip(self._digests, self._hashes)]
 
 
+def comparable(keys: ContentKeys) -> bool:
+    """Whether an image takes part in the near-duplicate search. A picture whose frequencies tie with their
+    median (flat, or drawn symmetric) gets hashes of fewer than 32 one bits, only the frequencies above
+    the tie, so every other such picture, of any colour, would look like it; an image with such a hash is
+    only ever an exact duplicate (its sha256), in a conversion and in `prep leakage` alike."""
+    return all(h.bit_count() == _HALF for h in keys.hashes)
+
+
+def comparable_rows(hashes: np.ndarray) -> np.ndarray:
+    """`comparable` of each row of a (images, hashes) uint64 array."""
+    return (np.bitwise_count(np.asarray(hashes, dtype=np.uint64)) == _HALF).all(axis=-1)
+
+
 def distance(a: ContentKeys, b: ContentKeys) -> int:
     """The least Hamming distance between hashes of `a` and `b` at the same crop scale (0 to 64).
 

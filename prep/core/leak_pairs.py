@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from prep.core.content_keys import NEAR_DISTANCE
+from prep.core.content_keys import NEAR_DISTANCE, comparable
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.near_pairs import DEFAULT_CAP, near_pairs
 
@@ -64,8 +64,7 @@ def leak_pairs(a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP,
     for members in by_digest.values():
         in_a = [i for i in members if i < len(a)]
         out.extend(pair(i, j, EXACT, 0) for i in in_a for j in members if j >= len(a))
-    hashed = {i: r.keys for i, r in enumerate(records) if r.hashes is not None}
-    near, skipped = near_pairs(hashed, cap, max_distance)
+    near, skipped = near_pairs(_comparable(records), cap, max_distance)
     out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near
                if p.a < len(a) <= p.b and records[p.a].sha256 != records[p.b].sha256)
     return LeakPairs(tuple(sorted(out)), skipped)
@@ -83,6 +82,11 @@ def self_pairs(records: list[RecordKeys], cap: int = DEFAULT_CAP, max_distance: 
         by_digest[r.sha256].append(i)
     out = [pair(i, j, EXACT, 0) for members in by_digest.values()
            for k, i in enumerate(members) for j in members[k + 1:]]
-    near, skipped = near_pairs({i: r.keys for i, r in enumerate(records) if r.hashes is not None}, cap, max_distance)
+    near, skipped = near_pairs(_comparable(records), cap, max_distance)
     out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near if records[p.a].sha256 != records[p.b].sha256)
     return LeakPairs(tuple(sorted(out)), skipped)
+
+
+def _comparable(records: list[RecordKeys]) -> dict:
+    """{index: keys} of the records the near-duplicate search takes (content_keys.comparable), as convert's."""
+    return {i: r.keys for i, r in enumerate(records) if r.hashes is not None and comparable(r.keys)}

@@ -62,6 +62,11 @@ def test_a_flat_picture_hashes_alike_at_any_gray_level_and_size():
         for shape in ((64, 64), (47, 63), (300, 7)):
             assert ck.gray_hashes([np.full(shape, level, np.uint8)])[0] == (1 << 63,) * (1 + len(ck.CROP_SCALES))
     assert ck.gray_hashes([np.zeros((40, 40), np.uint8)])[0] == (0,) * (1 + len(ck.CROP_SCALES))
+    # ... and takes no part in the near-duplicate search: every blank frame would pair with every other
+    assert not ck.comparable(ck.image_keys(encode(Image.new("RGB", (64, 48), (200, 30, 30)), "PNG")))
+    assert ck.comparable(ck.image_keys(encode(photo(4, (96, 72)), "PNG")))
+    assert ck.comparable_rows(np.array([[(1 << 32) - 1, 1 << 63], [(1 << 32) - 1] * 2], np.uint64)).tolist() == [
+        False, True]
 
 
 def test_a_colour_jpeg_is_hashed_from_its_luma():

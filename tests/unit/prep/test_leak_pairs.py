@@ -28,11 +28,20 @@ def test_exact_pairs_are_every_cross_pair_and_pairs_inside_a_dataset_are_not_lis
 
 
 def test_near_pairs_need_a_close_hash_and_other_bytes():
-    base = 0x0123456789ABCDEF
-    a = [rec("a1", "1", (base,)), rec("a2", "2", (base ^ 0xFF,))]
-    b = [rec("b1", "3", (base ^ 0b11,)), rec("b2", "4", (base ^ 0xFFFF,))]
+    base = 0x0123456789ABCDEF  # 32 one bits, as every pHash of a picture with structure; so are the others
+    a = [rec("a1", "1", (base,)), rec("a2", "2", (base ^ 0x1C000700000011,))]
+    b = [rec("b1", "3", (base ^ 0x11,)), rec("b2", "4", (base ^ 0x298742BCC00,))]
     assert [(p.a, p.b, p.kind, p.distance) for p in leak_pairs(a, b).pairs] == [
         ("a1", "b1", "near", 2), ("a2", "b1", "near", 6)]
+
+
+def test_flat_pictures_are_exact_duplicates_only():
+    """A flat or symmetric picture's hash has fewer than 32 one bits (its frequencies tie with their median):
+    blank frames of any colour would all look alike, so such records pair by sha256 alone."""
+    flat = (1 << 63,)  # only the mean above the median: what every flat picture hashes to
+    a = [rec("blank", "1", flat), rec("grey", "2", flat)]
+    b = [rec("black", "3", flat), rec("blank again", "1", flat), rec("photo", "4", (0x0123456789ABCDEF,))]
+    assert [(p.a, p.b, p.kind) for p in leak_pairs(a, b).pairs] == [("blank", "blank again", "exact")]
 
 
 def test_a_record_without_hashes_still_pairs_by_sha256():
@@ -84,7 +93,7 @@ def test_self_pairs_lists_each_pair_of_two_different_records_once():
     from prep.core.leak_pairs import self_pairs
 
     base = 0x0123456789ABCDEF
-    records = [rec("x", "1", (base,)), rec("y", "1", (base,), split="test"), rec("z", "2", (base ^ 0b11,)),
+    records = [rec("x", "1", (base,)), rec("y", "1", (base,), split="test"), rec("z", "2", (base ^ 0x11,)),
                rec("w", "3", (~base & (1 << 64) - 1,))]
     assert [(p.a, p.b, p.split_a, p.split_b, p.kind, p.distance) for p in self_pairs(records).pairs] == [
         ("x", "y", "train", "test", "exact", 0), ("x", "z", "train", "train", "near", 2),
