@@ -78,10 +78,9 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
 
 def chunk_keys(counts: ChunkCounts, work: WorkDir):
     """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
-    (None, (chunk, items with keys))."""
+    (None, (chunk, items written there))."""
     rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
-    grouping.write_chunk_keys(work, counts.chunk, rows)
-    yield None, (counts.chunk, len(rows))
+    yield None, (counts.chunk, grouping.write_chunk_keys(work, counts.chunk, rows))
 
 
 def components(element, max_size: int):

@@ -81,7 +81,7 @@ def write_report(element, output: str, work: WorkDir, fractions):
     header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines(), refused, skipped)}
     text = (json.dumps(x, sort_keys=True, ensure_ascii=True).encode() + b"\n"
             for x in itertools.chain([header], lines()))
-    group_batches.write_streamed(storage.join(output, grouping.DUPLICATES_FILE), text)
+    storage.write_streamed(storage.join(output, grouping.DUPLICATES_FILE), text)
     release_free_memory()
     yield -1, ("report", None)
     yield -1, ("notes", grouping.report_notes(header))

@@ -114,16 +114,3 @@ def _read_lines(path: str) -> typing.Iterator[dict]:
 def merged_lines(work: WorkDir, batches: typing.Iterable[int]) -> typing.Iterator[dict]:
     """Every batch's lines in the report's order (by first path), one line of each batch held at a time."""
     return heapq.merge(*(_read_lines(lines_path(work, b)) for b in sorted(set(batches))), key=first_path)
-
-
-def write_streamed(path: str, pieces: typing.Iterable[bytes]) -> None:
-    """Writes `pieces` to `path` via a temporary sibling and a rename, as `storage.write_atomic` does whole."""
-    tmp = storage.temp_path(path)
-    try:
-        with storage.open_write(tmp) as f:
-            for piece in pieces:
-                f.write(piece)
-        storage.rename(tmp, path)
-    except BaseException:
-        storage.delete(tmp)
-        raise

@@ -71,24 +71,26 @@ def chunk_keys_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
 
 
-def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, np.ndarray]]) -> None:
-    """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks."""
+def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, np.ndarray]]) -> int:
+    """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks, and
+    returns how many: an item whose keys are not `content_keys.comparable` is left out (it would pair
+    with every flat picture)."""
     packed = np.zeros(len(rows), KEY_DTYPE)
     if rows:
         packed["item"] = [item for item, _ in rows]
         packed["hashes"] = np.stack([hashes for _, hashes in rows])
+    packed = packed[content_keys.comparable_rows(packed["hashes"])]
     storage.write_atomic(chunk_keys_path(work, chunk), packed.tobytes())
+    return len(packed)
 
 
 def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
-    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time; an item whose
-    keys are not `content_keys.comparable` is left out (it would pair with every flat picture)."""
+    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time."""
     items, hashes = [], []
     for chunk in chunks:
         rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
-        keep = content_keys.comparable_rows(rows["hashes"])
-        items.append(rows["item"][keep])
-        hashes.append(rows["hashes"][keep, scale])
+        items.append(rows["item"].copy())
+        hashes.append(rows["hashes"][:, scale].copy())
     if not items:
         return np.zeros(0, np.int64), np.zeros(0, np.uint64)
     return np.concatenate(items), np.concatenate(hashes)
@@ -225,9 +227,9 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
     hashes = np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64)
     order = np.argsort(table, kind="stable")
     table = table[order]
-    tmp = storage.temp_path(storage.join(output, keys_sidecar.FILENAME))
-    with storage.open_write(tmp) as f:
-        f.write(keys_sidecar.header_line())
+
+    def lines():
+        yield keys_sidecar.header_line()
         for split, filename, digest in shards:
             wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, _PLACE)
             key = (wanted["spill"] << np.uint64(32)) | wanted["offset"]
@@ -235,12 +237,13 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
             if len(key) and not (len(table) and np.array_equal(table[at], key)):
                 continue  # a record without keys
             rows = order[at]
-            f.write(keys_sidecar.record_lines([
+            yield keys_sidecar.record_lines([
                 keys_sidecar.RecordKeys(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
                                         sha.tobytes().hex(), tuple(h))
                 for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(), shas[rows],
-                                                       hashes[rows].tolist()))]))
-    storage.rename(tmp, storage.join(output, keys_sidecar.FILENAME))
+                                                       hashes[rows].tolist()))])
+
+    storage.write_streamed(storage.join(output, keys_sidecar.FILENAME), lines())
 
 
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:

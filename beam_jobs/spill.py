@@ -226,7 +226,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
 def _write_small(path: str, data: bytes) -> None:
     """Writes `path` atomically. Locally with bare system calls: storage's general path
     (folders made, a random temporary name, stat before delete) costs several times more,
-    once or twice per batch (docs/design.md)."""
+    once per batch (docs/design.md)."""
     if storage.is_remote(path):
         storage.write_atomic(path, data)
         return

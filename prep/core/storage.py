@@ -22,7 +22,7 @@ import posixpath
 import re
 import secrets
 import shutil
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Iterable, Protocol
 
 SCHEME_SEPARATOR = "://"
 
@@ -145,10 +145,16 @@ def is_temp_of(name: str, final: str) -> bool:
 
 def write_atomic(path: str, data: bytes) -> None:
     """Writes `data` to `path` via a temporary sibling (`temp_path`) and a rename."""
+    write_streamed(path, (data,))
+
+
+def write_streamed(path: str, pieces: Iterable[bytes]) -> None:
+    """Writes `pieces` to `path` as they come, via a temporary sibling (`temp_path`) and a rename."""
     tmp = temp_path(path)
     try:
         with open_write(tmp) as f:
-            f.write(data)
+            for piece in pieces:
+                f.write(piece)
         rename(tmp, path)
     except BaseException:
         delete(tmp)  # a full disk or an interrupt leaves no half-written sibling behind

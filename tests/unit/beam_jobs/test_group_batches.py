@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from beam_jobs import group_batches
+from prep.core import storage
 from prep.core.groups import Decision, Member
 from prep.core.listing import Reject
 from prep.core.workdir import WorkDir
@@ -58,7 +59,7 @@ def test_an_interrupted_streamed_write_leaves_no_file(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        group_batches.write_streamed(path, pieces())
+        storage.write_streamed(path, pieces())
     assert list(tmp_path.iterdir()) == []
-    group_batches.write_streamed(path, iter([b"a\n", b"b\n"]))
+    storage.write_streamed(path, iter([b"a\n", b"b\n"]))
     assert open(path, "rb").read() == b"a\nb\n"
