@@ -168,7 +168,7 @@ class PrepareChunk(PooledDoFn):
         super().setup()
         quiet_pillow()
         self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
-        # The content keys' small matrix products (lanczos.crop_grids) run on this DoFn's threads, one
+        # The content keys' matrix products (content_keys._low_frequencies) run on this DoFn's threads, one
         # image batch each: BLAS threads of their own would only contend for the same cores (bench/dedupe_scale.py)
         self._blas = threadpool_limits(limits=1, user_api="blas") if self._keys else None
 

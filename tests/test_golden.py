@@ -29,7 +29,7 @@ RUN = re.compile(rb'\n  "run": \{\n(?:    .*\n)*  \},\n')
 GOLDEN = {
     "split-index": (
         ["--split", "train=0.5,validation=0.25,test=0.25", "--num-shards", 2, "--seed", 7, "--index"], {
-            "content_keys.jsonl": "6d13d88311554911d148923490386231d3234dcedbe38227d4b81d6e66b12fc0",
+            "content_keys.jsonl": "4e515d93566f1b964ac54e295ab67c770e7995f967e2808e9a83e438e41d80c9",
             "dataset_info.json": "21c05d40a2bab214b9e905598bbcdc28f7582b38fec282bf67508f035126c615",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",
@@ -51,7 +51,7 @@ GOLDEN = {
     "capped-resized-jpeg": (
         ["--max-per-class", 4, "--resize", 8, "--image-format", "jpeg", "--quality", 80, "--num-shards", 3,
          "--seed", 3], {
-            "content_keys.jsonl": "106aca5954ba88260a4142f7b4f8f0ff830997794928cf07785b20084620cf0a",
+            "content_keys.jsonl": "44dc435f5ba56b7f9ae964cc6eeb22bf6a94dd5b3ab6500fb1351e519ad1a94b",
             "dataset_info.json": "fdda61093c8a0fc00cce58f31b6826c9b04b24a0f65eda132d1c288b843e5243",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",

@@ -17,14 +17,18 @@ A pHash has as many 1 bits as 0 bits (a median split of 64 values), so
 distances are even: 7 and 6 draw the same line. Only a picture whose
 frequencies tie with their median (flat, or drawn symmetric) has fewer 1 bits.
 
-The pHash is imagehash's (`imagehash.phash`: 32x32 gray, 2-D DCT-II, the 8x8
-lowest frequencies against their median, here rounded first), written over numpy: the DCT is two
-products with a fixed 32x32 matrix, so neither scipy nor PyWavelets is needed.
+The pHash is imagehash's (`imagehash.phash`: the picture resized to 32x32 gray with
+LANCZOS, its 2-D DCT-II, the 8x8 lowest frequencies against their median), written over
+numpy, with the resize and the DCT folded into one linear map per side (`_projection`),
+so neither scipy nor PyWavelets is needed and a batch of images is a few products. Pillow
+rounds the resized pixels to integers; this does not, so a hash can differ from
+imagehash's in the few frequencies nearest the median (two bits, in about one hash of ten).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 
@@ -81,20 +85,55 @@ class ContentKeys:
         return cls(obj["sha256"], tuple(int(h, 16) for h in obj["hashes"]))
 
 
-def _phashes(grids: np.ndarray) -> list[tuple[int, ...]]:
-    """The pHashes of `lanczos.crop_grids`' output (crops, GRID, images, GRID), per image a tuple (one hash
-    per crop), all in one numpy pass (less time holding the GIL).
+@functools.lru_cache(maxsize=256)  # ~20 KB an entry for the 1/8 decode of a 640x480 JPEG
+def _projection(size: int, spans: tuple) -> np.ndarray:
+    """(len(spans), HASH_SIDE, size): for each crop span (start, length) of a side of `size` pixels, the
+    lowest HASH_SIDE DCT frequencies of that span resized to GRID, as one linear map: `_DCT @` the
+    resize's weights, placed over the span. Cached per side length, not per image size: in a set of
+    pictures of many sizes, widths and heights recur far more often than their pairs."""
+    m = np.zeros((len(spans), HASH_SIDE, size))
+    for i, (start, length) in enumerate(spans):
+        m[i, :, start:start + length] = _DCT @ lanczos.weights(length, GRID)
+    m.setflags(write=False)
+    return m
 
-    The coefficients are rounded to 2**-16 before the median split: float sums in another order (another
-    BLAS, another CPU) then give the same bits, where a flat picture's zero coefficients were float noise."""
-    n, _, b, _ = grids.shape
-    rows = (_DCT @ grids.reshape(n, GRID, b * GRID)).reshape(n * HASH_SIDE * b, GRID)  # (crop, u, image, x)
-    low = (rows @ _DCT.T).reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, -1)
+
+_BLOCK = 1 << 20  # input pixels per horizontal product: a large picture is not copied to float64 whole
+
+
+def _low_frequencies(grays: np.ndarray, boxes: tuple) -> np.ndarray:
+    """The HASH_SIDE x HASH_SIDE lowest DCT frequencies of every box (left, top, width, height) of every
+    image of a stack (B, height, width) of same-sized gray images, each box resized to GRID x GRID
+    first, as rows (image, box) of HASH_SIDE**2 values, u major.
+
+    Resizing and the DCT are linear, so each side is one product: every box's horizontal projection
+    at once over the rows of all images (`rows @ H`), then each box's vertical projection over its
+    columns of all images, a batched product. Pillow would round the resized pixels after each pass;
+    here nothing is rounded before the frequencies, so a flat picture's are exactly zero but its mean."""
+    b, height, width = grays.shape
+    n = len(boxes)
+    across = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(n * HASH_SIDE, width).T
+    down = _projection(height, tuple((box[1], box[3]) for box in boxes))  # (n, HASH_SIDE, height)
+    rows = grays.transpose(1, 0, 2).reshape(height * b, width)  # row h of every image, then row h + 1
+    x = np.empty((height * b, n * HASH_SIDE))
+    step = max(1, _BLOCK // width)
+    for start in range(0, height * b, step):
+        np.matmul(rows[start:start + step].astype(np.float64), across, out=x[start:start + step])
+    x = x.reshape(height, b, n, HASH_SIDE).transpose(2, 0, 1, 3).reshape(n, height, b * HASH_SIDE)
+    low = np.matmul(down, x)  # (box, u, image and v)
+    return low.reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, HASH_SIDE * HASH_SIDE)
+
+
+def _phashes(low: np.ndarray, per_image: int) -> list[tuple[int, ...]]:
+    """The pHashes of `_low_frequencies`' rows, per image a tuple of `per_image` hashes (one per box).
+
+    The frequencies are rounded to 2**-16 before the median split: float sums in another order (another
+    BLAS, another CPU) then give the same bits, and a flat picture's zero frequencies are zero."""
     low = np.rint(low * _QUANTUM)
     middle = np.partition(low, (_HALF - 1, _HALF), axis=1)  # np.median's answer, without its checks
     bits = low > ((middle[:, _HALF - 1] + middle[:, _HALF]) / 2)[:, None]
     hashes = [int(v) for v in (bits * _WEIGHTS).sum(axis=1, dtype=np.uint64)]
-    return [tuple(hashes[i * n:(i + 1) * n]) for i in range(b)]
+    return [tuple(hashes[i:i + per_image]) for i in range(0, len(hashes), per_image)]
 
 
 def phash(gray: Image.Image) -> int:
@@ -138,8 +177,8 @@ def crop_hashes(gray: Image.Image, scales=CROP_SCALES) -> tuple[int, ...]:
 def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, ...]]:
     """`crop_hashes` of each 8-bit gray array (height, width), images of one size hashed together.
 
-    Each crop is cut, then resized to GRID x GRID (Pillow's LANCZOS, the same bytes: lanczos.py);
-    resizing the whole picture with a box instead would let the filter reach past the crop's edges.
+    Each crop is cut, then resized to GRID x GRID (Lanczos, lanczos.py); resizing the whole picture
+    with a box instead would let the filter reach past the crop's edges.
     """
     out: list = [None] * len(grays)
     by_size: dict[tuple[int, int], list[int]] = {}
@@ -147,7 +186,8 @@ def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, 
         by_size.setdefault(g.shape, []).append(i)
     for (h, w), members in by_size.items():
         stack = np.stack([grays[i] for i in members]) if len(members) > 1 else grays[members[0]][None]
-        for i, hashes in zip(members, _phashes(lanczos.crop_grids(stack, crop_boxes(w, h, scales), GRID))):
+        boxes = crop_boxes(w, h, scales)
+        for i, hashes in zip(members, _phashes(_low_frequencies(stack, boxes), len(boxes))):
             out[i] = hashes
     return out
 
@@ -194,7 +234,7 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
 
 class KeyBatch:
     """The content keys of a run of images, hashed together at the end: images of one size share the
-    resize's matrix products (lanczos.crop_grids), so a batch costs less than its images one by one.
+    products (`_low_frequencies`), so a batch costs less than its images one by one.
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
     hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one

@@ -26,7 +26,7 @@ from prep.core import content_keys as ck
 
 FILENAME = "content_keys.jsonl"
 FORMAT = "tfrecord-prep-content-keys"
-VERSION = 3  # 3: colour JPEGs decoded straight to gray (2: in their own mode, then made gray; 1: straight to gray, other scales)
+VERSION = 4  # 4: resize and DCT folded, no rounding between (3: colour JPEGs decoded straight to gray; 2: in their own mode, then made gray; 1: straight to gray, other scales)
 
 
 def header() -> dict:
