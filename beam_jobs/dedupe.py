@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
+import numpy as np
 
 from beam_jobs import group_batches, grouping
 from beam_jobs.dedupe_decide import decide_batch, write_report
@@ -77,10 +78,16 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple
 
 
 def chunk_keys(counts: ChunkCounts, work: WorkDir):
-    """A prepared chunk -> its items' hashes in one binary file (grouping.write_chunk_keys), and
-    (None, (chunk, items written there))."""
-    rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
-    yield None, (counts.chunk, grouping.write_chunk_keys(work, counts.chunk, rows))
+    """A prepared chunk -> (None, (chunk, items in its key file)). PrepareChunk wrote that file from the
+    batches' keys in memory; a chunk staged again by a resume with another seed (replan.restage) has none
+    yet, and gets it here from its index and its spills' key rows."""
+    n = grouping.chunk_keys_count(work, counts.chunk)
+    if n is None:
+        rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
+        n = grouping.write_chunk_keys(work, counts.chunk, np.array([item for item, _ in rows], np.int64),
+                                      np.array([hashes for _, hashes in rows], np.uint64).reshape(
+                                          len(rows), grouping.NUM_HASHES))
+    yield None, (counts.chunk, n)
 
 
 def components(element, max_size: int):
@@ -199,29 +206,29 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = grouping.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
     placed, rejects = {}, []
-    if decisions or user:
-        for item, ref, _ in chunk_items(work, chunk, with_keys=False):
-            d = decisions.get(item)
-            if d is not None:
-                if d.reject is not None:
-                    placed[(ref.spill, ref.offset)] = None
-                    rejects.append(d.reject)
-                elif d.pin:
-                    placed[(ref.spill, ref.offset)] = pins.get(d.movable, d.pin) if d.movable else d.pin
-            elif user:
-                unit = user(ref.path.decode("utf-8", "surrogateescape"))
-                unit = merged.get(unit, unit)
-                if unit is not None:
-                    placed[(ref.spill, ref.offset)] = user_pins.get(unit) or pin_split(seed, unit, fractions)
+    refs = read_prepared(work, chunk) if decisions or user else []
+    for position, fields in enumerate(refs):
+        item, ref = grouping.item_id(chunk, position), PreparedRef._make(fields)
+        d = decisions.get(item)
+        if d is not None:
+            if d.reject is not None:
+                placed[(ref.spill, ref.offset)] = None
+                rejects.append(d.reject)
+            elif d.pin:
+                placed[(ref.spill, ref.offset)] = pins.get(d.movable, d.pin) if d.movable else d.pin
+        elif user:
+            unit = user(ref.path.decode("utf-8", "surrogateescape"))
+            unit = merged.get(unit, unit)
+            if unit is not None:
+                placed[(ref.spill, ref.offset)] = user_pins.get(unit) or pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
     pinned = sum(1 for pin in placed.values() if pin)
     if pinned:
         yield grouping.GroupNotes((("pinned_images", pinned),))
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
-    else:
-        place = grouping.placer(work, chunk, True)
-        yield ChunkCounts(chunk, chunk_counts(read_prepared(work, chunk), place))
+    else:  # as grouping.placer gives it to rank_task, from the file just written
+        yield ChunkCounts(chunk, chunk_counts(refs, lambda r: placed.get((r.spill, r.offset), "")))
     if rejects:
         yield RejectedInputs(tuple(sorted(rejects)))
 

@@ -71,17 +71,30 @@ def chunk_keys_path(work: WorkDir, chunk: int) -> str:
     return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
 
 
-def write_chunk_keys(work: WorkDir, chunk: int, rows: list[tuple[int, np.ndarray]]) -> int:
-    """Records a chunk's items and hashes packed (KEY_DTYPE, 48 bytes an item) for the scan tasks, and
-    returns how many: an item whose keys are not `content_keys.comparable` is left out (it would pair
-    with every flat picture)."""
-    packed = np.zeros(len(rows), KEY_DTYPE)
-    if rows:
-        packed["item"] = [item for item, _ in rows]
-        packed["hashes"] = np.stack([hashes for _, hashes in rows])
+def write_chunk_keys(work: WorkDir, chunk: int, items: np.ndarray, hashes: np.ndarray) -> int:
+    """Records a chunk's items and their hashes ((n, NUM_HASHES) uint64) packed (KEY_DTYPE, 48 bytes an
+    item) for the scan tasks, and returns how many: an item whose keys are not `content_keys.comparable`
+    is left out (it would pair with every flat picture)."""
+    packed = np.zeros(len(items), KEY_DTYPE)
+    packed["item"] = items
+    packed["hashes"] = hashes
     packed = packed[content_keys.comparable_rows(packed["hashes"])]
     storage.write_atomic(chunk_keys_path(work, chunk), packed.tobytes())
     return len(packed)
+
+
+def chunk_keys_count(work: WorkDir, chunk: int) -> int | None:
+    """How many items `write_chunk_keys` recorded for the chunk, or None if it has no key file."""
+    size = storage.size(chunk_keys_path(work, chunk))
+    return None if size is None else size // KEY_DTYPE.itemsize
+
+
+def forget_chunk_keys(work: WorkDir) -> None:
+    """Deletes every chunk's key file: their item ids name chunks of a listing about to be staged again."""
+    folder = storage.join(work.root, "groups")
+    for name in storage.list_names(folder):
+        if name.startswith("keys-"):
+            storage.delete(storage.join(folder, name))
 
 
 def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,16 +142,23 @@ SPILL_KEYS = np.dtype([("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<
 KEYS_END = b"prepkeys"  # the last bytes of a spill file that carries its batch's keys (spill_trailer)
 
 
-def spill_trailer(rows: list) -> bytes:
-    """What follows a batch's records in its spill file when keys are computed: rows [offset in the spill
-    file, input path, ContentKeys] packed as SPILL_KEYS (a count first), then the paths, NUL-separated (a
-    path cannot hold NUL), then the length of all that and KEYS_END. In the spill file, not a file of their
-    own: the keys are then as atomic as the records, and a batch creates one file less (a file's creation
-    cost as much as a batch's keys' Python)."""
-    packed = np.array([(offset, np.frombuffer(bytes.fromhex(k.sha256), np.uint8), k.hashes)
-                       for offset, _, k in rows], dtype=SPILL_KEYS)
-    paths = b"\0".join(path.encode("utf-8", "surrogateescape") for _, path, _ in rows)
-    block = len(rows).to_bytes(4, "little") + packed.tobytes() + paths
+def key_rows(offsets, shas: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """SPILL_KEYS rows of a batch's images: their offsets in the spill file, sha256 digests ((n, 32) uint8)
+    and hashes ((n, NUM_HASHES) uint64), as `content_keys.KeyBatch.arrays` gives them."""
+    rows = np.zeros(len(shas), SPILL_KEYS)
+    rows["offset"] = offsets
+    rows["sha256"] = shas
+    rows["hashes"] = hashes
+    return rows
+
+
+def spill_trailer(rows: np.ndarray, paths: list[str]) -> bytes:
+    """What follows a batch's records in its spill file when keys are computed: its `key_rows` (a count
+    first), then the rows' input paths, NUL-separated (a path cannot hold NUL), then the length of all
+    that and KEYS_END. In the spill file, not a file of their own: the keys are then as atomic as the
+    records, and a batch creates one file less (a file's creation cost as much as a batch's keys' Python)."""
+    block = (len(rows).to_bytes(4, "little") + rows.tobytes()
+             + b"\0".join(path.encode("utf-8", "surrogateescape") for path in paths))
     return block + len(block).to_bytes(8, "little") + KEYS_END
 
 
@@ -237,11 +257,11 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
             if len(key) and not (len(table) and np.array_equal(table[at], key)):
                 continue  # a record without keys
             rows = order[at]
-            yield keys_sidecar.record_lines([
-                keys_sidecar.RecordKeys(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
-                                        sha.tobytes().hex(), tuple(h))
-                for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(), shas[rows],
-                                                       hashes[rows].tolist()))])
+            yield "".join(
+                keys_sidecar.record_line(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
+                                         sha.hex(), h)
+                for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(),
+                                                       map(bytes, shas[rows]), hashes[rows].tolist()))).encode()
 
     storage.write_streamed(storage.join(output, keys_sidecar.FILENAME), lines())
 

@@ -19,6 +19,7 @@ import json
 import os
 import typing
 
+import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -27,6 +28,7 @@ from threadpoolctl import threadpool_limits
 
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
+from beam_jobs.grouping import NUM_HASHES, item_id, write_chunk_keys
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
@@ -220,9 +222,13 @@ class PrepareChunk(PooledDoFn):
     def _complete(self, chunk: int, batches, tasks):
         """Waits for a chunk's tasks, records its index and returns its outputs."""
         outcomes, signatures, spills = [], [], {}
+        keyed, good = [], 0  # (item id, index into the batch's key rows) per good input with keys
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
-            results, spills[spill] = task.result()
+            results, spills[spill], rows = task.result()
+            if rows is not None:
+                keyed.append((rows, []))
+                at = dict(zip(rows["offset"].tolist(), range(len(rows))))
             for ref, (result, signature, *more) in zip(batch, results):
                 signatures.append(signature)
                 info = more[0] if more else None
@@ -235,6 +241,14 @@ class PrepareChunk(PooledDoFn):
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
                                       offset, length, converted, cut, image, ref.key or "",
                                       info.tags if info is not None else ())))  # a PreparedRef's, path as text
+                if rows is not None and offset in at:
+                    keyed[-1][1].append((item_id(chunk, good), at[offset]))
+                good += 1
+        if self._keys:  # before the index: a chunk with an index has its key file (grouping.chunk_keys_count)
+            items = [item for _, places in keyed for item, _ in places]
+            hashes = [rows["hashes"][[i for _, i in places]] for rows, places in keyed]
+            write_chunk_keys(self._work, chunk, np.array(items, np.int64),
+                             np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64))
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from beam_jobs import checkpoints
+from beam_jobs import checkpoints, grouping
 from prep.core import storage, targets
 from prep.core.errors import ResumeError
 from prep.core.workdir import WorkDir
@@ -63,6 +63,7 @@ def replan(work: WorkDir, old: dict, record: dict, staged: list[list], chunks: l
                           "every image yet, and the order of another seed needs them all; resume with "
                           f"--seed {then}, or run with --overwrite instead to start over")
     storage.delete(work.run_record)
+    grouping.forget_chunk_keys(work)  # their item ids name the chunks of the old order
     restage(work, staged, chunks)
     checkpoints.write_run(work, dict(record, restaged=True))
 

@@ -172,11 +172,12 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
                   options: ImageOptions, source_ids: bool = False, sandbox=None, suspects: frozenset = frozenset(),
-                  pause=None, task: TaskSpec | None = None, keys: bool = False) -> tuple[list, int]:
+                  pause=None, task: TaskSpec | None = None, keys: bool = False) -> tuple[list, int, object]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
-    signature), with the input's TaskInfo third when there is a `task`, and the spill file's size. `length` is the framed record's, of
+    signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
+    `keys`, the good inputs' key rows (`grouping.key_rows`, else None). `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
@@ -193,7 +194,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
-    batch, kept = (KeyBatch(), []) if keys else (None, None)
+    batch, kept, rows = (KeyBatch(), [], None) if keys else (None, None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
@@ -208,8 +209,9 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
         if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-            rows = [(offset, path, k) for (offset, path), k in zip(kept, batch.keys()) if k is not None]
-            trailer = grouping.spill_trailer(rows)
+            have, shas, hashes = batch.arrays()
+            rows = grouping.key_rows([kept[i][0] for i in have.tolist()], shas, hashes)
+            trailer = grouping.spill_trailer(rows, [kept[i][1] for i in have.tolist()])
             f.write(trailer)
             offset += len(trailer)
     storage.rename(tmp, path)
@@ -220,7 +222,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
             os.unlink(in_flight)
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
-    return results, offset
+    return results, offset, rows
 
 
 def _write_small(path: str, data: bytes) -> None:

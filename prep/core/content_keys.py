@@ -238,19 +238,20 @@ class KeyBatch:
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
     hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
-    that could not be decoded. Large images are hashed on arrival, so pending pixels stay small.
+    that could not be decoded, and `arrays()` the same as arrays, without an object per image (what the
+    converter packs). Large images are hashed on arrival, so pending pixels stay small.
     """
 
     LARGE = 256 * 256  # pixels: a gray image larger than this is hashed at once, not held
 
     def __init__(self, scales=CROP_SCALES):
         self._scales = scales
-        self._digests: list[str] = []
+        self._digests: list[bytes] = []
         self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
         self._waiting: list[int] = []
 
     def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None) -> None:
-        self._digests.append(sha256 or hashlib.sha256(data).hexdigest())
+        self._digests.append(bytes.fromhex(sha256) if sha256 else hashlib.sha256(data).digest())
         if gray is None:
             try:
                 with Image.open(io.BytesIO(data)) as img:
@@ -265,12 +266,24 @@ class KeyBatch:
             self._waiting.append(len(self._hashes))
             self._hashes.append(gray)
 
-    def keys(self) -> list[ContentKeys | None]:
+    def _hash_waiting(self) -> None:
         done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
         for i, hashes in zip(self._waiting, done):
             self._hashes[i] = hashes
         self._waiting = []
-        return [None if h is None else ContentKeys(d, h) for d, h in zip(self._digests, self._hashes)]
+
+    def keys(self) -> list[ContentKeys | None]:
+        self._hash_waiting()
+        return [None if h is None else ContentKeys(d.hex(), h) for d, h in zip(self._digests, self._hashes)]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`keys()` as arrays over the images that have keys: (their places in the order added, int64;
+        their sha256 digests, (n, 32) uint8; their hashes, (n, 1 + len(scales)) uint64)."""
+        self._hash_waiting()
+        have = [i for i, h in enumerate(self._hashes) if h is not None]
+        shas = np.frombuffer(b"".join(self._digests[i] for i in have), np.uint8).reshape(len(have), 32)
+        hashes = np.array([self._hashes[i] for i in have], np.uint64).reshape(len(have), 1 + len(self._scales))
+        return np.array(have, np.int64), shas, hashes
 
 
 def comparable(keys: ContentKeys) -> bool:

@@ -4,6 +4,7 @@ same bytes: members recorded, lines not; files an earlier, larger run left are n
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pathlib
 
@@ -50,3 +51,24 @@ def test_resume_after_a_stop_between_the_members_and_the_lines_files(tmp_path, r
 
 def _without_run(out: pathlib.Path) -> dict:
     return {k: v for k, v in datasets.load(out).items() if k != "run"}
+
+
+def test_resume_with_another_seed_finds_the_groups_a_fresh_run_finds(tmp_path, run_cli):
+    """PrepareChunk writes each chunk's key file from memory (ids: chunk and place in its index); a resume with
+    another seed stages the chunks again in another order, so those files must not be read: the groups, the
+    policy rejects and the sidecar are a fresh run's."""
+    src = tmp_path / "src"
+    planted_tree(src)
+    args = ("--split", "train=0.5,test=0.5", "--duplicates", "drop", "--workers", "2")
+    out = tmp_path / "out"
+    result = run_cli("convert", src, out, *args, "--seed", "1", "--num-shards", "500")
+    assert result.exit_code == 1 and "fewer than --num-shards 500" in result.output
+    assert list((out / ".prep-tmp" / "groups").glob("keys-*.bin"))  # written while preparing, before the plan failed
+    result = run_cli("convert", src, out, *args, "--seed", "2", "--num-shards", "2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert "resumed" in result.output
+    reference = datasets.convert(src, tmp_path / "ref", *args, "--seed", "2", "--num-shards", "2")
+    assert shard_bytes(out) == shard_bytes(reference)
+    for name in (*OUTPUTS, "content_keys.jsonl"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes()
+    assert json.loads((out / "duplicates.jsonl").read_text().splitlines()[0])["groups"] == 6

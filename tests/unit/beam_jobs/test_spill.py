@@ -22,7 +22,8 @@ def prepared(tmp_path):
     (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
     (src / "a" / "convert.png").write_bytes(image_bytes("PNG", size=(300, 200)))
     refs = [InputRef("a/keep.jpg", "a", None), InputRef("a/convert.png", "a", None)]
-    results, size = prepare_batch(str(src), WorkDir(tmp), 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    results, size, keys = prepare_batch(str(src), WorkDir(tmp), 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    assert keys is None  # none asked for
     with open(WorkDir(tmp).spill(7), "rb") as f:
         spilled = f.read()
     assert len(spilled) == size
@@ -187,9 +188,11 @@ def test_a_batchs_content_keys_end_its_spill_file_after_the_records(tmp_path):
     (src / "a" / "convert\udcff.png").write_bytes(image_bytes("PNG", size=(90, 60)))
     refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png")]
     work = WorkDir(tmp)
-    results, size = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"), keys=True)
+    results, size, returned = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"),
+                                            keys=True)
     assert os.path.getsize(work.spill(3)) == size
     rows, paths = grouping.spill_keys(work, 3)
+    assert returned.tobytes() == rows.tobytes()  # what the chunk's key file is made of, without reading it back
     keep, bad, convert = (r for r, _ in results)
     assert paths == ["a/keep.jpg", "a/convert\udcff.png"] and rows["offset"].tolist() == [keep[0], convert[0]]
     with open(work.spill(3), "rb") as f:

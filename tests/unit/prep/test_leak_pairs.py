@@ -67,6 +67,16 @@ def test_the_sidecar_round_trips(rows):
     assert loaded.get("s.tfrecord", []) == records
 
 
+@given(st.text(), st.text(), st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\udcff", '"', "\\"])),
+       st.integers(0, 10**9), st.one_of(st.none(), st.lists(st.integers(0, (1 << 64) - 1), max_size=5)), st.text())
+def test_a_record_line_is_the_json_of_its_record_with_sorted_keys(split, shard, filename, record, hashes, error):
+    """The converter writes lines field by field (record_line); a reader parses them as JSON: the two agree
+    byte for byte, undecodable path bytes (surrogates), quotes and non-ASCII included."""
+    r = RecordKeys(split, shard, "d" * 64, record, filename, "a" * 64, None if hashes is None else tuple(hashes),
+                   error if hashes is None else None)
+    assert keys_sidecar.record_lines([r]) == (json.dumps(r.to_json(), sort_keys=True) + "\n").encode()
+
+
 def test_the_sidecar_keeps_only_shards_whose_digest_still_matches():
     records = [rec("x", "1", shard="one", digest="1" * 64), rec("y", "2", shard="two", digest="2" * 64),
                rec("z", "3", shard="two", digest="2" * 64, record=1)]
