@@ -1,13 +1,14 @@
 """`Dedupe`: duplicate and user groups of the prepared images, between preparing and planning.
 
-PrepareChunk records each good input's content keys beside its spill file
-(grouping.py); only chunk ids and keys travel, never image bytes:
+PrepareChunk records each good input's content keys at the end of its spill file, and
+each chunk's items and hashes in one binary file (grouping.py); only chunk ids and keys
+travel, never image bytes:
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
-    keyed    = FlatMap(chunk_keys)             (None, (chunk, items)): its items' hashes in one binary file
+    keyed    = FlatMap(chunk_keys)             (None, (chunk, items in its key file))
     tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale (and part of the
                                                         bands' bits past PART_TARGET images)
-    pairs    = ParDo(Scan)                     near pairs (exact copies: identical hashes), its bands on a
+    pairs    = ParDo(Scan)                     near pairs, an array a band (exact copies: identical hashes), on a
                                                         thread pool (scan_tasks.py), found by sorting the
                                                         hashes on the band (prep.core.band_scan: oversized
                                                         runs cut, bounded)
@@ -58,22 +59,24 @@ REPORT = grouping.DUPLICATES_FILE
 PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and one hash)
 
 
-def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True) -> list[tuple]:
+def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, only=None) -> list[tuple]:
     """[(item id, PreparedRef, its key row (grouping.SPILL_KEYS) or None)] of a prepared chunk's good
-    inputs, in index order."""
-    refs = [PreparedRef._make(fields) for fields in read_prepared(work, chunk)]
+    inputs, in index order; with `only` (item ids), of those alone, so only their spills' keys are read."""
     tables: dict[int, tuple] = {}
     out = []
-    for position, ref in enumerate(refs):
-        row = None
+    for position, fields in enumerate(read_prepared(work, chunk)):
+        item = grouping.item_id(chunk, position)
+        if only is not None and item not in only:
+            continue
+        ref, row = PreparedRef._make(fields), None
         if with_keys:
             if ref.spill not in tables:
-                rows, _ = grouping.spill_keys(work, ref.spill)
+                rows, _ = grouping.spill_key_block(work, ref.spill)
                 tables[ref.spill] = (dict(zip(rows["offset"].tolist(), range(len(rows)))), rows)
             where, rows = tables[ref.spill]
             at = where.get(ref.offset)
             row = None if at is None else rows[at]
-        out.append((grouping.item_id(chunk, position), ref, row))
+        out.append((item, ref, row))
     return out
 
 
@@ -98,7 +101,8 @@ def components(element, max_size: int):
     refuses depends on the data alone. A group's id is its smallest item.
     """
     _, values = element
-    pairs = sorted({v for kind, v in values if kind == "pair"})
+    found = [v for kind, v in values if kind == "pairs"]
+    pairs = np.unique(np.concatenate(found), axis=0).tolist() if found else []  # rows (distance, a, b), sorted
     skipped = sum(v for kind, v in values if kind == "skipped")
     items = sorted({x for _, a, b in pairs for x in (a, b)})
     index = {item: i for i, item in enumerate(items)}
@@ -132,13 +136,12 @@ def member_info(element, work: WorkDir, labels, options: DedupeOptions, links: b
     where = {item: (group, batch) for rows in grouped for item, group, batch in rows}
     user = grouping.user_keys(work, chunk, options)
     by_batch: dict[int, list] = {}
-    for item, ref, row in chunk_items(work, chunk):
-        if item in where:
-            group, batch = where[item]
-            path = ref.path.decode("utf-8", "surrogateescape")
-            by_batch.setdefault(batch, []).append((group, Member(
-                item, path, ref.label, labels[ref.label], ref.split or "",
-                "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")))
+    for item, ref, row in chunk_items(work, chunk, only=where):
+        group, batch = where[item]
+        path = ref.path.decode("utf-8", "surrogateescape")
+        by_batch.setdefault(batch, []).append((group, Member(
+            item, path, ref.label, labels[ref.label], ref.split or "",
+            "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")))
     for batch, where_ in group_batches.write_members(work, chunk, by_batch).items():
         yield batch, ("members", where_)
     if links:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import typing
 
+import numpy as np
+
 from beam_jobs import grouping
 from beam_jobs.heap import release_free_memory
 from beam_jobs.pooled import PooledDoFn
@@ -41,7 +43,7 @@ def scan_tasks(element, part_target: int):
 
 
 class Scan(PooledDoFn):
-    """(n, ScanTask) -> ("pair", (distance, a, b)) per near pair its bands find, and ("skipped", n) for an
+    """(n, ScanTask) -> ("pairs", [[distance, a, b], ...]) per band with near pairs, and ("skipped", n) for an
     oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads (numpy's
     sorts and comparisons release the GIL), all of them inside process()."""
 
@@ -57,8 +59,8 @@ class Scan(PooledDoFn):
             return band_scan.scan_band(items, hashes, band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
 
         for pairs, skipped in self._pool.map(one, task.bands):
-            for pair in pairs:
-                yield "pair", pair
+            if pairs:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
+                yield "pairs", np.array(pairs, np.int64)
             if skipped:
                 yield "skipped", skipped
         release_free_memory()  # the bands' sorted copies and candidate blocks, freed on the pool's threads
