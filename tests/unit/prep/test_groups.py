@@ -179,3 +179,15 @@ def test_balance_pins_splits_each_labels_pinned_images_by_the_fractions():
 
 def test_balance_pins_skips_groups_with_no_member_kept():
     assert balance_pins([("x", {}), ("y", {"cat": 0})], EIGHTY) == {}
+
+
+@pytest.mark.parametrize("size", [2, 11, 12, 13, 40])
+def test_a_conflict_names_the_first_ten_others_and_counts_the_rest(size):
+    """Each member of a conflicting group is rejected naming the other members in path order, ten at most,
+    and how many more; a member among the first ten is skipped, not counted."""
+    members = [member(i, f"p{i:02d}.jpg", label=i % 2) for i in range(size)]
+    decisions, _ = decide(reversed(members), DedupeOptions(), 0, None, True)
+    for d in decisions:
+        others = [f"p{i:02d}.jpg ({('cat', 'dog')[i % 2]})" for i in range(size) if i != d.item]
+        named = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+        assert d.reject.detail == f"a duplicate of {named} with another label"
