@@ -1,7 +1,7 @@
 """`Dedupe`: duplicate and user groups of the prepared images, between preparing and planning.
 
-PrepareChunk records each good input's content keys at the end of its spill file, and
-each chunk's items and hashes in one binary file (grouping.py); only chunk ids and keys
+PrepareChunk records the content keys of each chunk's good inputs in one binary file, and
+their item ids and hashes in another, for the scan (grouping.py); only chunk ids and keys
 travel, never image bytes:
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
@@ -60,30 +60,23 @@ PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and on
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, only=None) -> list[tuple]:
-    """[(item id, PreparedRef, its key row (grouping.SPILL_KEYS) or None)] of a prepared chunk's good
-    inputs, in index order; with `only` (item ids), of those alone, so only their spills' keys are read."""
-    tables: dict[int, tuple] = {}
+    """[(item id, PreparedRef, its key row (grouping.KEY_ROWS) or None)] of a prepared chunk's good
+    inputs, in index order; with `only` (item ids), of those alone."""
+    table = grouping.RowTable(work) if with_keys else None
     out = []
     for position, fields in enumerate(read_prepared(work, chunk)):
         item = grouping.item_id(chunk, position)
         if only is not None and item not in only:
             continue
-        ref, row = PreparedRef._make(fields), None
-        if with_keys:
-            if ref.spill not in tables:
-                rows, _ = grouping.spill_key_block(work, ref.spill)
-                tables[ref.spill] = (dict(zip(rows["offset"].tolist(), range(len(rows)))), rows)
-            where, rows = tables[ref.spill]
-            at = where.get(ref.offset)
-            row = None if at is None else rows[at]
-        out.append((item, ref, row))
+        ref = PreparedRef._make(fields)
+        out.append((item, ref, table.get(ref.spill, ref.offset) if table is not None else None))
     return out
 
 
 def chunk_keys(counts: ChunkCounts, work: WorkDir):
-    """A prepared chunk -> (None, (chunk, items in its key file)). PrepareChunk wrote that file from the
-    batches' keys in memory; a chunk staged again by a resume with another seed (replan.restage) has none
-    yet, and gets it here from its index and its spills' key rows."""
+    """A prepared chunk -> (None, (chunk, items in its key file)). PrepareChunk wrote that file with the
+    chunk's keys; a chunk staged again by a resume with another seed (replan.restage) has none yet, and
+    gets it here from its index and the key rows of the chunks that prepared its inputs."""
     n = grouping.chunk_keys_count(work, counts.chunk)
     if n is None:
         rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]

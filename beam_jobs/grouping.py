@@ -1,7 +1,7 @@
 """The work directory's files of the dedupe stage, and what the planner reads of them. No Beam.
 
-    .prep-tmp/spill/chunk-*.bin (end)     content keys of a batch's good inputs, packed after its records
-                                          (`spill_trailer`: SPILL_KEYS rows, then their paths), by prepare_batch
+    .prep-tmp/groups/rows-NNNNNN.bin      the content keys of every good input chunk NNNNNN prepared (KEY_ROWS,
+                                          then their paths), by PrepareChunk (`write_rows`)
     .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
                                           pin null when a group policy rejected it (beam_jobs/dedupe.py)
     .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
@@ -32,7 +32,7 @@ from prep.core import content_keys, keys_sidecar, storage
 from prep.core.errors import ResumeError
 from prep.core.groups import DedupeOptions, user_group
 from prep.core.ordering import MAX_CHUNK
-from prep.core.workdir import WorkDir
+from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
 
@@ -136,62 +136,69 @@ def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
     return json.loads(storage.read_bytes(choices_path(work, kind)))
 
 
-SPILL_KEYS = np.dtype([("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
+KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 
 
-KEYS_END = b"prepkeys"  # the last bytes of a spill file that carries its batch's keys (spill_trailer)
+def rows_path(work: WorkDir, chunk: int) -> str:
+    return storage.join(work.root, "groups", f"rows-{chunk:06d}.bin")
 
 
-def key_rows(offsets, shas: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    """SPILL_KEYS rows of a batch's images: their offsets in the spill file, sha256 digests ((n, 32) uint8)
-    and hashes ((n, NUM_HASHES) uint64), as `content_keys.KeyBatch.arrays` gives them."""
-    rows = np.zeros(len(shas), SPILL_KEYS)
-    rows["offset"] = offsets
-    rows["sha256"] = shas
-    rows["hashes"] = hashes
-    return rows
+def rows_chunk(spill: int) -> int:
+    """The chunk whose key rows file holds the keys of spill `spill`'s images: the chunk that prepared it
+    (a resume with another seed stages inputs in other chunks, never in other spills)."""
+    return spill // BATCHES_PER_CHUNK
 
 
-def spill_trailer(rows: np.ndarray, paths: list[str]) -> bytes:
-    """What follows a batch's records in its spill file when keys are computed: its `key_rows` (a count
-    first), then the rows' input paths, NUL-separated (a path cannot hold NUL), then the length of all
-    that and KEYS_END. In the spill file, not a file of their own: the keys are then as atomic as the
-    records, and a batch creates one file less (a file's creation cost as much as a batch's keys' Python)."""
+def write_rows(work: WorkDir, chunk: int, rows: np.ndarray, paths: list[str]) -> None:
+    """Records the content keys of every good input a chunk prepared (KEY_ROWS: where its record waits,
+    its sha256 and hashes), then their paths, NUL-separated (a path cannot hold NUL), after a count.
+    PrepareChunk writes it before the chunk's index, so a chunk with an index has its rows."""
     block = (len(rows).to_bytes(4, "little") + rows.tobytes()
              + b"\0".join(path.encode("utf-8", "surrogateescape") for path in paths))
-    return block + len(block).to_bytes(8, "little") + KEYS_END
+    storage.write_atomic(rows_path(work, chunk), block)
 
 
-def spill_keys(work: WorkDir, spill: int) -> tuple[np.ndarray, list[str]]:
-    """A batch's key rows (SPILL_KEYS) and their input paths, as `spill_trailer` wrote them.
-
-    Raises:
-        ResumeError: the batch was prepared without keys (by a run with --duplicates off).
-    """
-    rows, paths = spill_key_block(work, spill)
-    return rows, [p.decode("utf-8", "surrogateescape") for p in paths.split(b"\0")] if len(rows) else []
-
-
-def spill_key_block(work: WorkDir, spill: int) -> tuple[np.ndarray, bytes]:
-    """`spill_keys` with the paths as written: UTF-8 (surrogateescape), NUL-separated, in one byte string.
+def read_rows(work: WorkDir, chunk: int) -> tuple[np.ndarray, bytes]:
+    """A chunk's KEY_ROWS and their paths as written: UTF-8 (surrogateescape), NUL-separated, in one byte string.
 
     Raises:
-        ResumeError: the batch was prepared without keys (by a run with --duplicates off).
+        ResumeError: the chunk was prepared without keys (by a run with --duplicates off).
     """
-    tail = 8 + len(KEYS_END)
-    with storage.open_read(work.spill(spill)) as f:
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - tail))
-        end = storage.read_exact(f, tail)
-        length = int.from_bytes(end[:8], "little")
-        if len(end) != tail or end[8:] != KEYS_END or length > size - tail:
-            raise ResumeError("the interrupted run read images without computing their content keys "
-                              "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-        f.seek(size - tail - length)
-        data = storage.read_exact(f, length)
+    path = rows_path(work, chunk)
+    if not storage.exists(path):
+        raise ResumeError("the interrupted run read images without computing their content keys "
+                          "(--duplicates off); resume with --duplicates off, or run with --overwrite")
+    data = storage.read_bytes(path)
     n = int.from_bytes(data[:4], "little")
-    stop = 4 + n * SPILL_KEYS.itemsize
-    return np.frombuffer(data[4:stop], SPILL_KEYS), data[stop:]
+    stop = 4 + n * KEY_ROWS.itemsize
+    return np.frombuffer(data[4:stop], KEY_ROWS), data[stop:]
+
+
+def split_paths(block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of each path in a NUL-separated block of them."""
+    if not block:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cuts = np.flatnonzero(np.frombuffer(block, np.uint8) == 0)
+    return np.concatenate([[0], cuts + 1]), np.concatenate([cuts, [len(block)]])
+
+
+class RowTable:
+    """The key row of any prepared input by (spill, offset), reading each chunk's rows file once."""
+
+    def __init__(self, work: WorkDir):
+        self._work = work
+        self._chunks: dict[int, tuple[dict, np.ndarray]] = {}
+
+    def get(self, spill: int, offset: int):
+        """The input's KEY_ROWS row, or None if it has no keys (it did not decode again: not expected)."""
+        chunk = rows_chunk(spill)
+        if chunk not in self._chunks:
+            rows, _ = read_rows(self._work, chunk)
+            self._chunks[chunk] = (dict(zip(zip(rows["spill"].tolist(), rows["offset"].tolist()), range(len(rows)))),
+                                   rows)
+        where, rows = self._chunks[chunk]
+        at = where.get((spill, offset))
+        return None if at is None else rows[at]
 
 
 def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
@@ -219,9 +226,10 @@ def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
 
 def write_sidecar(output: str, work: WorkDir, shards) -> None:
     """OUTPUT/content_keys.jsonl (prep.core.keys_sidecar) for `shards` [(split, file name, sha256)], in that
-    order. Each spill's key rows are read once into one sorted table (ids, sha256 and hashes as arrays: ~90
-    bytes an image; the paths in one byte string with their offsets), then each shard's lines are streamed out part by part. A shard holding a record
-    without keys is left out (`prep leakage` then hashes it itself)."""
+    order. The key rows of every chunk that prepared a record are read once into one sorted table (ids,
+    sha256 and hashes as arrays: ~90 bytes an image; the paths in one byte string with their offsets), then
+    each shard's lines are streamed out part by part. A shard holding a record without keys is left out
+    (`prep leakage` then hashes it itself)."""
     orders = {}
     for _, filename, _ in shards:
         parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
@@ -230,16 +238,15 @@ def write_sidecar(output: str, work: WorkDir, shards) -> None:
                                       [np.zeros(0, np.uint64)]))
     ids, shas, hashes = [], [], []
     paths, starts, ends = bytearray(), [], []  # every path in one byte string, not a str each
-    for spill in spills.tolist():
-        rows, block = spill_key_block(work, spill)
-        ids.append((np.uint64(spill) << np.uint64(32)) | rows["offset"])
+    for chunk in np.unique(spills // np.uint64(BATCHES_PER_CHUNK)).tolist():
+        rows, block = read_rows(work, chunk)
+        ids.append((rows["spill"] << np.uint64(32)) | rows["offset"])
         shas.append(rows["sha256"])
         hashes.append(rows["hashes"])
-        if len(rows):
-            cuts = np.flatnonzero(np.frombuffer(block, np.uint8) == 0)
-            starts.append(len(paths) + np.concatenate([[0], cuts + 1]))
-            ends.append(len(paths) + np.concatenate([cuts, [len(block)]]))
-            paths += block
+        first, last = split_paths(block)
+        starts.append(len(paths) + first)
+        ends.append(len(paths) + last)
+        paths += block
     starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
     ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
     table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)

@@ -28,12 +28,13 @@ from threadpoolctl import threadpool_limits
 
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
-from beam_jobs.grouping import NUM_HASHES, item_id, write_chunk_keys
+from beam_jobs.grouping import KEY_ROWS, NUM_HASHES, item_id, write_chunk_keys, write_rows
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
 from beam_jobs.task_records import TaskSpec
 from prep.core import storage
+from prep.core.content_keys import KeyBatch
 from prep.core.image_rules import ImageOptions, quiet_pillow
 from prep.core.listing import Reject
 from prep.core.task_inputs import BoxNote, BoxTally
@@ -222,13 +223,11 @@ class PrepareChunk(PooledDoFn):
     def _complete(self, chunk: int, batches, tasks):
         """Waits for a chunk's tasks, records its index and returns its outputs."""
         outcomes, signatures, spills = [], [], {}
-        keyed, good = [], 0  # (item id, index into the batch's key rows) per good input with keys
+        keyed, good = [], 0  # (item id, spill, ImageKey) per good input with keys; good inputs so far
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
-            results, spills[spill], rows = task.result()
-            if rows is not None:
-                keyed.append((rows, []))
-                at = dict(zip(rows["offset"].tolist(), range(len(rows))))
+            results, spills[spill], keys = task.result()
+            at = {k.offset: k for k in keys or ()}
             for ref, (result, signature, *more) in zip(batch, results):
                 signatures.append(signature)
                 info = more[0] if more else None
@@ -241,19 +240,33 @@ class PrepareChunk(PooledDoFn):
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
                                       offset, length, converted, cut, image, ref.key or "",
                                       info.tags if info is not None else ())))  # a PreparedRef's, path as text
-                if rows is not None and offset in at:
-                    keyed[-1][1].append((item_id(chunk, good), at[offset]))
+                if offset in at:
+                    keyed.append((item_id(chunk, good), spill, at[offset]))
                 good += 1
-        if self._keys:  # before the index: a chunk with an index has its key file (grouping.chunk_keys_count)
-            items = [item for _, places in keyed for item, _ in places]
-            hashes = [rows["hashes"][[i for _, i in places]] for rows, places in keyed]
-            write_chunk_keys(self._work, chunk, np.array(items, np.int64),
-                             np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64))
+        if self._keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
+            self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
         self._rejected.inc(rejected)
         self._prepared.inc(sum(kind == OK for kind, _ in outcomes))
         return list(_by_kind(chunk, outcomes))
+
+
+    def _record_keys(self, chunk: int, keyed) -> None:
+        """Hashes the chunk's images together (content_keys.KeyBatch: a product over every image of a size at
+        once, where a batch's 16 are too small a product to run beside the other threads), and records their
+        keys (grouping.write_rows) and the scan's key file (grouping.write_chunk_keys)."""
+        batch = KeyBatch()
+        for _, _, k in keyed:
+            batch.add(b"", k.gray, k.sha256, k.hashes)
+        hashes = np.array(batch.hashes(), np.uint64).reshape(len(keyed), NUM_HASHES)
+        rows = np.zeros(len(keyed), KEY_ROWS)
+        rows["spill"] = [spill for _, spill, _ in keyed]
+        rows["offset"] = [k.offset for _, _, k in keyed]
+        rows["sha256"] = np.frombuffer(bytes.fromhex("".join(k.sha256 for _, _, k in keyed)), np.uint8).reshape(-1, 32)
+        rows["hashes"] = hashes
+        write_rows(self._work, chunk, rows, [k.path for _, _, k in keyed])
+        write_chunk_keys(self._work, chunk, np.array([item for item, _, _ in keyed], np.int64), hashes)
 
 
 def chunk_counts(refs, place=None) -> tuple[GroupCount, ...]:

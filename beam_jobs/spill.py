@@ -14,11 +14,11 @@ import json
 import os
 import stat
 import threading
+import typing
 
-from beam_jobs import grouping
 from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
-from prep.core.content_keys import KeyBatch
+from prep.core.content_keys import KeyBatch, gray_hashes, keys_gray
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
 from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
@@ -87,7 +87,7 @@ def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sa
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
                      source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None,
-                     keys: KeyBatch | None = None):
+                     keys: list | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -102,7 +102,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
     the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
-    `keys`, when given, gets the prepared image added (content_keys.KeyBatch; beam_jobs/grouping.py).
+    `keys`, when given, gets the prepared image's `ImageKey` (or None) appended.
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -122,13 +122,35 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         record, info = build_record(task, ref, image, read_input)
         if isinstance(record, Reject):
             return record, sig, info
-    if keys is not None:
-        keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
+    if keys is not None:  # the record hashed the same bytes
+        keys.append(image_key(image.encoded, image.gray, record.sha256, ref.path))
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
     return (before + after, len(before), len(image.encoded), False), sig, info
+
+
+class ImageKey(typing.NamedTuple):
+    """What a prepared image gives its chunk's content keys (beam_jobs/prepare.py hashes them together)."""
+
+    offset: int | None  # where its record is in the spill file (set once it is written)
+    path: str
+    sha256: str
+    gray: object  # its gray pixels (numpy) waiting to be hashed, or None
+    hashes: tuple | None  # its hashes, when taken here (a large picture) or None
+
+
+def image_key(data: bytes, gray, sha256: str, path: str) -> ImageKey | None:
+    """An ImageKey, decoding the image's gray pixels if its check did not (a converted or sandboxed image);
+    a large picture is hashed here, on the pool, so that its pixels are not held. None if it does not decode
+    again (not expected): it is then in no duplicate group."""
+    gray = gray if gray is not None else keys_gray(data)
+    if gray is None:
+        return None
+    if gray.size > KeyBatch.LARGE:
+        return ImageKey(None, path, sha256, None, gray_hashes([gray])[0])
+    return ImageKey(None, path, sha256, gray, None)
 
 
 def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
@@ -177,15 +199,16 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
-    `keys`, the good inputs' key rows (`grouping.key_rows`, else None). `length` is the framed record's, of
+    `keys`, the good inputs' `ImageKey`s (else None). `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
     most BATCH inputs, and it depends on nothing but the listing and seed.
     The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
     `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
-    `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs'
-    content keys go at the end of the spill file, after the records (`grouping.spill_trailer`).
+    `pause`, a test hook, is called once they are recorded. With `keys`, each good input's ImageKey is
+    returned: its gray pixels wait for its chunk to hash them with the others (PrepareChunk); a large
+    picture is hashed here.
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
@@ -194,26 +217,22 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
-    batch, kept, rows = (KeyBatch(), [], None) if keys else (None, None, None)
+    keyed = [] if keys else None
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
             result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
-                                                       sandbox, ref.path in suspects, task, batch)
+                                                       sandbox, ref.path in suspects, task, keyed)
             if not isinstance(result, Reject):
-                if keys:
-                    kept.append((offset, ref.path))
+                if keys:  # read_and_prepare appended the input's key (or None): it now has its place
+                    key = keyed.pop()
+                    if key is not None:
+                        keyed.append(key._replace(offset=offset))
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((result, signature) if task is None else (result, signature, info))
-        if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-            have, shas, hashes = batch.arrays()
-            rows = grouping.key_rows([kept[i][0] for i in have.tolist()], shas, hashes)
-            trailer = grouping.spill_trailer(rows, [kept[i][1] for i in have.tolist()])
-            f.write(trailer)
-            offset += len(trailer)
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)
@@ -222,7 +241,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
             os.unlink(in_flight)
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
-    return results, offset, rows
+    return results, offset, keyed
 
 
 def _write_small(path: str, data: bytes) -> None:

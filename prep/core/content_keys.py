@@ -232,17 +232,30 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
         return ContentKeys(digest, crop_hashes(displayed_gray(img), scales))
 
 
+def keys_gray(data: bytes) -> np.ndarray | None:
+    """The gray pixels an encoded image's hashes are taken of (`image_keys`' decode), or None if it does not
+    decode (never an error: an image without keys is in no duplicate group, never lost)."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            decode_for_keys(img)
+            return gray_pixels(img)
+    except Exception:  # noqa: BLE001 - any decoder failure means "no keys"
+        return None
+
+
 class KeyBatch:
     """The content keys of a run of images, hashed together at the end: images of one size share the
     products (`_low_frequencies`), so a batch costs less than its images one by one.
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
-    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
-    that could not be decoded, and `arrays()` the same as arrays, without an object per image (what the
-    converter packs). Large images are hashed on arrival, so pending pixels stay small.
+    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's
+    keys in order, None for one that could not be decoded. Large images are hashed on arrival, so pending
+    pixels stay small. The converter keeps one a chunk (beam_jobs/prepare.py): products over a chunk's
+    same-sized images are large enough to run beside other threads, where a batch of 16's are not
+    (docs/leakage.md).
     """
 
-    LARGE = 256 * 256  # pixels: a gray image larger than this is hashed at once, not held
+    LARGE = 128 * 128  # pixels: a gray image larger than this is hashed at once, not held
 
     def __init__(self, scales=CROP_SCALES):
         self._scales = scales
@@ -250,40 +263,33 @@ class KeyBatch:
         self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
         self._waiting: list[int] = []
 
-    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None) -> None:
+    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None,
+            hashes: tuple[int, ...] | None = None) -> None:
+        """`hashes`, when given, are the image's already (a large image hashed where it was decoded)."""
         self._digests.append(bytes.fromhex(sha256) if sha256 else hashlib.sha256(data).digest())
+        if hashes is not None:
+            self._hashes.append(tuple(hashes))
+            return
+        gray = gray if gray is not None else keys_gray(data)
         if gray is None:
-            try:
-                with Image.open(io.BytesIO(data)) as img:
-                    decode_for_keys(img)
-                    gray = gray_pixels(img)
-            except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
-                self._hashes.append(None)
-                return
+            self._hashes.append(None)
+            return
         if gray.size > self.LARGE:
             self._hashes.append(gray_hashes([gray], self._scales)[0])
         else:
             self._waiting.append(len(self._hashes))
             self._hashes.append(gray)
 
-    def _hash_waiting(self) -> None:
+    def keys(self) -> list[ContentKeys | None]:
+        return [None if h is None else ContentKeys(d.hex(), h) for d, h in zip(self._digests, self.hashes())]
+
+    def hashes(self) -> list[tuple[int, ...] | None]:
+        """Each image's hashes in order, None for one that could not be decoded (`keys` without the sha256)."""
         done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
         for i, hashes in zip(self._waiting, done):
             self._hashes[i] = hashes
         self._waiting = []
-
-    def keys(self) -> list[ContentKeys | None]:
-        self._hash_waiting()
-        return [None if h is None else ContentKeys(d.hex(), h) for d, h in zip(self._digests, self._hashes)]
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`keys()` as arrays over the images that have keys: (their places in the order added, int64;
-        their sha256 digests, (n, 32) uint8; their hashes, (n, 1 + len(scales)) uint64)."""
-        self._hash_waiting()
-        have = [i for i, h in enumerate(self._hashes) if h is not None]
-        shas = np.frombuffer(b"".join(self._digests[i] for i in have), np.uint8).reshape(len(have), 32)
-        hashes = np.array([self._hashes[i] for i in have], np.uint64).reshape(len(have), 1 + len(self._scales))
-        return np.array(have, np.int64), shas, hashes
+        return list(self._hashes)
 
 
 def comparable(keys: ContentKeys) -> bool:

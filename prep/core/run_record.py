@@ -32,7 +32,8 @@ from prep.core.listing import InputRef, Listing, printable
 # 5: a spill's key rows hold each input's path, and keys come from the check's own decode (content keys v2).
 # 6: a spill's key rows are packed binary (beam_jobs/grouping.encode_keys).
 # 7: they end the spill file (grouping.spill_trailer), from a luma decode (content keys v3).
-RUN_VERSION = 7
+# 8: keys are hashed a chunk at a time and recorded per chunk (grouping.write_rows), not after each batch's records.
+RUN_VERSION = 8
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 # Manifest options that only shape the plan, read after every image is prepared.
 PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")

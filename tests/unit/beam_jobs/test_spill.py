@@ -173,10 +173,13 @@ def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monk
     assert _record(src, spilled, keep, "a/keep.jpg") == expected
 
 
-def test_a_batchs_content_keys_end_its_spill_file_after_the_records(tmp_path):
-    """With keys, the good inputs' keys follow the records in the spill file (one atomic file): read back
-    with their offsets and paths, the records still read as before, and a spill prepared without keys
-    is told apart (a resume that wants keys refuses it)."""
+def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records(tmp_path):
+    """With keys, the spill file holds the records alone (as without), and each good input's key comes back
+    with its place and path: a small picture's gray pixels to be hashed with its chunk's, a large one's
+    hashes taken on the pool; either gives image_keys' keys. The chunk's key rows read back, and a chunk
+    prepared without keys is told apart (a resume that wants keys refuses it)."""
+    import numpy as np
+
     from beam_jobs import grouping
     from prep.core import content_keys as ck
     from prep.core.errors import ResumeError
@@ -186,24 +189,37 @@ def test_a_batchs_content_keys_end_its_spill_file_after_the_records(tmp_path):
     (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
     (src / "a" / "bad.jpg").write_bytes(b"not a picture")
     (src / "a" / "convert\udcff.png").write_bytes(image_bytes("PNG", size=(90, 60)))
-    refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png")]
+    (src / "a" / "large.png").write_bytes(image_bytes("PNG", size=(1400, 1000)))  # 1/8 of its JPEG: 175x125
+    refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png", "a/large.png")]
     work = WorkDir(tmp)
-    results, size, returned = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"),
-                                            keys=True)
-    assert os.path.getsize(work.spill(3)) == size
-    rows, paths = grouping.spill_keys(work, 3)
-    assert returned.tobytes() == rows.tobytes()  # what the chunk's key file is made of, without reading it back
-    keep, bad, convert = (r for r, _ in results)
-    assert paths == ["a/keep.jpg", "a/convert\udcff.png"] and rows["offset"].tolist() == [keep[0], convert[0]]
+    results, size, keyed = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"),
+                                         keys=True)
+    plain, plain_size, none = prepare_batch(str(src), WorkDir(str(tmp_path / "plain")), 3, refs, {"a": 0},
+                                            ImageOptions(image_format="jpeg"))
+    assert (results, size, none) == (plain, plain_size, None)  # the same records, nothing after them
     with open(work.spill(3), "rb") as f:
         spilled = f.read()
+    assert len(spilled) == size
+    keep, bad, convert, large = (r for r, _ in results)
+    assert [(k.offset, k.path) for k in keyed] == [(keep[0], "a/keep.jpg"), (convert[0], "a/convert\udcff.png"),
+                                                     (large[0], "a/large.png")]
+    assert [k.gray is None for k in keyed] == [False, False, True] and keyed[2].hashes is not None
     stored = spilled[convert[0]:convert[0] + convert[1]]  # a converted image's whole framed record
-    assert ImageRecord.from_bytes(stored[12:-4]).sha256 == rows["sha256"][1].tobytes().hex()
-    keys = ck.image_keys((src / "a" / "keep.jpg").read_bytes())
-    assert tuple(rows["hashes"][0].tolist()) == keys.hashes and rows["sha256"][0].tobytes().hex() == keys.sha256
-    assert _record(src, spilled, keep, "a/keep.jpg") == frame(ImageRecord.build(
-        (src / "a" / "keep.jpg").read_bytes(), "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
+    assert ImageRecord.from_bytes(stored[12:-4]).sha256 == keyed[1].sha256
+    batch = ck.KeyBatch()
+    for k in keyed:
+        batch.add(b"", k.gray, k.sha256, k.hashes)
+    encoded = [(src / "a" / "keep.jpg").read_bytes(), ImageRecord.from_bytes(stored[12:-4]).encoded,
+               ImageRecord.from_bytes(b"".join(read_record(str(src), b"a/large.png", spilled[large[0]:large[0] + large[1] - large[4]], large[3], large[4]))[12:-4]).encoded]
+    assert batch.keys() == [ck.image_keys(data) for data in encoded]
 
-    prepare_batch(str(src), work, 4, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    rows = np.zeros(3, grouping.KEY_ROWS)
+    rows["spill"], rows["offset"] = 3, [k.offset for k in keyed]
+    rows["hashes"] = np.array(batch.hashes(), np.uint64)
+    grouping.write_rows(work, 0, rows, [k.path for k in keyed])
+    got, block = grouping.read_rows(work, 0)
+    assert got.tobytes() == rows.tobytes()
+    assert block.split(b"\0") == [k.path.encode("utf-8", "surrogateescape") for k in keyed]
+    assert grouping.RowTable(work).get(3, keyed[2].offset).tobytes() == rows[2].tobytes()
     with pytest.raises(ResumeError, match="without computing their content keys"):
-        grouping.spill_keys(work, 4)
+        grouping.read_rows(work, 1)
