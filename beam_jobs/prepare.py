@@ -34,7 +34,6 @@ from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
 from beam_jobs.task_records import TaskSpec
 from prep.core import storage
-from prep.core.content_keys import KeyBatch
 from prep.core.image_rules import ImageOptions, quiet_pillow
 from prep.core.listing import Reject
 from prep.core.task_inputs import BoxNote, BoxTally
@@ -253,13 +252,9 @@ class PrepareChunk(PooledDoFn):
 
 
     def _record_keys(self, chunk: int, keyed) -> None:
-        """Hashes the chunk's images together (content_keys.KeyBatch: a product over every image of a size at
-        once, where a batch's 16 are too small a product to run beside the other threads), and records their
-        keys (grouping.write_rows) and the scan's key file (grouping.write_chunk_keys)."""
-        batch = KeyBatch()
-        for _, _, k in keyed:
-            batch.add(b"", k.gray, k.sha256, k.hashes)
-        hashes = np.array(batch.hashes(), np.uint64).reshape(len(keyed), NUM_HASHES)
+        """Records the keys of the chunk's good inputs in one file (grouping.write_rows), and their item ids
+        and hashes in the scan's key file (grouping.write_chunk_keys)."""
+        hashes = np.array([k.hashes for _, _, k in keyed], np.uint64).reshape(len(keyed), NUM_HASHES)
         rows = np.zeros(len(keyed), KEY_ROWS)
         rows["spill"] = [spill for _, spill, _ in keyed]
         rows["offset"] = [k.offset for _, _, k in keyed]

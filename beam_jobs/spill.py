@@ -18,7 +18,7 @@ import typing
 
 from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
-from prep.core.content_keys import KeyBatch, gray_hashes, keys_gray
+from prep.core.content_keys import KeyBatch
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
 from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
@@ -87,7 +87,7 @@ def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sa
 
 def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
                      source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None,
-                     keys: list | None = None):
+                     keys: KeyBatch | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -102,7 +102,7 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
     the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
-    `keys`, when given, gets the prepared image's `ImageKey` (or None) appended.
+    `keys`, when given, gets the prepared image added (content_keys.KeyBatch).
     """
     path = storage.input_path(source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
@@ -122,8 +122,8 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
         record, info = build_record(task, ref, image, read_input)
         if isinstance(record, Reject):
             return record, sig, info
-    if keys is not None:  # the record hashed the same bytes
-        keys.append(image_key(image.encoded, image.gray, record.sha256, ref.path))
+    if keys is not None:
+        keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
     if image.converted:
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
@@ -132,25 +132,12 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
 
 
 class ImageKey(typing.NamedTuple):
-    """What a prepared image gives its chunk's content keys (beam_jobs/prepare.py hashes them together)."""
+    """A prepared image's content keys, for its chunk's key rows (beam_jobs/prepare.py)."""
 
-    offset: int | None  # where its record is in the spill file (set once it is written)
+    offset: int  # where its record is in the spill file
     path: str
     sha256: str
-    gray: object  # its gray pixels (numpy) waiting to be hashed, or None
-    hashes: tuple | None  # its hashes, when taken here (a large picture) or None
-
-
-def image_key(data: bytes, gray, sha256: str, path: str) -> ImageKey | None:
-    """An ImageKey, decoding the image's gray pixels if its check did not (a converted or sandboxed image);
-    a large picture is hashed here, on the pool, so that its pixels are not held. None if it does not decode
-    again (not expected): it is then in no duplicate group."""
-    gray = gray if gray is not None else keys_gray(data)
-    if gray is None:
-        return None
-    if gray.size > KeyBatch.LARGE:
-        return ImageKey(None, path, sha256, None, gray_hashes([gray])[0])
-    return ImageKey(None, path, sha256, gray, None)
+    hashes: tuple[int, ...]
 
 
 def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
@@ -206,9 +193,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     most BATCH inputs, and it depends on nothing but the listing and seed.
     The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
     `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
-    `pause`, a test hook, is called once they are recorded. With `keys`, each good input's ImageKey is
-    returned: its gray pixels wait for its chunk to hash them with the others (PrepareChunk); a large
-    picture is hashed here.
+    `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs' keys are hashed
+    together (content_keys.KeyBatch) and returned, for PrepareChunk to record a chunk's at once.
     """
     path = work.spill(spill)
     tmp = storage.temp_path(path)
@@ -217,17 +203,15 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
-    keyed = [] if keys else None
+    batch, kept, keyed = (KeyBatch(), [], None) if keys else (None, None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
             result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
-                                                       sandbox, ref.path in suspects, task, keyed)
+                                                       sandbox, ref.path in suspects, task, batch)
             if not isinstance(result, Reject):
-                if keys:  # read_and_prepare appended the input's key (or None): it now has its place
-                    key = keyed.pop()
-                    if key is not None:
-                        keyed.append(key._replace(offset=offset))
+                if keys:
+                    kept.append((offset, ref.path))
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
@@ -241,6 +225,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
             os.unlink(in_flight)
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
+    if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
+        keyed = [ImageKey(at, name, k.sha256, k.hashes) for (at, name), k in zip(kept, batch.keys()) if k is not None]
     return results, offset, keyed
 
 

@@ -232,48 +232,33 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
         return ContentKeys(digest, crop_hashes(displayed_gray(img), scales))
 
 
-def keys_gray(data: bytes) -> np.ndarray | None:
-    """The gray pixels an encoded image's hashes are taken of (`image_keys`' decode), or None if it does not
-    decode (never an error: an image without keys is in no duplicate group, never lost)."""
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            decode_for_keys(img)
-            return gray_pixels(img)
-    except Exception:  # noqa: BLE001 - any decoder failure means "no keys"
-        return None
-
-
 class KeyBatch:
     """The content keys of a run of images, hashed together at the end: images of one size share the
     products (`_low_frequencies`), so a batch costs less than its images one by one.
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
-    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's
-    keys in order, None for one that could not be decoded. Large images are hashed on arrival, so pending
-    pixels stay small. The converter keeps one a chunk (beam_jobs/prepare.py): products over a chunk's
-    same-sized images are large enough to run beside other threads, where a batch of 16's are not
-    (docs/leakage.md).
+    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
+    that could not be decoded. Large images are hashed on arrival, so pending pixels stay small.
     """
 
-    LARGE = 128 * 128  # pixels: a gray image larger than this is hashed at once, not held
+    LARGE = 256 * 256  # pixels: a gray image larger than this is hashed at once, not held
 
     def __init__(self, scales=CROP_SCALES):
         self._scales = scales
-        self._digests: list[bytes] = []
+        self._digests: list[str] = []
         self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
         self._waiting: list[int] = []
 
-    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None,
-            hashes: tuple[int, ...] | None = None) -> None:
-        """`hashes`, when given, are the image's already (a large image hashed where it was decoded)."""
-        self._digests.append(bytes.fromhex(sha256) if sha256 else hashlib.sha256(data).digest())
-        if hashes is not None:
-            self._hashes.append(tuple(hashes))
-            return
-        gray = gray if gray is not None else keys_gray(data)
+    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None) -> None:
+        self._digests.append(sha256 or hashlib.sha256(data).hexdigest())
         if gray is None:
-            self._hashes.append(None)
-            return
+            try:
+                with Image.open(io.BytesIO(data)) as img:
+                    decode_for_keys(img)
+                    gray = gray_pixels(img)
+            except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
+                self._hashes.append(None)
+                return
         if gray.size > self.LARGE:
             self._hashes.append(gray_hashes([gray], self._scales)[0])
         else:
@@ -281,15 +266,11 @@ class KeyBatch:
             self._hashes.append(gray)
 
     def keys(self) -> list[ContentKeys | None]:
-        return [None if h is None else ContentKeys(d.hex(), h) for d, h in zip(self._digests, self.hashes())]
-
-    def hashes(self) -> list[tuple[int, ...] | None]:
-        """Each image's hashes in order, None for one that could not be decoded (`keys` without the sha256)."""
         done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
         for i, hashes in zip(self._waiting, done):
             self._hashes[i] = hashes
         self._waiting = []
-        return list(self._hashes)
+        return [None if h is None else ContentKeys(d, h) for d, h in zip(self._digests, self._hashes)]
 
 
 def comparable(keys: ContentKeys) -> bool:

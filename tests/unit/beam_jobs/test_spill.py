@@ -174,10 +174,10 @@ def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monk
 
 
 def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records(tmp_path):
-    """With keys, the spill file holds the records alone (as without), and each good input's key comes back
-    with its place and path: a small picture's gray pixels to be hashed with its chunk's, a large one's
-    hashes taken on the pool; either gives image_keys' keys. The chunk's key rows read back, and a chunk
-    prepared without keys is told apart (a resume that wants keys refuses it)."""
+    """With keys, the spill file holds the records alone (as without), and each good input's keys come back
+    with its place and path: image_keys' keys of the stored image, a converted one's and a large one's
+    included. The chunk's key rows read back, and a chunk prepared without keys is told apart (a resume
+    that wants keys refuses it)."""
     import numpy as np
 
     from beam_jobs import grouping
@@ -189,7 +189,7 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
     (src / "a" / "bad.jpg").write_bytes(b"not a picture")
     (src / "a" / "convert\udcff.png").write_bytes(image_bytes("PNG", size=(90, 60)))
-    (src / "a" / "large.png").write_bytes(image_bytes("PNG", size=(1400, 1000)))  # 1/8 of its JPEG: 175x125
+    (src / "a" / "large.png").write_bytes(image_bytes("PNG", size=(2400, 1800)))  # 1/8 of its JPEG: past LARGE
     refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png", "a/large.png")]
     work = WorkDir(tmp)
     results, size, keyed = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"),
@@ -203,19 +203,16 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     keep, bad, convert, large = (r for r, _ in results)
     assert [(k.offset, k.path) for k in keyed] == [(keep[0], "a/keep.jpg"), (convert[0], "a/convert\udcff.png"),
                                                      (large[0], "a/large.png")]
-    assert [k.gray is None for k in keyed] == [False, False, True] and keyed[2].hashes is not None
-    stored = spilled[convert[0]:convert[0] + convert[1]]  # a converted image's whole framed record
-    assert ImageRecord.from_bytes(stored[12:-4]).sha256 == keyed[1].sha256
-    batch = ck.KeyBatch()
-    for k in keyed:
-        batch.add(b"", k.gray, k.sha256, k.hashes)
-    encoded = [(src / "a" / "keep.jpg").read_bytes(), ImageRecord.from_bytes(stored[12:-4]).encoded,
-               ImageRecord.from_bytes(b"".join(read_record(str(src), b"a/large.png", spilled[large[0]:large[0] + large[1] - large[4]], large[3], large[4]))[12:-4]).encoded]
-    assert batch.keys() == [ck.image_keys(data) for data in encoded]
+    stored = [(src / "a" / "keep.jpg").read_bytes()]
+    for r, name in ((convert, b"a/convert\udcff.png"), (large, b"a/large.png")):
+        offset, length, _, cut, image = r
+        framed = b"".join(read_record(str(src), name, spilled[offset:offset + length - image], cut, image))
+        stored.append(ImageRecord.from_bytes(framed[12:-4]).encoded)
+    assert [ck.ContentKeys(k.sha256, k.hashes) for k in keyed] == [ck.image_keys(data) for data in stored]
 
     rows = np.zeros(3, grouping.KEY_ROWS)
     rows["spill"], rows["offset"] = 3, [k.offset for k in keyed]
-    rows["hashes"] = np.array(batch.hashes(), np.uint64)
+    rows["hashes"] = np.array([k.hashes for k in keyed], np.uint64)
     grouping.write_rows(work, 0, rows, [k.path for k in keyed])
     got, block = grouping.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes()
