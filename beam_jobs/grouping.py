@@ -22,7 +22,6 @@ input outside the sandbox that --isolate sent it to.
 from __future__ import annotations
 
 import json
-import os
 import typing
 
 import numpy as np
