@@ -250,7 +250,6 @@ class PrepareChunk(PooledDoFn):
         self._prepared.inc(sum(kind == OK for kind, _ in outcomes))
         return list(_by_kind(chunk, outcomes))
 
-
     def _record_keys(self, chunk: int, keyed) -> None:
         """Records the keys of the chunk's good inputs in one file (grouping.write_rows), and their item ids
         and hashes in the scan's key file (grouping.write_chunk_keys)."""

@@ -91,7 +91,7 @@ def record_lines(records: list[RecordKeys]) -> bytes:
 def record_line(split: str, shard: str, shard_sha256: str, record: int, filename: str, sha256: str,
                 hashes, error: str | None = None) -> str:
     """One record's line, newline included: `json.dumps(RecordKeys(...).to_json(), sort_keys=True)`, written
-    out field by field (the converter writes one per record: ~6x faster than building the dict and dumping it)."""
+    out field by field, so that the converter, which writes one per record, builds no dict to dump."""
     listed = "null" if hashes is None else "[" + ", ".join(f'"{h:016x}"' for h in hashes) + "]"
     failed = "" if error is None else f'"error": {_quote(error)}, '
     return (f'{{{failed}"filename": {_quote(filename)}, "hashes": {listed}, "record": {int(record)}, '
