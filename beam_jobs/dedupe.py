@@ -223,8 +223,8 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
         yield grouping.GroupNotes((("pinned_images", pinned),))
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
-    else:  # as grouping.placer gives it to rank_task, from the file just written
-        yield ChunkCounts(chunk, chunk_counts(refs, lambda r: placed.get((r.spill, r.offset), "")))
+    else:  # the placements just written, as grouping.placer gives them to rank_task
+        yield ChunkCounts(chunk, chunk_counts(refs, grouping.place_in(placed)))
     if rejects:
         yield RejectedInputs(tuple(sorted(rejects)))
 

@@ -287,7 +287,11 @@ def placer(work: WorkDir, chunk: int, grouped: bool):
     if not grouped:
         return lambda ref: ""
     rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
-    placed = {(spill, offset): pin for spill, offset, pin in rows}
+    return place_in({(spill, offset): pin for spill, offset, pin in rows})
+
+
+def place_in(placed: dict[tuple[int, int], str | None]):
+    """`placer`'s function over a chunk's placements as `write_groups` takes them (regroup has them at hand)."""
     return lambda ref: placed.get((ref.spill, ref.offset), "")
 
 
