@@ -6,9 +6,9 @@ travel, never image bytes:
 
     counts   : ChunkCounts                     per prepared chunk (prepare.py)
     keyed    = FlatMap(chunk_keys)             (None, (chunk, items in its key file))
-    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask per crop scale (and part of the
-                                                        bands' bits past PART_TARGET images)
-    pairs    = ParDo(Scan)                     near pairs, an array a band (exact copies: identical hashes), on a
+    tasks    = GroupByKey | FlatMap(scan_tasks) | Reshuffle   a ScanTask of every crop scale (one per part of
+                                                        the bands' bits past PART_TARGET images)
+    pairs    = ParDo(Scan)                     near pairs, an array a scale and band (exact copies: identical hashes), on a
                                                         thread pool (scan_tasks.py), found by sorting the
                                                         hashes on the band (prep.core.band_scan: oversized
                                                         runs cut, bounded)
@@ -27,9 +27,10 @@ travel, never image bytes:
     report   = GroupByKey(one key) | FlatMap(write_report)   OUTPUT/duplicates.jsonl (header: the counts),
                                                         streamed from the batches' line files (dedupe_decide.py)
     regroup  = (counts, decisions, report, units) | GroupByKey(chunk) | FlatMap(regroup)
-             : ChunkCounts | RejectedInputs | GroupNotes    each chunk's counts by planner group (pins
-                                               included, rejected inputs left out), its rejects, and
-                                               with the report's, the counts of the manifest's `groups`
+             : ChunkCounts | GroupNotes    each chunk's counts by planner group (pins included, rejected
+                                           inputs left out), and with the report's, the counts of the
+                                           manifest's `groups` and the group batches whose rejects files
+                                           publish reads (their rejects never travel as elements)
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most
 `max_size` members, union_find.py), one chunk; and in the one union-find task, two
@@ -48,7 +49,7 @@ import numpy as np
 from beam_jobs import group_batches, grouping
 from beam_jobs.dedupe_decide import decide_batch, write_report
 from beam_jobs.scan_tasks import Scan, scan_tasks
-from beam_jobs.prepare import ChunkCounts, PreparedRef, RejectedInputs, chunk_counts, read_prepared
+from beam_jobs.prepare import ChunkCounts, PreparedRef, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import DedupeOptions, Member, balance_pins, merge_units, pin_split
 from prep.core import band_scan
@@ -56,7 +57,7 @@ from prep.core.union_find import DEFAULT_MAX_SIZE, UnionFind
 from prep.core.workdir import WorkDir
 
 REPORT = grouping.DUPLICATES_FILE
-PART_TARGET = 1_000_000  # images per scan task, about (16 bytes each: id and one hash)
+PART_TARGET = 1_000_000  # images per scan task, about (48 bytes each: id and hashes)
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, only=None) -> list[tuple]:
@@ -190,7 +191,7 @@ def merge_user_groups(element, work: WorkDir, fractions):
 
 def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions):
     """(chunk, [("counts", ChunkCounts) | ("decided", Slice of its Decisions)]) -> the chunk's ChunkCounts by planner
-    group and the RejectedInputs of its group policies; records the chunk's placements for rank_task."""
+    group (its policy rejects left out); records the chunk's placements for rank_task."""
     chunk, values = element
     if chunk < 0 or not any(kind == "counts" for kind, _ in values):
         return  # the report's marker: waited for, nothing to plan
@@ -201,15 +202,14 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     user_pins = grouping.read_choices(work, "users") if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = grouping.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
-    placed, rejects = {}, []
+    placed = {}
     refs = read_prepared(work, chunk) if decisions or user else []
     for position, fields in enumerate(refs):
         item, ref = grouping.item_id(chunk, position), PreparedRef._make(fields)
         d = decisions.get(item)
         if d is not None:
-            if d.reject is not None:
+            if d.reject is not None:  # listed by decide_batch's rejects file, which publish reads
                 placed[(ref.spill, ref.offset)] = None
-                rejects.append(d.reject)
             elif d.pin:
                 placed[(ref.spill, ref.offset)] = pins.get(d.movable, d.pin) if d.movable else d.pin
         elif user:
@@ -225,8 +225,6 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
         yield from (v for kind, v in values if kind == "counts")
     else:  # the placements just written, as grouping.placer gives them to rank_task
         yield ChunkCounts(chunk, chunk_counts(refs, grouping.place_in(placed)))
-    if rejects:
-        yield RejectedInputs(tuple(sorted(rejects)))
 
 
 def duplicates_summary(output: str) -> list[str]:
@@ -252,7 +250,8 @@ def duplicates_summary(output: str) -> list[str]:
 
 class Dedupe(beam.PTransform):
     """ChunkCounts -> ChunkCounts by planner group (duplicate and user groups pinned to one split, policy
-    rejects left out), RejectedInputs and GroupNotes (the manifest's `groups`); writes OUTPUT/duplicates.jsonl.
+    rejects left out) and GroupNotes (the manifest's `groups`, where the rejects wait); writes
+    OUTPUT/duplicates.jsonl.
     See the module docstring."""
 
     def __init__(self, work: WorkDir, output: str, labels, options: DedupeOptions, seed: int, fractions,

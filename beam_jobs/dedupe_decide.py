@@ -23,8 +23,9 @@ def decide_batch(element, work: WorkDir, options: DedupeOptions, seed: int, frac
     """(batch, [("members", Slice) and ("unit", (group, unit, split)) if any]) -> ("decided", (chunk,
     ("decided", Slice))) per chunk with a member, and ("lines", batch) once its lines are recorded.
 
-    Decisions come from `prep.core.groups.decide`, one group at a time; they and the group lines are
-    recorded in the work dir (`group_batches.write_decisions`, `write_lines`)."""
+    Decisions come from `prep.core.groups.decide`, one group at a time; they, the group lines and the
+    policy rejects are recorded in the work dir (`group_batches.write_decisions`, `write_lines`,
+    `write_rejects`)."""
     batch, values = element
     units = {v[0]: v[1:] for kind, v in values if kind == "unit"}
     groups: dict[int, list] = {}
@@ -44,6 +45,7 @@ def decide_batch(element, work: WorkDir, options: DedupeOptions, seed: int, frac
         decisions.sort(key=lambda d: d.item)
     slices = group_batches.write_decisions(work, batch, by_chunk)
     group_batches.write_lines(work, batch, lines)
+    group_batches.write_rejects(work, batch, [d.reject for ds in by_chunk.values() for d in ds if d.reject is not None])
     for chunk, where in slices.items():
         yield "decided", (chunk, ("decided", where))
     yield "lines", batch
@@ -84,7 +86,7 @@ def write_report(element, output: str, work: WorkDir, fractions):
     storage.write_streamed(storage.join(output, grouping.DUPLICATES_FILE), text)
     release_free_memory()
     yield -1, ("report", None)
-    yield -1, ("notes", grouping.report_notes(header))
+    yield -1, ("notes", grouping.report_notes(header, batches))
 
 
 def _kept_labels(line: dict) -> dict[str, int]:

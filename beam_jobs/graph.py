@@ -98,8 +98,6 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
                                                 config.plan.split_fractions, listing.task == "classification",
                                                 workers=config.workers)
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
-        rejects = ((rejects, regrouped | "GroupRejects" >> beam.FlatMap(_of(prepare.RejectedInputs)))
-                   | "AllRejects" >> beam.Flatten())
     notes = []
     if grouped:
         notes = [regrouped | "GroupNotes" >> beam.FlatMap(_of(GroupNotes))]

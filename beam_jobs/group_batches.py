@@ -6,6 +6,8 @@
                                           (decide_batch), read by that chunk's regroup step
     .prep-tmp/groups/lines-NNNNNN.jsonl   a group batch's lines of duplicates.jsonl, sorted by first path, each
                                           with "_movable" (decide_batch); write_report merges them
+    .prep-tmp/groups/rejects-NNNNNN.jsonl a group batch's policy rejects, [path, reason, detail] a line in
+                                          rejects.jsonl's order (decide_batch); publish merges them
 
 The steps pass a `Slice` (file, offset, length) instead of the images it holds. A
 group batch is GROUPS_PER_BATCH groups in order of group id (`batch_of`), so a
@@ -22,6 +24,7 @@ import pickle
 import typing
 
 from prep.core import storage
+from prep.core.accounting import sort_rejects
 from prep.core.groups import Decision, Member
 from prep.core.listing import Reject
 from prep.core.workdir import WorkDir
@@ -103,6 +106,24 @@ def write_lines(work: WorkDir, batch: int, lines: list[dict]) -> None:
 
 def first_path(line: dict) -> str:
     return line["members"][0]["path"]
+
+
+def rejects_path(work: WorkDir, batch: int) -> str:
+    return storage.join(work.root, "groups", f"rejects-{batch:06d}.jsonl")
+
+
+def write_rejects(work: WorkDir, batch: int, rejects: list[Reject]) -> None:
+    """Records a group batch's policy rejects, in rejects.jsonl's order (`accounting.reject_order`). They wait
+    here for publish, not in an element: a run may reject a large share of its inputs."""
+    text = "".join(json.dumps(list(r), ensure_ascii=True) + "\n" for r in sort_rejects(rejects))
+    storage.write_atomic(rejects_path(work, batch), text.encode())
+
+
+def read_rejects(work: WorkDir, batch: int) -> typing.Iterator[Reject]:
+    """A group batch's policy rejects, in order, one line at a time."""
+    with storage.open_read(rejects_path(work, batch)) as f:
+        for raw in f:
+            yield Reject(*json.loads(raw))
 
 
 def _read_lines(path: str) -> typing.Iterator[dict]:

@@ -37,15 +37,18 @@ DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, w
 
 
 class GroupNotes(typing.NamedTuple):
-    """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish."""
+    """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish, and the
+    group batches whose policy rejects publish reads (group_batches.read_rejects)."""
 
     counts: tuple  # ((GroupCounts field, n), ...)
+    reject_batches: tuple = ()
 
 
-def report_notes(header: dict) -> GroupNotes:
-    """The manifest's counts of duplicates.jsonl's header (`groups.summarize`)."""
+def report_notes(header: dict, batches=()) -> GroupNotes:
+    """The manifest's counts of duplicates.jsonl's header (`groups.summarize`), and its group batches."""
     names = {"groups": "duplicate_groups", "images": "duplicate_images"}
-    return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")))
+    return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")),
+                      tuple(batches))
 
 
 def item_id(chunk: int, position: int) -> int:
@@ -96,16 +99,17 @@ def forget_chunk_keys(work: WorkDir) -> None:
             storage.delete(storage.join(folder, name))
 
 
-def read_scale(work: WorkDir, chunks, scale: int) -> tuple[np.ndarray, np.ndarray]:
-    """(item ids, hashes of crop scale `scale`) of the chunks' items, one chunk file at a time."""
+def read_scales(work: WorkDir, chunks, scales) -> tuple[np.ndarray, np.ndarray]:
+    """(item ids, hashes of crop scales `scales`, a contiguous column each) of the chunks' items, one chunk
+    file at a time."""
     items, hashes = [], []
     for chunk in chunks:
         rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
         items.append(rows["item"].copy())
-        hashes.append(rows["hashes"][:, scale].copy())
+        hashes.append(rows["hashes"][:, list(scales)])
     if not items:
-        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
-    return np.concatenate(items), np.concatenate(hashes)
+        return np.zeros(0, np.int64), np.zeros((0, len(scales)), np.uint64)
+    return np.concatenate(items), np.asfortranarray(np.concatenate(hashes))
 
 
 def units_path(work: WorkDir) -> str:

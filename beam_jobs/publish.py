@@ -9,9 +9,10 @@ directory, which `--resume` (or `--overwrite`) removes.
 
 from __future__ import annotations
 
+import collections
 import time
 
-from beam_jobs import checkpoints, grouping
+from beam_jobs import checkpoints, group_batches, grouping
 from beam_jobs.heap import release_free_memory
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
@@ -47,6 +48,7 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     capped_by_class = {name: 0 for name in labels}
     chunks_reused = 0
     groups = GroupCounts()
+    reject_batches: list[int] = []
     for item in items:
         if isinstance(item, WrittenShard):
             shards.append(item)
@@ -61,23 +63,36 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
             tally = tally.plus(item.tally)
         elif isinstance(item, GroupNotes):
             groups = groups.plus(item.counts)
+            reject_batches.extend(item.reject_batches)
         else:
             raise TypeError(f"internal error: publish got {item!r}")
-    rejects = accounting.sort_rejects(rejects)
-    accounting.check_group_rejects(groups, rejects)
-    inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
-                              rejects, capped_by_class, tally if task == "detection" else None)
+    # what the killed run was reading: see sandbox.py
+    in_flight = set(run["resumed"].get("in_flight", ())) if "resumed" in run else set()
+    by_reason, in_flight_reasons = collections.Counter(), collections.Counter()
+
+    def counted(stream):
+        for r in stream:
+            by_reason[r.reason] += 1
+            if r.path in in_flight:
+                in_flight_reasons[r.reason] += 1
+            yield r
+
+    # The group policies' rejects are read from their batches' files as they are written out, never held.
+    merged = accounting.merged_rejects([accounting.sort_rejects(rejects),
+                                        *(group_batches.read_rejects(work, b) for b in sorted(reject_batches))])
     rejects_path = storage.join(output, REJECTS)
-    storage.write_atomic(rejects_path, accounting.rejects_jsonl(accounting.with_box_notes(rejects, notes)))
+    storage.write_streamed(rejects_path, accounting.rejects_lines(accounting.with_box_notes(counted(merged), notes)))
+    accounting.check_group_rejects(groups, by_reason)
+    inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
+                              dict(by_reason), capped_by_class, tally if task == "detection" else None)
     accounting.check_outcome(inputs, {s.name.split for s in shards}, splits, rejects_path)
     labels, written, inputs = accounting.settle_empty_classes(labels, [(s.name, s.info) for s in shards], inputs,
                                                               options.get("empty_classes", "keep"))
     resumed = None
     if "resumed" in run:
-        in_flight = set(run["resumed"].get("in_flight", ()))  # what the killed run was reading: see sandbox.py
         resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
                           shards_reused=sum(s.reused for s in shards),
-                          in_flight=InFlight(len(in_flight), accounting.reasons(r for r in rejects if r.path in in_flight))
+                          in_flight=InFlight(len(in_flight), dict(sorted(in_flight_reasons.items())))
                           if in_flight else None)
     manifest = Manifest.build(labels, options, written, inputs, tool, Run(
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],

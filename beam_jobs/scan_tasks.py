@@ -1,8 +1,10 @@
 """The dedupe stage's scan: near pairs of every crop scale, from the chunks' packed key files (dedupe.py).
 
-A task holds one crop scale's hashes of every image (16 bytes an image: id and hash), read once from
-the chunk key files (grouping.read_scale); its 4 bands are sorted and probed on a thread pool
-(prep.core.band_scan), all inside process(), as every runner needs.
+A task holds every crop scale's hashes of every image (48 bytes an image: id and hashes), read once
+from the chunk key files (grouping.read_scales); its scales' bands are sorted and probed on a thread
+pool (prep.core.band_scan), all inside process(), as every runner needs. One task rather than one a
+scale: the pool's threads are then the only ones scanning, so the sorted copies and candidate blocks
+held at once are one band's per thread, not one per thread of every bundle the runner runs at once.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from prep.core.workdir import WorkDir
 
 
 class ScanTask(typing.NamedTuple):
-    """One crop scale's hashes of every image, grouped by each band in turn (and, for large sets, a prefix of
-    the band's bits): the scale's hashes are read once for all its bands."""
+    """The crop scales' hashes of every image, grouped by each band in turn (and, for large sets, a prefix of
+    the band's bits): the hashes are read once for all the scales and bands."""
 
-    scale: int
+    scales: tuple[int, ...]
     bands: tuple[int, ...]
     sub: int  # the band bits' top `sub_bits` bits this task takes
     sub_bits: int
@@ -31,21 +33,21 @@ class ScanTask(typing.NamedTuple):
 
 
 def scan_tasks(element, part_target: int):
-    """(None, [(chunk, items)]) -> (task number, ScanTask) per crop scale and part of the bands' bits:
-    parts of about `part_target` images a band (each probes into its own and the parts one bit away)."""
+    """(None, [(chunk, items)]) -> (task number, ScanTask) per part of the bands' bits: parts of about
+    `part_target` images a band (each probes into its own and the parts one bit away)."""
     _, chunks = element
     total = sum(n for _, n in chunks)
     chunks = tuple(sorted(c for c, n in chunks if n))
     bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(scale, tuple(range(band_scan.BANDS)), sub, bits, chunks)
-             for scale in range(grouping.NUM_HASHES) for sub in range(1 << bits))
+    tasks = (ScanTask(tuple(range(grouping.NUM_HASHES)), tuple(range(band_scan.BANDS)), sub, bits, chunks)
+             for sub in range(1 << bits))
     yield from enumerate(tasks)
 
 
 class Scan(PooledDoFn):
-    """(n, ScanTask) -> ("pairs", [[distance, a, b], ...]) per band with near pairs, and ("skipped", n) for an
-    oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads (numpy's
-    sorts and comparisons release the GIL), all of them inside process()."""
+    """(n, ScanTask) -> ("pairs", [[distance, a, b], ...]) per scale and band with near pairs, and ("skipped", n)
+    for an oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads
+    (numpy's sorts and comparisons release the GIL), all of them inside process()."""
 
     def __init__(self, work: WorkDir, cap: int, workers: int | None):
         super().__init__(workers)
@@ -53,12 +55,14 @@ class Scan(PooledDoFn):
 
     def process(self, element):
         _, task = element
-        items, hashes = grouping.read_scale(self._work, task.chunks, task.scale)
+        items, hashes = grouping.read_scales(self._work, task.chunks, task.scales)
 
-        def one(band):
-            return band_scan.scan_band(items, hashes, band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
+        def one(job):
+            scale, band = job
+            return band_scan.scan_band(items, hashes[:, scale], band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
 
-        for pairs, skipped in self._pool.map(one, task.bands):
+        jobs = [(i, band) for i in range(len(task.scales)) for band in task.bands]
+        for pairs, skipped in self._pool.map(one, jobs):
             if pairs:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
                 yield "pairs", np.array(pairs, np.int64)
             if skipped:

@@ -4,15 +4,18 @@
 ``found = written + rejected + capped``; `check_outcome` refuses a conversion that
 wrote nothing, or emptied a split SOURCE names, with the reasons counted.
 `settle_empty_classes` applies `--empty-classes` to the manifest's labels and counts.
-`rejects_jsonl` is the bytes of rejects.jsonl, sorted by path.
+`rejects_lines` streams rejects.jsonl, sorted by path: rejects come as sorted runs (`merged_rejects`),
+some read from work files, so that a conversion rejecting many inputs never holds them all.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
+import itertools
 import json
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator
 
 from prep.core.errors import PlanError
 from prep.core.listing import Reject
@@ -20,7 +23,7 @@ from prep.core.manifest import BoxAccounting, GroupCounts, Inputs, ShardInfo
 from prep.core.naming import ShardName
 
 
-def tally(found: int, written: int, converted: int, rejects: Sequence[Reject],
+def tally(found: int, written: int, converted: int, rejected_by_reason: dict[str, int],
           capped_by_class: dict[str, int], boxes=None) -> Inputs:
     """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them);
     `boxes`, detection's `task_inputs.BoxTally`, becomes inputs.boxes."""
@@ -30,14 +33,9 @@ def tally(found: int, written: int, converted: int, rejects: Sequence[Reject],
         dropped = dict(boxes.dropped)
         box_accounting = BoxAccounting(read=boxes.read, written=boxes.written, dropped=sum(dropped.values()),
                                        clipped=boxes.clipped, dropped_by_reason=dict(sorted(dropped.items())))
-    return Inputs(found=found, written=written, rejected=len(rejects), capped=capped, converted=converted,
-                  rejected_by_reason=reasons(rejects),
+    return Inputs(found=found, written=written, rejected=sum(rejected_by_reason.values()), capped=capped,
+                  converted=converted, rejected_by_reason=dict(sorted(rejected_by_reason.items())),
                   capped_by_class=dict(capped_by_class), boxes=box_accounting)
-
-
-def reasons(rejects: Iterable[Reject]) -> dict[str, int]:
-    """{reason: count} of `rejects`, by reason name."""
-    return dict(sorted(collections.Counter(r.reason for r in rejects).items()))
 
 
 def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: Iterable[str],
@@ -61,32 +59,45 @@ def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: 
         raise RuntimeError(f"internal error: counts do not reconcile: {inputs.to_json()}")
 
 
-def check_group_rejects(groups: GroupCounts, rejects: Sequence[Reject]) -> None:
+def check_group_rejects(groups: GroupCounts, rejected_by_reason: dict[str, int]) -> None:
     """The group policies' rejects (duplicates.jsonl's count) are those rejects.jsonl gives their reasons.
 
     Raises:
         RuntimeError: they differ (a bug: a decision was lost or counted twice).
     """
-    listed = sum(1 for r in rejects if r.reason in GroupCounts.REASONS)
+    listed = sum(rejected_by_reason.get(reason, 0) for reason in GroupCounts.REASONS)
     if listed != groups.rejected:
         raise RuntimeError(f"internal error: the duplicate groups reject {groups.rejected} inputs, "
                            f"rejects.jsonl lists {listed}")
 
 
+def reject_order(r: Reject) -> tuple[str, str, str]:
+    """rejects.jsonl's order: by path, then reason (the detail only breaks ties, so any runner agrees)."""
+    return r.path, r.reason, r.detail
+
+
 def sort_rejects(rejects: Iterable[Reject]) -> list[Reject]:
-    return sorted(rejects, key=lambda r: (r.path, r.reason))
+    return sorted(rejects, key=reject_order)
 
 
-def with_box_notes(rejects: Sequence[Reject], notes) -> list:
-    """Image rejects and box notes (lines with a "box" field) in one list, by path, an image's line
-    before its boxes, boxes by index."""
-    keyed = [((r.path, -1, r.reason), r) for r in rejects] + [((n.path, n.box, n.reason), n) for n in notes]
-    return [line for _, line in sorted(keyed, key=lambda item: item[0])]
+def merged_rejects(runs: Iterable[Iterable[Reject]]) -> Iterator[Reject]:
+    """The rejects of several runs, each in `reject_order`, as one run in that order, a line of each at a time."""
+    return heapq.merge(*runs, key=reject_order)
 
 
-def rejects_jsonl(rejects: Iterable[Reject]) -> bytes:
-    """rejects.jsonl: one sorted-key JSON object per reject, in the order given."""
-    return "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in rejects).encode()
+def with_box_notes(rejects: Iterable[Reject], notes) -> Iterator:
+    """Image rejects (in `reject_order`) and box notes (lines with a "box" field) as one stream, by path, an
+    image's line before its boxes, boxes by index."""
+    keyed_notes = sorted((((n.path, n.box, n.reason), n) for n in notes), key=lambda item: item[0])
+    merged = heapq.merge((((r.path, -1, r.reason), r) for r in rejects), keyed_notes, key=lambda item: item[0])
+    return (line for _, line in merged)
+
+
+def rejects_lines(rejects: Iterable, per_piece: int = 4096) -> Iterator[bytes]:
+    """rejects.jsonl in pieces: one sorted-key JSON object per reject, in the order given."""
+    lines = (json.dumps(r.to_json(), sort_keys=True) + "\n" for r in rejects)
+    while piece := "".join(itertools.islice(lines, per_piece)):
+        yield piece.encode()
 
 
 def settle_empty_classes(labels, written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str

@@ -17,7 +17,7 @@ images). The distance of two images is the least over scales, so a pair within
 in at most one place, and identical hashes only by band 0, as a star to the
 first image holding them (the same components, fewer pairs).
 
-Bounded: candidates are compared `LIMIT` at a time, and a band value shared by
+Bounded: hashes probe `BLOCK` at a time, candidates are compared `LIMIT` at a time, and a band value shared by
 more than `cap` distinct hashes (many pictures alike) is not probed into: its
 own pairs go to `near_pairs.band_pairs`, which cuts them again and bounds its
 work, and the comparisons it saves are counted as skipped.
@@ -38,7 +38,8 @@ from prep.core.near_pairs import BITS, DEFAULT_CAP, BandEntry, band_pairs
 BANDS = 4
 WIDTH = BITS // BANDS  # bits per band
 SCAN_CAP = 16_384  # distinct hashes of one band value probed into; more go to band_pairs
-LIMIT = 1 << 18  # candidate pairs compared at once (~15 MB of temporaries)
+LIMIT = 1 << 16  # candidate pairs compared at once (a few MB of temporaries)
+BLOCK = 1 << 15  # hashes probing at once: what a band holds beyond its sorted arrays does not grow with n
 _NO_SHA = "0" * 64
 _MASK = np.uint64((1 << WIDTH) - 1)
 
@@ -93,10 +94,11 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_
         owner = np.maximum.accumulate(np.where(first, np.arange(len(items)), 0))
         same = np.flatnonzero(~first & query)
         out.extend((0, a, b) for a, b in zip(items[owner[same]].tolist(), items[same].tolist()))
-    order = np.argsort(fields[first], kind="stable")
+    order = np.argsort(fields[first].astype(np.uint16), kind="stable")  # 16-bit keys: a radix sort
     items, hashes, query = items[first][order], hashes[first][order], query[first][order]
-    values = fields[first][order].astype(np.int64)
-    starts = np.searchsorted(values, np.arange((1 << WIDTH) + 1))
+    values = fields[first][order].astype(np.int32)
+    del fields, first, order
+    starts = np.searchsorted(values, np.arange((1 << WIDTH) + 1, dtype=np.int32))
     sizes = np.diff(starts)
     big = sizes > cap
     skipped = 0
@@ -105,18 +107,18 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_
             pairs, s = _oversized(items, hashes, starts[value], starts[value + 1], band, cap, max_distance)
             out.extend(pairs)
             skipped += s
-    at = np.flatnonzero(query & ~big[values])
-    for flip in [0, *(1 << k for k in range(WIDTH))]:
-        if flip == 0:  # the same band value: each later hash of it
-            q, lo, hi = at, at + 1, starts[values[at] + 1]
-        else:  # from the side whose bit is 0, so a pair is met once
-            q = np.flatnonzero(query & ((values & flip) == 0))
+    probing = np.flatnonzero(query)
+    for first_query in range(0, len(probing), BLOCK):  # the probes' arrays: BLOCK hashes' at a time
+        pos = probing[first_query:first_query + BLOCK]
+        same = pos[~big[values[pos]]]  # the same band value: each later hash of it
+        out.extend(_compare(items, hashes, same, same + 1, starts[values[same] + 1] - same - 1, band, max_distance))
+        for flip in (1 << k for k in range(WIDTH)):  # from the side whose bit is 0, so a pair is met once
+            q = pos[(values[pos] & flip) == 0]
             target = values[q] | flip
             over = big[target]
             skipped += int(sizes[target[over]].sum())
             q, target = q[~over], target[~over]
-            lo, hi = starts[target], starts[target + 1]
-        out.extend(_compare(items, hashes, q, lo, hi - lo, band, max_distance))
+            out.extend(_compare(items, hashes, q, starts[target], sizes[target], band, max_distance))
     return out, skipped
 
 

@@ -63,3 +63,13 @@ def test_an_interrupted_streamed_write_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
     storage.write_streamed(path, iter([b"a\n", b"b\n"]))
     assert open(path, "rb").read() == b"a\nb\n"
+
+
+def test_rejects_round_trip_in_rejects_order_whatever_order_they_come_in(work):
+    rejects = [Reject("b.jpg", "label_conflict", "others: a.jpg"), Reject("a\udcff.jpg", "duplicate_of", "c.jpg"),
+               Reject("a.jpg", "label_conflict", "others: b.jpg")]
+    group_batches.write_rejects(work, 3, rejects)
+    first = open(group_batches.rejects_path(work, 3), "rb").read()
+    assert list(group_batches.read_rejects(work, 3)) == sorted(rejects)
+    group_batches.write_rejects(work, 3, list(reversed(rejects)))  # a retried batch writes the same bytes
+    assert open(group_batches.rejects_path(work, 3), "rb").read() == first

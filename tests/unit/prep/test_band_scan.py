@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 
+from prep.core import band_scan
 from prep.core.band_scan import scan_band
 from prep.core.content_keys import ContentKeys, distance
 from prep.core.band_scan import BANDS
@@ -111,3 +112,17 @@ def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together():
             cut = sorted(p for band in range(BANDS) for sub in range(1 << sub_bits)
                          for p in scan_band(items, hashes, band, sub=sub, sub_bits=sub_bits)[0])
             assert cut == whole, (scale, sub_bits)
+
+
+def test_probing_in_blocks_and_comparing_in_small_batches_lists_the_same_pairs(monkeypatch):
+    """The probes go BLOCK hashes at a time and candidates LIMIT at a time, to bound memory: blocks and
+    batches far smaller than the set (and oversized runs among them) give exactly the pairs of one pass."""
+    keys = planted_keys(900, 5)
+    rnd = random.Random(2)
+    keys.update({len(keys) + i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES)))
+                 for i in range(60)})  # one band shared by all: a run over the cap
+    whole = scan_all(keys, cap=16)
+    monkeypatch.setattr(band_scan, "BLOCK", 37)
+    monkeypatch.setattr(band_scan, "LIMIT", 5)
+    assert scan_all(keys, cap=16) == whole
+    assert whole[1] > 0 and len(whole[0]) > 300
