@@ -27,7 +27,7 @@ import typing
 import numpy as np
 
 from beam_jobs import checkpoints
-from prep.core import content_keys, keys_sidecar, storage
+from prep.core import content_keys, storage
 from prep.core.errors import ResumeError
 from prep.core.groups import DedupeOptions, user_group
 from prep.core.ordering import MAX_CHUNK
@@ -213,7 +213,7 @@ _PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
 
 def write_part_order(work: WorkDir, filename: str, part: int, entries) -> None:
     """Records where a shard part's records came from, in the order written: (spill, offset) each. The
-    sidecar is made from these and the spills' key rows at the end (`write_sidecar`), so no part reads
+    sidecar is made from these and the spills' key rows at the end (`keys_join`), so no part reads
     every spill's keys."""
     rows = np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE)
     storage.write_atomic(part_keys_path(work, filename, part), rows.tobytes())
@@ -227,53 +227,10 @@ def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
     storage.write_atomic(shard_parts_path(work, filename), json.dumps(parts).encode())
 
 
-def write_sidecar(output: str, work: WorkDir, shards) -> None:
-    """OUTPUT/content_keys.jsonl (prep.core.keys_sidecar) for `shards` [(split, file name, sha256)], in that
-    order. The key rows of every chunk that prepared a record are read once into one sorted table (ids,
-    sha256 and hashes as arrays: ~90 bytes an image; the paths in one byte string with their offsets), then
-    each shard's lines are streamed out part by part. A shard holding a record without keys is left out
-    (`prep leakage` then hashes it itself)."""
-    orders = {}
-    for _, filename, _ in shards:
-        parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
-        orders[filename] = [np.frombuffer(storage.read_bytes(part_keys_path(work, filename, p)), _PLACE) for p in parts]
-    spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
-                                      [np.zeros(0, np.uint64)]))
-    ids, shas, hashes = [], [], []
-    paths, starts, ends = bytearray(), [], []  # every path in one byte string, not a str each
-    for chunk in np.unique(spills // np.uint64(BATCHES_PER_CHUNK)).tolist():
-        rows, block = read_rows(work, chunk)
-        ids.append((rows["spill"] << np.uint64(32)) | rows["offset"])
-        shas.append(rows["sha256"])
-        hashes.append(rows["hashes"])
-        first, last = split_paths(block)
-        starts.append(len(paths) + first)
-        ends.append(len(paths) + last)
-        paths += block
-    starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
-    table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
-    shas = np.concatenate(shas) if shas else np.zeros((0, 32), np.uint8)
-    hashes = np.concatenate(hashes) if hashes else np.zeros((0, NUM_HASHES), np.uint64)
-    order = np.argsort(table, kind="stable")
-    table = table[order]
-
-    def lines():
-        yield keys_sidecar.header_line()
-        for split, filename, digest in shards:
-            wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, _PLACE)
-            key = (wanted["spill"] << np.uint64(32)) | wanted["offset"]
-            at = np.minimum(np.searchsorted(table, key), max(len(table) - 1, 0))
-            if len(key) and not (len(table) and np.array_equal(table[at], key)):
-                continue  # a record without keys
-            rows = order[at]
-            yield "".join(
-                keys_sidecar.record_line(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
-                                         sha.hex(), h)
-                for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(),
-                                                       map(bytes, shas[rows]), hashes[rows].tolist()))).encode()
-
-    storage.write_streamed(storage.join(output, keys_sidecar.FILENAME), lines())
+def read_shard_order(work: WorkDir, filename: str) -> np.ndarray:
+    """Where a shard's records came from ((spill, offset) each), in record order: its parts' in part order."""
+    parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
+    return np.frombuffer(b"".join(storage.read_bytes(part_keys_path(work, filename, p)) for p in parts), _PLACE)
 
 
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import time
 
-from beam_jobs import checkpoints, group_batches, grouping
+from beam_jobs import checkpoints, group_batches, keys_join
 from beam_jobs.heap import release_free_memory
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
@@ -109,9 +109,9 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
         storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     if keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
-        release_free_memory()  # what the write stage freed, before the sidecar's table of every record's keys
-        grouping.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
-                                              for s in split.shards])
+        release_free_memory()  # what the write stage freed, before the sidecar's join
+        keys_join.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
+                                               for s in split.shards])
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)
