@@ -226,7 +226,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
     if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-        keyed = [ImageKey(at, name, k.sha256, k.hashes) for (at, name), k in zip(kept, batch.keys()) if k is not None]
+        keyed = [ImageKey(at, name, *k) for (at, name), k in zip(kept, batch.raw_keys()) if k is not None]
     return results, offset, keyed
 
 

@@ -209,9 +209,10 @@ def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
 def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
     """The loaded image's displayed gray pixels (`displayed_gray`), as the array the hashes are taken of.
     `upright`: the caller has checked that the image has no EXIF turn and no transparency."""
-    if upright:
-        return np.asarray(img if img.mode == "L" else img.convert("L"))
-    return np.asarray(displayed_gray(img))
+    gray = (img if img.mode == "L" else img.convert("L")) if upright else displayed_gray(img)
+    # The bytes straight to an array: np.asarray goes through __array_interface__, more Python per image,
+    # and this runs for every image on the prepare stage's threads, which share one GIL.
+    return np.frombuffer(gray.tobytes(), np.uint8).reshape(gray.height, gray.width)
 
 
 def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> ContentKeys:
@@ -266,11 +267,16 @@ class KeyBatch:
             self._hashes.append(gray)
 
     def keys(self) -> list[ContentKeys | None]:
+        return [None if k is None else ContentKeys(*k) for k in self.raw_keys()]
+
+    def raw_keys(self) -> list[tuple[str, tuple[int, ...]] | None]:
+        """`keys()` as (sha256, hashes) pairs, not checked as a ContentKeys is: for the converter's own
+        keys, made by this code, where the check would cost its few microseconds an image."""
         done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
         for i, hashes in zip(self._waiting, done):
             self._hashes[i] = hashes
         self._waiting = []
-        return [None if h is None else ContentKeys(d, h) for d, h in zip(self._digests, self._hashes)]
+        return [None if h is None else (d, h) for d, h in zip(self._digests, self._hashes)]
 
 
 def comparable(keys: ContentKeys) -> bool:
