@@ -1,0 +1,92 @@
+"""The dedupe stage's scan over the chunks' key files: one task holds every crop scale, and a set cut into
+parts of the bands' bits (past `part_target` images) gives exactly the pairs of one task."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from beam_jobs import grouping
+from beam_jobs.scan_tasks import Scan, scan_tasks
+from prep.core.content_keys import distance, ContentKeys
+from prep.core.workdir import WorkDir
+
+SCALES = grouping.NUM_HASHES
+
+
+def balanced(rnd: random.Random) -> int:
+    """A 64-bit hash with 32 one bits (`content_keys.comparable`: others never reach the scan)."""
+    return sum(1 << b for b in rnd.sample(range(64), 32))
+
+
+def swapped(h: int, rnd: random.Random, pairs: int) -> int:
+    """`h` with `pairs` one bits and as many zero bits exchanged: 2 * pairs bits away, still 32 ones."""
+    ones = [b for b in range(64) if h >> b & 1]
+    zeros = [b for b in range(64) if not h >> b & 1]
+    for one, zero in zip(rnd.sample(ones, pairs), rnd.sample(zeros, pairs)):
+        h ^= (1 << one) | (1 << zero)
+    return h
+
+
+@pytest.fixture
+def work(tmp_path):
+    """Three chunks' key files; a quarter of the images, from every chunk, have a copy in the next chunk, 2 to
+    6 bits away at one crop scale (and 20 at the others), or identical."""
+    rnd = random.Random(4)
+    work = WorkDir(str(tmp_path))
+    keys: dict[int, tuple[int, ...]] = {}
+    for n in range(900):
+        keys[grouping.item_id(n % 3, n // 3)] = tuple(balanced(rnd) for _ in range(SCALES))
+    originals = list(keys)
+    for n, item in enumerate(originals[::4]):
+        chunk = (grouping.item_chunk(item) + 1) % 3
+        scale = rnd.randrange(SCALES)
+        copy = tuple(h if n % 4 == 0 else swapped(h, rnd, rnd.randint(1, 3) if s == scale else 10)
+                     for s, h in enumerate(keys[item]))
+        keys[grouping.item_id(chunk, 300 + n)] = copy
+    by_chunk: dict[int, list] = {}
+    for item, hashes in sorted(keys.items()):
+        by_chunk.setdefault(grouping.item_chunk(item), []).append((item, hashes))
+    counts = []
+    for chunk, rows in sorted(by_chunk.items()):
+        n = grouping.write_chunk_keys(work, chunk, np.array([i for i, _ in rows], np.int64),
+                                      np.array([h for _, h in rows], np.uint64))
+        counts.append((chunk, n))
+    return work, keys, counts
+
+
+def scanned(work: WorkDir, counts, part_target: int):
+    tasks = list(scan_tasks((None, counts), part_target))
+    scan = Scan(work, cap=16_384, workers=2)
+    scan.setup()
+    try:
+        found: list[tuple[int, int, int]] = []
+        for task in tasks:
+            for kind, value in scan.process(task):
+                assert kind == "pairs"
+                found.extend(map(tuple, value.tolist()))
+    finally:
+        scan.teardown()
+    return tasks, found
+
+
+def test_one_task_scans_every_scale_and_finds_every_planted_pair(work):
+    work, keys, counts = work
+    tasks, found = scanned(work, counts, part_target=1_000_000)
+    assert [t.scales for _, t in tasks] == [tuple(range(SCALES))]
+    best = {}
+    for d, a, b in found:
+        best[a, b] = min(d, best.get((a, b), 64))
+    assert len(best) == 225
+    for (a, b), d in best.items():
+        assert d == distance(ContentKeys("0" * 64, keys[a]), ContentKeys("0" * 64, keys[b])) <= 6
+
+
+def test_parts_of_the_bands_bits_list_the_same_pairs_as_one_task(work):
+    work, _, counts = work
+    _, whole = scanned(work, counts, part_target=1_000_000)
+    tasks, parts = scanned(work, counts, part_target=100)
+    assert len(tasks) == 16  # 1,125 images in parts of about 100: the bands' top 4 bits
+    assert sorted(parts) == sorted(whole)  # as many times each (once a scale that finds it), none lost
