@@ -58,10 +58,10 @@ class Scan(PooledDoFn):
         items, hashes = grouping.read_scales(self._work, task.chunks, task.scales)
 
         def one(job):
-            scale, band = job
-            return band_scan.scan_band(items, hashes[:, scale], band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
+            column, band = job  # hashes' column `column` holds crop scale task.scales[column]
+            return band_scan.scan_band(items, hashes[:, column], band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
 
-        jobs = [(i, band) for i in range(len(task.scales)) for band in task.bands]
+        jobs = [(column, band) for column in range(len(task.scales)) for band in task.bands]
         for pairs, skipped in self._pool.map(one, jobs):
             if pairs:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
                 yield "pairs", np.array(pairs, np.int64)
