@@ -15,6 +15,7 @@ record is a TaskRecord (task_records.py); a reference then also holds its rank k
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import typing
@@ -28,12 +29,13 @@ from threadpoolctl import threadpool_limits
 
 from beam_jobs import checkpoints
 from beam_jobs.checkpoints import StepHook
-from beam_jobs.grouping import KEY_ROWS, NUM_HASHES, item_id, write_chunk_keys, write_rows
+from beam_jobs.grouping import KEY_ROWS, item_id, write_chunk_keys, write_rows
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.sandbox import Sandbox
 from beam_jobs.spill import prepare_batch
 from beam_jobs.task_records import TaskSpec
 from prep.core import storage
+from prep.core.content_keys import hash_waiting
 from prep.core.image_rules import ImageOptions, quiet_pillow
 from prep.core.listing import Reject
 from prep.core.task_inputs import BoxNote, BoxTally
@@ -170,8 +172,8 @@ class PrepareChunk(PooledDoFn):
         super().setup()
         quiet_pillow()
         self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
-        # The content keys' matrix products (content_keys._low_frequencies) run on this DoFn's threads, one
-        # image batch each: BLAS threads of their own would only contend for the same cores (bench/dedupe_scale.py)
+        # The content keys' matrix products (content_keys._low_frequencies) run on this DoFn's threads, a
+        # chunk's or a large image's each: BLAS threads of their own would only contend for the same cores
         self._blas = threadpool_limits(limits=1, user_api="blas") if self._keys else None
 
     def teardown(self):
@@ -222,11 +224,12 @@ class PrepareChunk(PooledDoFn):
     def _complete(self, chunk: int, batches, tasks):
         """Waits for a chunk's tasks, records its index and returns its outputs."""
         outcomes, signatures, spills = [], [], {}
-        keyed, good = [], 0  # (item id, spill, ImageKey) per good input with keys; good inputs so far
+        keyed, good = [], 0  # (spill, its first good input's place in the chunk, BatchKeys); good inputs so far
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)
             results, spills[spill], keys = task.result()
-            at = {k.offset: k for k in keys or ()}
+            if keys is not None:
+                keyed.append((spill, good, keys))
             for ref, (result, signature, *more) in zip(batch, results):
                 signatures.append(signature)
                 info = more[0] if more else None
@@ -239,8 +242,6 @@ class PrepareChunk(PooledDoFn):
                 outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
                                       offset, length, converted, cut, image, ref.key or "",
                                       info.tags if info is not None else ())))  # a PreparedRef's, path as text
-                if offset in at:
-                    keyed.append((item_id(chunk, good), spill, at[offset]))
                 good += 1
         if self._keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
             self._record_keys(chunk, keyed)
@@ -251,16 +252,23 @@ class PrepareChunk(PooledDoFn):
         return list(_by_kind(chunk, outcomes))
 
     def _record_keys(self, chunk: int, keyed) -> None:
-        """Records the keys of the chunk's good inputs in one file (grouping.write_rows), and their item ids
-        and hashes in the scan's key file (grouping.write_chunk_keys)."""
-        hashes = np.array([k.hashes for _, _, k in keyed], np.uint64).reshape(len(keyed), NUM_HASHES)
-        rows = np.zeros(len(keyed), KEY_ROWS)
-        rows["spill"] = [spill for _, spill, _ in keyed]
-        rows["offset"] = [k.offset for _, _, k in keyed]
-        rows["sha256"] = np.frombuffer(bytes.fromhex("".join(k.sha256 for _, _, k in keyed)), np.uint8).reshape(-1, 32)
-        rows["hashes"] = hashes
-        write_rows(self._work, chunk, rows, [k.path for _, _, k in keyed])
-        write_chunk_keys(self._work, chunk, np.array([item for item, _, _ in keyed], np.int64), hashes)
+        """Hashes the chunk's waiting images (content_keys.hash_waiting), then records the keys of its good
+        inputs in one file (grouping.write_rows), and their item ids and hashes in the scan's key file
+        (grouping.write_chunk_keys)."""
+        hash_waiting([(keys.hashes, keys.waiting) for _, _, keys in keyed])
+        has = np.concatenate([keys.has for _, _, keys in keyed] or [np.zeros(0, bool)])
+        items = np.concatenate([item_id(chunk, first) + np.arange(len(keys.has)) for _, first, keys in keyed]
+                               or [np.zeros(0, np.int64)])
+        rows = np.zeros(len(has), KEY_ROWS)
+        rows["spill"] = np.repeat([spill for spill, _, _ in keyed], [len(keys.has) for _, _, keys in keyed])
+        rows["offset"] = [offset for _, _, keys in keyed for offset in keys.offsets]
+        rows["sha256"] = np.frombuffer(b"".join(keys.sha256 for _, _, keys in keyed), np.uint8).reshape(-1, 32)
+        rows["hashes"] = np.concatenate([keys.hashes for _, _, keys in keyed]) if keyed else 0
+        paths = [path for _, _, keys in keyed for path in keys.paths]
+        if not has.all():  # an input whose image did not decode again (not expected) is in no duplicate group
+            rows, items, paths = rows[has], items[has], list(itertools.compress(paths, has))
+        write_rows(self._work, chunk, rows, paths)
+        write_chunk_keys(self._work, chunk, items, rows["hashes"])
 
 
 def chunk_counts(refs, place=None) -> tuple[GroupCount, ...]:

@@ -16,6 +16,8 @@ import stat
 import threading
 import typing
 
+import numpy as np
+
 from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
 from prep.core.content_keys import KeyBatch
@@ -131,13 +133,16 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
     return (before + after, len(before), len(image.encoded), False), sig, info
 
 
-class ImageKey(typing.NamedTuple):
-    """A prepared image's content keys, for its chunk's key rows (beam_jobs/prepare.py)."""
+class BatchKeys(typing.NamedTuple):
+    """The content keys of a batch's good inputs, for its chunk's key rows (beam_jobs/prepare.py), as
+    columns: one object a batch, not one an image, for the runner's thread to gather."""
 
-    offset: int  # where its record is in the spill file
-    path: str
-    sha256: str
-    hashes: tuple[int, ...]
+    offsets: list[int]  # where each one's record is in the spill file
+    paths: list[str]
+    sha256: bytes  # 32 bytes each
+    hashes: np.ndarray  # (inputs, hashes) uint64; the rows of `waiting` are zeros until content_keys.hash_waiting
+    has: np.ndarray  # whether each has keys (one whose image did not decode again has none)
+    waiting: list  # KeyBatch.take()'s: the small images' pixels, hashed with the chunk's
 
 
 def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
@@ -186,7 +191,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
-    `keys`, the good inputs' `ImageKey`s (else None). `length` is the framed record's, of
+    `keys`, the good inputs' `BatchKeys` (else None), some of their hashes still to compute. `length` is the framed record's, of
     which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
@@ -203,7 +208,7 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
-    batch, kept, keyed = (KeyBatch(), [], None) if keys else (None, None, None)
+    batch, offsets, names, keyed = (KeyBatch(), [], [], None) if keys else (None, None, None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
@@ -211,7 +216,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
                                                        sandbox, ref.path in suspects, task, batch)
             if not isinstance(result, Reject):
                 if keys:
-                    kept.append((offset, ref.path))
+                    offsets.append(offset)
+                    names.append(ref.path)
                 data, cut, image, converted = result
                 f.write(data)
                 result = (offset, len(data) + image, converted, cut, image)
@@ -226,7 +232,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
     if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
-        keyed = [ImageKey(at, name, *k) for (at, name), k in zip(kept, batch.raw_keys()) if k is not None]
+        digests, hashes, has, waiting = batch.take()
+        keyed = BatchKeys(offsets, names, bytes.fromhex("".join(digests)), hashes, has, waiting)
     return results, offset, keyed
 
 

@@ -55,8 +55,7 @@ def _dct_matrix(n: int) -> np.ndarray:
 
 _DCT = _dct_matrix(GRID)[:HASH_SIDE]  # only the rows of the frequencies kept
 _HALF = HASH_SIDE * HASH_SIDE // 2
-_QUANTUM = float(1 << 16)  # coefficients are compared in steps of 2**-16 (see _phashes)
-_WEIGHTS = 1 << np.arange(HASH_SIDE * HASH_SIDE - 1, -1, -1, dtype=np.uint64)  # first bit is the top bit
+_QUANTUM = float(1 << 16)  # coefficients are compared in steps of 2**-16 (see _phash_rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,16 +123,15 @@ def _low_frequencies(grays: np.ndarray, boxes: tuple) -> np.ndarray:
     return low.reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, HASH_SIDE * HASH_SIDE)
 
 
-def _phashes(low: np.ndarray, per_image: int) -> list[tuple[int, ...]]:
-    """The pHashes of `_low_frequencies`' rows, per image a tuple of `per_image` hashes (one per box).
+def _phash_rows(low: np.ndarray) -> np.ndarray:
+    """The pHash of each of `_low_frequencies`' rows, as uint64.
 
     The frequencies are rounded to 2**-16 before the median split: float sums in another order (another
     BLAS, another CPU) then give the same bits, and a flat picture's zero frequencies are zero."""
     low = np.rint(low * _QUANTUM)
     middle = np.partition(low, (_HALF - 1, _HALF), axis=1)  # np.median's answer, without its checks
     bits = low > ((middle[:, _HALF - 1] + middle[:, _HALF]) / 2)[:, None]
-    hashes = [int(v) for v in (bits * _WEIGHTS).sum(axis=1, dtype=np.uint64)]
-    return [tuple(hashes[i:i + per_image]) for i in range(0, len(hashes), per_image)]
+    return np.packbits(bits, axis=1).view(">u8")[:, 0].astype(np.uint64)  # the first bit on top
 
 
 def phash(gray: Image.Image) -> int:
@@ -175,21 +173,27 @@ def crop_hashes(gray: Image.Image, scales=CROP_SCALES) -> tuple[int, ...]:
 
 
 def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, ...]]:
-    """`crop_hashes` of each 8-bit gray array (height, width), images of one size hashed together.
-
-    Each crop is cut, then resized to GRID x GRID (Lanczos, lanczos.py); resizing the whole picture
-    with a box instead would let the filter reach past the crop's edges.
-    """
+    """`crop_hashes` of each 8-bit gray array (height, width), images of one size hashed together."""
     out: list = [None] * len(grays)
     by_size: dict[tuple[int, int], list[int]] = {}
     for i, g in enumerate(grays):
         by_size.setdefault(g.shape, []).append(i)
-    for (h, w), members in by_size.items():
-        stack = np.stack([grays[i] for i in members]) if len(members) > 1 else grays[members[0]][None]
-        boxes = crop_boxes(w, h, scales)
-        for i, hashes in zip(members, _phashes(_low_frequencies(stack, boxes), len(boxes))):
-            out[i] = hashes
+    for members in by_size.values():
+        for i, hashes in zip(members, stack_hashes(np.stack([grays[i] for i in members]), scales).tolist()):
+            out[i] = tuple(hashes)
     return out
+
+
+def stack_hashes(stack: np.ndarray, scales=CROP_SCALES) -> np.ndarray:
+    """(images, 1 + len(scales)) uint64: `crop_hashes` of each image of a stack (images, height, width)
+    of 8-bit gray images of one size.
+
+    Each crop is cut, then resized to GRID x GRID (Lanczos, lanczos.py); resizing the whole picture
+    with a box instead would let the filter reach past the crop's edges.
+    """
+    b, height, width = stack.shape
+    boxes = crop_boxes(width, height, scales)
+    return _phash_rows(_low_frequencies(stack, boxes)).reshape(b, len(boxes))
 
 
 def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
@@ -206,12 +210,15 @@ def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
     img.load()
 
 
-def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
-    """The loaded image's displayed gray pixels (`displayed_gray`), as the array the hashes are taken of.
+def gray_image(img: Image.Image, upright: bool = False) -> Image.Image:
+    """The loaded image's displayed gray picture (`displayed_gray`), the one the hashes are taken of.
     `upright`: the caller has checked that the image has no EXIF turn and no transparency."""
-    gray = (img if img.mode == "L" else img.convert("L")) if upright else displayed_gray(img)
-    # The bytes straight to an array: np.asarray goes through __array_interface__, more Python per image,
-    # and this runs for every image on the prepare stage's threads, which share one GIL.
+    return (img if img.mode == "L" else img.convert("L")) if upright else displayed_gray(img)
+
+
+def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
+    """`gray_image` as an array (height, width)."""
+    gray = gray_image(img, upright)
     return np.frombuffer(gray.tobytes(), np.uint8).reshape(gray.height, gray.width)
 
 
@@ -234,49 +241,91 @@ def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> Co
 
 
 class KeyBatch:
-    """The content keys of a run of images, hashed together at the end: images of one size share the
-    products (`_low_frequencies`), so a batch costs less than its images one by one.
+    """The content keys of a run of images, hashed together: images of one size share the products
+    (`_low_frequencies`), so a batch costs less than its images one by one.
 
     `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
-    hand, its `gray_pixels` (else the bytes are decoded by `image_keys`' rule); `keys()` gives each image's keys in order, None for one
-    that could not be decoded. Large images are hashed on arrival, so pending pixels stay small.
+    hand, its `gray_image` (else the bytes are decoded by `image_keys`' rule); `hashes()` gives every
+    image's, in order. `take()` instead leaves the small images' hashes to be computed later, with
+    other batches' (`hash_waiting`). Large images are hashed on arrival, so waiting pixels stay small.
     """
 
-    LARGE = 256 * 256  # pixels: a gray image larger than this is hashed at once, not held
+    LARGE = 128 * 128  # pixels: a gray image larger than this is hashed at once, not held
 
     def __init__(self, scales=CROP_SCALES):
         self._scales = scales
         self._digests: list[str] = []
-        self._hashes: list = []  # a tuple of hashes, an array waiting to be hashed, or None
-        self._waiting: list[int] = []
+        self._hashed: list[tuple[int, np.ndarray]] = []  # (index, hashes) of the large images
+        self._waiting: dict[tuple[int, int], list] = {}  # (width, height) -> [(index, pixels)]
 
-    def add(self, data: bytes, gray: np.ndarray | None = None, sha256: str | None = None) -> None:
+    def add(self, data: bytes, gray: Image.Image | None = None, sha256: str | None = None) -> None:
+        index = len(self._digests)
         self._digests.append(sha256 or hashlib.sha256(data).hexdigest())
         if gray is None:
             try:
                 with Image.open(io.BytesIO(data)) as img:
                     decode_for_keys(img)
-                    gray = gray_pixels(img)
+                    gray = gray_image(img)
             except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
-                self._hashes.append(None)
                 return
-        if gray.size > self.LARGE:
-            self._hashes.append(gray_hashes([gray], self._scales)[0])
-        else:
-            self._waiting.append(len(self._hashes))
-            self._hashes.append(gray)
+        if gray.width * gray.height > self.LARGE:
+            pixels = np.frombuffer(gray.tobytes(), np.uint8).reshape(1, gray.height, gray.width)
+            self._hashed.append((index, stack_hashes(pixels, self._scales)[0]))
+        else:  # only the pixels are held (`.im`), not the opened file the picture came from
+            self._waiting.setdefault(gray.size, []).append((index, gray.im))
+
+    def take(self) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[int], np.ndarray]]]:
+        """Once, after the last `add`: (sha256 hex digests, hashes (images, 1 + len(scales)) uint64, whether
+        each image has hashes, waiting), in the order images were added. An image that could not be
+        decoded has no hashes, and a row of zeros. `waiting` holds the small images' gray pixels as
+        (rows, stack (images, height, width)) per size: their rows are zeros until `hash_waiting`."""
+        hashes = np.zeros((len(self._digests), 1 + len(self._scales)), np.uint64)
+        has = np.zeros(len(self._digests), bool)
+        for index, row in self._hashed:
+            hashes[index], has[index] = row, True
+        waiting = []
+        for (width, height), images in self._waiting.items():
+            # A size's pixels into one strip, read out at once: one core paste an image (Image.paste's
+            # checks cost twice as much) instead of a tobytes() each, on a thread that shares the GIL
+            # with the rest of the prepare stage.
+            strip = Image.new("L", (width, height * len(images)))
+            for i, (_, pixels) in enumerate(images):
+                strip.im.paste(pixels, (0, i * height, width, (i + 1) * height))
+            rows = [index for index, _ in images]
+            has[rows] = True
+            waiting.append((rows, np.frombuffer(strip.tobytes(), np.uint8).reshape(len(images), height, width)))
+        return self._digests, hashes, has, waiting
+
+    def hashes(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """`take()` with every image hashed: (sha256 hex digests, hashes, whether each image has them)."""
+        digests, hashes, has, waiting = self.take()
+        hash_waiting([(hashes, waiting)], self._scales)
+        return digests, hashes, has
 
     def keys(self) -> list[ContentKeys | None]:
-        return [None if k is None else ContentKeys(*k) for k in self.raw_keys()]
+        """`hashes()` as each image's ContentKeys, None for one that could not be decoded."""
+        digests, hashes, has = self.hashes()
+        return [ContentKeys(d, tuple(h)) if ok else None for d, h, ok in zip(digests, hashes.tolist(), has)]
 
-    def raw_keys(self) -> list[tuple[str, tuple[int, ...]] | None]:
-        """`keys()` as (sha256, hashes) pairs, not checked as a ContentKeys is: for the converter's own
-        keys, made by this code, where the check would cost its few microseconds an image."""
-        done = gray_hashes([self._hashes[i] for i in self._waiting], self._scales)
-        for i, hashes in zip(self._waiting, done):
-            self._hashes[i] = hashes
-        self._waiting = []
-        return [None if h is None else (d, h) for d, h in zip(self._digests, self._hashes)]
+
+_STACK_PIXELS = 1 << 20  # input pixels per stack_hashes call: its float64 temporaries stay a few MB
+
+
+def hash_waiting(parts, scales=CROP_SCALES) -> None:
+    """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
+    The stacks of one size from every batch are hashed together: a few products for a chunk's
+    images rather than a batch's, and fewer numpy calls, each of which gives up the GIL and waits
+    to get it back while the prepare stage's other threads hold it."""
+    by_size: dict[tuple[int, int], list] = {}
+    for hashes, waiting in parts:
+        for rows, stack in waiting:
+            by_size.setdefault(stack.shape[1:], []).extend((hashes, row, image) for row, image in zip(rows, stack))
+    for (height, width), images in by_size.items():
+        step = max(1, _STACK_PIXELS // (height * width))
+        for start in range(0, len(images), step):
+            some = images[start:start + step]
+            for (hashes, row, _), got in zip(some, stack_hashes(np.stack([i for _, _, i in some]), scales)):
+                hashes[row] = got
 
 
 def comparable(keys: ContentKeys) -> bool:

@@ -102,9 +102,9 @@ class PreparedImage:
     converted: bool
     stored: tuple[int, int] = (0, 0)  # (width, height) of the input's pixels as stored, before EXIF orientation
     orientation: int = 1  # the input's EXIF orientation, 1..8 (1: none): boxes and masks follow it
-    # an image kept as it is, prepared with keys=True: its displayed gray pixels, decoded as
+    # an image kept as it is, prepared with keys=True: its displayed gray picture, decoded as
     # content_keys decodes for hashing, so the check's decode serves the keys too
-    gray: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    gray: Image.Image | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class ImageRejected(Exception):
@@ -347,7 +347,7 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
                     img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
                 img.load()
             return PreparedImage(data, source_format, height, width, channels, converted=False,
-                                 stored=(width, height), gray=content_keys.gray_pixels(img, upright=True) if keys else None)
+                                 stored=(width, height), gray=content_keys.gray_image(img, upright=True) if keys else None)
         if out_format not in ("jpeg", "png"):
             out_format = "png"
         if source_format == "jpeg" and orientation == 1 and size != (width, height):

@@ -201,22 +201,23 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
         spilled = f.read()
     assert len(spilled) == size
     keep, bad, convert, large = (r for r, _ in results)
-    assert [(k.offset, k.path) for k in keyed] == [(keep[0], "a/keep.jpg"), (convert[0], "a/convert\udcff.png"),
-                                                     (large[0], "a/large.png")]
+    assert (keyed.paths, keyed.has.tolist()) == (["a/keep.jpg", "a/convert\udcff.png", "a/large.png"], [True] * 3)
+    assert keyed.offsets == [keep[0], convert[0], large[0]]
+    ck.hash_waiting([(keyed.hashes, keyed.waiting)])
     stored = [(src / "a" / "keep.jpg").read_bytes()]
     for r, name in ((convert, b"a/convert\udcff.png"), (large, b"a/large.png")):
         offset, length, _, cut, image = r
         framed = b"".join(read_record(str(src), name, spilled[offset:offset + length - image], cut, image))
         stored.append(ImageRecord.from_bytes(framed[12:-4]).encoded)
-    assert [ck.ContentKeys(k.sha256, k.hashes) for k in keyed] == [ck.image_keys(data) for data in stored]
+    assert [ck.ContentKeys(keyed.sha256[32 * i:32 * (i + 1)].hex(), tuple(h)) for i, h in enumerate(keyed.hashes.tolist())] \
+        == [ck.image_keys(data) for data in stored]
 
     rows = np.zeros(3, grouping.KEY_ROWS)
-    rows["spill"], rows["offset"] = 3, [k.offset for k in keyed]
-    rows["hashes"] = np.array([k.hashes for k in keyed], np.uint64)
-    grouping.write_rows(work, 0, rows, [k.path for k in keyed])
+    rows["spill"], rows["offset"], rows["hashes"] = 3, keyed.offsets, keyed.hashes
+    grouping.write_rows(work, 0, rows, keyed.paths)
     got, block = grouping.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes()
-    assert block.split(b"\0") == [k.path.encode("utf-8", "surrogateescape") for k in keyed]
-    assert grouping.RowTable(work).get(3, keyed[2].offset).tobytes() == rows[2].tobytes()
+    assert block.split(b"\0") == [p.encode("utf-8", "surrogateescape") for p in keyed.paths]
+    assert grouping.RowTable(work).get(3, keyed.offsets[2]).tobytes() == rows[2].tobytes()
     with pytest.raises(ResumeError, match="without computing their content keys"):
         grouping.read_rows(work, 1)
