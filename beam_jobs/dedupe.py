@@ -49,7 +49,7 @@ import numpy as np
 from beam_jobs import group_batches, grouping
 from beam_jobs.dedupe_decide import decide_batch, write_report
 from beam_jobs.scan_tasks import Scan, scan_tasks
-from beam_jobs.prepare import ChunkCounts, PreparedRef, chunk_counts, read_prepared
+from beam_jobs.prepare import ChunkCounts, PreparedRef, chunk_counts, place_of, prepared_fields, read_recorded
 from prep.core import storage
 from prep.core.groups import DedupeOptions, Member, balance_pins, merge_units, pin_split
 from prep.core import band_scan
@@ -64,13 +64,13 @@ def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, only=None) ->
     """[(item id, PreparedRef, its key row (grouping.KEY_ROWS) or None)] of a prepared chunk's good
     inputs, in index order; with `only` (item ids), of those alone."""
     table = grouping.RowTable(work) if with_keys else None
+    recorded = read_recorded(work, chunk)
+    first = grouping.item_id(chunk, 0)
+    positions = range(len(recorded)) if only is None else sorted(item - first for item in only)
     out = []
-    for position, fields in enumerate(read_prepared(work, chunk)):
-        item = grouping.item_id(chunk, position)
-        if only is not None and item not in only:
-            continue
-        ref = PreparedRef._make(fields)
-        out.append((item, ref, table.get(ref.spill, ref.offset) if table is not None else None))
+    for position in positions:
+        ref = PreparedRef._make(prepared_fields(recorded[position]))
+        out.append((first + position, ref, table.get(ref.spill, ref.offset) if table is not None else None))
     return out
 
 
@@ -203,20 +203,20 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = grouping.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
     placed = {}
-    refs = read_prepared(work, chunk) if decisions or user else []
-    for position, fields in enumerate(refs):
-        item, ref = grouping.item_id(chunk, position), PreparedRef._make(fields)
-        d = decisions.get(item)
-        if d is not None:
-            if d.reject is not None:  # listed by decide_batch's rejects file, which publish reads
-                placed[(ref.spill, ref.offset)] = None
-            elif d.pin:
-                placed[(ref.spill, ref.offset)] = pins.get(d.movable, d.pin) if d.movable else d.pin
-        elif user:
-            unit = user(ref.path.decode("utf-8", "surrogateescape"))
+    refs = read_recorded(work, chunk) if decisions or user else []  # as recorded: the path is text
+    first = grouping.item_id(chunk, 0)
+    for item, d in decisions.items():
+        ref = refs[item - first]
+        if d.reject is not None:  # listed by decide_batch's rejects file, which publish reads
+            placed[place_of(ref)] = None
+        elif d.pin:
+            placed[place_of(ref)] = pins.get(d.movable, d.pin) if d.movable else d.pin
+    if user:
+        for position, ref in enumerate(refs):
+            unit = None if first + position in decisions else user(ref[0])
             unit = merged.get(unit, unit)
             if unit is not None:
-                placed[(ref.spill, ref.offset)] = user_pins.get(unit) or pin_split(seed, unit, fractions)
+                placed[place_of(ref)] = user_pins.get(unit) or pin_split(seed, unit, fractions)
     grouping.write_groups(work, chunk, placed)
     pinned = sum(1 for pin in placed.values() if pin)
     if pinned:
@@ -224,7 +224,7 @@ def regroup(element, work: WorkDir, options: DedupeOptions, seed: int, fractions
     if not placed:
         yield from (v for kind, v in values if kind == "counts")
     else:  # the placements just written, as grouping.placer gives them to rank_task
-        yield ChunkCounts(chunk, chunk_counts(refs, grouping.place_in(placed)))
+        yield ChunkCounts(chunk, chunk_counts(refs, placed))
 
 
 def duplicates_summary(output: str) -> list[str]:

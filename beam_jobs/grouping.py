@@ -242,17 +242,12 @@ def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | 
 def placer(work: WorkDir, chunk: int, grouped: bool):
     """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
 
-    The same function gives the chunk's counts (beam_jobs/dedupe.py) and ranks its refs
-    (plan_shards.rank_task), so the two agree. `grouped` False: no grouping in this run.
+    The placements that rank its refs (plan_shards.rank_task) are the ones that counted them
+    (prepare.chunk_counts in dedupe.regroup), read back, so the two agree. `grouped` False: no grouping in this run.
     """
     if not grouped:
         return lambda ref: ""
-    rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
-    return place_in({(spill, offset): pin for spill, offset, pin in rows})
-
-
-def place_in(placed: dict[tuple[int, int], str | None]):
-    """`placer`'s function over a chunk's placements as `write_groups` takes them (regroup has them at hand)."""
+    placed = {(spill, offset): pin for spill, offset, pin in json.loads(storage.read_bytes(groups_path(work, chunk)))}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
 
 

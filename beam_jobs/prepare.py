@@ -112,8 +112,19 @@ def read_prepared(work: WorkDir, chunk: int) -> list[tuple]:
 
     The path comes back as bytes (UTF-8, undecodable bytes kept), as Entry.source holds it.
     """
+    return [prepared_fields(v) for v in read_recorded(work, chunk)]
+
+
+def read_recorded(work: WorkDir, chunk: int) -> list[list]:
+    """A prepared chunk's good inputs as its index records them (path as text), in listing order: for a
+    step that looks at a few of them (`prepared_fields`) or only counts them (`chunk_counts`)."""
     data = json.loads(storage.read_bytes(work.chunk_index(chunk)))
-    return [(v[0].encode("utf-8", "surrogateescape"), *_recorded(OK, v)[1:]) for kind, v in data["outcomes"] if kind == OK]
+    return [v for kind, v in data["outcomes"] if kind == OK]
+
+
+def prepared_fields(recorded: list) -> tuple:
+    """One of `read_recorded`'s lists -> `read_prepared`'s PreparedRef fields."""
+    return (recorded[0].encode("utf-8", "surrogateescape"), *_recorded(OK, recorded)[1:])
 
 
 class PrepareChunk(PooledDoFn):
@@ -271,21 +282,31 @@ class PrepareChunk(PooledDoFn):
         write_chunk_keys(self._work, chunk, items, rows["hashes"])
 
 
-def chunk_counts(refs, place=None) -> tuple[GroupCount, ...]:
-    """[PreparedRef fields] of one chunk -> a `GroupCount` per group, in order of appearance.
+_SPLIT, _LABEL, _SPILL, _OFFSET, _LENGTH = map(PreparedRef._fields.index, ("split", "label", "spill", "offset", "length"))
 
-    `place(ref)`, if given, says what becomes of a ref in a duplicate or user group
-    (beam_jobs/grouping.py): None leaves it out, else the split it is pinned to or "".
+
+def place_of(ref) -> tuple[int, int]:
+    """(spill, offset) of PreparedRef fields (a tuple, or an index's list: `read_recorded`): where its record
+    waits, which names it in a chunk's placements (`chunk_counts`, grouping.write_groups)."""
+    return ref[_SPILL], ref[_OFFSET]
+
+
+def chunk_counts(refs, placed: dict | None = None) -> tuple[GroupCount, ...]:
+    """[PreparedRef fields] of one chunk (tuples, or the index's lists: `read_recorded`) -> a `GroupCount`
+    per group, in order of appearance. Fields are taken by place, not through a PreparedRef: the dedupe
+    stage counts every chunk again.
+
+    `placed`, if given, says what becomes of a ref in a duplicate or user group (beam_jobs/grouping.py):
+    keyed by (spill, offset), None leaves it out, else the split it is pinned to; any other ref gets "".
     """
     counts: dict[tuple, list] = {}
-    for fields in refs:
-        r = PreparedRef._make(fields)
-        pin = "" if place is None else place(r)
+    for r in refs:
+        pin = placed.get((r[_SPILL], r[_OFFSET]), "") if placed else ""
         if pin is None:
             continue
-        count = counts.setdefault((r.split, r.label, pin), [0, 0])
+        count = counts.setdefault((r[_SPLIT], r[_LABEL], pin), [0, 0])
         count[0] += 1
-        count[1] += r.length
+        count[1] += r[_LENGTH]
     return tuple(GroupCount(split, label, n, size, pin) for (split, label, pin), (n, size) in counts.items())
 
 
