@@ -153,12 +153,9 @@ def _shard_lines(shard, payloads: list[bytes]) -> typing.Iterator[bytes]:
     order = np.argsort(joined["record"], kind="stable")
     for at in range(0, len(order), LINES_AT_ONCE):
         rows = order[at:at + LINES_AT_ONCE]
-        shas = joined["sha256"][rows].tobytes().hex()  # one call for the piece, 64 digits a record
-        yield "".join(
-            keys_sidecar.record_line(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
-                                     shas[64 * k:64 * k + 64], h)
-            for k, (i, a, b, h) in enumerate(zip(joined["record"][rows].tolist(), starts[rows].tolist(),
-                                                 ends[rows].tolist(), joined["hashes"][rows].tolist()))).encode()
+        names = [paths[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts[rows].tolist(), ends[rows].tolist())]
+        yield keys_sidecar.shard_lines(split, filename, digest, joined["record"][rows].tolist(), names,
+                                       joined["sha256"][rows].tobytes().hex(), joined["hashes"][rows]).encode()
 
 
 def _key(places: np.ndarray) -> np.ndarray:

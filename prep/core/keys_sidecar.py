@@ -23,6 +23,8 @@ import dataclasses
 import json
 from json.encoder import encode_basestring_ascii as _quote  # a str as json.dumps(ensure_ascii=True) writes it
 
+import numpy as np
+
 from prep.core import content_keys as ck
 
 FILENAME = "content_keys.jsonl"
@@ -86,6 +88,21 @@ def record_lines(records: list[RecordKeys]) -> bytes:
     """The records' lines, each ending in a newline (a sidecar is `header_line` and these, joined)."""
     return "".join(record_line(r.split, r.shard, r.shard_sha256, r.record, r.filename, r.sha256, r.hashes, r.error)
                    for r in records).encode()
+
+
+def shard_lines(split: str, shard: str, shard_sha256: str, records: list[int], filenames: list[str], sha256: str,
+                hashes: np.ndarray) -> str:
+    """The lines of records of one shard that all have hashes, as `record_line` writes them: `sha256` holds
+    their digests' 64 hex digits each, `hashes` their hashes (records, hashes) as uint64. The shard's fields
+    are quoted once and the hashes formatted as one array: the converter writes a line per record."""
+    tail = f'"shard": {_quote(shard)}, "shard_sha256": {_quote(shard_sha256)}, "split": {_quote(split)}}}\n'
+    digits = np.frombuffer(hashes.astype(">u8").tobytes().hex().encode(), np.uint8).reshape(-1, 16)
+    cells = np.empty((len(digits), 20), np.uint8)  # each hash as '"' + its 16 digits + '", '
+    cells[:, 0], cells[:, 1:17], cells[:, 17:] = ord('"'), digits, np.frombuffer(b'", ', np.uint8)
+    listed, width = cells.tobytes().decode(), 20 * hashes.shape[1]
+    return "".join(f'{{"filename": {_quote(name)}, "hashes": [{listed[width * i:width * (i + 1) - 2]}], '
+                   f'"record": {int(record)}, "sha256": "{sha256[64 * i:64 * i + 64]}", {tail}'
+                   for i, (record, name) in enumerate(zip(records, filenames)))
 
 
 def record_line(split: str, shard: str, shard_sha256: str, record: int, filename: str, sha256: str,

@@ -224,3 +224,27 @@ def test_a_batch_gives_each_image_the_keys_it_has_alone():
     got = batch.keys()
     assert got[3] is None
     assert [k for i, k in enumerate(got) if i != 3] == [ck.image_keys(d) for i, d in enumerate(datas) if i != 3]
+
+
+def test_batches_taken_and_hashed_together_give_each_image_its_own_keys(monkeypatch):
+    """PrepareChunk takes each batch's waiting pixels and hashes a chunk's at once (hash_waiting), several
+    products a size when they pass _STACK_PIXELS: every image still gets image_keys' answer in its own
+    row of its own batch; a large image was hashed on arrival, and bytes that do not decode have none."""
+    monkeypatch.setattr(ck, "_STACK_PIXELS", 3 * 96 * 72)  # 3 images of 96x72 a product
+    sizes = [(96, 72), (96, 72), (80, 60), (96, 72), (900, 700), (96, 72), (80, 60), (96, 72), (96, 72)]
+    datas = [encode(photo(s, size), "PNG") for s, size in enumerate(sizes)]
+    datas.insert(4, b"not an image")
+    parts, taken = [], []
+    for start in range(0, len(datas), 4):
+        batch = ck.KeyBatch()
+        for d in datas[start:start + 4]:
+            batch.add(d)
+        digests, hashes, has, waiting = batch.take()
+        assert all(stack.shape[1:] in ((72, 96), (60, 80)) for _, stack in waiting)  # the 900x700 one is not held
+        parts.append((hashes, waiting))
+        taken.append((digests, hashes, has))
+    ck.hash_waiting(parts)
+    got = [ck.ContentKeys(d, tuple(h)) if ok else None
+           for digests, hashes, has in taken for d, h, ok in zip(digests, hashes.tolist(), has)]
+    assert got[4] is None
+    assert [k for i, k in enumerate(got) if i != 4] == [ck.image_keys(d) for i, d in enumerate(datas) if i != 4]

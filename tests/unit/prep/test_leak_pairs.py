@@ -77,6 +77,20 @@ def test_a_record_line_is_the_json_of_its_record_with_sorted_keys(split, shard, 
     assert keys_sidecar.record_lines([r]) == (json.dumps(r.to_json(), sort_keys=True) + "\n").encode()
 
 
+@given(st.text(), st.text(), st.lists(st.tuples(
+    st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\udcff", '"', "\\"])), st.integers(0, 2**32 - 1),
+    st.binary(min_size=32, max_size=32), st.lists(st.integers(0, (1 << 64) - 1), min_size=5, max_size=5)), max_size=5))
+def test_a_shard_s_lines_at_once_are_its_record_lines(split, shard, rows):
+    """The converter formats a shard's lines at once (shard_lines): the same bytes as one record_line each,
+    hashes with leading zeros, quotes, surrogates and non-ASCII included."""
+    import numpy as np
+
+    hashes = np.array([h for *_, h in rows], np.uint64).reshape(len(rows), 5)
+    got = keys_sidecar.shard_lines(split, shard, "d" * 64, [r for _, r, _, _ in rows], [f for f, *_ in rows],
+                                   b"".join(d for _, _, d, _ in rows).hex(), hashes)
+    assert got == "".join(keys_sidecar.record_line(split, shard, "d" * 64, r, f, d.hex(), h) for f, r, d, h in rows)
+
+
 def test_the_sidecar_keeps_only_shards_whose_digest_still_matches():
     records = [rec("x", "1", shard="one", digest="1" * 64), rec("y", "2", shard="two", digest="2" * 64),
                rec("z", "3", shard="two", digest="2" * 64, record=1)]
