@@ -56,6 +56,7 @@ class Scan(PooledDoFn):
     def process(self, element):
         _, task = element
         items, hashes = grouping.read_scales(self._work, task.chunks, task.scales)
+        hashes = np.asfortranarray(band_scan.spread_bits(hashes))  # every task alike: see spread_bits
 
         def one(job):
             column, band = job  # hashes' column `column` holds crop scale task.scales[column]

@@ -1,6 +1,8 @@
 """What the content keys cost the prepare stage's threads, without Beam: `prepare_batch` over a set of
-photos on a pool of 2 threads (as PrepareChunk runs it), keys against none, and keys with the hashing
-swapped for a constant; then how well two threads run the hashing's matrix products side by side.
+photos on a pool of 2 threads, chunk by chunk as PrepareChunk runs it (a chunk's batches submitted, then
+the chunk before it completed on the calling thread, where its waiting pixels are hashed:
+`content_keys.hash_waiting`), keys against none, and keys with the hashing swapped for a constant; then
+how well two threads run the hashing's matrix products side by side.
 
     python bench/keys_threads.py                      # 10,000 generated 500x375 photos, 6 repeats
     python bench/keys_threads.py --count 2000 --repeats 4
@@ -43,8 +45,18 @@ from prep.core.workdir import BATCH, WorkDir  # noqa: E402
 VARIANTS = ("no keys", "keys", "keys, constant hashes")
 
 
-def _constant(grays, scales=content_keys.CROP_SCALES):
-    return [(0x0123456789ABCDEF,) * (1 + len(scales))] * len(grays)
+CHUNK = 1024  # inputs per chunk: ordering.MAX_CHUNK, what a large set's chunks hold
+
+
+def _constant(stack, scales=content_keys.CROP_SCALES):
+    return np.full((len(stack), 1 + len(scales)), 0x0123456789ABCDEF, np.uint64)
+
+
+def _complete(tasks) -> None:
+    """Waits for a chunk's batches and hashes their waiting pixels, as PrepareChunk._complete does."""
+    keyed = [task.result()[2] for task in tasks]
+    if keyed and keyed[0] is not None:
+        content_keys.hash_waiting([(keys.hashes, keys.waiting) for keys in keyed])
 
 
 def prepare_all(source: pathlib.Path, variant: str, pool) -> tuple[float, float]:
@@ -52,20 +64,25 @@ def prepare_all(source: pathlib.Path, variant: str, pool) -> tuple[float, float]
     classes = sorted(p.name for p in source.iterdir() if p.is_dir())
     refs = [InputRef(f"{c}/{f}", c, None) for c in classes for f in sorted(os.listdir(source / c))]
     labels = {c: i for i, c in enumerate(classes)}
-    real = content_keys.gray_hashes
+    real = content_keys.stack_hashes
     if variant == "keys, constant hashes":
-        content_keys.gray_hashes = _constant
+        content_keys.stack_hashes = _constant
     tmp = tempfile.mkdtemp(prefix="keys-threads-")
     try:
         work = WorkDir(tmp)
         wall, cpu = time.perf_counter(), time.process_time()
-        tasks = [pool.submit(prepare_batch, str(source), work, b, refs[b:b + BATCH], labels, ImageOptions(),
-                             keys=variant != "no keys") for b in range(0, len(refs), BATCH)]
-        for task in tasks:
-            task.result()
+        earlier = None
+        for start in range(0, len(refs), CHUNK):
+            chunk = refs[start:start + CHUNK]
+            tasks = [pool.submit(prepare_batch, str(source), work, start + b, chunk[b:b + BATCH], labels,
+                                 ImageOptions(), keys=variant != "no keys") for b in range(0, len(chunk), BATCH)]
+            if earlier is not None:
+                _complete(earlier)
+            earlier = tasks
+        _complete(earlier or [])
         return time.perf_counter() - wall, time.process_time() - cpu
     finally:
-        content_keys.gray_hashes = real
+        content_keys.stack_hashes = real
         shutil.rmtree(tmp, ignore_errors=True)
 
 

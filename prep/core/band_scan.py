@@ -44,6 +44,28 @@ _NO_SHA = "0" * 64
 _MASK = np.uint64((1 << WIDTH) - 1)
 
 
+# Where each pHash bit goes in the hashes a scan bands (`spread_bits`): the bits of frequencies (u, v) with
+# u + v = k (mod 4) make band k. Photos' hashes agree more often in neighbouring low frequencies, so
+# contiguous bands (u = 0-1, 2-3, ...) gather many pictures under a few band values; spread over the 8x8
+# grid, the values are close to uniform and a band meets fewer candidates (docs/leakage.md).
+_SPREAD = sorted(range(BITS), key=lambda i: ((i // 8 + i % 8) % BANDS, i))  # new bit j <- pHash bit _SPREAD[j]
+
+
+def spread_bits(hashes: np.ndarray) -> np.ndarray:
+    """The hashes with their bits rearranged for the bands (`_SPREAD`; bit 0 is the top bit). The same
+    rearrangement of both hashes keeps their Hamming distance, so a scan of spread hashes finds the same
+    pairs at the same distances: every hash of one scan must be spread, or none."""
+    hashes = np.asarray(hashes, np.uint64)
+    out = np.zeros_like(hashes)
+    moves: dict[int, int] = {}  # shift (left, in LSB positions) -> mask of the source bits it moves
+    for new, old in enumerate(_SPREAD):
+        moves[old - new] = moves.get(old - new, 0) | 1 << (BITS - 1 - old)
+    for shift, mask in sorted(moves.items()):
+        moved = hashes & np.uint64(mask)
+        out |= moved << np.uint64(shift) if shift >= 0 else moved >> np.uint64(-shift)
+    return out
+
+
 def _shift(band: int) -> np.uint64:
     return np.uint64(BITS - WIDTH * (band + 1))
 
