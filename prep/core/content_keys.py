@@ -218,7 +218,12 @@ def gray_image(img: Image.Image, upright: bool = False) -> Image.Image:
 
 def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
     """`gray_image` as an array (height, width)."""
-    gray = gray_image(img, upright)
+    return _array(gray_image(img, upright))
+
+
+def _array(gray: Image.Image) -> np.ndarray:
+    """An "L" image's pixels (height, width), straight from its bytes (np.asarray goes through
+    __array_interface__: more Python an image)."""
     return np.frombuffer(gray.tobytes(), np.uint8).reshape(gray.height, gray.width)
 
 
@@ -269,8 +274,7 @@ class KeyBatch:
             except Exception:  # noqa: BLE001 - any decoder failure means "no keys", never a lost image
                 return
         if gray.width * gray.height > self.LARGE:
-            pixels = np.frombuffer(gray.tobytes(), np.uint8).reshape(1, gray.height, gray.width)
-            self._hashed.append((index, stack_hashes(pixels, self._scales)[0]))
+            self._hashed.append((index, stack_hashes(_array(gray)[None], self._scales)[0]))
         else:  # only the pixels are held (`.im`), not the opened file the picture came from
             self._waiting.setdefault(gray.size, []).append((index, gray.im))
 
