@@ -243,11 +243,13 @@ def placer(work: WorkDir, chunk: int, grouped: bool):
     """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
 
     The placements that rank its refs (plan_shards.rank_task) are the ones that counted them
-    (prepare.chunk_counts in dedupe.regroup), read back, so the two agree. `grouped` False: no grouping in this run.
+    (prepare.chunk_counts in dedupe.regroup), read back, so the two agree. `grouped` False: no grouping
+    in this run.
     """
     if not grouped:
         return lambda ref: ""
-    placed = {(spill, offset): pin for spill, offset, pin in json.loads(storage.read_bytes(groups_path(work, chunk)))}
+    rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
+    placed = {(spill, offset): pin for spill, offset, pin in rows}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
 
 

@@ -153,7 +153,8 @@ def _shard_lines(shard, payloads: list[bytes]) -> typing.Iterator[bytes]:
     order = np.argsort(joined["record"], kind="stable")
     for at in range(0, len(order), LINES_AT_ONCE):
         rows = order[at:at + LINES_AT_ONCE]
-        names = [paths[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts[rows].tolist(), ends[rows].tolist())]
+        names = [paths[a:b].decode("utf-8", "surrogateescape")
+                 for a, b in zip(starts[rows].tolist(), ends[rows].tolist())]
         yield keys_sidecar.shard_lines(split, filename, digest, joined["record"][rows].tolist(), names,
                                        joined["sha256"][rows].tobytes().hex(), joined["hashes"][rows]).encode()
 

@@ -282,7 +282,8 @@ class PrepareChunk(PooledDoFn):
         write_chunk_keys(self._work, chunk, items, rows["hashes"])
 
 
-_SPLIT, _LABEL, _SPILL, _OFFSET, _LENGTH = map(PreparedRef._fields.index, ("split", "label", "spill", "offset", "length"))
+_SPLIT, _LABEL, _SPILL, _OFFSET, _LENGTH = map(PreparedRef._fields.index,
+                                                ("split", "label", "spill", "offset", "length"))
 
 
 def place_of(ref) -> tuple[int, int]:

@@ -191,8 +191,8 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
-    `keys`, the good inputs' `BatchKeys` (else None), some of their hashes still to compute. `length` is the framed record's, of
-    which `length - image` bytes were spilled at `offset` (see read_and_prepare).
+    `keys`, the good inputs' `BatchKeys` (else None), some of their hashes still to compute. `length` is
+    the framed record's, of which `length - image` bytes were spilled at `offset` (see read_and_prepare).
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
     most BATCH inputs, and it depends on nothing but the listing and seed.

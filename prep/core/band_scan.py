@@ -49,6 +49,9 @@ _MASK = np.uint64((1 << WIDTH) - 1)
 # contiguous bands (u = 0-1, 2-3, ...) gather many pictures under a few band values; spread over the 8x8
 # grid, the values are close to uniform and a band meets fewer candidates (docs/leakage.md).
 _SPREAD = sorted(range(BITS), key=lambda i: ((i // 8 + i % 8) % BANDS, i))  # new bit j <- pHash bit _SPREAD[j]
+_MOVES: dict[int, int] = {}  # shift (left, in LSB positions) -> mask of the source bits it moves
+for _new, _old in enumerate(_SPREAD):
+    _MOVES[_old - _new] = _MOVES.get(_old - _new, 0) | 1 << (BITS - 1 - _old)
 
 
 def spread_bits(hashes: np.ndarray) -> np.ndarray:
@@ -57,10 +60,7 @@ def spread_bits(hashes: np.ndarray) -> np.ndarray:
     pairs at the same distances: every hash of one scan must be spread, or none."""
     hashes = np.asarray(hashes, np.uint64)
     out = np.zeros_like(hashes)
-    moves: dict[int, int] = {}  # shift (left, in LSB positions) -> mask of the source bits it moves
-    for new, old in enumerate(_SPREAD):
-        moves[old - new] = moves.get(old - new, 0) | 1 << (BITS - 1 - old)
-    for shift, mask in sorted(moves.items()):
+    for shift, mask in sorted(_MOVES.items()):
         moved = hashes & np.uint64(mask)
         out |= moved << np.uint64(shift) if shift >= 0 else moved >> np.uint64(-shift)
     return out
