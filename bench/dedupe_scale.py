@@ -12,11 +12,18 @@ photos' do, and 1% of them planted near-copies (exact copies, re-encodes at qual
 in the same class. With `--variants N`, count/N scenes are drawn, each saved as is and mirrored or
 turned N-1 ways, in one class (see TURNS); with `--mixed-sizes` each image is also cut to 70-100% of
 each side at random, so nearly every picture has a size of its own (the keys hash same-sized images
-together). Each repeat runs every mode once, modes in turn, each as a fresh process of THIS
-checkout's code (PYTHONPATH), after the previous output is deleted and synced. "wall" is the whole
-command, "pipeline" the manifest's run.seconds; "peak tree RSS" is the summed RSS of the command and all
-its child processes, polled every 20 ms (tests/support/proctree.py). The table gives medians and each
-mode's ratio to --duplicates off. Results also go to bench/results/dedupe-scale-<count>.json.
+together). Each repeat runs every mode once, modes in turn (the order reversed every other repeat),
+each as a fresh process of THIS checkout's code (PYTHONPATH), after the previous output is deleted and
+synced. "wall" is the whole command, "CPU" its user + system time (os.wait4), "pipeline" the manifest's
+run.seconds; "peak tree RSS" is the larger of the command's own peak (ru_maxrss, exact) and the summed
+RSS of it and its child processes, polled every 250 ms (tests/support/proctree.py; polling every 20 ms
+took ~8% of a core from the run measured). The table gives medians and each mode's ratio to
+--duplicates off, and the median of the ratios of runs side by side.
+
+The modes: the default finds duplicates and rejects the groups whose images carry different labels, so
+it writes fewer records than --duplicates off wherever the set has such groups (the generated scenes do:
+3,057 of 4,168 groups at 100,000); `--conflicts keep` finds the same groups and writes every record, so
+its ratio is the dedupe stage's cost alone. Results also go to bench/results/dedupe-scale-<count>.json.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import random
 import shutil
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -44,7 +52,7 @@ from tests.support.proctree import TreePeak  # noqa: E402
 CLASSES = 10
 SIZE = (64, 64)
 PLANTED = ("copy", "reencode_q60", "brightness_12")
-MODES = {"dedupe (default)": [], "--duplicates off": ["--duplicates", "off"]}
+MODES = {"dedupe (default)": [], "--conflicts keep": ["--conflicts", "keep"], "--duplicates off": ["--duplicates", "off"]}
 
 
 # pHash sees orientation: mirrored and turned copies of one scene are mostly more than 7 bits apart, so one
@@ -107,32 +115,46 @@ def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], workers:
     cmd = [sys.executable, "-m", "prep.cli", "convert", str(source), str(out), "--workers", str(workers),
            "--no-progress", *extra]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    with TreePeak(proc.pid, interval=0.02) as peak:
-        stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, env=env)
+        with TreePeak(proc.pid, interval=0.25) as peak:
+            _, status, usage = os.wait4(proc.pid, 0)  # the command's own CPU time, as well as its wall
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr = (_read(f) for f in (out_file, err_file))
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {stderr.decode()[-2000:]}")
     manifest = json.loads((out / "manifest.json").read_text())
     report = out / "duplicates.jsonl"
     groups = json.loads(report.read_text().splitlines()[0])["groups"] if report.exists() else 0
-    return {"wall": wall, "pipeline": manifest["run"]["seconds"], "tree_rss_mb": peak.peak / 2**20,
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "pipeline": manifest["run"]["seconds"],
+            "tree_rss_mb": max(peak.peak, usage.ru_maxrss * 1024) / 2**20,
             "examples": manifest["inputs"]["written"], "groups": groups, "stdout": stdout.decode()}
 
 
+def _read(f) -> bytes:
+    f.seek(0)
+    return f.read()
+
+
 def table(count: int, results: dict[str, list[dict]], what: str = "64x64 JPEGs") -> str:
-    base = {k: statistics.median(r[k] for r in results["--duplicates off"]) for k in ("wall", "pipeline")}
+    """Medians per mode, each against --duplicates off's; then the median of the runs' ratios pair by pair
+    (repeat r of a mode against repeat r of off, run side by side), which a slow hour moves less."""
+    keys = ("wall", "cpu", "pipeline")
+    off = results["--duplicates off"]
+    base = {k: statistics.median(r[k] for r in off) for k in keys}
     lines = [f"prep convert, {count} generated {what} (+1% planted copies), 2 workers, "
-             f"median of {len(next(iter(results.values())))}",
-             f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'pipeline s':>10} {'x off':>6} "
-             f"{'peak tree RSS MB':>16}"]
+             f"median of {len(off)}",
+             f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'CPU s':>8} {'x off':>6} "
+             f"{'pipeline s':>10} {'x off':>6} {'peak tree RSS MB':>16} {'pairs: wall x off':>17}"]
     for mode, runs in results.items():
-        wall = statistics.median(r["wall"] for r in runs)
-        pipe = statistics.median(r["pipeline"] for r in runs)
+        m = {k: statistics.median(r[k] for r in runs) for k in keys}
         rss = statistics.median(r["tree_rss_mb"] for r in runs)
-        lines.append(f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} {wall:>8.2f} "
-                     f"{wall / base['wall']:>6.3f} {pipe:>10.2f} {pipe / base['pipeline']:>6.3f} {rss:>16.0f}")
+        paired = statistics.median(r["wall"] / o["wall"] for r, o in zip(runs, off))
+        lines.append(f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} "
+                     + " ".join(f"{m[k]:>{w}.2f} {m[k] / base[k]:>6.3f}" for k, w in zip(keys, (8, 8, 10)))
+                     + f" {rss:>16.0f} {paired:>17.3f}")
     return "\n".join(lines)
 
 
@@ -160,7 +182,8 @@ def main(argv=None) -> None:
         for mode, extra in (MODES.items() if repeat % 2 == 0 else reversed(MODES.items())):
             r = run_once(source, args.data / "out", [*args.convert_args.split(), *extra], args.workers)
             results[mode].append(r)
-            print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, pipeline {r['pipeline']:.2f} s, "
+            print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s, "
+                  f"pipeline {r['pipeline']:.2f} s, "
                   f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}", file=sys.stderr)
     shutil.rmtree(args.data / "out", ignore_errors=True)
     what = f"{args.size} JPEGs" + (" cut to 70-100% a side" if args.mixed_sizes else "")
