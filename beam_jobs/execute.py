@@ -5,6 +5,8 @@ Imports Beam; `launch.py` imports this module only once the listing is staged.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import shutil
 import time
 
@@ -55,13 +57,14 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
             p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
             build(p, config, ready.staged, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL,
                   on_step=on_step, suspects=suspects)
-            result = p.run()
-            try:
-                result.wait_until_finish()
-            finally:
-                client = getattr(result, "client", None)  # DaskRunner's client to the cluster
-                if client is not None:
-                    client.close()
+            with _frozen_heap():
+                result = p.run()
+                try:
+                    result.wait_until_finish()
+                finally:
+                    client = getattr(result, "client", None)  # DaskRunner's client to the cluster
+                    if client is not None:
+                        client.close()
     except Exception as exc:
         error = find_prep_error(exc, config.output)
         if error is None and runners.submits_job(runner):  # the job service's or the remote job's failure
@@ -75,6 +78,19 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
     return Manifest.from_json(storage.read_bytes(manifest_path), manifest_path)
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """The objects alive when the run starts (modules, Beam, the graph) outlive it: frozen, they are left out of
+    the collector's full passes, each of which walked them all holding the GIL the pool's threads want
+    (docs/design.md: "The heap is frozen while the pipeline runs"). Unfrozen after, so that a caller's
+    garbage (a notebook's, a test's) is collected again."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _resumable(work: WorkDir) -> bool:

@@ -1,9 +1,13 @@
 """`prep convert` end to end: balance, splits, determinism, accounting, records readable by TensorFlow."""
 
+import gc
 import json
 from collections import Counter
 
 import pytest
+from click.testing import CliRunner
+
+from prep.cli import CliHooks, main
 
 from tests.support.imagegen import image_bytes, write_class_tree
 from tests.support.shards import manifest_without_run, read_dataset, shard_bytes
@@ -361,3 +365,19 @@ def test_beam_idiom_entry_point_leaves_dataflow_job_labels_to_beam(tmp_path):
                            "--output", str(tmp_path / "out"), "--label", "team=ml"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]["written"] == 4
+
+
+def _fail_at_manifest(point):
+    if point == "manifest":
+        raise RuntimeError("a step that failed")
+
+
+def test_an_in_process_conversion_leaves_the_collector_unfrozen(small, tmp_path, run_cli):
+    """The heap is frozen while the pipeline runs (execute.py); a caller in process, a notebook or a test,
+    must get its garbage collected again afterwards, after a run that failed too."""
+    convert(run_cli, small, tmp_path / "a")
+    assert gc.get_freeze_count() == 0
+    result = CliRunner().invoke(main, ["convert", str(small), str(tmp_path / "b")],
+                                obj=CliHooks(on_step=_fail_at_manifest))
+    assert result.exit_code != 0 and "a step that failed" in repr(result.exception)
+    assert gc.get_freeze_count() == 0
