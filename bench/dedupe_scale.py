@@ -37,8 +37,8 @@ import random
 import shutil
 import statistics
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -52,7 +52,8 @@ from tests.support.proctree import TreePeak  # noqa: E402
 CLASSES = 10
 SIZE = (64, 64)
 PLANTED = ("copy", "reencode_q60", "brightness_12")
-MODES = {"dedupe (default)": [], "--conflicts keep": ["--conflicts", "keep"], "--duplicates off": ["--duplicates", "off"]}
+MODES = {"dedupe (default)": [], "--conflicts keep": ["--conflicts", "keep"],
+         "--duplicates off": ["--duplicates", "off"]}
 
 
 # pHash sees orientation: mirrored and turned copies of one scene are mostly more than 7 bits apart, so one
