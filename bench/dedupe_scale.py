@@ -12,7 +12,7 @@ photos' do, and 1% of them planted near-copies (exact copies, re-encodes at qual
 in the same class. With `--variants N`, count/N scenes are drawn, each saved as is and mirrored or
 turned N-1 ways, in one class (see TURNS); with `--mixed-sizes` each image is also cut to 70-100% of
 each side at random, so nearly every picture has a size of its own (the keys hash same-sized images
-together). Each repeat runs every mode once, modes in turn (the order reversed every other repeat),
+together). Each repeat runs every mode (--modes) once, modes in turn (the order reversed every other repeat),
 each as a fresh process of THIS checkout's code (PYTHONPATH), after the previous output is deleted and
 synced. "wall" is the whole command, "CPU" its user + system time (os.wait4), "pipeline" the manifest's
 run.seconds; "peak tree RSS" is the larger of the command's own peak (ru_maxrss, exact) and the summed
@@ -54,6 +54,7 @@ SIZE = (64, 64)
 PLANTED = ("copy", "reencode_q60", "brightness_12")
 MODES = {"dedupe (default)": [], "--conflicts keep": ["--conflicts", "keep"],
          "--duplicates off": ["--duplicates", "off"]}
+SHORT = dict(zip(("default", "keep", "off"), MODES))  # --modes' names
 
 
 # pHash sees orientation: mirrored and turned copies of one scene are mostly more than 7 bits apart, so one
@@ -141,21 +142,21 @@ def _read(f) -> bytes:
 
 def table(count: int, results: dict[str, list[dict]], what: str = "64x64 JPEGs") -> str:
     """Medians per mode, each against --duplicates off's; then the median of the runs' ratios pair by pair
-    (repeat r of a mode against repeat r of off, run side by side), which a slow hour moves less."""
+    (repeat r of a mode against repeat r of off, run side by side), which a slow hour moves less, and their range."""
     keys = ("wall", "cpu", "pipeline")
     off = results["--duplicates off"]
     base = {k: statistics.median(r[k] for r in off) for k in keys}
     lines = [f"prep convert, {count} generated {what} (+1% planted copies), 2 workers, "
              f"median of {len(off)}",
              f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'CPU s':>8} {'x off':>6} "
-             f"{'pipeline s':>10} {'x off':>6} {'peak tree RSS MB':>16} {'pairs: wall x off':>17}"]
+             f"{'pipeline s':>10} {'x off':>6} {'peak tree RSS MB':>16} {'pairs: wall x off':>17} {'(range)':>13}"]
     for mode, runs in results.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         rss = statistics.median(r["tree_rss_mb"] for r in runs)
-        paired = statistics.median(r["wall"] / o["wall"] for r, o in zip(runs, off))
+        ratios = [r["wall"] / o["wall"] for r, o in zip(runs, off)]
         lines.append(f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} "
                      + " ".join(f"{m[k]:>{w}.2f} {m[k] / base[k]:>6.3f}" for k, w in zip(keys, (8, 8, 10)))
-                     + f" {rss:>16.0f} {paired:>17.3f}")
+                     + f" {rss:>16.0f} {statistics.median(ratios):>17.3f} {min(ratios):>6.3f}-{max(ratios):.3f}")
     return "\n".join(lines)
 
 
@@ -173,14 +174,20 @@ def main(argv=None) -> None:
                         help="cut each image to 70-100%% of each side at random: nearly every picture its own size")
     parser.add_argument("--convert-args", default="",
                         help="more prep convert options for both modes, e.g. '--resize 256'")
+    parser.add_argument("--modes", default="default,keep,off",
+                        help="the modes to run, of default, keep, off (off runs in any case: the ratios' base)")
     args = parser.parse_args(argv)
+    chosen = {SHORT[m.strip()] for m in args.modes.split(",") if m.strip() in SHORT} | {SHORT["off"]}
+    if len(chosen) < 2 or any(m.strip() not in SHORT for m in args.modes.split(",")):
+        parser.error(f"--modes takes names of {', '.join(SHORT)}, one besides off at least, got {args.modes!r}")
+    modes = {mode: extra for mode, extra in MODES.items() if mode in chosen}
     size = tuple(int(v) for v in args.size.split("x"))
     source = ensure_data(args.count, args.data, args.workers, size, args.variants, args.mixed_sizes)
     if args.generate_only:
         return
-    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
-    for repeat in range(args.repeats):
-        for mode, extra in (MODES.items() if repeat % 2 == 0 else reversed(MODES.items())):
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for repeat in range(args.repeats):  # modes in turn, the order reversed every other repeat: a drift cancels
+        for mode, extra in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
             r = run_once(source, args.data / "out", [*args.convert_args.split(), *extra], args.workers)
             results[mode].append(r)
             print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s, "
