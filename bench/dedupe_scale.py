@@ -5,6 +5,7 @@
     python bench/dedupe_scale.py --count 20000 --repeats 2 --data /tmp/dedupe-scale
     python bench/dedupe_scale.py --count 5000 --size 500x375 --convert-args="--resize 256"   # photo-sized
     python bench/dedupe_scale.py --count 100000 --size 500x375 --variants 8   # photo-sized, made in minutes
+    python bench/dedupe_scale.py --count 100000 --size 500x375 --variants 8 --repeats 10 --modes keep   # the goal's
 
 The set (generated once, cached under --data): `--count` JPEGs (--size, default 64x64, quality 90) in 10 class
 folders, photo-like scenes from tests/support/photos.py so that the perceptual hashes spread as real
@@ -23,7 +24,8 @@ took ~8% of a core from the run measured). The table gives medians and each mode
 The modes: the default finds duplicates and rejects the groups whose images carry different labels, so
 it writes fewer records than --duplicates off wherever the set has such groups (the generated scenes do:
 3,057 of 4,168 groups at 100,000); `--conflicts keep` finds the same groups and writes every record, so
-its ratio is the dedupe stage's cost alone. Results also go to bench/results/dedupe-scale-<count>.json.
+its ratio is the dedupe stage's cost alone. Results also go to bench/results/dedupe-scale-<count>[...].json
+(with --modes, the modes run end its name).
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def main(argv=None) -> None:
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
     name = source.name.replace("src", "dedupe-scale") + "".join(f"-{a.strip('-')}" for a in args.convert_args.split())
+    name += "" if len(modes) == len(MODES) else "-" + "-".join(k for k, v in SHORT.items() if v in modes)
     (results_dir / f"{name}.json").write_text(json.dumps(
         {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
         indent=1))
