@@ -312,24 +312,70 @@ class KeyBatch:
         return [ContentKeys(d, tuple(h)) if ok else None for d, h, ok in zip(digests, hashes.tolist(), has)]
 
 
-_STACK_PIXELS = 1 << 18  # input pixels per stack_hashes call: its float64 temporaries stay about 2 MB (no faster past 64 images)
+_STACK_PIXELS = 1 << 18  # input pixels hash_waiting hashes at once: float64 temporaries of about 2 MB
+                         # (no faster past 64 images)
 
 
 def hash_waiting(parts, scales=CROP_SCALES) -> None:
     """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
-    The stacks of one size from every batch are hashed together: a few products for a chunk's
-    images rather than a batch's, and fewer numpy calls, each of which gives up the GIL and waits
-    to get it back while the prepare stage's other threads hold it."""
-    by_size: dict[tuple[int, int], list] = {}
-    for hashes, waiting in parts:
-        for rows, stack in waiting:
-            by_size.setdefault(stack.shape[1:], []).extend((hashes, row, image) for row, image in zip(rows, stack))
-    for (height, width), images in by_size.items():
-        step = max(1, _STACK_PIXELS // (height * width))
-        for start in range(0, len(images), step):
-            some = images[start:start + step]
-            for (hashes, row, _), got in zip(some, stack_hashes(np.stack([i for _, _, i in some]), scales)):
-                hashes[row] = got
+    The waiting images of every batch are hashed together, in blocks of about `_STACK_PIXELS` pixels
+    (`_block_hashes`): a few products for a chunk's images rather than a batch's, and fewer numpy calls,
+    each of which gives up the GIL and waits to get it back while the prepare stage's other threads hold it."""
+    images = [(hashes, row, image) for hashes, waiting in parts for rows, stack in waiting
+              for row, image in zip(rows, stack)]
+    # By width, then height: a block's images share few widths (the pass across) and heights (the pass down)
+    images.sort(key=lambda x: x[2].shape[::-1])
+    start = 0
+    while start < len(images):
+        stop, pixels = start, 0
+        while stop < len(images) and (stop == start or pixels + images[stop][2].size <= _STACK_PIXELS):
+            pixels += images[stop][2].size
+            stop += 1
+        some = images[start:stop]
+        for (hashes, row, _), got in zip(some, _block_hashes([image for _, _, image in some], scales)):
+            hashes[row] = got
+        start = stop
+
+
+def _block_hashes(grays: list[np.ndarray], scales) -> np.ndarray:
+    """`stack_hashes` of gray images of any sizes, sorted by (width, height): the pass across (which depends
+    on the width alone) is one product per width over the rows of all its images, and the pass down one
+    batched product per height over the images of that height, whatever their widths. A set of pictures of
+    many sizes thus costs a few calls per width and height, not a dozen per size; the products are the
+    ones `_low_frequencies` makes for a stack of one size, row for row."""
+    n = 1 + len(scales)
+    widths = [g.shape[1] for g in grays]
+    across = np.empty((sum(g.shape[0] for g in grays), n * HASH_SIDE))  # each image's rows, passed across
+    first = np.cumsum([0] + [g.shape[0] for g in grays])
+    i = 0
+    while i < len(grays):
+        j = i
+        while j < len(grays) and widths[j] == widths[i]:
+            j += 1
+        width = widths[i]
+        boxes = crop_boxes(width, 1, scales)
+        matrix = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(n * HASH_SIDE, width).T
+        rows = np.concatenate(grays[i:j]) if j - i > 1 else grays[i]
+        step = max(1, _BLOCK // width)
+        for start in range(0, len(rows), step):
+            stop = min(start + step, len(rows))
+            np.matmul(rows[start:stop].astype(np.float64), matrix, out=across[first[i] + start:first[i] + stop])
+        i = j
+    low = np.empty((len(grays), n, HASH_SIDE, HASH_SIDE))
+    by_height: dict[int, list[int]] = {}
+    for k, g in enumerate(grays):
+        by_height.setdefault(g.shape[0], []).append(k)
+    for height, members in by_height.items():
+        boxes = crop_boxes(1, height, scales)
+        down = _projection(height, tuple((box[1], box[3]) for box in boxes))  # (n, HASH_SIDE, height)
+        b = len(members)
+        together = b == members[-1] - members[0] + 1  # consecutive (one size): their rows are one slice
+        x = (across[first[members[0]]:first[members[-1] + 1]] if together
+             else np.concatenate([across[first[k]:first[k + 1]] for k in members]))
+        x = x.reshape(b, height, n, HASH_SIDE).transpose(2, 1, 0, 3).reshape(n, height, b * HASH_SIDE)
+        got = np.matmul(down, x).reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3)
+        low[slice(members[0], members[-1] + 1) if together else members] = got
+    return _phash_rows(low.reshape(len(grays) * n, HASH_SIDE * HASH_SIDE)).reshape(len(grays), n)
 
 
 def comparable(keys: ContentKeys) -> bool:

@@ -248,3 +248,25 @@ def test_batches_taken_and_hashed_together_give_each_image_its_own_keys(monkeypa
            for digests, hashes, has in taken for d, h, ok in zip(digests, hashes.tolist(), has)]
     assert got[4] is None
     assert [k for i, k in enumerate(got) if i != 4] == [ck.image_keys(d) for i, d in enumerate(datas) if i != 4]
+
+
+def test_pictures_of_many_sizes_hashed_together_get_the_hashes_each_has_alone(monkeypatch):
+    """hash_waiting passes across once per width and down once per height, whatever sizes share them: every
+    picture, of sizes that share widths and heights in all combinations (one pixel a side included), in
+    blocks cut in the middle of a width, gets exactly the hashes it has hashed alone, in its own row."""
+    monkeypatch.setattr(ck, "_STACK_PIXELS", 5000)  # blocks of a few pictures: cut within widths
+    rng = np.random.default_rng(3)
+    sides = [1, 2, 31, 32, 33, 47, 63, 90]
+    grays = [rng.integers(0, 256, (int(rng.choice(sides)), int(rng.choice(sides))), dtype=np.uint8)
+             for _ in range(150)]
+    grays += [np.asarray(photo(s, (int(w), int(h))).convert("L")) for s, (w, h) in
+              enumerate(rng.integers(20, 128, (40, 2)))]
+    hashes = [np.zeros((len(grays), 1 + len(ck.CROP_SCALES)), np.uint64) for _ in range(2)]
+    half = len(grays) // 2  # two batches' parts, their pictures in no order of size
+    parts = [(hashes[0], [([i], g[None]) for i, g in enumerate(grays[:half])]),
+             (hashes[1], [([i], g[None]) for i, g in enumerate(grays[half:])])]
+    ck.hash_waiting(parts)
+    got = np.concatenate([hashes[0][:half], hashes[1][:len(grays) - half]])
+    want = np.array([ck.stack_hashes(g[None])[0] for g in grays], np.uint64)
+    assert len({g.shape for g in grays}) > 60
+    np.testing.assert_array_equal(got, want)
