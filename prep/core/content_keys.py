@@ -312,8 +312,7 @@ class KeyBatch:
         return [ContentKeys(d, tuple(h)) if ok else None for d, h, ok in zip(digests, hashes.tolist(), has)]
 
 
-_STACK_PIXELS = 1 << 18  # input pixels hash_waiting hashes at once: float64 temporaries of about 2 MB
-                         # (no faster past 64 images)
+_STACK_PIXELS = 1 << 18  # pixels hash_waiting hashes at once: ~2 MB of float64 temporaries (no faster past 64 images)
 
 
 def hash_waiting(parts, scales=CROP_SCALES) -> None:
@@ -343,16 +342,14 @@ def _block_hashes(grays: list[np.ndarray], scales) -> np.ndarray:
     batched product per height over the images of that height, whatever their widths. A set of pictures of
     many sizes thus costs a few calls per width and height, not a dozen per size; the products are the
     ones `_low_frequencies` makes for a stack of one size, row for row."""
-    n = 1 + len(scales)
-    widths = [g.shape[1] for g in grays]
-    across = np.empty((sum(g.shape[0] for g in grays), n * HASH_SIDE))  # each image's rows, passed across
-    first = np.cumsum([0] + [g.shape[0] for g in grays])
+    n, widths = 1 + len(scales), [g.shape[1] for g in grays]
+    first = np.cumsum([0, *(g.shape[0] for g in grays)])  # where each image's rows start
+    across = np.empty((first[-1], n * HASH_SIDE))  # every image's rows, passed across
     i = 0
     while i < len(grays):
-        j = i
-        while j < len(grays) and widths[j] == widths[i]:
+        j, width = i, widths[i]
+        while j < len(grays) and widths[j] == width:
             j += 1
-        width = widths[i]
         boxes = crop_boxes(width, 1, scales)
         matrix = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(n * HASH_SIDE, width).T
         rows = np.concatenate(grays[i:j]) if j - i > 1 else grays[i]
