@@ -261,7 +261,7 @@ class KeyBatch:
         self._scales = scales
         self._digests: list[str] = []
         self._hashed: list[tuple[int, np.ndarray]] = []  # (index, hashes) of the large images
-        self._waiting: dict[tuple[int, int], list] = {}  # (width, height) -> [(index, pixels)]
+        self._waiting: list[tuple[int, object]] = []  # (index, pixels) of the small images
 
     def add(self, data: bytes, gray: Image.Image | None = None, sha256: str | None = None) -> None:
         index = len(self._digests)
@@ -276,28 +276,30 @@ class KeyBatch:
         if gray.width * gray.height > self.LARGE:
             self._hashed.append((index, stack_hashes(_array(gray)[None], self._scales)[0]))
         else:  # only the pixels are held (`.im`), not the opened file the picture came from
-            self._waiting.setdefault(gray.size, []).append((index, gray.im))
+            self._waiting.append((index, gray.im))
 
-    def take(self) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[int], np.ndarray]]]:
+    def take(self) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[int], list[np.ndarray]]]]:
         """Once, after the last `add`: (sha256 hex digests, hashes (images, 1 + len(scales)) uint64, whether
         each image has hashes, waiting), in the order images were added. An image that could not be
         decoded has no hashes, and a row of zeros. `waiting` holds the small images' gray pixels as
-        (rows, stack (images, height, width)) per size: their rows are zeros until `hash_waiting`."""
+        [(rows, [pixels (height, width) of each])]: their rows are zeros until `hash_waiting`."""
         hashes = np.zeros((len(self._digests), 1 + len(self._scales)), np.uint64)
         has = np.zeros(len(self._digests), bool)
         for index, row in self._hashed:
             hashes[index], has[index] = row, True
         waiting = []
-        for (width, height), images in self._waiting.items():
-            # A size's pixels into one strip, read out at once: one core paste an image (Image.paste's
-            # checks cost twice as much) instead of a tobytes() each, on a thread that shares the GIL
-            # with the rest of the prepare stage.
-            strip = Image.new("L", (width, height * len(images)))
-            for i, (_, pixels) in enumerate(images):
-                strip.im.paste(pixels, (0, i * height, width, (i + 1) * height))
-            rows = [index for index, _ in images]
+        if self._waiting:  # every waiting picture into one strip, read out at once: one core paste a picture
+            # (Image.paste's checks cost twice as much) and one tobytes() a batch, whatever their sizes, on a
+            # thread that shares the GIL with the rest of the prepare stage; each picture is a view of its corner
+            sizes = [pixels.size for _, pixels in self._waiting]
+            tops = np.cumsum([0, *(h for _, h in sizes)]).tolist()
+            strip = Image.new("L", (max(w for w, _ in sizes), tops[-1]))
+            for (_, pixels), (w, h), top in zip(self._waiting, sizes, tops):
+                strip.im.paste(pixels, (0, top, w, top + h))
+            rows = [index for index, _ in self._waiting]
             has[rows] = True
-            waiting.append((rows, np.frombuffer(strip.tobytes(), np.uint8).reshape(len(images), height, width)))
+            whole = np.frombuffer(strip.tobytes(), np.uint8).reshape(strip.height, strip.width)
+            waiting.append((rows, [whole[top:top + h, :w] for (w, h), top in zip(sizes, tops)]))
         return self._digests, hashes, has, waiting
 
     def hashes(self) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -317,9 +319,8 @@ _STACK_PIXELS = 1 << 18  # pixels hash_waiting hashes at once: ~2 MB of float64 
 
 def hash_waiting(parts, scales=CROP_SCALES) -> None:
     """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
-    The waiting images of every batch are hashed together, in blocks of about `_STACK_PIXELS` pixels
-    (`_block_hashes`): a few products for a chunk's images rather than a batch's, and fewer numpy calls,
-    each of which gives up the GIL and waits to get it back while the prepare stage's other threads hold it."""
+    Every batch's waiting images are hashed together, in blocks of about `_STACK_PIXELS` pixels (`_block_hashes`):
+    fewer numpy calls, each of which gives up the GIL and waits for it while the prepare stage's threads hold it."""
     images = [(hashes, row, image) for hashes, waiting in parts for rows, stack in waiting
               for row, image in zip(rows, stack)]
     # By width, then height: a block's images share few widths (the pass across) and heights (the pass down)
