@@ -28,8 +28,6 @@ HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from make_data import ensure_data, prep_command  # noqa: E402  (bench/ scripts run as files)
 
-
-
 MODES = ("pass-through", "resize 256")
 
 
@@ -44,8 +42,12 @@ def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"wall": wall, "pipeline": manifest["run"]["seconds"], "rss_mb": usage.ru_maxrss / 1024,
-            "examples": manifest["inputs"]["written"]}
+    return {
+        "wall": wall,
+        "pipeline": manifest["run"]["seconds"],
+        "rss_mb": usage.ru_maxrss / 1024,
+        "examples": manifest["inputs"]["written"],
+    }
 
 
 def main(argv=None) -> None:
@@ -66,20 +68,34 @@ def main(argv=None) -> None:
     for mode, workers in configs:
         med = {k: statistics.median(r[k] for r in runs[(mode, workers)]) for k in ("wall", "pipeline", "rss_mb")}
         base = {k: statistics.median(r[k] for r in runs[(mode, 1)]) for k in ("wall", "pipeline")}
-        rows.append({"mode": mode, "workers": workers, "images": args.count, **med,
-                     "images_per_s": args.count / med["wall"],
-                     "speedup_wall": base["wall"] / med["wall"], "speedup_pipeline": base["pipeline"] / med["pipeline"]})
-    header = f"{'mode':<13}{'workers':>8}{'images':>8}{'wall s':>9}{'img/s':>9}{'x wall':>8}{'pipeline s':>12}{'x pipe':>8}{'peak RSS MB':>13}"
+        rows.append(
+            {
+                "mode": mode,
+                "workers": workers,
+                "images": args.count,
+                **med,
+                "images_per_s": args.count / med["wall"],
+                "speedup_wall": base["wall"] / med["wall"],
+                "speedup_pipeline": base["pipeline"] / med["pipeline"],
+            }
+        )
+    header = (
+        f"{'mode':<13}{'workers':>8}{'images':>8}{'wall s':>9}{'img/s':>9}{'x wall':>8}"
+        f"{'pipeline s':>12}{'x pipe':>8}{'peak RSS MB':>13}"
+    )
     print(f"prep convert, {args.count} JPEGs ~500x375 q90, {os.cpu_count()} cores, median of {args.repeats}")
     print(header)
     for r in rows:
-        print(f"{r['mode']:<13}{r['workers']:>8}{r['images']:>8}{r['wall']:>9.2f}{r['images_per_s']:>9.0f}"
-              f"{r['speedup_wall']:>8.2f}{r['pipeline']:>12.2f}{r['speedup_pipeline']:>8.2f}{r['rss_mb']:>13.0f}")
+        print(
+            f"{r['mode']:<13}{r['workers']:>8}{r['images']:>8}{r['wall']:>9.2f}{r['images_per_s']:>9.0f}"
+            f"{r['speedup_wall']:>8.2f}{r['pipeline']:>12.2f}{r['speedup_pipeline']:>8.2f}{r['rss_mb']:>13.0f}"
+        )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     suffix = "" if args.mode is None or set(args.mode) == set(MODES) else "-" + args.mode[0].split()[0]
-    (results / f"convert-{args.count}{suffix}.json").write_text(json.dumps({"rows": rows, "runs": {
-        f"{m}/{w}": v for (m, w), v in runs.items()}}, indent=2))
+    (results / f"convert-{args.count}{suffix}.json").write_text(
+        json.dumps({"rows": rows, "runs": {f"{m}/{w}": v for (m, w), v in runs.items()}}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -30,14 +30,46 @@ sys.path.insert(0, str(HERE))
 from make_data import ensure_data, prep_command  # noqa: E402  (bench/ scripts run as files)
 
 TOOLS = {
-    "prep convert": lambda src, out, extra: [prep_command(), "convert", src, out, "--num-shards", "8", "--no-progress",
-                                             "--workers", "2", *extra],
-    "prep convert -w 1": lambda src, out, extra: [prep_command(), "convert", src, out, "--num-shards", "8",
-                                                  "--no-progress", "--workers", "1", *extra],
-    "bare all-cores loop": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.bare_loop", src, out,
-                                                    *extra],
-    "classic threaded": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.classic_threaded", src,
-                                                 out, *extra],
+    "prep convert": lambda src, out, extra: [
+        prep_command(),
+        "convert",
+        src,
+        out,
+        "--num-shards",
+        "8",
+        "--no-progress",
+        "--workers",
+        "2",
+        *extra,
+    ],
+    "prep convert -w 1": lambda src, out, extra: [
+        prep_command(),
+        "convert",
+        src,
+        out,
+        "--num-shards",
+        "8",
+        "--no-progress",
+        "--workers",
+        "1",
+        *extra,
+    ],
+    "bare all-cores loop": lambda src, out, extra: [
+        sys.executable,
+        "-m",
+        "bench.baselines.bare_loop",
+        src,
+        out,
+        *extra,
+    ],
+    "classic threaded": lambda src, out, extra: [
+        sys.executable,
+        "-m",
+        "bench.baselines.classic_threaded",
+        src,
+        out,
+        *extra,
+    ],
     "naive Beam": lambda src, out, extra: [sys.executable, "-m", "bench.baselines.naive_beam", src, out, *extra],
 }
 
@@ -70,14 +102,26 @@ def main(argv=None) -> None:
     for (mode, tool), runs in results.items():
         seconds = statistics.median(s for s, _ in runs)
         ours = statistics.median(s for s, _ in results[(mode, "prep convert")])
-        rows.append({"mode": mode, "tool": tool, "seconds": seconds, "images_per_s": args.count / seconds,
-                     "prep_speed_ratio": seconds / ours, "peak_rss_mb": max(r for _, r in runs)})
-    print(f"{args.count} JPEGs ~500x375 q90, {os.cpu_count()} cores, median of {args.repeats}; "
-          "ratio = tool's time / prep convert's time (>1: prep is faster; <1: tool is faster)")
+        rows.append(
+            {
+                "mode": mode,
+                "tool": tool,
+                "seconds": seconds,
+                "images_per_s": args.count / seconds,
+                "prep_speed_ratio": seconds / ours,
+                "peak_rss_mb": max(r for _, r in runs),
+            }
+        )
+    print(
+        f"{args.count} JPEGs ~500x375 q90, {os.cpu_count()} cores, median of {args.repeats}; "
+        "ratio = tool's time / prep convert's time (>1: prep is faster; <1: tool is faster)"
+    )
     print(f"{'mode':<14}{'tool':<22}{'seconds':>9}{'img/s':>8}{'ratio':>8}{'prep as % of it':>17}{'RSS MB':>8}")
     for r in rows:
-        print(f"{r['mode']:<14}{r['tool']:<22}{r['seconds']:>9.2f}{r['images_per_s']:>8.0f}"
-              f"{r['prep_speed_ratio']:>8.2f}{100 * r['prep_speed_ratio']:>16.0f}%{r['peak_rss_mb']:>8.0f}")
+        print(
+            f"{r['mode']:<14}{r['tool']:<22}{r['seconds']:>9.2f}{r['images_per_s']:>8.0f}"
+            f"{r['prep_speed_ratio']:>8.2f}{100 * r['prep_speed_ratio']:>16.0f}%{r['peak_rss_mb']:>8.0f}"
+        )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"compare-{args.count}.json").write_text(json.dumps(rows, indent=2))
 

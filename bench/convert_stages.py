@@ -97,10 +97,14 @@ def main(argv=None) -> None:
         for workers in runs:
             runs[workers].append(run_once(source, pathlib.Path(args.out), workers, args.convert_options))
     names = ["outside", "prepare", "plan", "write", "finish", "total"]
-    median = {w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in names}
-              for w, rs in runs.items()}
-    print(f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
-          f"{os.cpu_count()} cores, median of {args.repeats}")
+    median = {
+        w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in names}
+        for w, rs in runs.items()
+    }
+    print(
+        f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
+        f"{os.cpu_count()} cores, median of {args.repeats}"
+    )
     print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}")
     for n in names:
         (w1, c1), (w2, c2) = median[1][n], median[2][n]
@@ -108,8 +112,10 @@ def main(argv=None) -> None:
     # What 2 workers could reach at best, from 1 worker's stage times: if the image
     # stage ran exactly twice as fast, and if every stage inside the runner did.
     total1, prepare1, outside1 = median[1]["total"][0], median[1]["prepare"][0], median[1]["outside"][0]
-    print(f"ceiling of 'x wall' if prepare scaled 2x: {total1 / (total1 - prepare1 / 2):.2f}; "
-          f"if every stage in the runner did: {total1 / (outside1 + (total1 - outside1) / 2):.2f}")
+    print(
+        f"ceiling of 'x wall' if prepare scaled 2x: {total1 / (total1 - prepare1 / 2):.2f}; "
+        f"if every stage in the runner did: {total1 / (outside1 + (total1 - outside1) / 2):.2f}"
+    )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps({"median": median, "runs": runs}, indent=2))
 

@@ -68,11 +68,12 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     images, planted = planted_set(args.originals, args.edited, args.seed, size)
-    print(f"{len(images)} images ({args.originals} photos {args.size}, {args.edited} of each of "
-          f"{len(EDITS)} edits), generated in {time.perf_counter() - started:.0f} s")
+    print(
+        f"{len(images)} images ({args.originals} photos {args.size}, {args.edited} of each of "
+        f"{len(EDITS)} edits), generated in {time.perf_counter() - started:.0f} s"
+    )
 
-    makers = {"pHash alone": lambda d: ck.image_keys(d, scales=()),
-              "ours (whole + 4 crops)": ck.image_keys}
+    makers = {"pHash alone": lambda d: ck.image_keys(d, scales=()), "ours (whole + 4 crops)": ck.image_keys}
     results = {name: score({n: make(d) for n, d in images}, planted) for name, make in makers.items()}
 
     timed = dict(makers)
@@ -86,15 +87,19 @@ def main(argv=None) -> int:
     print("|" + " --- |" * (len(kinds) + 3))
     for name, q in results.items():
         recalls = " | ".join(f"{100 * q.recall(k):.1f}% ({q.found[k]}/{q.planted[k]})" for k in kinds)
-        print(f"| {name} | {recalls} | {q.false_per_100k:.2f} ({q.false_pairs} of {q.unrelated_pairs:,}) "
-              f"| {1000 * speed[name]:.2f} |")
+        print(
+            f"| {name} | {recalls} | {q.false_per_100k:.2f} ({q.false_pairs} of {q.unrelated_pairs:,}) "
+            f"| {1000 * speed[name]:.2f} |"
+        )
     for name in timed:
         if name not in results:
             print(f"| {name} | (timing only) |" + " |" * (len(kinds) - 1) + f" | {1000 * speed[name]:.2f} |")
     ours = results["ours (whole + 4 crops)"]
     met = all(ours.recall(k) >= goal for k, goal in GOALS.items()) and ours.false_per_100k <= 1
-    print(f"\ngoals (recall {', '.join(f'{k} >= {int(100 * g)}%' for k, g in GOALS.items())}; "
-          f"<= 1 false pair per 100k): {'met' if met else 'NOT met'}; comparisons skipped: {ours.skipped}")
+    print(
+        f"\ngoals (recall {', '.join(f'{k} >= {int(100 * g)}%' for k, g in GOALS.items())}; "
+        f"<= 1 false pair per 100k): {'met' if met else 'NOT met'}; comparisons skipped: {ours.skipped}"
+    )
     return 0 if met else 1
 
 

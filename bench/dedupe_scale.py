@@ -54,16 +54,27 @@ from tests.support.proctree import TreePeak  # noqa: E402
 CLASSES = 10
 SIZE = (64, 64)
 PLANTED = ("copy", "reencode_q60", "brightness_12")
-MODES = {"dedupe (default)": [], "--conflicts keep": ["--conflicts", "keep"],
-         "--duplicates off": ["--duplicates", "off"]}
+MODES = {
+    "dedupe (default)": [],
+    "--conflicts keep": ["--conflicts", "keep"],
+    "--duplicates off": ["--duplicates", "off"],
+}
 SHORT = dict(zip(("default", "keep", "off"), MODES))  # --modes' names
 
 
 # pHash sees orientation: mirrored and turned copies of one scene are mostly more than 7 bits apart, so one
 # generated scene stands for up to 8 photos (a photo-sized 100,000-image set in minutes, not an hour). Some do
 # pair (900 of the 4,158 groups at 100,000 images): they share a class, so they never make a label conflict.
-TURNS = (None, Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.FLIP_TOP_BOTTOM, Image.Transpose.ROTATE_180,
-         Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270, Image.Transpose.TRANSPOSE, Image.Transpose.TRANSVERSE)
+TURNS = (
+    None,
+    Image.Transpose.FLIP_LEFT_RIGHT,
+    Image.Transpose.FLIP_TOP_BOTTOM,
+    Image.Transpose.ROTATE_180,
+    Image.Transpose.ROTATE_90,
+    Image.Transpose.ROTATE_270,
+    Image.Transpose.TRANSPOSE,
+    Image.Transpose.TRANSVERSE,
+)
 
 
 def _cut(img: Image.Image, rnd: random.Random) -> Image.Image:
@@ -91,11 +102,16 @@ def _make(job: tuple[int, int, str, tuple[int, int], int, bool]) -> None:
             (folder / f"dup{i:07d}_{kind}.jpg").write_bytes(EDITS[kind](data, rnd))
 
 
-def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE, variants: int = 1,
-                mixed: bool = False) -> pathlib.Path:
+def ensure_data(
+    count: int, data: pathlib.Path, jobs: int, size: tuple[int, int] = SIZE, variants: int = 1, mixed: bool = False
+) -> pathlib.Path:
     """DATA/src-<count>[-WxH][-tN][-mixed], generated on first use (written under a temporary name, then renamed)."""
-    source = data / (f"src-{count}" + ("" if size == SIZE else f"-{size[0]}x{size[1]}")
-                     + ("" if variants == 1 else f"-t{variants}") + ("-mixed" if mixed else ""))
+    source = data / (
+        f"src-{count}"
+        + ("" if size == SIZE else f"-{size[0]}x{size[1]}")
+        + ("" if variants == 1 else f"-t{variants}")
+        + ("-mixed" if mixed else "")
+    )
     if source.exists():
         return source
     tmp = source.with_name(source.name + ".partial")
@@ -107,8 +123,10 @@ def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
         for done, _ in enumerate(pool.map(_make, todo), 1):
-            print(f"generated {min(done * step, count)} / {count} ({time.perf_counter() - started:.0f} s)",
-                  file=sys.stderr)
+            print(
+                f"generated {min(done * step, count)} / {count} ({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+            )
     tmp.rename(source)
     return source
 
@@ -116,8 +134,18 @@ def ensure_data(count: int, data: pathlib.Path, jobs: int, size: tuple[int, int]
 def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], workers: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     os.sync()
-    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source), str(out), "--workers", str(workers),
-           "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prep.cli",
+        "convert",
+        str(source),
+        str(out),
+        "--workers",
+        str(workers),
+        "--no-progress",
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         start = time.perf_counter()
@@ -132,9 +160,15 @@ def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], workers:
     manifest = json.loads((out / "manifest.json").read_text())
     report = out / "duplicates.jsonl"
     groups = json.loads(report.read_text().splitlines()[0])["groups"] if report.exists() else 0
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "pipeline": manifest["run"]["seconds"],
-            "tree_rss_mb": max(peak.peak, usage.ru_maxrss * 1024) / 2**20,
-            "examples": manifest["inputs"]["written"], "groups": groups, "stdout": stdout.decode()}
+    return {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "pipeline": manifest["run"]["seconds"],
+        "tree_rss_mb": max(peak.peak, usage.ru_maxrss * 1024) / 2**20,
+        "examples": manifest["inputs"]["written"],
+        "groups": groups,
+        "stdout": stdout.decode(),
+    }
 
 
 def _read(f) -> bytes:
@@ -148,17 +182,20 @@ def table(count: int, results: dict[str, list[dict]], what: str = "64x64 JPEGs")
     keys = ("wall", "cpu", "pipeline")
     off = results["--duplicates off"]
     base = {k: statistics.median(r[k] for r in off) for k in keys}
-    lines = [f"prep convert, {count} generated {what} (+1% planted copies), 2 workers, "
-             f"median of {len(off)}",
-             f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'CPU s':>8} {'x off':>6} "
-             f"{'pipeline s':>10} {'x off':>6} {'peak tree RSS MB':>16} {'pairs: wall x off':>17} {'(range)':>13}"]
+    lines = [
+        f"prep convert, {count} generated {what} (+1% planted copies), 2 workers, median of {len(off)}",
+        f"{'mode':<18} {'images':>7} {'groups':>6} {'wall s':>8} {'x off':>6} {'CPU s':>8} {'x off':>6} "
+        f"{'pipeline s':>10} {'x off':>6} {'peak tree RSS MB':>16} {'pairs: wall x off':>17} {'(range)':>13}",
+    ]
     for mode, runs in results.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         rss = statistics.median(r["tree_rss_mb"] for r in runs)
         ratios = [r["wall"] / o["wall"] for r, o in zip(runs, off)]
-        lines.append(f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} "
-                     + " ".join(f"{m[k]:>{w}.2f} {m[k] / base[k]:>6.3f}" for k, w in zip(keys, (8, 8, 10)))
-                     + f" {rss:>16.0f} {statistics.median(ratios):>17.3f} {min(ratios):>6.3f}-{max(ratios):.3f}")
+        lines.append(
+            f"{mode:<18} {runs[0]['examples']:>7} {runs[0]['groups']:>6} "
+            + " ".join(f"{m[k]:>{w}.2f} {m[k] / base[k]:>6.3f}" for k, w in zip(keys, (8, 8, 10)))
+            + f" {rss:>16.0f} {statistics.median(ratios):>17.3f} {min(ratios):>6.3f}-{max(ratios):.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -170,14 +207,26 @@ def main(argv=None) -> None:
     parser.add_argument("--data", type=pathlib.Path, default=pathlib.Path("/tmp/dedupe-scale"))
     parser.add_argument("--generate-only", action="store_true", help="make the set and stop")
     parser.add_argument("--size", default="64x64", help="WxH of the generated JPEGs")
-    parser.add_argument("--variants", type=int, default=1, choices=(1, 2, 4, 8),
-                        help="generate count/N scenes, each also mirrored and turned: N images apiece")
-    parser.add_argument("--mixed-sizes", action="store_true",
-                        help="cut each image to 70-100%% of each side at random: nearly every picture its own size")
-    parser.add_argument("--convert-args", default="",
-                        help="more prep convert options for both modes, e.g. '--resize 256'")
-    parser.add_argument("--modes", default="default,keep,off",
-                        help="the modes to run, of default, keep, off (off runs in any case: the ratios' base)")
+    parser.add_argument(
+        "--variants",
+        type=int,
+        default=1,
+        choices=(1, 2, 4, 8),
+        help="generate count/N scenes, each also mirrored and turned: N images apiece",
+    )
+    parser.add_argument(
+        "--mixed-sizes",
+        action="store_true",
+        help="cut each image to 70-100%% of each side at random: nearly every picture its own size",
+    )
+    parser.add_argument(
+        "--convert-args", default="", help="more prep convert options for both modes, e.g. '--resize 256'"
+    )
+    parser.add_argument(
+        "--modes",
+        default="default,keep,off",
+        help="the modes to run, of default, keep, off (off runs in any case: the ratios' base)",
+    )
     args = parser.parse_args(argv)
     chosen = {SHORT[m.strip()] for m in args.modes.split(",") if m.strip() in SHORT} | {SHORT["off"]}
     if len(chosen) < 2 or any(m.strip() not in SHORT for m in args.modes.split(",")):
@@ -189,12 +238,15 @@ def main(argv=None) -> None:
         return
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     for repeat in range(args.repeats):  # modes in turn, the order reversed every other repeat: a drift cancels
-        for mode, extra in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
+        for mode, extra in modes.items() if repeat % 2 == 0 else reversed(modes.items()):
             r = run_once(source, args.data / "out", [*args.convert_args.split(), *extra], args.workers)
             results[mode].append(r)
-            print(f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s, "
-                  f"pipeline {r['pipeline']:.2f} s, "
-                  f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}", file=sys.stderr)
+            print(
+                f"repeat {repeat + 1} {mode}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s, "
+                f"pipeline {r['pipeline']:.2f} s, "
+                f"tree RSS {r['tree_rss_mb']:.0f} MB, groups {r['groups']}",
+                file=sys.stderr,
+            )
     shutil.rmtree(args.data / "out", ignore_errors=True)
     what = f"{args.size} JPEGs" + (" cut to 70-100% a side" if args.mixed_sizes else "")
     print(table(args.count, results, what + (f", {args.convert_args}" if args.convert_args else "")))
@@ -202,9 +254,12 @@ def main(argv=None) -> None:
     results_dir.mkdir(exist_ok=True)
     name = source.name.replace("src", "dedupe-scale") + "".join(f"-{a.strip('-')}" for a in args.convert_args.split())
     name += "" if len(modes) == len(MODES) else "-" + "-".join(k for k, v in SHORT.items() if v in modes)
-    (results_dir / f"{name}.json").write_text(json.dumps(
-        {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
-        indent=1))
+    (results_dir / f"{name}.json").write_text(
+        json.dumps(
+            {mode: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for mode, runs in results.items()},
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,16 @@ def make_set(root: pathlib.Path, count: int, seed: int = 0) -> int:
             bw, bh = rng.randint(cw // 3, cw - 6), rng.randint(ch // 3, ch - 6)
             x0, y0 = (cell % COLS) * cw + rng.randint(3, cw - bw - 3), (cell // COLS) * ch + rng.randint(3, ch - bh - 3)
             pen.rectangle((x0, y0, x0 + bw - 1, y0 + bh - 1), fill=tuple(rng.randint(0, 150) for _ in range(3)))
-            doc["annotations"].append({"id": len(doc["annotations"]) + 1, "image_id": i + 1, "category_id": label + 1,
-                                       "bbox": [x0, y0, bw, bh], "area": bw * bh, "iscrowd": 0})
+            doc["annotations"].append(
+                {
+                    "id": len(doc["annotations"]) + 1,
+                    "image_id": i + 1,
+                    "category_id": label + 1,
+                    "bbox": [x0, y0, bw, bh],
+                    "area": bw * bh,
+                    "iscrowd": 0,
+                }
+            )
         rows.append(f"{name},{CLASSES[doc['annotations'][-1]['category_id'] - 1]}")
         img.save(root / "images" / name, "JPEG", quality=90)
         doc["images"].append({"id": i + 1, "file_name": name, "width": width, "height": height})
@@ -67,10 +75,24 @@ def make_set(root: pathlib.Path, count: int, seed: int = 0) -> int:
 def run(root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str]) -> float:
     """Seconds of one fresh `prep convert` process (this checkout's code)."""
     shutil.rmtree(out, ignore_errors=True)
-    what = ["--annotations", str(root / "instances.json")] if task == "detection" else \
-        ["--labels", str(root / "labels.csv")]
-    cmd = [sys.executable, "-c", "from prep.cli import main; main()", "convert", str(root / "images"), str(out),
-           "--num-shards", "4", "--no-progress", *what, *extra]
+    what = (
+        ["--annotations", str(root / "instances.json")]
+        if task == "detection"
+        else ["--labels", str(root / "labels.csv")]
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from prep.cli import main; main()",
+        "convert",
+        str(root / "images"),
+        str(out),
+        "--num-shards",
+        "4",
+        "--no-progress",
+        *what,
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
@@ -82,8 +104,12 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data", default=str(HERE / "data"))
-    parser.add_argument("--convert-args", default="", help="more prep convert options for every run, e.g. "
-                        "'--duplicates off' to time the task paths without the dedupe stage")
+    parser.add_argument(
+        "--convert-args",
+        default="",
+        help="more prep convert options for every run, e.g. "
+        "'--duplicates off' to time the task paths without the dedupe stage",
+    )
     args = parser.parse_args(argv)
     root = pathlib.Path(args.data) / f"detection-{args.count}"
     boxes = make_set(root, args.count)
@@ -95,22 +121,38 @@ def main(argv=None) -> None:
             for task in ("classification", "detection"):
                 times.setdefault((mode, task), []).append(run(root, out, task, [*extra, *args.convert_args.split()]))
     shutil.rmtree(out, ignore_errors=True)
-    print(f"{args.count} images, {boxes} boxes ({boxes / args.count:.1f} per image), median of {args.repeats}, "
-          f"{os.cpu_count()} cores" + (f", {args.convert_args}" if args.convert_args else ""))
+    print(
+        f"{args.count} images, {boxes} boxes ({boxes / args.count:.1f} per image), median of {args.repeats}, "
+        f"{os.cpu_count()} cores" + (f", {args.convert_args}" if args.convert_args else "")
+    )
     print(f"{'mode':<14} {'classification img/s':>21} {'detection img/s':>16} {'boxes/s':>9} {'ratio':>6}")
     results = {}
     for mode in modes:
         c = args.count / statistics.median(times[(mode, "classification")])
         d = args.count / statistics.median(times[(mode, "detection")])
-        results[mode] = {"classification_images_per_s": round(c, 1), "detection_images_per_s": round(d, 1),
-                         "detection_boxes_per_s": round(d * boxes / args.count, 1), "ratio": round(d / c, 3)}
+        results[mode] = {
+            "classification_images_per_s": round(c, 1),
+            "detection_images_per_s": round(d, 1),
+            "detection_boxes_per_s": round(d * boxes / args.count, 1),
+            "ratio": round(d / c, 3),
+        }
         print(f"{mode:<14} {c:>21.1f} {d:>16.1f} {d * boxes / args.count:>9.0f} {d / c:>6.2f}")
     (HERE / "results").mkdir(exist_ok=True)
     suffix = "-" + "_".join(args.convert_args.replace("-", "").split()) if args.convert_args else ""
-    (HERE / "results" / f"detection-{args.count}{suffix}.json").write_text(json.dumps(
-        {"count": args.count, "convert_args": args.convert_args, "boxes": boxes, "repeats": args.repeats,
-         "cores": os.cpu_count(), "results": results},
-        indent=1) + "\n")
+    (HERE / "results" / f"detection-{args.count}{suffix}.json").write_text(
+        json.dumps(
+            {
+                "count": args.count,
+                "convert_args": args.convert_args,
+                "boxes": boxes,
+                "repeats": args.repeats,
+                "cores": os.cpu_count(),
+                "results": results,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

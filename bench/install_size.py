@@ -13,8 +13,8 @@ import argparse
 import importlib.metadata as md
 import os
 import re
-import tomllib
 
+import tomllib
 from packaging.requirements import Requirement
 
 

@@ -66,12 +66,29 @@ def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], code: pa
     under an address-space limit (the code before the sandbox has no bound of its own)."""
     shutil.rmtree(out, ignore_errors=True)
     os.sync()  # the previous run's writes are on disk, not written back during this run
-    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source), str(out), "--workers", "2", "--no-progress",
-           "--num-shards", "4", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prep.cli",
+        "convert",
+        str(source),
+        str(out),
+        "--workers",
+        "2",
+        "--no-progress",
+        "--num-shards",
+        "4",
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=None if code == ROOT else _limit_address_space)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=None if code == ROOT else _limit_address_space,
+    )
     stop, peak = threading.Event(), []
     poller = threading.Thread(target=tree_peak, args=(proc.pid, stop, peak))
     poller.start()
@@ -84,9 +101,14 @@ def run_once(source: pathlib.Path, out: pathlib.Path, extra: list[str], code: pa
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {err.decode()[-2000:]}")
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"wall": wall, "pipeline": manifest["run"]["seconds"], "cpu": usage.ru_utime + usage.ru_stime,
-            "tree_rss_mb": peak[0] / 2**20, "written": manifest["inputs"]["written"],
-            "rejected": manifest["inputs"]["rejected"]}
+    return {
+        "wall": wall,
+        "pipeline": manifest["run"]["seconds"],
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "tree_rss_mb": peak[0] / 2**20,
+        "written": manifest["inputs"]["written"],
+        "rejected": manifest["inputs"]["rejected"],
+    }
 
 
 def main(argv=None) -> None:
@@ -94,9 +116,15 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="/tmp/prep-bench-isolate")
-    parser.add_argument("--corpus", action="store_true", help="also the hostile corpus of tests/support/hostile_corpus.py")
-    parser.add_argument("--before", type=pathlib.Path, help="also this checkout's code (e.g. main before the "
-                        "sandbox), without --isolate, under an 8 GiB address-space limit")
+    parser.add_argument(
+        "--corpus", action="store_true", help="also the hostile corpus of tests/support/hostile_corpus.py"
+    )
+    parser.add_argument(
+        "--before",
+        type=pathlib.Path,
+        help="also this checkout's code (e.g. main before the "
+        "sandbox), without --isolate, under an 8 GiB address-space limit",
+    )
     parser.add_argument("--mode", action="append", help="only this mode (repeatable)")
     args = parser.parse_args(argv)
     sources = {mode: ensure_data(args.count) for mode in MODES}
@@ -117,29 +145,44 @@ def main(argv=None) -> None:
             if variant == "before":
                 runs[(mode, variant)].append(run_once(sources[mode], pathlib.Path(args.out), extra, args.before))
             else:
-                runs[(mode, variant)].append(run_once(sources[mode], pathlib.Path(args.out),
-                                                      ["--isolate", variant, *extra]))
-    print(f"prep convert --workers 2, {args.count} JPEGs ~500x375 q90 (and the hostile corpus: "
-          f"{'yes' if args.corpus else 'no'}), {os.cpu_count()} cores, median of {args.repeats}")
-    print(f"{'mode':<15}{'--isolate':>10}{'wall s':>9}{'x none':>8}{'pipeline s':>12}{'x none':>8}"
-          f"{'cpu s':>8}{'x none':>8}{'tree RSS MB':>13}{'written':>9}{'rejected':>10}")
+                runs[(mode, variant)].append(
+                    run_once(sources[mode], pathlib.Path(args.out), ["--isolate", variant, *extra])
+                )
+    print(
+        f"prep convert --workers 2, {args.count} JPEGs ~500x375 q90 (and the hostile corpus: "
+        f"{'yes' if args.corpus else 'no'}), {os.cpu_count()} cores, median of {args.repeats}"
+    )
+    print(
+        f"{'mode':<15}{'--isolate':>10}{'wall s':>9}{'x none':>8}{'pipeline s':>12}{'x none':>8}"
+        f"{'cpu s':>8}{'x none':>8}{'tree RSS MB':>13}{'written':>9}{'rejected':>10}"
+    )
     rows = []
     keys = ("wall", "pipeline", "cpu", "tree_rss_mb")
     for mode, variant in configs:
         med = {k: statistics.median(r[k] for r in runs[(mode, variant)]) for k in keys}
         base = {k: statistics.median(r[k] for r in runs[(mode, "none")]) for k in keys}
         last = runs[(mode, variant)][-1]
-        row = {"mode": mode, "isolate": variant, **med, "x_wall": med["wall"] / base["wall"],
-               "x_pipeline": med["pipeline"] / base["pipeline"], "x_cpu": med["cpu"] / base["cpu"],
-               "written": last["written"], "rejected": last["rejected"]}
+        row = {
+            "mode": mode,
+            "isolate": variant,
+            **med,
+            "x_wall": med["wall"] / base["wall"],
+            "x_pipeline": med["pipeline"] / base["pipeline"],
+            "x_cpu": med["cpu"] / base["cpu"],
+            "written": last["written"],
+            "rejected": last["rejected"],
+        }
         rows.append(row)
-        print(f"{mode:<15}{variant:>10}{row['wall']:>9.2f}{row['x_wall']:>8.3f}{row['pipeline']:>12.2f}"
-              f"{row['x_pipeline']:>8.3f}{row['cpu']:>8.2f}{row['x_cpu']:>8.3f}{row['tree_rss_mb']:>13.0f}"
-              f"{row['written']:>9}{row['rejected']:>10}")
+        print(
+            f"{mode:<15}{variant:>10}{row['wall']:>9.2f}{row['x_wall']:>8.3f}{row['pipeline']:>12.2f}"
+            f"{row['x_pipeline']:>8.3f}{row['cpu']:>8.2f}{row['x_cpu']:>8.3f}{row['tree_rss_mb']:>13.0f}"
+            f"{row['written']:>9}{row['rejected']:>10}"
+        )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / f"isolate-{args.count}.json").write_text(json.dumps({"rows": rows, "runs": {
-        f"{m}/{v}": r for (m, v), r in runs.items()}}, indent=2))
+    (results / f"isolate-{args.count}.json").write_text(
+        json.dumps({"rows": rows, "runs": {f"{m}/{v}": r for (m, v), r in runs.items()}}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
+from dedupe_scale import ensure_data  # noqa: E402  (bench/ scripts run as files)
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from beam_jobs.spill import prepare_batch  # noqa: E402
-from dedupe_scale import ensure_data  # noqa: E402  (bench/ scripts run as files)
 from prep.core import content_keys  # noqa: E402
 from prep.core.image_rules import ImageOptions, quiet_pillow  # noqa: E402
 from prep.core.listing import InputRef  # noqa: E402
@@ -73,9 +73,20 @@ def prepare_all(source: pathlib.Path, variant: str, pool) -> tuple[float, float]
         wall, cpu = time.perf_counter(), time.process_time()
         earlier = None
         for start in range(0, len(refs), CHUNK):
-            chunk = refs[start:start + CHUNK]
-            tasks = [pool.submit(prepare_batch, str(source), work, start + b, chunk[b:b + BATCH], labels,
-                                 ImageOptions(), keys=variant != "no keys") for b in range(0, len(chunk), BATCH)]
+            chunk = refs[start : start + CHUNK]
+            tasks = [
+                pool.submit(
+                    prepare_batch,
+                    str(source),
+                    work,
+                    start + b,
+                    chunk[b : b + BATCH],
+                    labels,
+                    ImageOptions(),
+                    keys=variant != "no keys",
+                )
+                for b in range(0, len(chunk), BATCH)
+            ]
             if earlier is not None:
                 _complete(earlier)
             earlier = tasks
@@ -88,9 +99,11 @@ def prepare_all(source: pathlib.Path, variant: str, pool) -> tuple[float, float]
 
 def side_by_side(fn, n: int, pool) -> tuple[float, float]:
     """(microseconds a call on one thread, speedup of two threads)."""
+
     def run(_=None):
         for _ in range(n):
             fn()
+
     start = time.perf_counter()
     run()
     one = time.perf_counter() - start
@@ -112,7 +125,7 @@ def main(argv=None) -> None:
     pool = concurrent.futures.ThreadPoolExecutor(2)
     runs: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     for repeat in range(args.repeats):
-        for variant in (VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]):
+        for variant in VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]:
             runs[variant].append(prepare_all(source, variant, pool))
     print(f"prepare_batch over {args.count} generated 500x375 photos, 2 threads, median of {args.repeats}")
     print(f"{'variant':<24}{'wall s':>8}{'cpu s':>8}{'x none wall':>13}{'x none cpu':>12}")
@@ -128,7 +141,7 @@ def main(argv=None) -> None:
     print(f"{'shape':<24}{'us a call':>10}{'speedup':>9}")
     for m, k, n in [(736, 62, 40), (2944, 62, 40), (11776, 62, 40), (736, 62, 400)]:
         a, b = rng.random((m, k)), rng.random((k, n))
-        us, speedup = side_by_side(lambda: a @ b, max(50, int(2e8 / (m * k * n))), pool)
+        us, speedup = side_by_side(lambda a=a, b=b: a @ b, max(50, int(2e8 / (m * k * n))), pool)
         print(f"{f'{m}x{k} by {k}x{n}':<24}{us:>10.1f}{speedup:>9.2f}")
     data = bytes(50_000)
     us, speedup = side_by_side(lambda: hashlib.sha256(data).digest(), 3000, pool)

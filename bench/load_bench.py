@@ -42,14 +42,30 @@ sys.path.insert(0, str(ROOT))
 
 def ensure_dataset(source: pathlib.Path, out: pathlib.Path, count: int, shards: int) -> pathlib.Path:
     if not source.exists():
-        subprocess.run([sys.executable, str(HERE / "make_data.py"), "--count", str(count), "--out", str(source)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(HERE / "make_data.py"), "--count", str(count), "--out", str(source)], check=True
+        )
     manifest = out / "manifest.json"
     if manifest.exists() and json.loads(manifest.read_text())["splits"]["train"]["num_shards"] == shards:
         return out
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "prep.cli", "convert", str(source), str(out), "--num-shards", str(shards),
-                    "--overwrite", "--no-progress"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prep.cli",
+            "convert",
+            str(source),
+            str(out),
+            "--num-shards",
+            str(shards),
+            "--overwrite",
+            "--no-progress",
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     return out
 
 
@@ -63,20 +79,32 @@ def hand_tuned(files, batch, size, tf, options):
         f = tf.io.parse_single_example(record, spec)
         shape = tf.stack([tf.cast(f["image/height"], tf.int32), tf.cast(f["image/width"], tf.int32), 3])
         begin, crop, _ = tf.image.sample_distorted_bounding_box(
-            shape, box, min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
-            max_attempts=10, use_image_if_no_bounding_boxes=True)
+            shape,
+            box,
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
-        image = tf.cond(tf.equal(f["image/format"], b"jpeg"),
-                        lambda: tf.image.decode_and_crop_jpeg(f["image/encoded"], window, channels=3),
-                        lambda: tf.slice(tf.io.decode_png(f["image/encoded"], channels=3),
-                                         tf.stack([begin[0], begin[1], 0]), tf.stack([crop[0], crop[1], 3])))
+        image = tf.cond(
+            tf.equal(f["image/format"], b"jpeg"),
+            lambda: tf.image.decode_and_crop_jpeg(f["image/encoded"], window, channels=3),
+            lambda: tf.slice(
+                tf.io.decode_png(f["image/encoded"], channels=3),
+                tf.stack([begin[0], begin[1], 0]),
+                tf.stack([crop[0], crop[1], 3]),
+            ),
+        )
         image = tf.image.random_flip_left_right(image)  # on the uint8 crop: cheaper than after resizing
         image = tf.image.resize(image, size)
         return image * (1.0 / 255.0), tf.cast(f["image/class/label"], tf.int32)
 
     ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=False)
+    ds = ds.interleave(
+        tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
+    )
     ds = ds.shuffle(1024).map(parse_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(options)
 
@@ -92,9 +120,14 @@ def seed_style(files, batch, size, tf):
     def decode(f):
         image = tf.io.decode_image(f["image/encoded"], channels=3, expand_animations=False)
         begin, crop, _ = tf.image.sample_distorted_bounding_box(
-            tf.shape(image), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
-            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10,
-            use_image_if_no_bounding_boxes=True)
+            tf.shape(image),
+            tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         image = tf.slice(image, begin, crop)
         image = tf.image.random_flip_left_right(tf.image.resize(image, size))
         return image / 255.0, tf.cast(f["image/class/label"], tf.int32)
@@ -139,8 +172,10 @@ def main(argv=None) -> None:
     opts = loaders.LoadOptions(image_size=size).resolved()
     pipelines = {
         "loaders.load": (lambda: loaders.load(out, "train", args.batch, size), lambda e: int(e[1].shape[0])),
-        "hand-tuned": (lambda: hand_tuned(files, args.batch, size, tf, data_options(opts, False)),
-                       lambda e: int(e[1].shape[0])),
+        "hand-tuned": (
+            lambda: hand_tuned(files, args.batch, size, tf, data_options(opts, False)),
+            lambda e: int(e[1].shape[0]),
+        ),
         "seed-style": (lambda: seed_style(files, args.batch, size, tf), lambda e: int(e[1].shape[0])),
         "raw records": (lambda: raw_records(files, tf), lambda e: int(e.shape[0])),
     }
@@ -157,18 +192,30 @@ def main(argv=None) -> None:
     median = {name: statistics.median(r) for name, r in rates.items()}
     cpu_median = {name: statistics.median(r) for name, r in cpu.items()}
     base = median["loaders.load"]
-    print(f"{source.records} records in {len(files)} shards, batch {args.batch}, {args.size}x{args.size}, "
-          f"median of {args.repeats} epochs, {os.cpu_count()} cores")
+    print(
+        f"{source.records} records in {len(files)} shards, batch {args.batch}, {args.size}x{args.size}, "
+        f"median of {args.repeats} epochs, {os.cpu_count()} cores"
+    )
     print(f"{'pipeline':<14}{'images/s':>10}{'loaders / this':>16}{'CPU ms/image':>14}")
     for name, rate in median.items():
         print(f"{name:<14}{rate:>10.1f}{base / rate:>16.2f}{cpu_median[name]:>14.3f}")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    record = {"records": source.records, "shards": len(files), "batch": args.batch, "size": args.size,
-              "repeats": args.repeats, "cores": os.cpu_count(), "tensorflow": tf.__version__,
-              "python": platform.python_version(), "images_per_s": rates, "median": median,
-              "cpu_ms_per_image": cpu, "cpu_ms_median": cpu_median,
-              "ratios": {name: base / rate for name, rate in median.items()}}
+    record = {
+        "records": source.records,
+        "shards": len(files),
+        "batch": args.batch,
+        "size": args.size,
+        "repeats": args.repeats,
+        "cores": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "images_per_s": rates,
+        "median": median,
+        "cpu_ms_per_image": cpu,
+        "cpu_ms_median": cpu_median,
+        "ratios": {name: base / rate for name, rate in median.items()},
+    }
     path = results / f"load-{source.records}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}")

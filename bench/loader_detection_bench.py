@@ -48,15 +48,27 @@ def ensure_dataset(out: pathlib.Path, count: int, shards: int) -> pathlib.Path:
         info = json.loads(manifest.read_text())["splits"]["train"]
         if info["examples"] == count and info["num_shards"] == shards:
             return out
-    return write_dataset(out, "detection", {"train": count}, {"train": shards}, fmt="jpeg", size_range=(160, 320),
-                         max_objects=6, masks=False)
+    return write_dataset(
+        out,
+        "detection",
+        {"train": count},
+        {"train": shards},
+        fmt="jpeg",
+        size_range=(160, 320),
+        max_objects=6,
+        masks=False,
+    )
 
 
 def hand_tuned(files, batch, size, max_boxes, tf, options):
     from prep.core import schema as s
 
-    spec = {s.ENCODED: tf.io.FixedLenFeature([], tf.string), s.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-            s.WIDTH: tf.io.FixedLenFeature([], tf.int64), s.OBJECT_LABEL: tf.io.VarLenFeature(tf.int64)}
+    spec = {
+        s.ENCODED: tf.io.FixedLenFeature([], tf.string),
+        s.HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+        s.WIDTH: tf.io.FixedLenFeature([], tf.int64),
+        s.OBJECT_LABEL: tf.io.VarLenFeature(tf.int64),
+    }
     keys = (s.OBJECT_YMIN, s.OBJECT_XMIN, s.OBJECT_YMAX, s.OBJECT_XMAX)
     spec.update({k: tf.io.VarLenFeature(tf.float32) for k in keys})
 
@@ -66,10 +78,17 @@ def hand_tuned(files, batch, size, max_boxes, tf, options):
         classes = tf.cast(tf.sparse.to_dense(f[s.OBJECT_LABEL]), tf.int32)
         h, w = tf.cast(f[s.HEIGHT], tf.int32), tf.cast(f[s.WIDTH], tf.int32)
         begin, crop, _ = tf.image.sample_distorted_bounding_box(
-            tf.stack([h, w, 3]), boxes[None], min_object_covered=MIN_COVERED, aspect_ratio_range=ASPECT,
-            area_range=AREA, max_attempts=50, use_image_if_no_bounding_boxes=True)
-        image = tf.image.decode_and_crop_jpeg(f[s.ENCODED], tf.stack([begin[0], begin[1], crop[0], crop[1]]),
-                                              channels=3)
+            tf.stack([h, w, 3]),
+            boxes[None],
+            min_object_covered=MIN_COVERED,
+            aspect_ratio_range=ASPECT,
+            area_range=AREA,
+            max_attempts=50,
+            use_image_if_no_bounding_boxes=True,
+        )
+        image = tf.image.decode_and_crop_jpeg(
+            f[s.ENCODED], tf.stack([begin[0], begin[1], crop[0], crop[1]]), channels=3
+        )
         hw = tf.cast(tf.stack([h, w, h, w]), tf.float32)
         origin = tf.cast(tf.stack([begin[0], begin[1], begin[0], begin[1]]), tf.float32)
         extent = tf.cast(tf.stack([crop[0], crop[1], crop[0], crop[1]]), tf.float32)
@@ -84,8 +103,9 @@ def hand_tuned(files, batch, size, max_boxes, tf, options):
         boxes, classes = tf.boolean_mask(clipped, keep), tf.boolean_mask(classes, keep)
         flip = tf.random.uniform([]) < 0.5
         image = tf.cond(flip, lambda: tf.reverse(image, [1]), lambda: image)
-        boxes = tf.cond(flip, lambda: tf.stack([boxes[:, 0], 1 - boxes[:, 3], boxes[:, 2], 1 - boxes[:, 1]], 1),
-                        lambda: boxes)
+        boxes = tf.cond(
+            flip, lambda: tf.stack([boxes[:, 0], 1 - boxes[:, 3], boxes[:, 2], 1 - boxes[:, 1]], 1), lambda: boxes
+        )
         image = tf.image.resize(image, size) * (1.0 / 255.0)
         n = tf.minimum(tf.shape(boxes)[0], max_boxes)
         boxes = tf.pad(boxes[:n], [[0, max_boxes - n], [0, 0]])
@@ -95,8 +115,9 @@ def hand_tuned(files, batch, size, max_boxes, tf, options):
         return image, {"boxes": boxes, "classes": classes, "num_boxes": n}
 
     ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=False)
+    ds = ds.interleave(
+        tf.data.TFRecordDataset, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
+    )
     ds = ds.shuffle(1024).map(parse_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(options)
 
@@ -131,10 +152,17 @@ def main(argv=None) -> None:
     size = (args.size, args.size)
     opts = loaders.LoadOptions(image_size=size).resolved("detection")
     datasets = {
-        "loaders.load": loaders.load(out, "train", args.batch, size, min_object_covered=MIN_COVERED,
-                                     min_box_visibility=MIN_VISIBLE, area_range=AREA, aspect_ratio_range=ASPECT),
-        "hand-tuned": hand_tuned(list(source.files), args.batch, size, source.max_boxes, tf,
-                                 data_options(opts, False)),
+        "loaders.load": loaders.load(
+            out,
+            "train",
+            args.batch,
+            size,
+            min_object_covered=MIN_COVERED,
+            min_box_visibility=MIN_VISIBLE,
+            area_range=AREA,
+            aspect_ratio_range=ASPECT,
+        ),
+        "hand-tuned": hand_tuned(list(source.files), args.batch, size, source.max_boxes, tf, data_options(opts, False)),
     }
     for ds in datasets.values():  # warm-up epoch: graph building, autotuning, page cache
         epoch_rate(ds)
@@ -150,20 +178,36 @@ def main(argv=None) -> None:
     median = {name: statistics.median(r) for name, r in rates.items()}
     cpu_median = {name: statistics.median(r) for name, r in cpu.items()}
     ratio = median["loaders.load"] / median["hand-tuned"]
-    print(f"{source.records} records in {len(source.files)} shards, batch {args.batch}, {args.size}x{args.size}, "
-          f"max_boxes {source.max_boxes}, median of {args.repeats} epochs, {os.cpu_count()} cores")
+    print(
+        f"{source.records} records in {len(source.files)} shards, batch {args.batch}, {args.size}x{args.size}, "
+        f"max_boxes {source.max_boxes}, median of {args.repeats} epochs, {os.cpu_count()} cores"
+    )
     print(f"{'pipeline':<14}{'images/s':>10}{'boxes/epoch':>13}{'CPU ms/image':>14}")
     for name, rate in median.items():
         print(f"{name:<14}{rate:>10.1f}{statistics.median(boxes[name]):>13.0f}{cpu_median[name]:>14.3f}")
-    print(f"loaders.load / hand-tuned: {ratio:.3f} (goal >= 0.95); CPU per image, hand-tuned / loaders: "
-          f"{cpu_median['hand-tuned'] / cpu_median['loaders.load']:.3f}")
+    print(
+        f"loaders.load / hand-tuned: {ratio:.3f} (goal >= 0.95); CPU per image, hand-tuned / loaders: "
+        f"{cpu_median['hand-tuned'] / cpu_median['loaders.load']:.3f}"
+    )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    record = {"records": source.records, "shards": len(source.files), "batch": args.batch, "size": args.size,
-              "max_boxes": source.max_boxes, "repeats": args.repeats, "cores": os.cpu_count(),
-              "tensorflow": tf.__version__, "python": platform.python_version(), "images_per_s": rates,
-              "median": median, "cpu_ms_per_image": cpu, "cpu_ms_median": cpu_median, "boxes": boxes,
-              "ratio": ratio}
+    record = {
+        "records": source.records,
+        "shards": len(source.files),
+        "batch": args.batch,
+        "size": args.size,
+        "max_boxes": source.max_boxes,
+        "repeats": args.repeats,
+        "cores": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "images_per_s": rates,
+        "median": median,
+        "cpu_ms_per_image": cpu,
+        "cpu_ms_median": cpu_median,
+        "boxes": boxes,
+        "ratio": ratio,
+    }
     path = results / f"detection-load-{source.records}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}")

@@ -66,8 +66,9 @@ def main(argv=None) -> None:
     out = pathlib.Path(args.out)
     first = int(args.count * args.skew)
     rest = args.count - first
-    counts = [first] + [rest // (args.classes - 1) + (1 if i < rest % (args.classes - 1) else 0)
-                        for i in range(args.classes - 1)]
+    counts = [first] + [
+        rest // (args.classes - 1) + (1 if i < rest % (args.classes - 1) else 0) for i in range(args.classes - 1)
+    ]
     jobs = []
     for c, n in enumerate(counts):
         (out / f"class{c:02d}").mkdir(parents=True, exist_ok=True)

@@ -47,8 +47,11 @@ def class_counts(refs: int, classes: int) -> list[int]:
 def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: str) -> None:
     """Writes the chunk indexes and, to `out`, [(chunk, counts)] and the rejected count (child process)."""
     start = time.perf_counter()
-    inputs = [InputRef(f"class{label:02d}/img{i:08d}.jpg", f"class{label:02d}", None)
-              for label, n in enumerate(counts) for i in range(n)]
+    inputs = [
+        InputRef(f"class{label:02d}/img{i:08d}.jpg", f"class{label:02d}", None)
+        for label, n in enumerate(counts)
+        for i in range(n)
+    ]
     chunks = make_chunks(listing_order(inputs, seed), chunk_size(len(inputs)))
     del inputs
     elements, rejected, n = [], 0, 0
@@ -59,15 +62,26 @@ def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: st
                 outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
                 rejected += 1
             else:
-                outcomes.append((prepare.OK, (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000,
-                                              110_000, False, 0, 0)))
+                outcomes.append(
+                    (
+                        prepare.OK,
+                        (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000, 110_000, False, 0, 0),
+                    )
+                )
             n += 1
         checkpoints.write_chunk_index(WorkDir(tmp_dir), chunk, outcomes, {}, [])
         elements.append((chunk, prepare.chunk_counts([v for kind, v in outcomes if kind == prepare.OK])))
         chunks[chunk] = None
     with open(out, "w") as f:
-        json.dump({"elements": elements, "rejected": rejected, "seconds": time.perf_counter() - start,
-                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+        json.dump(
+            {
+                "elements": elements,
+                "rejected": rejected,
+                "seconds": time.perf_counter() - start,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            },
+            f,
+        )
 
 
 def count_part(element, work):
@@ -102,18 +116,21 @@ def main(argv=None) -> None:
     parser.add_argument("--reject-every", type=int, default=97)
     args = parser.parse_args(argv)
     counts = class_counts(args.refs, args.classes)
-    options = PlanOptions(num_shards=args.shards, seed=1,
-                          split_fractions=parse_split_fractions("train=0.8,validation=0.1,test=0.1"))
+    options = PlanOptions(
+        num_shards=args.shards, seed=1, split_fractions=parse_split_fractions("train=0.8,validation=0.1,test=0.1")
+    )
     work = tempfile.mkdtemp(prefix="plan-scale-")
     try:
         staged = f"{work}/staged.json"
         child = multiprocessing.get_context("fork").Process(
-            target=stage, args=(work, counts, options.seed, args.reject_every, staged))
+            target=stage, args=(work, counts, options.seed, args.reject_every, staged)
+        )
         child.start()
         child.join()
         staging = json.loads(pathlib.Path(staged).read_text())
-        elements = [prepare.ChunkCounts(chunk, tuple(prepare.GroupCount(*c) for c in cs))
-                    for chunk, cs in staging["elements"]]
+        elements = [
+            prepare.ChunkCounts(chunk, tuple(prepare.GroupCount(*c) for c in cs)) for chunk, cs in staging["elements"]
+        ]
         del staging["elements"]
         held = {chunk: sum(c[2] for c in cs) for chunk, cs in elements}
         out_path = f"{work}/summary.json"
@@ -133,6 +150,7 @@ def main(argv=None) -> None:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result = json.loads(pathlib.Path(out_path).read_text())
         from beam_jobs.plan_shards import layout_tasks
+
         tasks = list(layout_tasks((None, elements), args.classes, options, WorkDir(work), GROUP_TARGET))
         largest_task = max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks)
     finally:
@@ -141,7 +159,7 @@ def main(argv=None) -> None:
     for (split, shard, label), n in result["counts"]:
         per.setdefault(split, {}).setdefault(shard, {})[label] = n
     ok = True
-    for split, shards in per.items():
+    for shards in per.values():
         sizes = [sum(c.values()) for c in shards.values()]
         ok &= len(shards) == args.shards and max(sizes) - min(sizes) <= 1
         for label in range(args.classes):
@@ -149,17 +167,35 @@ def main(argv=None) -> None:
             ok &= max(spread) - min(spread) <= 1
     written = sum(n for _, n in result["counts"])
     ok &= written == args.refs - staging["rejected"] and len(per) == 3
-    print(f"{'refs':>10}{'rejected':>9}{'classes':>8}{'shards/split':>13}{'stage s':>8}{'stage MB':>9}"
-          f"{'plan s':>7}{'plan MB':>8}{'largest task':>13}{'largest part':>13}{'target':>7}{'balanced':>9}")
-    print(f"{args.refs:>10}{staging['rejected']:>9}{args.classes:>8}{args.shards:>13}{staging['seconds']:>8.1f}"
-          f"{staging['peak_rss_mb']:>9.0f}{seconds:>7.1f}{peak_mb:>8.0f}{largest_task:>13}"
-          f"{result['largest_part']:>13}{GROUP_TARGET:>7}{str(ok):>9}")
+    print(
+        f"{'refs':>10}{'rejected':>9}{'classes':>8}{'shards/split':>13}{'stage s':>8}{'stage MB':>9}"
+        f"{'plan s':>7}{'plan MB':>8}{'largest task':>13}{'largest part':>13}{'target':>7}{'balanced':>9}"
+    )
+    print(
+        f"{args.refs:>10}{staging['rejected']:>9}{args.classes:>8}{args.shards:>13}{staging['seconds']:>8.1f}"
+        f"{staging['peak_rss_mb']:>9.0f}{seconds:>7.1f}{peak_mb:>8.0f}{largest_task:>13}"
+        f"{result['largest_part']:>13}{GROUP_TARGET:>7}{str(ok):>9}"
+    )
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"plan-scale-{args.refs}.json").write_text(json.dumps({
-        "refs": args.refs, "rejected": staging["rejected"], "classes": args.classes, "shards": args.shards,
-        "stage_seconds": staging["seconds"], "stage_peak_rss_mb": staging["peak_rss_mb"],
-        "plan_seconds": seconds, "plan_peak_rss_mb": peak_mb, "largest_task": largest_task,
-        "largest_part": result["largest_part"], "balanced": ok, "written": written}, indent=2))
+    (HERE / "results" / f"plan-scale-{args.refs}.json").write_text(
+        json.dumps(
+            {
+                "refs": args.refs,
+                "rejected": staging["rejected"],
+                "classes": args.classes,
+                "shards": args.shards,
+                "stage_seconds": staging["seconds"],
+                "stage_peak_rss_mb": staging["peak_rss_mb"],
+                "plan_seconds": seconds,
+                "plan_peak_rss_mb": peak_mb,
+                "largest_task": largest_task,
+                "largest_part": result["largest_part"],
+                "balanced": ok,
+                "written": written,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

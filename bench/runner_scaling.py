@@ -52,9 +52,21 @@ def configs(clusters: dict[int, str]) -> list[tuple[str, int, list[str]]]:
     for n in (1, 2):
         rows.append(("local", n, ["--workers", str(n)]))
     for n in (1, 2):
-        rows.append(("DirectRunner multi_processing", n, [
-            "--workers", "1", "--runner", "DirectRunner", "--",
-            "--direct_running_mode=multi_processing", f"--direct_num_workers={n}"]))
+        rows.append(
+            (
+                "DirectRunner multi_processing",
+                n,
+                [
+                    "--workers",
+                    "1",
+                    "--runner",
+                    "DirectRunner",
+                    "--",
+                    "--direct_running_mode=multi_processing",
+                    f"--direct_num_workers={n}",
+                ],
+            )
+        )
     for n, address in clusters.items():
         rows.append(("DaskRunner", n, ["--workers", "1", "--runner", DASK, "--", f"--dask_client_address={address}"]))
     return rows
@@ -86,8 +98,9 @@ def main(argv=None) -> None:
     from dask.distributed import LocalCluster
 
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    clusters = {n: LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-                for n in (1, 2)}
+    clusters = {
+        n: LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) for n in (1, 2)
+    }
     try:
         rows = configs({n: c.scheduler_address for n, c in clusters.items()})
         runs: dict[tuple[str, int], list[dict]] = {(r, n): [] for r, n, _ in rows}
@@ -98,8 +111,10 @@ def main(argv=None) -> None:
         for cluster in clusters.values():
             cluster.close()
     reference = runs[("local", 1)][0]["shards"]
-    print(f"prep convert {' '.join(extra) or '(pass-through)'} --num-shards 4, {args.count} JPEGs ~500x375 q90, "
-          f"{os.cpu_count()} cores, median of {args.repeats}")
+    print(
+        f"prep convert {' '.join(extra) or '(pass-through)'} --num-shards 4, {args.count} JPEGs ~500x375 q90, "
+        f"{os.cpu_count()} cores, median of {args.repeats}"
+    )
     print(f"{'runner':<31}{'workers':>8}{'wall s':>9}{'x wall':>8}{'pipeline s':>12}{'x pipe':>8}{'same bytes':>12}")
     table = []
     for runner, n, _ in rows:
@@ -109,8 +124,10 @@ def main(argv=None) -> None:
         pipe1 = statistics.median(r["pipeline"] for r in runs[(runner, 1)])
         same = all(r["shards"] == reference for r in runs[(runner, n)])
         table.append({"runner": runner, "workers": n, "wall": wall, "pipeline": pipe, "same": same})
-        print(f"{runner:<31}{n:>8}{wall:>9.2f}{wall1 / wall:>8.2f}{pipe:>12.2f}{pipe1 / pipe:>8.2f}"
-              f"{'yes' if same else 'NO':>12}")
+        print(
+            f"{runner:<31}{n:>8}{wall:>9.2f}{wall1 / wall:>8.2f}{pipe:>12.2f}{pipe1 / pipe:>8.2f}"
+            f"{'yes' if same else 'NO':>12}"
+        )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"runners-{args.count}.json").write_text(json.dumps(table, indent=2))
 

@@ -28,9 +28,9 @@ memory of `stratify` (tracemalloc) and the time of each method.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import time
 import tracemalloc
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -40,8 +40,9 @@ from prep.core.annotations.strata import strata_of
 from prep.core.layout import PlanOptions, make_layout, parse_split_fractions
 
 
-def make_dataset(images: int, classes: int = 80, seed: int = 0, alpha: float = 1.5,
-                 boxes: tuple[int, int] = (1, 20)) -> list[tuple[str, tuple[int, ...]]]:
+def make_dataset(
+    images: int, classes: int = 80, seed: int = 0, alpha: float = 1.5, boxes: tuple[int, int] = (1, 20)
+) -> list[tuple[str, tuple[int, ...]]]:
     """(path, label ids present) per image, COCO-like skewed."""
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, classes + 1) ** alpha
@@ -52,15 +53,21 @@ def make_dataset(images: int, classes: int = 80, seed: int = 0, alpha: float = 1
     drawn = ids[rng.choice(classes, size=int(counts.sum()), p=weights)]
     out, start = [], 0
     for i, k in enumerate(counts):
-        out.append((f"img/{i:07d}.jpg", tuple(sorted(set(drawn[start:start + k].tolist())))))
+        out.append((f"img/{i:07d}.jpg", tuple(sorted(set(drawn[start : start + k].tolist())))))
         start += k
     return out
 
 
-def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
-              split: tuple[tuple[str, Fraction], ...] | None = None,
-              informed: bool = True, trace: bool = True,
-              rejected: float = 0.0) -> tuple[dict[str, np.ndarray], float, float]:
+def plan_ours(
+    images,
+    classes: int,
+    num_shards: int,
+    seed: int = 0,
+    split: tuple[tuple[str, Fraction], ...] | None = None,
+    informed: bool = True,
+    trace: bool = True,
+    rejected: float = 0.0,
+) -> tuple[dict[str, np.ndarray], float, float]:
     """({split: shard of each image, -1 elsewhere}, stratify's peak bytes (traced), its seconds (untraced)).
 
     `informed`: stratify is given the layout's rank -> (split, shard) map (`locate`), as the
@@ -92,7 +99,7 @@ def plan_ours(images, classes: int, num_shards: int, seed: int = 0,
         tracemalloc.stop()
     kept = np.random.default_rng(seed + 1).random(len(images)) >= rejected
     groups: dict[tuple, list[int]] = {}
-    for i, (stratum, key) in enumerate(result):
+    for i, (stratum, _key) in enumerate(result):
         if kept[i]:
             groups.setdefault(group(stratum), []).append(i)
     for members in groups.values():  # rank order: the key, then the path (as the planner sorts)
@@ -142,28 +149,57 @@ def deviations(shard: np.ndarray, y: np.ndarray, num_shards: int) -> tuple[float
     return float(dev.max()), float(dev.mean()), int(sizes.max() - sizes.min())
 
 
-def run(images: int, classes: int, num_shards: int, seed: int, split: str | None, iterstrat: bool,
-        rejects: tuple[float, ...] = ()) -> list[dict]:
+def run(
+    images: int,
+    classes: int,
+    num_shards: int,
+    seed: int,
+    split: str | None,
+    iterstrat: bool,
+    rejects: tuple[float, ...] = (),
+) -> list[dict]:
     data = make_dataset(images, classes, seed)
     y = indicator(data, classes)
     rows = []
     ours, peak, seconds = plan_ours(data, classes, num_shards, seed)
-    rows.append(dict(method="ours (stratify with locate)", seconds=seconds, peak=peak,
-                     **_stats(deviations(ours["train"], y, num_shards))))
+    rows.append(
+        dict(
+            method="ours (stratify with locate)",
+            seconds=seconds,
+            peak=peak,
+            **_stats(deviations(ours["train"], y, num_shards)),
+        )
+    )
     blind, peak, seconds = plan_ours(data, classes, num_shards, seed, informed=False)
-    rows.append(dict(method="ours blind (no locate: dyadic keys)", seconds=seconds, peak=peak,
-                     **_stats(deviations(blind["train"], y, num_shards))))
+    rows.append(
+        dict(
+            method="ours blind (no locate: dyadic keys)",
+            seconds=seconds,
+            peak=peak,
+            **_stats(deviations(blind["train"], y, num_shards)),
+        )
+    )
     for rejected in rejects:
         late, _, _ = plan_ours(data, classes, num_shards, seed, trace=False, rejected=rejected)
-        rows.append(dict(method=f"ours, {rejected:.1%} rejected after stratify",
-                         **_stats(deviations(late["train"], y, num_shards))))
+        rows.append(
+            dict(
+                method=f"ours, {rejected:.1%} rejected after stratify",
+                **_stats(deviations(late["train"], y, num_shards)),
+            )
+        )
     if iterstrat:
         began = time.perf_counter()
         shard = plan_iterstrat(data, classes, num_shards, seed)
-        rows.append(dict(method="iterstrat MultilabelStratifiedKFold", seconds=time.perf_counter() - began,
-                         **_stats(deviations(shard, y, num_shards))))
-    rows.append(dict(method="random, dealt p mod N", **_stats(deviations(plan_random(images, num_shards, seed), y,
-                                                                         num_shards))))
+        rows.append(
+            dict(
+                method="iterstrat MultilabelStratifiedKFold",
+                seconds=time.perf_counter() - began,
+                **_stats(deviations(shard, y, num_shards)),
+            )
+        )
+    rows.append(
+        dict(method="random, dealt p mod N", **_stats(deviations(plan_random(images, num_shards, seed), y, num_shards)))
+    )
     if split:
         fractions = parse_split_fractions(split)
         planned, _, _ = plan_ours(data, classes, num_shards, seed, fractions, trace=False)
@@ -171,18 +207,28 @@ def run(images: int, classes: int, num_shards: int, seed: int, split: str | None
             member = planned[name] >= 0
             expected = y.sum(axis=0) * float(fraction)
             off = np.abs(y[member].sum(axis=0) - expected)
-            rows.append(dict(method=f"ours, split {name} ({member.sum()} images)", split_dev=float(off.max()),
-                             **_stats(deviations(planned[name], y, num_shards))))
+            rows.append(
+                dict(
+                    method=f"ours, split {name} ({member.sum()} images)",
+                    split_dev=float(off.max()),
+                    **_stats(deviations(planned[name], y, num_shards)),
+                )
+            )
         # random: a seeded shuffle, the first fraction to the first split
         order, begin = np.random.default_rng(seed).permutation(images), 0
         for name, fraction in fractions:
-            take = order[begin:begin + round(images * float(fraction))]
+            take = order[begin : begin + round(images * float(fraction))]
             begin += len(take)
             shard = np.full(images, -1)
             shard[take] = np.arange(len(take)) % num_shards
             off = np.abs(y[take].sum(axis=0) - y.sum(axis=0) * float(fraction))
-            rows.append(dict(method=f"random, split {name}", split_dev=float(off.max()),
-                             **_stats(deviations(shard, y, num_shards))))
+            rows.append(
+                dict(
+                    method=f"random, split {name}",
+                    split_dev=float(off.max()),
+                    **_stats(deviations(shard, y, num_shards)),
+                )
+            )
     return rows
 
 
@@ -197,10 +243,14 @@ def main(argv=None) -> None:
     parser.add_argument("--classes", type=int, default=80)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split", default="train=0.8,validation=0.2",
-                        help="also plan ours with these split fractions ('' for none)")
-    parser.add_argument("--rejects", default="0.001,0.01",
-                        help="also plan ours with these fractions of images left out after stratify ('' for none)")
+    parser.add_argument(
+        "--split", default="train=0.8,validation=0.2", help="also plan ours with these split fractions ('' for none)"
+    )
+    parser.add_argument(
+        "--rejects",
+        default="0.001,0.01",
+        help="also plan ours with these fractions of images left out after stratify ('' for none)",
+    )
     parser.add_argument("--no-iterstrat", action="store_true", help="leave out iterstrat (slow on large inputs)")
     parser.add_argument("--quick", action="store_true", help="5,000 images, 16 shards")
     args = parser.parse_args(argv)
@@ -211,11 +261,19 @@ def main(argv=None) -> None:
     print(f"{args.images} images, {args.classes} classes, {args.shards} shards, seed {args.seed}")
     print(f"{'method':44} {'max dev':>8} {'mean dev':>9} {'sizes':>6} {'split dev':>9} {'seconds':>8} {'peak MB':>8}")
     for r in rows:
-        print(f"{r['method']:44} {r['max_dev']:8.2f} {r['mean_dev']:9.3f} {r['size_spread']:6d} "
-              f"{_opt(r, 'split_dev', '9.2f')} {_opt(r, 'seconds', '8.2f')} {_opt(r, 'peak', '8.1f', 1e-6)}")
+        print(
+            f"{r['method']:44} {r['max_dev']:8.2f} {r['mean_dev']:9.3f} {r['size_spread']:6d} "
+            f"{_opt(r, 'split_dev', '9.2f')} {_opt(r, 'seconds', '8.2f')} {_opt(r, 'peak', '8.1f', 1e-6)}"
+        )
     ours, random = rows[0]["max_dev"], next(r for r in rows if r["method"].startswith("random"))["max_dev"]
-    print(f"random / ours (max dev): {random / ours:.1f}x" + (
-        f"; iterstrat / ours: {next(r for r in rows if r['method'].startswith('iterstrat'))['max_dev'] / ours:.2f}x" if not args.no_iterstrat else ""))
+    print(
+        f"random / ours (max dev): {random / ours:.1f}x"
+        + (
+            f"; iterstrat / ours: {next(r for r in rows if r['method'].startswith('iterstrat'))['max_dev'] / ours:.2f}x"
+            if not args.no_iterstrat
+            else ""
+        )
+    )
 
 
 def _opt(row, key, fmt, scale=1.0):

@@ -32,14 +32,13 @@ import time
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
+
 REPO = HERE.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's prep, whatever is installed
 
 
-
 def prep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prep.cli", *args], cwd=REPO, env=ENV, capture_output=True,
-                          text=True)
+    return subprocess.run([sys.executable, "-m", "prep.cli", *args], cwd=REPO, env=ENV, capture_output=True, text=True)
 
 
 def evict(files: list[pathlib.Path]) -> None:
@@ -79,8 +78,9 @@ def run_verify(out: pathlib.Path, files: list[pathlib.Path], *extra: str) -> dic
     proc = prep("verify", str(out), "--json", "--no-progress", *extra)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"prep verify {' '.join(extra)} failed ({proc.returncode}): {proc.stdout[-2000:]}"
-                         f"{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"prep verify {' '.join(extra)} failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     return {"wall": wall, "core": json.loads(proc.stdout)["seconds"]}
 
 
@@ -112,8 +112,9 @@ def main(argv=None) -> None:
         images = json.loads((out / "manifest.json").read_text())["inputs"]["written"]
         caches = ["cold", "warm"] if args.cache == "both" else [args.cache]
         # --deep is CPU-bound: one (warm) row says how much slower it is.
-        configs = [(tool, cache) for cache in caches for tool in TOOLS
-                   if not (tool.endswith("--deep") and cache == "cold")]
+        configs = [
+            (tool, cache) for cache in caches for tool in TOOLS if not (tool.endswith("--deep") and cache == "cold")
+        ]
         runs: dict[tuple, list[dict]] = {c: [] for c in configs}
         for _ in range(args.repeats):
             for tool, cache in configs:
@@ -130,22 +131,49 @@ def main(argv=None) -> None:
         wall = statistics.median(r["wall"] for r in runs[(tool, cache)])
         core = statistics.median(r["core"] for r in runs[(tool, cache)]) if "core" in runs[(tool, cache)][0] else None
         base = statistics.median(r["wall"] for r in runs[("sha256sum", cache)])
-        rows.append({"tool": tool, "cache": cache, "wall_s": wall, "mb_per_s": size / wall / 1e6,
-                     "ratio": base / wall, "core_s": core, "core_mb_per_s": size / core / 1e6 if core else None,
-                     "core_ratio": base / core if core else None})
-    print(f"prep verify vs sha256sum: {len(files)} shards, {size / 1e6:.1f} MB, {images} JPEGs ~500x375 q90, "
-          f"{os.cpu_count()} cores, median of {args.repeats}")
-    print(f"{'tool':<21}{'cache':<7}{'wall s':>8}{'MB/s':>8}{'x sha256sum':>13}{'core s':>8}{'core MB/s':>11}"
-          f"{'x sha256sum':>13}")
+        rows.append(
+            {
+                "tool": tool,
+                "cache": cache,
+                "wall_s": wall,
+                "mb_per_s": size / wall / 1e6,
+                "ratio": base / wall,
+                "core_s": core,
+                "core_mb_per_s": size / core / 1e6 if core else None,
+                "core_ratio": base / core if core else None,
+            }
+        )
+    print(
+        f"prep verify vs sha256sum: {len(files)} shards, {size / 1e6:.1f} MB, {images} JPEGs ~500x375 q90, "
+        f"{os.cpu_count()} cores, median of {args.repeats}"
+    )
+    print(
+        f"{'tool':<21}{'cache':<7}{'wall s':>8}{'MB/s':>8}{'x sha256sum':>13}{'core s':>8}{'core MB/s':>11}"
+        f"{'x sha256sum':>13}"
+    )
     for r in rows:
-        core = (f"{r['core_s']:>8.3f}{r['core_mb_per_s']:>11.0f}{r['core_ratio']:>13.2f}" if r["core_s"] is not None
-                else f"{'':>8}{'':>11}{'':>13}")
+        core = (
+            f"{r['core_s']:>8.3f}{r['core_mb_per_s']:>11.0f}{r['core_ratio']:>13.2f}"
+            if r["core_s"] is not None
+            else f"{'':>8}{'':>11}{'':>13}"
+        )
         print(f"{r['tool']:<21}{r['cache']:<7}{r['wall_s']:>8.3f}{r['mb_per_s']:>8.0f}{r['ratio']:>13.2f}{core}")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / f"verify-{images}.json").write_text(json.dumps({
-        "shards": len(files), "bytes": size, "images": images, "repeats": args.repeats, "cores": os.cpu_count(),
-        "rows": rows, "runs": {f"{t}/{c}": v for (t, c), v in runs.items()}}, indent=2))
+    (results / f"verify-{images}.json").write_text(
+        json.dumps(
+            {
+                "shards": len(files),
+                "bytes": size,
+                "images": images,
+                "repeats": args.repeats,
+                "cores": os.cpu_count(),
+                "rows": rows,
+                "runs": {f"{t}/{c}": v for (t, c), v in runs.items()},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

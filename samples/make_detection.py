@@ -36,8 +36,11 @@ def outline(kind: str, box: tuple[int, int, int, int]) -> list[float]:
     if kind == "triangle":
         return [x0, y1, (x0 + x1) / 2, y0, x1, y1]
     cx, cy, rx, ry = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2
-    return [round(v, 2) for i in range(24) for v in (cx + rx * math.cos(i * math.pi / 12),
-                                                     cy + ry * math.sin(i * math.pi / 12))]
+    return [
+        round(v, 2)
+        for i in range(24)
+        for v in (cx + rx * math.cos(i * math.pi / 12), cy + ry * math.sin(i * math.pi / 12))
+    ]
 
 
 def draw_image(rng: random.Random, empty: bool) -> tuple[Image.Image, list[tuple[str, tuple]]]:
@@ -49,7 +52,7 @@ def draw_image(rng: random.Random, empty: bool) -> tuple[Image.Image, list[tuple
     objects = []
     cols, rows = (3, 2) if width >= height else (2, 3)
     cw, ch = width // cols, height // rows
-    for cell in ([] if empty else rng.sample(range(cols * rows), rng.randint(1, 4))):
+    for cell in [] if empty else rng.sample(range(cols * rows), rng.randint(1, 4)):
         kind = rng.choice(list(CLASSES))
         bw, bh = rng.randint(cw // 2, cw - 6), rng.randint(ch // 2, ch - 6)
         x0 = (cell % cols) * cw + rng.randint(3, cw - bw - 3)
@@ -76,8 +79,12 @@ def main(argv=None) -> None:
     rng = random.Random(args.seed)
     out = pathlib.Path(args.out)
     (out / "images").mkdir(parents=True, exist_ok=True)
-    doc = {"info": {"description": "tfrecord-prep drawn-shape detection sample"}, "images": [], "annotations": [],
-           "categories": [{"id": i, "name": name, "supercategory": "shape"} for name, i in CLASSES.items()]}
+    doc = {
+        "info": {"description": "tfrecord-prep drawn-shape detection sample"},
+        "images": [],
+        "annotations": [],
+        "categories": [{"id": i, "name": name, "supercategory": "shape"} for name, i in CLASSES.items()],
+    }
     for i in range(args.count):
         img, objects = draw_image(rng, empty=i % 10 == 9)
         orientation = ORIENTATIONS[(i // 8) % 3] if i % 8 == 3 else 1
@@ -89,15 +96,23 @@ def main(argv=None) -> None:
         elif name.endswith(".jpg"):
             img.save(out / "images" / name, "JPEG", quality=85)
         else:
-            img.convert("P", palette=Image.Palette.ADAPTIVE, colors=16).save(out / "images" / name, "PNG",
-                                                                              optimize=True)
+            img.convert("P", palette=Image.Palette.ADAPTIVE, colors=16).save(
+                out / "images" / name, "PNG", optimize=True
+            )
         image_id = 1 + i
         doc["images"].append({"id": image_id, "file_name": name, "width": img.width, "height": img.height})
         for kind, (x0, y0, x1, y1) in objects:
-            doc["annotations"].append({"id": len(doc["annotations"]) + 1, "image_id": image_id,
-                                       "category_id": CLASSES[kind], "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                       "area": (x1 - x0) * (y1 - y0), "iscrowd": 0,
-                                       "segmentation": [outline(kind, (x0, y0, x1, y1))]})
+            doc["annotations"].append(
+                {
+                    "id": len(doc["annotations"]) + 1,
+                    "image_id": image_id,
+                    "category_id": CLASSES[kind],
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0),
+                    "iscrowd": 0,
+                    "segmentation": [outline(kind, (x0, y0, x1, y1))],
+                }
+            )
     (out / "instances.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.count} images and {len(doc['annotations'])} objects to {out}")
 

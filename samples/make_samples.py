@@ -52,9 +52,15 @@ def draw_shape(shape: str, rng: random.Random) -> Image.Image:
         for angle in (rotation, rotation + math.pi / 2):
             dx, dy = math.cos(angle), math.sin(angle)
             px, py = -dy, dx
-            draw.polygon([(cx + r * dx + w * px, cy + r * dy + w * py), (cx + r * dx - w * px, cy + r * dy - w * py),
-                          (cx - r * dx - w * px, cy - r * dy - w * py), (cx - r * dx + w * px, cy - r * dy + w * py)],
-                         fill=colour)
+            draw.polygon(
+                [
+                    (cx + r * dx + w * px, cy + r * dy + w * py),
+                    (cx + r * dx - w * px, cy + r * dy - w * py),
+                    (cx - r * dx - w * px, cy - r * dy - w * py),
+                    (cx - r * dx + w * px, cy - r * dy + w * py),
+                ],
+                fill=colour,
+            )
     noise = np.random.default_rng(rng.randrange(2**32)).normal(0, 12, (height, width, 3))
     pixels = np.clip(np.asarray(img, dtype=np.float64) + noise, 0, 255).astype(np.uint8)
     return Image.fromarray(pixels, "RGB")

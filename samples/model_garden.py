@@ -1,6 +1,7 @@
 """Reads a converted dataset with TensorFlow Model Garden's own classification input pipeline.
 
-    prep convert samples/shapes out/shapes --split train=0.8,validation=0.1,test=0.1 --num-shards 2 --target model-garden --overwrite
+    prep convert samples/shapes out/shapes --split train=0.8,validation=0.1,test=0.1 --num-shards 2 \\
+        --target model-garden --overwrite
     python samples/model_garden.py out/shapes
 
 The `resnet_imagenet` experiment's config, with its defaults (decode_jpeg_only=True), pointed at our shards
@@ -47,13 +48,17 @@ def main() -> int:
                 labels |= set(label.numpy().tolist())
         except tf.errors.InvalidArgumentError as exc:
             failed = True
-            print(f"{split} ({mode}, decode_jpeg_only={data.decode_jpeg_only}): failed after {read} records: "
-                  f"{exc.message.splitlines()[0].split('}} ')[-1]}")
+            print(
+                f"{split} ({mode}, decode_jpeg_only={data.decode_jpeg_only}): failed after {read} records: "
+                f"{exc.message.splitlines()[0].split('}} ')[-1]}"
+            )
             continue
         total = manifest["splits"][split]["examples"]
-        print(f"{split} ({mode}, decode_jpeg_only={data.decode_jpeg_only}): {steps} batches, {read} records "
-              f"({total} in the split{', repeated' if read > total else ''}), images {list(images.shape[1:])} "
-              f"{images.dtype.name}, labels {sorted(labels)}")
+        print(
+            f"{split} ({mode}, decode_jpeg_only={data.decode_jpeg_only}): {steps} batches, {read} records "
+            f"({total} in the split{', repeated' if read > total else ''}), images {list(images.shape[1:])} "
+            f"{images.dtype.name}, labels {sorted(labels)}"
+        )
     return 1 if failed else 0
 
 

@@ -28,8 +28,20 @@ from samples.quiet_tf import import_tensorflow, without_auto_shard  # noqa: E402
 def ensure_converted(source: pathlib.Path, data: pathlib.Path) -> None:
     if (data / "manifest.json").exists():
         return
-    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source), str(data),
-           "--split", "train=0.8,validation=0.1,test=0.1", "--num-shards", "2", "--overwrite", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prep.cli",
+        "convert",
+        str(source),
+        str(data),
+        "--split",
+        "train=0.8,validation=0.1,test=0.1",
+        "--num-shards",
+        "2",
+        "--overwrite",
+        "--no-progress",
+    ]
     print("converting:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -38,8 +50,12 @@ def build_model(keras, size: int, classes: int):
     layers = keras.layers
     model = [keras.Input((size, size, 3))]
     for filters in (32, 64, 96, 128):
-        model += [layers.Conv2D(filters, 3, padding="same", use_bias=False), layers.BatchNormalization(momentum=0.9),
-                  layers.ReLU(), layers.MaxPooling2D()]
+        model += [
+            layers.Conv2D(filters, 3, padding="same", use_bias=False),
+            layers.BatchNormalization(momentum=0.9),
+            layers.ReLU(),
+            layers.MaxPooling2D(),
+        ]
     model += [layers.GlobalMaxPooling2D(), layers.Dropout(0.2), layers.Dense(classes)]
     return keras.Sequential(model)
 
@@ -50,10 +66,12 @@ def colour_jitter(tf):
     The shapes differ by geometry, not colour; with 163 training images a CNN
     otherwise memorises colours and backgrounds (train 99%, validation 38% here).
     """
+
     def augment(images, labels):  # float32 [batch, h, w, 3] in [0, 255]
         images = tf.gather(images, tf.random.shuffle(tf.range(3)), axis=-1)
         invert = tf.random.uniform([tf.shape(images)[0], 1, 1, 1]) < 0.5
         return tf.where(invert, 255.0 - images, images), labels
+
     return augment
 
 
@@ -85,30 +103,48 @@ def main(argv=None) -> None:
     classes = len(manifest["labels"])
     # repeat=True: one endless stream of epochs; Keras reads steps_per_epoch batches per epoch.
     # A mild random-resized crop: the shapes sit off-centre and a small crop would cut them out.
-    train = loaders.distribute(strategy, data, "train", args.batch, size, seed=args.seed, area_range=(0.85, 1.0),
-                               augment=colour_jitter(tf), repeat=True)
+    train = loaders.distribute(
+        strategy,
+        data,
+        "train",
+        args.batch,
+        size,
+        seed=args.seed,
+        area_range=(0.85, 1.0),
+        augment=colour_jitter(tf),
+        repeat=True,
+    )
     steps = loaders.steps_per_epoch(data, "train", args.batch, strategy=strategy)
     # remainder="pad": full batches (Keras splits them evenly over the replicas), padding weighted 0,
     # so the accuracy counts every validation and test image exactly once.
-    validation = without_auto_shard(tf, loaders.load(data, "validation", args.batch, size, training=False,
-                                                      central_fraction=1.0, remainder="pad"))
-    test = without_auto_shard(tf, loaders.load(data, "test", args.batch, size, training=False, central_fraction=1.0,
-                                               remainder="pad"))
+    validation = without_auto_shard(
+        tf, loaders.load(data, "validation", args.batch, size, training=False, central_fraction=1.0, remainder="pad")
+    )
+    test = without_auto_shard(
+        tf, loaders.load(data, "test", args.batch, size, training=False, central_fraction=1.0, remainder="pad")
+    )
     with strategy.scope():
         model = build_model(keras, args.size, classes)
-        model.compile(keras.optimizers.Adam(2e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      weighted_metrics=["accuracy"])
-    print(f"{strategy.num_replicas_in_sync} replicas, {steps} steps per epoch of {args.batch}; "
-          f"{manifest['splits']['validation']['examples']} validation and "
-          f"{manifest['splits']['test']['examples']} test images", flush=True)
+        model.compile(
+            keras.optimizers.Adam(2e-3),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            weighted_metrics=["accuracy"],
+        )
+    print(
+        f"{strategy.num_replicas_in_sync} replicas, {steps} steps per epoch of {args.batch}; "
+        f"{manifest['splits']['validation']['examples']} validation and "
+        f"{manifest['splits']['test']['examples']} test images",
+        flush=True,
+    )
     start = time.time()
-    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, validation_data=validation,
-                        verbose=2)
+    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, validation_data=validation, verbose=2)
     _, val_accuracy = model.evaluate(validation, verbose=0)
     _, test_accuracy = model.evaluate(test, verbose=0)
-    print(f"trained {args.epochs} epochs in {time.time() - start:.0f} s; train accuracy "
-          f"{history.history['accuracy'][-1]:.3f}, validation accuracy {val_accuracy:.3f}, "
-          f"test accuracy {test_accuracy:.3f} (chance 0.20)")
+    print(
+        f"trained {args.epochs} epochs in {time.time() - start:.0f} s; train accuracy "
+        f"{history.history['accuracy'][-1]:.3f}, validation accuracy {val_accuracy:.3f}, "
+        f"test accuracy {test_accuracy:.3f} (chance 0.20)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,20 @@ def ensure_converted(source: pathlib.Path, data: pathlib.Path) -> None:
     import os
     import subprocess
 
-    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source / "images"), str(data), "--annotations",
-           str(source / "instances.json"), "--split", "train=0.8,validation=0.2", "--overwrite", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prep.cli",
+        "convert",
+        str(source / "images"),
+        str(data),
+        "--annotations",
+        str(source / "instances.json"),
+        "--split",
+        "train=0.8,validation=0.2",
+        "--overwrite",
+        "--no-progress",
+    ]
     print("converting:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
 
@@ -50,8 +62,16 @@ def ensure_dataset(data: pathlib.Path, train: int, validation: int) -> None:
     from tests.support.task_records import write_dataset
 
     print(f"writing a drawn-shapes detection set to {data}", flush=True)
-    write_dataset(data, "detection", {"train": train, "validation": validation}, {"train": 4, "validation": 2},
-                  fmt="jpeg", size_range=(64, 112), masks=False, seed=1)
+    write_dataset(
+        data,
+        "detection",
+        {"train": train, "validation": validation},
+        {"train": 4, "validation": 2},
+        fmt="jpeg",
+        size_range=(64, 112),
+        masks=False,
+        seed=1,
+    )
 
 
 def build_model(keras, size: int, classes: int, width: int = 16):
@@ -63,10 +83,10 @@ def build_model(keras, size: int, classes: int, width: int = 16):
         return layers.ReLU()(layers.BatchNormalization()(x))
 
     inputs = keras.Input((size, size, 3))
-    x = conv(inputs, w, 2)                            # 1/2
-    x4 = conv(conv(x, 2 * w, 2), 2 * w)               # 1/4: the output's stride
-    x8 = conv(conv(x4, 3 * w, 2), 3 * w)              # 1/8: context for the larger shapes
-    y = conv(conv(x8, 4 * w, 2), 4 * w)               # 1/16
+    x = conv(inputs, w, 2)  # 1/2
+    x4 = conv(conv(x, 2 * w, 2), 2 * w)  # 1/4: the output's stride
+    x8 = conv(conv(x4, 3 * w, 2), 3 * w)  # 1/8: context for the larger shapes
+    y = conv(conv(x8, 4 * w, 2), 4 * w)  # 1/16
     y = conv(layers.Concatenate()([layers.UpSampling2D(2)(y), x8]), 3 * w)
     x = conv(layers.Concatenate()([layers.UpSampling2D(2)(y), x4]), 3 * w)
     prior = -2.19  # sigmoid(-2.19) = 0.1: CenterNet's start, so the focal loss does not begin saturated
@@ -89,8 +109,11 @@ def targets(tf, boxes, classes, num, classes_n: int, grid: int):
     gauss = gy[..., :, None] * gx[..., None, :] * valid[..., None, None]  # [B, N, g, g]
     onehot = tf.one_hot(classes - 1, classes_n) * valid[..., None]  # [B, N, C]; padding -1 -> -2: zeros
     heat = tf.reduce_max(gauss[..., None] * onehot[:, :, None, None, :], axis=1)
-    centre = (tf.one_hot(tf.cast(iy, tf.int32), grid)[..., :, None] * tf.one_hot(tf.cast(ix, tf.int32), grid)[..., None, :]
-              * valid[..., None, None])  # [B, N, g, g]
+    centre = (
+        tf.one_hot(tf.cast(iy, tf.int32), grid)[..., :, None]
+        * tf.one_hot(tf.cast(ix, tf.int32), grid)[..., None, :]
+        * valid[..., None, None]
+    )  # [B, N, g, g]
     regress = tf.stack([ymax - ymin, xmax - xmin, cy - iy, cx - ix], axis=-1)  # [B, N, 4] in cells
     return heat, tf.einsum("bnyx,bnk->byxk", centre, regress), tf.reduce_max(centre, axis=1)
 
@@ -98,9 +121,11 @@ def targets(tf, boxes, classes, num, classes_n: int, grid: int):
 def loss_fn(tf, output, heat, regress, mask, classes_n: int):
     p = tf.clip_by_value(tf.sigmoid(output[..., :classes_n]), 1e-4, 1 - 1e-4)
     pos = tf.cast(heat >= 1.0 - 1e-6, tf.float32)
-    focal = pos * (1 - p) ** 2 * tf.math.log(p) + (1 - pos) * (1 - heat) ** 4 * p ** 2 * tf.math.log(1 - p)
+    focal = pos * (1 - p) ** 2 * tf.math.log(p) + (1 - pos) * (1 - heat) ** 4 * p**2 * tf.math.log(1 - p)
     n = tf.maximum(tf.reduce_sum(pos), 1.0)
-    l1 = tf.reduce_sum(tf.abs(output[..., classes_n:] - regress) * mask[..., None]) / tf.maximum(tf.reduce_sum(mask), 1.0)
+    l1 = tf.reduce_sum(tf.abs(output[..., classes_n:] - regress) * mask[..., None]) / tf.maximum(
+        tf.reduce_sum(mask), 1.0
+    )
     return -tf.reduce_sum(focal) / n + 0.1 * l1
 
 
@@ -132,14 +157,31 @@ def coco_map(evaluation, predict, size: int, names) -> tuple[float, float]:
             images.append({"id": image_id, "width": size, "height": size})
             for j in range(int(t["num_boxes"][i])):
                 y0, x0, y1, x1 = (t["boxes"][i, j].numpy() * size).tolist()
-                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": int(t["classes"][i, j]),
-                                    "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 0})
+                annotations.append(
+                    {
+                        "id": len(annotations) + 1,
+                        "image_id": image_id,
+                        "category_id": int(t["classes"][i, j]),
+                        "bbox": [x0, y0, x1 - x0, y1 - y0],
+                        "area": (x1 - x0) * (y1 - y0),
+                        "iscrowd": 0,
+                    }
+                )
             for (y0, x0, y1, x1), s, c in zip(boxes[i] * size, scores[i], labels[i]):
-                results.append({"image_id": image_id, "category_id": int(c), "score": float(s),
-                                "bbox": [float(x0), float(y0), float(x1 - x0), float(y1 - y0)]})
+                results.append(
+                    {
+                        "image_id": image_id,
+                        "category_id": int(c),
+                        "score": float(s),
+                        "bbox": [float(x0), float(y0), float(x1 - x0), float(y1 - y0)],
+                    }
+                )
     gt = COCO()
-    gt.dataset = {"images": images, "annotations": annotations,
-                  "categories": [{"id": i + 1, "name": n} for i, n in enumerate(names)]}
+    gt.dataset = {
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": i + 1, "name": n} for i, n in enumerate(names)],
+    }
     gt.createIndex()
     evaluator = COCOeval(gt, gt.loadRes(results), "bbox")
     evaluator.evaluate()
@@ -150,9 +192,14 @@ def coco_map(evaluation, predict, size: int, names) -> tuple[float, float]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default=str(ROOT / "samples" / "shapes_detection"), help="images/ and instances.json")
-    parser.add_argument("--data", help="converted dataset (made if missing; default out/shapes-detection, or "
-                                       "out/detection-shapes with --synthetic)")
+    parser.add_argument(
+        "--source", default=str(ROOT / "samples" / "shapes_detection"), help="images/ and instances.json"
+    )
+    parser.add_argument(
+        "--data",
+        help="converted dataset (made if missing; default out/shapes-detection, or "
+        "out/detection-shapes with --synthetic)",
+    )
     parser.add_argument("--synthetic", action="store_true", help="train on a generated set (task_records.py)")
     parser.add_argument("--train-images", type=int, default=800, help="--synthetic: training images")
     parser.add_argument("--validation-images", type=int, default=200, help="--synthetic: validation images")
@@ -207,18 +254,23 @@ def main(argv=None) -> None:
     def predict(images):
         return decode(tf, model(images, training=False), classes_n, grid)
 
-    print(f"{manifest.splits['train'].examples} training images ({steps} steps of {args.batch}), "
-          f"{manifest.splits['validation'].examples} validation ({sum((manifest.splits['validation'].box_counts or {}).values())} "
-          f"boxes); classes {', '.join(names)}; {args.size}x{args.size}",
-          flush=True)
+    print(
+        f"{manifest.splits['train'].examples} training images ({steps} steps of {args.batch}), "
+        f"{manifest.splits['validation'].examples} validation "
+        f"({sum((manifest.splits['validation'].box_counts or {}).values())} boxes); "
+        f"classes {', '.join(names)}; {args.size}x{args.size}",
+        flush=True,
+    )
     start = time.time()
     for epoch in range(args.epochs):
         losses = [float(step(images, t)) for images, t in train]
         print(f"epoch {epoch + 1}: loss {sum(losses) / len(losses):.3f} ({time.time() - start:.0f} s)", flush=True)
     trained = time.time() - start
     ap50, ap = coco_map(validation, predict, args.size, names)
-    print(f"trained {args.epochs} epochs in {trained:.0f} s; validation COCO mAP@0.5 {ap50:.3f}, "
-          f"mAP@0.5:0.95 {ap:.3f} (goal mAP@0.5 >= 0.5)")
+    print(
+        f"trained {args.epochs} epochs in {trained:.0f} s; validation COCO mAP@0.5 {ap50:.3f}, "
+        f"mAP@0.5:0.95 {ap:.3f} (goal mAP@0.5 >= 0.5)"
+    )
 
 
 if __name__ == "__main__":

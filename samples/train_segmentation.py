@@ -51,9 +51,24 @@ def ensure_dataset(data: pathlib.Path, images: int) -> None:
         (source / "images" / f"img{i:05d}.jpg").write_bytes(encode(drawn.pixels, "jpeg"))
         Image.fromarray(drawn.class_map).save(source / "masks" / f"img{i:05d}.png")
     (source / "classes.txt").write_text("\n".join(("background",) + NAMES) + "\n")  # value v names line v
-    cmd = [sys.executable, "-m", "prep.cli", "convert", str(source / "images"), str(data), "--masks",
-           str(source / "masks"), "--classes", str(source / "classes.txt"), "--split", "train=0.8,validation=0.2",
-           "--num-shards", "4", "--overwrite", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prep.cli",
+        "convert",
+        str(source / "images"),
+        str(data),
+        "--masks",
+        str(source / "masks"),
+        "--classes",
+        str(source / "classes.txt"),
+        "--split",
+        "train=0.8,validation=0.2",
+        "--num-shards",
+        "4",
+        "--overwrite",
+        "--no-progress",
+    ]
     print("converting:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
 
@@ -67,10 +82,10 @@ def build_model(keras, size: int, classes: int, width: int = 16):
 
     w = width
     inputs = keras.Input((size, size, 3))
-    x1 = conv(inputs, w)                                # 1/1
-    x2 = conv(conv(x1, 2 * w, 2), 2 * w)                # 1/2
-    x4 = conv(conv(x2, 3 * w, 2), 3 * w)                # 1/4
-    x8 = conv(conv(x4, 4 * w, 2), 4 * w)                # 1/8
+    x1 = conv(inputs, w)  # 1/1
+    x2 = conv(conv(x1, 2 * w, 2), 2 * w)  # 1/2
+    x4 = conv(conv(x2, 3 * w, 2), 3 * w)  # 1/4
+    x8 = conv(conv(x4, 4 * w, 2), 4 * w)  # 1/8
     y = conv(layers.Concatenate()([layers.UpSampling2D(2)(x8), x4]), 3 * w)
     y = conv(layers.Concatenate()([layers.UpSampling2D(2)(y), x2]), 2 * w)
     y = conv(layers.Concatenate()([layers.UpSampling2D(2)(y), x1]), w)
@@ -84,8 +99,9 @@ def mean_iou(tf, model, evaluation, classes: int, ignore: int) -> tuple[float, l
         predicted = tf.argmax(model(images, training=False), axis=-1)
         truth = masks[..., 0]
         keep = truth != ignore
-        confusion += tf.math.confusion_matrix(tf.boolean_mask(truth, keep), tf.boolean_mask(predicted, keep),
-                                              classes, dtype=tf.int64)
+        confusion += tf.math.confusion_matrix(
+            tf.boolean_mask(truth, keep), tf.boolean_mask(predicted, keep), classes, dtype=tf.int64
+        )
     c = confusion.numpy().astype(float)
     inter = c.diagonal()
     union = c.sum(0) + c.sum(1) - inter
@@ -96,7 +112,9 @@ def mean_iou(tf, model, evaluation, classes: int, ignore: int) -> tuple[float, l
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(ROOT / "out" / "segmentation-shapes"), help="dataset (written if missing)")
+    parser.add_argument(
+        "--data", default=str(ROOT / "out" / "segmentation-shapes"), help="dataset (written if missing)"
+    )
     parser.add_argument("--images", type=int, default=750, help="images to draw (80%% train, 20%% validation)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
@@ -134,17 +152,22 @@ def main(argv=None) -> None:
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
 
-    print(f"{manifest.splits['train'].examples} training images ({steps} steps of {args.batch}), "
-          f"{manifest.splits['validation'].examples} validation; classes {', '.join(manifest.labels)}; "
-          f"{args.size}x{args.size}, ignore value {ignore}", flush=True)
+    print(
+        f"{manifest.splits['train'].examples} training images ({steps} steps of {args.batch}), "
+        f"{manifest.splits['validation'].examples} validation; classes {', '.join(manifest.labels)}; "
+        f"{args.size}x{args.size}, ignore value {ignore}",
+        flush=True,
+    )
     start = time.time()
     for epoch in range(args.epochs):
         losses = [float(step(images, masks)) for images, masks in train]
         print(f"epoch {epoch + 1}: loss {sum(losses) / len(losses):.3f} ({time.time() - start:.0f} s)", flush=True)
     trained = time.time() - start
     miou, ious = mean_iou(tf, model, validation, classes, ignore)
-    print(f"trained {args.epochs} epochs in {trained:.0f} s; validation mean IoU {miou:.3f} (goal >= 0.8); per class "
-          + ", ".join(f"{n} {v:.3f}" for n, v in zip(manifest.labels, ious)))
+    print(
+        f"trained {args.epochs} epochs in {trained:.0f} s; validation mean IoU {miou:.3f} (goal >= 0.8); per class "
+        + ", ".join(f"{n} {v:.3f}" for n, v in zip(manifest.labels, ious))
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ def _work(args):
                 image = prepare_image(data, options)
             except ImageRejected:
                 continue
-            record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                                       0, rel.split("/")[0], rel)
+            record = ImageRecord.build(
+                image.encoded, image.format, image.height, image.width, image.channels, 0, rel.split("/")[0], rel
+            )
             out.write(frame(record.to_bytes()))
             written += 1
     return written
@@ -48,8 +49,12 @@ def main(argv=None) -> int:
     files = sorted(str(p.relative_to(args.source)) for p in pathlib.Path(args.source).rglob("*") if p.is_file())
     os.makedirs(args.output, exist_ok=True)
     with multiprocessing.get_context("fork").Pool(args.processes) as pool:
-        written = sum(pool.map(_work, [(i, args.processes, files, args.source, args.output, args.resize)
-                                       for i in range(args.processes)]))
+        written = sum(
+            pool.map(
+                _work,
+                [(i, args.processes, files, args.source, args.output, args.resize) for i in range(args.processes)],
+            )
+        )
     print(written)
     return written
 

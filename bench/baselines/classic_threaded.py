@@ -31,7 +31,7 @@ def _process_range(tf, thread, ranges, shards_per_thread, files, source, output,
     per_shard = max(1, -(-(end - start) // shards_per_thread))
     for s in range(shards_per_thread):
         shard = thread * shards_per_thread + s
-        chunk = files[start + s * per_shard:min(end, start + (s + 1) * per_shard)]
+        chunk = files[start + s * per_shard : min(end, start + (s + 1) * per_shard)]
         with tf.io.TFRecordWriter(os.path.join(output, f"train-{shard:05d}.tfrecord")) as writer:
             for rel in chunk:
                 data = pathlib.Path(source, rel).read_bytes()
@@ -40,16 +40,23 @@ def _process_range(tf, thread, ranges, shards_per_thread, files, source, output,
                 if resize and min(height, width) > resize:
                     scale = resize / min(height, width)
                     height, width = round(height * scale), round(width * scale)
-                    image = tf.cast(tf.image.resize(image, (height, width), method="bicubic",
-                                                    antialias=True), tf.uint8)
+                    image = tf.cast(tf.image.resize(image, (height, width), method="bicubic", antialias=True), tf.uint8)
                     data = tf.io.encode_jpeg(image, quality=95).numpy()
                 label = rel.split("/")[0]
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "image/encoded": _bytes(tf, data), "image/format": _bytes(tf, b"jpeg"),
-                    "image/height": _int(tf, height), "image/width": _int(tf, width),
-                    "image/channels": _int(tf, 3), "image/class/label": _int(tf, labels[label]),
-                    "image/class/text": _bytes(tf, label.encode()), "image/filename": _bytes(tf, rel.encode()),
-                }))
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image/encoded": _bytes(tf, data),
+                            "image/format": _bytes(tf, b"jpeg"),
+                            "image/height": _int(tf, height),
+                            "image/width": _int(tf, width),
+                            "image/channels": _int(tf, 3),
+                            "image/class/label": _int(tf, labels[label]),
+                            "image/class/text": _bytes(tf, label.encode()),
+                            "image/filename": _bytes(tf, rel.encode()),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
 
 
@@ -70,9 +77,13 @@ def main(argv=None) -> None:
     bounds = [round(i * len(files) / args.threads) for i in range(args.threads + 1)]
     ranges = list(zip(bounds[:-1], bounds[1:]))
     shards_per_thread = max(1, args.shards // args.threads)
-    threads = [threading.Thread(target=_process_range, args=(tf, t, ranges, shards_per_thread, files, args.source,
-                                                             args.output, args.resize, labels))
-               for t in range(args.threads)]
+    threads = [
+        threading.Thread(
+            target=_process_range,
+            args=(tf, t, ranges, shards_per_thread, files, args.source, args.output, args.resize, labels),
+        )
+        for t in range(args.threads)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -26,8 +26,11 @@ def convert(rel, source, resize):
         image = prepare_image(pathlib.Path(source, rel).read_bytes(), ImageOptions(resize=resize))
     except ImageRejected:
         return []
-    return [ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels, 0,
-                              rel.split("/")[0], rel).to_bytes()]
+    return [
+        ImageRecord.build(
+            image.encoded, image.format, image.height, image.width, image.channels, 0, rel.split("/")[0], rel
+        ).to_bytes()
+    ]
 
 
 def main(argv=None) -> None:
@@ -41,10 +44,12 @@ def main(argv=None) -> None:
     files = sorted(str(p.relative_to(args.source)) for p in pathlib.Path(args.source).rglob("*") if p.is_file())
     os.makedirs(args.output, exist_ok=True)
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        (p
-         | "Paths" >> beam.Create(files)
-         | "Convert" >> beam.FlatMap(convert, args.source, args.resize)
-         | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output, "train"), num_shards=args.shards))
+        (
+            p
+            | "Paths" >> beam.Create(files)
+            | "Convert" >> beam.FlatMap(convert, args.source, args.resize)
+            | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output, "train"), num_shards=args.shards)
+        )
     print(len(files))
 
 
