@@ -41,8 +41,8 @@ from prep import sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
 from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
-from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
+from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
