@@ -79,7 +79,8 @@ def _place(members: list[int], start: int, labels: Sequence[tuple[int, ...]], co
     return rank
 
 
-def dyadic_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]], coins: Sequence[bytes]) -> dict[int, int]:
+def dyadic_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]],
+                 coins: Sequence[bytes]) -> dict[int, int]:
     """{image: rank} for the images of every group ({stratum: [image]})."""
     shared: dict[tuple[int, int], dict[int, int]] = {}
     rank: dict[int, int] = {}
