@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable
-from typing import Any
 from json.encoder import encode_basestring_ascii as _quote  # a str as json.dumps(ensure_ascii=True) writes it
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,9 +65,10 @@ class RecordKeys:
         return None if self.hashes is None else ck.ContentKeys(self.sha256, self.hashes)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
-               "filename": self.filename, "sha256": self.sha256,
-               "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
+        out: dict[str, Any] = {
+            "split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
+            "filename": self.filename, "sha256": self.sha256,
+            "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
         if self.error is not None:
             out["error"] = self.error
         return out

@@ -229,7 +229,8 @@ def make_layout(group_sizes: dict[Group, int], num_classes: int, options: PlanOp
     check_split_source(options, {g[0] for g in group_sizes} != {None})
     pinned = {g: n for g, n in group_sizes.items() if len(g) == 3}
     free = {g: n for g, n in group_sizes.items() if len(g) == 2}
-    kept: dict[Group, int] = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in free.items()}
+    kept: dict[Group, int] = {g: n if options.max_per_class is None else min(n, options.max_per_class)
+                              for g, n in free.items()}
     kept.update(pinned.items())  # a pinned group is never capped: capping would split it by rank
     ranges: dict[tuple[str, int], list[tuple[Group, int, int]]] = {}  # (split, label) -> [(group, start, end)]
     group: Group
