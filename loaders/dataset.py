@@ -132,7 +132,7 @@ def _rebalance(ds, source: SplitSource, opts: LoadOptions, pipeline: int, per_pi
 
 def _bucket_key(opts: LoadOptions):
     boundaries = tf.constant(opts.bucket_boundaries() or [0.0], tf.float32)
-    nb = len(opts.aspect_buckets)
+    nb = len(opts.aspect_buckets or ())  # called only with buckets
     spec = {schema.HEIGHT: tf.io.FixedLenFeature([], tf.int64), schema.WIDTH: tf.io.FixedLenFeature([], tf.int64)}
 
     def key(x):
@@ -169,6 +169,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     opts = opts.resolved(source.task)
     plan.check_pipeline(pipeline, num_pipelines)
     training = opts.training
+    assert opts.drop_remainder is not None  # resolved() chose it
     size = plan.epoch_size(source.records, batch_size, num_pipelines, replicas_per_pipeline,
                            opts.drop_remainder, opts.remainder)
     batches = size.batches_per_pipeline
@@ -290,6 +291,7 @@ def _cache_name(opts: LoadOptions, source: SplitSource, pipeline: int, num_pipel
     dataset, pipeline count or options is never read back."""
     if opts.cache is True:
         return ""  # memory
+    assert opts.cache is not False  # called only when caching
     settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
                 if f.name not in ("augment", "threads", "cache", "output", "repeat")}  # applied after the cache
     identity = {"dataset": manifest_digest(source.root), "split": source.split, "files": list(source.files),

@@ -93,7 +93,9 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
         if cache_dir is None:
             cache_dir = tempfile.mkdtemp(prefix="loaders-repaired-")
             atexit.register(shutil.rmtree, cache_dir, True)  # read lazily by the dataset, so kept until exit
-        copy = os.path.join(cache_dir, ShardName.parse(os.path.basename(path)).filename)
+        name = ShardName.parse(os.path.basename(path))
+        assert name is not None  # a split's files all have shard names
+        copy = os.path.join(cache_dir, name.filename)
         with storage.open_read(path) as src, open(copy, "wb") as dst:
             for offset, length in damage.readable:
                 src.seek(offset)

@@ -12,7 +12,7 @@ records containing it, so one record may appear in several rows.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
@@ -39,7 +39,7 @@ def summary(manifest: Manifest, output: str) -> dict:
     """
     labels = list(manifest.labels)
     total = manifest.examples
-    splits = {}
+    splits: dict[str, dict[str, Any]] = {}
     for name, info in manifest.splits.items():
         shards = info.shards
         classes = {}
@@ -91,7 +91,8 @@ def duplicate_groups(output: str, groups: int = GROUPS_SHOWN, members: int = MEM
     path = os.path.join(output, DUPLICATES)
     if not os.path.exists(path):
         return None
-    shown, total = [], 0
+    shown: list[dict[str, Any]] = []
+    total = 0
     with open(path, encoding="utf-8") as f:
         header = json.loads(f.readline())
         for line in f:
@@ -133,7 +134,7 @@ def classes_of(record: ImageRecord | TaskRecord, num_classes: int) -> list[int]:
     from PIL import Image
 
     try:
-        values = np.unique(np.asarray(Image.open(io.BytesIO(record.segmentation)))).tolist()
+        values = np.unique(np.asarray(Image.open(io.BytesIO(record.segmentation or b"")))).tolist()
     except Exception:  # a damaged class map: in no row (prep verify --deep names it)
         return []
     return [v for v in values if v < num_classes]

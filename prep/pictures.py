@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import warnings
+from typing import cast
 
 from prep.core.schema import IGNORE_VALUE, ImageRecord
 from prep.core.task_record import TaskRecord
@@ -90,7 +91,7 @@ def _thumbnail(record: ImageRecord | TaskRecord, tile: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            img = Image.open(io.BytesIO(record.encoded))
+            img: Image.Image = Image.open(io.BytesIO(record.encoded))
             img.draft("RGB", (tile, tile))  # JPEG: decode at a reduced scale
             img = img.convert("RGB")
         except Exception:  # a damaged image still gets its (grey) tile
@@ -118,7 +119,7 @@ def _overlay(thumb, record: TaskRecord):
     if record.task == "segmentation":
         import numpy as np
 
-        classes = np.asarray(_mask_at(record.segmentation, (w, h)))
+        classes = np.asarray(_mask_at(record.segmentation or b"", (w, h)))
         colours = np.array([class_colour(v) for v in range(256)], np.float32)[classes]
         pixels = np.asarray(thumb, np.float32)
         blended = (1 - OVERLAY_ALPHA) * pixels + OVERLAY_ALPHA * colours
@@ -193,6 +194,7 @@ def render_sheet(labels: list[str], picked: dict[int, list[ImageRecord | TaskRec
 def write_plot(summary: dict, path: str) -> tuple[int, int]:
     """Writes a bar chart of records per class, one bar per split, to the PNG `path`; returns its pixel size."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    from matplotlib.ticker import MaxNLocator
 
     labels = summary["labels"]
     splits = list(summary["splits"])
@@ -206,7 +208,8 @@ def write_plot(summary: dict, path: str) -> tuple[int, int]:
     ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0,
                   ha="right" if len(labels) > 8 else "center")
     ax.set_ylabel("records")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    # the default major locator, an AutoLocator, is a MaxNLocator; the stubs type it as any Locator
+    cast(MaxNLocator, ax.yaxis.get_major_locator()).set_params(integer=True)
     ax.set_title(f"Records per class and split: {summary['output']}")
     if splits:
         ax.legend()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from prep.core import targets
 from prep.core.manifest import Manifest
@@ -17,7 +18,7 @@ def human_size(size: float) -> str:
     return str(size)
 
 
-def table(rows: list[tuple[str, ...]]) -> list[str]:
+def table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Lines of a table: first column left-aligned, the others right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
@@ -158,7 +159,8 @@ def inspect_text(summary: dict) -> str:
     empty = empty_classes_line(summary["inputs"].get("empty_classes"), summary["options"].get("empty_classes"))
     if empty:
         lines.append(empty[0].upper() + empty[1:])
-    rows = [("split", "records", "share", "shards", "bytes", "records/shard", "bytes/shard")]
+    rows: list[tuple[str, ...]] = [("split", "records", "share", "shards", "bytes", "records/shard",
+                                    "bytes/shard")]
     for name, split in summary["splits"].items():
         rows.append((name, str(split["examples"]), _percent(split["share"]), str(split["num_shards"]),
                      human_size(split["bytes"]), _range(split["per_shard"]),

@@ -18,7 +18,8 @@ import hashlib
 import os
 
 from prep.core import tfds_meta
-from prep.core.manifest import FILENAME, Manifest, ShardInfo
+from prep.core.manifest import FILENAME, Manifest
+from prep.core.manifest_parts import ShardInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX, ShardName
 from prep.core.tfrecord import record_index
 
@@ -27,7 +28,7 @@ Issue = tuple[str, "int | None", str]
 
 def check_index_names(manifest: Manifest) -> list[Issue]:
     """Index files the manifest names under another name than their shard's plus ``.idx``."""
-    issues = []
+    issues: list[Issue] = []
     for _, shard in manifest.shards():
         index = shard.index_file
         if index is not None and index.file != shard.file + INDEX_SUFFIX:
@@ -71,7 +72,7 @@ def check_index(output: str, shard: ShardInfo, record_sizes: tuple[int, ...] | N
         return [(file, None, "missing: the manifest names it but OUTPUT has no such file")]
     with open(path, "rb") as f:
         data = f.read()
-    issues = []
+    issues: list[Issue] = []
     if len(data) != entry.bytes:
         issues.append((file, None, f"size is {len(data)} bytes, the manifest says {entry.bytes}"))
     sha = hashlib.sha256(data).hexdigest()
@@ -87,7 +88,7 @@ def check_index(output: str, shard: ShardInfo, record_sizes: tuple[int, ...] | N
 
 def check_tfds(output: str, manifest: Manifest) -> list[Issue]:
     """tfds metadata files that are present but differ from what the manifest gives."""
-    issues = []
+    issues: list[Issue] = []
     for name, expected in tfds_meta.files(manifest).items():
         path = os.path.join(output, name)
         if not os.path.isfile(path):

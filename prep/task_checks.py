@@ -176,7 +176,7 @@ def mask_issues(record: TaskRecord, num_classes: int, ignore_value: int | None) 
         return [m for i, o in enumerate(record.objects) for m in _instance_mask_issues(i, o, size)], None
     if record.task == "segmentation":
         ignore = IGNORE_VALUE if ignore_value is None else ignore_value
-        facts, problem = _single_channel_png(record.segmentation, "image/segmentation/class/encoded", size)
+        facts, problem = _single_channel_png(record.segmentation or b"", "image/segmentation/class/encoded", size)
         if problem:
             return [problem], None
         found = [v for v, n in enumerate(facts[0]) if n]
@@ -214,7 +214,7 @@ def manifest_issues(manifest: Manifest) -> list[str]:
         for shard in info.shards:
             messages += _shard_fields(task, labels, shard, exact_strata(manifest))
         if task == "detection":
-            summed = collections.Counter()
+            summed: collections.Counter[str] = collections.Counter()
             for shard in info.shards:
                 summed.update(shard.box_counts or {})
             if info.box_counts is None:

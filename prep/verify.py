@@ -40,8 +40,9 @@ from typing import Callable
 from prep import sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
-from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest, ShardInfo
+from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
+from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
 
@@ -185,9 +186,9 @@ def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[s
     return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
 
 
-def _max_boxes_problems(name: str, info, read: list[ShardScan]) -> list[Problem]:
+def _max_boxes_problems(name: str, info: SplitInfo, read: list[ShardScan]) -> list[Problem]:
     """A detection split's max_boxes against the largest object count its records hold."""
-    most = max(s.tally.max_boxes for s in read)
+    most = max(s.tally.max_boxes for s in read if s.tally is not None)  # a detection scan always has one
     if info.max_boxes is None or most == info.max_boxes:
         return []
     return [Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most "
@@ -206,7 +207,7 @@ def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
     if boxes is None:  # no box lines: count lines without parsing them
         images, dropped, clipped = len(lines), 0, 0
     else:
-        kinds = collections.Counter()
+        kinds: collections.Counter[str | None] = collections.Counter()
         for number, line in enumerate(lines, 1):
             try:
                 entry = json.loads(line)
@@ -298,8 +299,8 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     for file, scan in scans.items():
         problems += _compare_shard(file, entries[file][1], scan, task_checks.exact_strata(manifest))
     for file, (_, entry) in entries.items():
-        scan = scans.get(file)
-        sizes = scan.record_sizes if scan is not None and scan.complete else None
+        scanned = scans.get(file)
+        sizes = scanned.record_sizes if scanned is not None and scanned.complete else None
         problems += [Problem(*issue) for issue in sidecars.check_index(output, entry, sizes)]
 
     splits = {}

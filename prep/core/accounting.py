@@ -15,16 +15,17 @@ import dataclasses
 import heapq
 import itertools
 import json
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from prep.core.errors import PlanError
 from prep.core.listing import Reject
-from prep.core.manifest import BoxAccounting, GroupCounts, Inputs, ShardInfo
+from prep.core.manifest_parts import BoxAccounting, GroupCounts, Inputs, ShardInfo
 from prep.core.naming import ShardName
+from prep.core.task_inputs import BoxNote, BoxTally
 
 
 def tally(found: int, written: int, converted: int, rejected_by_reason: dict[str, int],
-          capped_by_class: dict[str, int], boxes=None) -> Inputs:
+          capped_by_class: dict[str, int], boxes: BoxTally | None = None) -> Inputs:
     """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them);
     `boxes`, detection's `task_inputs.BoxTally`, becomes inputs.boxes."""
     capped = sum(capped_by_class.values())
@@ -85,22 +86,23 @@ def merged_rejects(runs: Iterable[Iterable[Reject]]) -> Iterator[Reject]:
     return heapq.merge(*runs, key=reject_order)
 
 
-def with_box_notes(rejects: Iterable[Reject], notes) -> Iterator:
+def with_box_notes(rejects: Iterable[Reject], notes: Iterable[BoxNote]) -> Iterator[Reject | BoxNote]:
     """Image rejects (in `reject_order`) and box notes (lines with a "box" field) as one stream, by path, an
     image's line before its boxes, boxes by index."""
     keyed_notes = sorted((((n.path, n.box, n.reason), n) for n in notes), key=lambda item: item[0])
-    merged = heapq.merge((((r.path, -1, r.reason), r) for r in rejects), keyed_notes, key=lambda item: item[0])
+    merged: Iterator[tuple[tuple[str, int, str], Reject | BoxNote]] = heapq.merge(
+        (((r.path, -1, r.reason), r) for r in rejects), keyed_notes, key=lambda item: item[0])
     return (line for _, line in merged)
 
 
-def rejects_lines(rejects: Iterable, per_piece: int = 4096) -> Iterator[bytes]:
+def rejects_lines(rejects: Iterable[Reject | BoxNote], per_piece: int = 4096) -> Iterator[bytes]:
     """rejects.jsonl in pieces: one sorted-key JSON object per reject, in the order given."""
     lines = (json.dumps(r.to_json(), sort_keys=True) + "\n" for r in rejects)
     while piece := "".join(itertools.islice(lines, per_piece)):
         yield piece.encode()
 
 
-def settle_empty_classes(labels, written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str
+def settle_empty_classes(labels: Sequence[str], written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str
                          ) -> tuple[tuple[str, ...], list[tuple[ShardName, ShardInfo]], Inputs]:
     """The manifest's labels, shards and inputs once classes with no example written are settled.
 

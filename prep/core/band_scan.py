@@ -30,7 +30,10 @@ listed by exactly one task.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+import numpy.typing as npt
 
 from prep.core.content_keys import NEAR_DISTANCE, ContentKeys
 from prep.core.near_pairs import BITS, DEFAULT_CAP, BandEntry, band_pairs
@@ -144,7 +147,11 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_
     return out, skipped
 
 
-def _compare(items, hashes, q, lo, counts, band, max_distance):
+Index = npt.NDArray[np.intp]  # positions in the sorted arrays
+
+
+def _compare(items: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64], q: Index, lo: Index, counts: Index,
+             band: int, max_distance: int) -> Iterator[tuple[int, int, int]]:
     """(distance, a, b) for hash q[i] against hashes lo[i] .. lo[i] + counts[i] - 1, LIMIT pairs at a time."""
     keep = counts > 0
     q, lo, counts = q[keep], lo[keep], counts[keep]
@@ -165,7 +172,8 @@ def _compare(items, hashes, q, lo, counts, band, max_distance):
         start = stop
 
 
-def _oversized(items, hashes, lo, hi, band, cap, max_distance):
+def _oversized(items: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64], lo: int, hi: int, band: int, cap: int,
+               max_distance: int) -> tuple[list[tuple[int, int, int]], int]:
     """The pairs among one band value's distinct hashes, too many to compare all: near_pairs.band_pairs on
     the 48 bits outside the band (which cuts them again and bounds its work), first-band rule applied."""
     shift = int(_shift(band))

@@ -1,28 +1,22 @@
 """Content keys of an image: what says two images are the same picture. Pure: Pillow, numpy, hashlib.
 
-`ContentKeys` holds
-- `sha256`: of the encoded bytes; equal digests are exact duplicates;
-- `hashes`: 64-bit perceptual hashes (pHash) of the *displayed* picture (EXIF
-  orientation applied, transparency composited on white, gray levels), one of
-  the whole picture and one of each centre crop in `CROP_SCALES`.
+`ContentKeys` holds `sha256`, of the encoded bytes (equal digests are exact duplicates), and `hashes`: 64-bit
+perceptual hashes (pHash) of the *displayed* picture (EXIF orientation applied, transparency composited on white,
+gray levels), one of the whole picture and one of each centre crop in `CROP_SCALES`.
 
-pHash alone is thrown off by border crops: 4% cut from one side moves the
-whole frame under the 32x32 grid the hash is computed on. With the same centre
-crops taken of both images, a copy cropped by up to 5% is framed nearly alike
-in at least one of them; `distance` is the least Hamming distance between
-hashes of the same crop scale. Comparing every hash with every other instead
-finds no more crops and more unrelated pairs (bench/dedupe_quality.py;
-docs/leakage.md has the figures that chose the scales and `NEAR_DISTANCE`).
-A pHash has as many 1 bits as 0 bits (a median split of 64 values), so
-distances are even: 7 and 6 draw the same line. Only a picture whose
-frequencies tie with their median (flat, or drawn symmetric) has fewer 1 bits.
+pHash alone is thrown off by border crops: 4% cut from one side moves the whole frame under the 32x32 grid the hash is
+computed on. With the same centre crops taken of both images, a copy cropped by up to 5% is framed nearly alike in at
+least one of them; `distance` is the least Hamming distance between hashes of the same crop scale. Comparing every hash
+with every other instead finds no more crops and more unrelated pairs (bench/dedupe_quality.py; docs/leakage.md has the
+figures that chose the scales and `NEAR_DISTANCE`). A pHash has as many 1 bits as 0 bits (a median split of 64 values),
+so distances are even: 7 and 6 draw the same line. Only a picture whose frequencies tie with their median (flat, or
+drawn symmetric) has fewer 1 bits.
 
-The pHash is imagehash's (`imagehash.phash`: the picture resized to 32x32 gray with
-LANCZOS, its 2-D DCT-II, the 8x8 lowest frequencies against their median), written over
-numpy, with the resize and the DCT folded into one linear map per side (`_projection`),
-so neither scipy nor PyWavelets is needed and a batch of images is a few products. Pillow
-rounds the resized pixels to integers; this does not, so a hash can differ from
-imagehash's in the few frequencies nearest the median (two bits, in about one hash of ten).
+The pHash is imagehash's (`imagehash.phash`: the picture resized to 32x32 gray with LANCZOS, its 2-D DCT-II, the 8x8
+lowest frequencies against their median), written over numpy, with the resize and the DCT folded into one linear map
+per side (`_projection`), so neither scipy nor PyWavelets is needed and a batch of images is a few products. Pillow
+rounds the resized pixels to integers; this does not, so a hash can differ from imagehash's in the few frequencies
+nearest the median (two bits, in about one hash of ten).
 """
 
 from __future__ import annotations
@@ -31,8 +25,11 @@ import dataclasses
 import functools
 import hashlib
 import io
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageOps
 
 from prep.core import lanczos
@@ -43,12 +40,14 @@ CROP_SCALES = (0.96, 0.92, 0.88, 0.84)  # centre crops hashed besides the whole 
 NEAR_DISTANCE = 7  # at most this many differing bits (least over hash pairs) is a near duplicate
 DRAFT = 64  # JPEGs too small for a 1/8-scale decode of GRID pixels a side are decoded at least this large
 _ORIENTATION = 0x0112
+Box = tuple[int, int, int, int]  # (left, top, width, height) of a crop
+Waiting = tuple[list[int], list[npt.NDArray[np.uint8]]]  # KeyBatch.take: (rows in the batch, each one's gray pixels)
 
 
-def _dct_matrix(n: int) -> np.ndarray:
+def _dct_matrix(n: int) -> npt.NDArray[np.float64]:
     """The orthonormal DCT-II matrix: `m @ x` is the DCT of the columns of x (scipy's dct(norm="ortho"))."""
     k = np.arange(n)[:, None]
-    m = np.cos(np.pi * (2 * np.arange(n)[None, :] + 1) * k / (2 * n)) * np.sqrt(2 / n)
+    m: npt.NDArray[np.float64] = np.cos(np.pi * (2 * np.arange(n)[None, :] + 1) * k / (2 * n)) * np.sqrt(2 / n)
     m[0] /= np.sqrt(2)
     return m
 
@@ -66,7 +65,7 @@ class ContentKeys:
     sha256: str
     hashes: tuple[int, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.sha256) != 64 or not all(c in "0123456789abcdef" for c in self.sha256):
             raise ValueError(f"sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
         if not self.hashes:
@@ -75,17 +74,17 @@ class ContentKeys:
             if not 0 <= h < 1 << 64:
                 raise ValueError(f"each hash must be a 64-bit unsigned integer, got {h!r}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "hashes": [f"{h:016x}" for h in self.hashes]}
 
     @classmethod
-    def from_json(cls, obj: dict) -> "ContentKeys":
+    def from_json(cls, obj: dict[str, Any]) -> "ContentKeys":
         """The inverse of `to_json`. Raises ValueError (or KeyError, TypeError) on anything else."""
         return cls(obj["sha256"], tuple(int(h, 16) for h in obj["hashes"]))
 
 
 @functools.lru_cache(maxsize=256)  # ~20 KB an entry for the 1/8 decode of a 640x480 JPEG
-def _projection(size: int, spans: tuple) -> np.ndarray:
+def _projection(size: int, spans: tuple[tuple[int, int], ...]) -> npt.NDArray[np.float64]:
     """(len(spans), HASH_SIDE, size): for each crop span (start, length) of a side of `size` pixels, the
     lowest HASH_SIDE DCT frequencies of that span resized to GRID, as one linear map: `_DCT @` the
     resize's weights, placed over the span. Cached per side length, not per image size: in a set of
@@ -100,7 +99,7 @@ def _projection(size: int, spans: tuple) -> np.ndarray:
 _BLOCK = 1 << 20  # input pixels per horizontal product: a large picture is not copied to float64 whole
 
 
-def _low_frequencies(grays: np.ndarray, boxes: tuple) -> np.ndarray:
+def _low_frequencies(grays: npt.NDArray[np.uint8], boxes: tuple[Box, ...]) -> npt.NDArray[np.float64]:
     """The HASH_SIDE x HASH_SIDE lowest DCT frequencies of every box (left, top, width, height) of every
     image of a stack (B, height, width) of same-sized gray images, each box resized to GRID x GRID
     first, as rows (image, box) of HASH_SIDE**2 values, u major.
@@ -119,11 +118,11 @@ def _low_frequencies(grays: np.ndarray, boxes: tuple) -> np.ndarray:
     for start in range(0, height * b, step):
         np.matmul(rows[start:start + step].astype(np.float64), across, out=x[start:start + step])
     x = x.reshape(height, b, n, HASH_SIDE).transpose(2, 0, 1, 3).reshape(n, height, b * HASH_SIDE)
-    low = np.matmul(down, x)  # (box, u, image and v)
+    low: npt.NDArray[np.float64] = np.matmul(down, x)  # (box, u, image and v)
     return low.reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, HASH_SIDE * HASH_SIDE)
 
 
-def _phash_rows(low: np.ndarray) -> np.ndarray:
+def _phash_rows(low: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
     """The pHash of each of `_low_frequencies`' rows, as uint64.
 
     The frequencies are rounded to 2**-16 before the median split: float sums in another order (another
@@ -158,23 +157,23 @@ def displayed_gray(img: Image.Image) -> Image.Image:
     return img.convert("L")
 
 
-def crop_boxes(width: int, height: int, scales=CROP_SCALES) -> tuple[tuple[int, int, int, int], ...]:
+def crop_boxes(width: int, height: int, scales: Sequence[float] = CROP_SCALES) -> tuple[Box, ...]:
     """(left, top, width, height) of the whole picture and of its centre crop at each scale."""
-    boxes = []
+    boxes: list[Box] = []
     for s in (1.0, *scales):
         cw, ch = max(1, round(width * s)), max(1, round(height * s))
         boxes.append(((width - cw) // 2, (height - ch) // 2, cw, ch))
     return tuple(boxes)
 
 
-def crop_hashes(gray: Image.Image, scales=CROP_SCALES) -> tuple[int, ...]:
+def crop_hashes(gray: Image.Image, scales: Sequence[float] = CROP_SCALES) -> tuple[int, ...]:
     """The pHash of the whole gray picture, then of its centre crop at each scale (fraction of each side)."""
     return gray_hashes([np.asarray(gray)], scales)[0]
 
 
-def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, ...]]:
+def gray_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float] = CROP_SCALES) -> list[tuple[int, ...]]:
     """`crop_hashes` of each 8-bit gray array (height, width), images of one size hashed together."""
-    out: list = [None] * len(grays)
+    out: list[tuple[int, ...]] = [()] * len(grays)  # every one filled below
     by_size: dict[tuple[int, int], list[int]] = {}
     for i, g in enumerate(grays):
         by_size.setdefault(g.shape, []).append(i)
@@ -184,7 +183,7 @@ def gray_hashes(grays: list[np.ndarray], scales=CROP_SCALES) -> list[tuple[int, 
     return out
 
 
-def stack_hashes(stack: np.ndarray, scales=CROP_SCALES) -> np.ndarray:
+def stack_hashes(stack: npt.NDArray[np.uint8], scales: Sequence[float] = CROP_SCALES) -> npt.NDArray[np.uint64]:
     """(images, 1 + len(scales)) uint64: `crop_hashes` of each image of a stack (images, height, width)
     of 8-bit gray images of one size.
 
@@ -197,12 +196,11 @@ def stack_hashes(stack: np.ndarray, scales=CROP_SCALES) -> np.ndarray:
 
 
 def decode_for_keys(img: Image.Image, draft: int | None = DRAFT) -> None:
-    """Loads an opened image as the keys see it. A colour JPEG is decoded straight to gray (libjpeg
-    keeps the luma and skips the colour conversion), at a reduced DCT scale: 1/8 when that is still
-    GRID pixels a side or more (the scale the converter's check of a JPEG it keeps uses anyway), else
-    the smallest scale still at least `draft` pixels a side (None: full size), so a small picture keeps
-    the detail its hash needs. When keys are wanted, that check decodes this way instead
-    (prep.core.image_rules): every entropy-coded block is still decoded, so its pixels serve both."""
+    """Loads an opened image as the keys see it. A colour JPEG is decoded straight to gray (libjpeg keeps the luma and
+    skips the colour conversion), at a reduced DCT scale: 1/8 when that is still GRID pixels a side or more (the scale
+    the converter's check of a JPEG it keeps uses anyway), else the smallest scale still at least `draft` pixels a side
+    (None: full size), so a small picture keeps the detail its hash needs. When keys are wanted, that check decodes
+    this way instead (prep.core.image_rules): every entropy-coded block is still decoded, so its pixels serve both."""
     if img.format in ("JPEG", "MPO"):
         w, h = img.size
         size = None if draft is None else (w // 8, h // 8) if min(w, h) // 8 >= GRID else (draft, draft)
@@ -216,18 +214,18 @@ def gray_image(img: Image.Image, upright: bool = False) -> Image.Image:
     return (img if img.mode == "L" else img.convert("L")) if upright else displayed_gray(img)
 
 
-def gray_pixels(img: Image.Image, upright: bool = False) -> np.ndarray:
+def gray_pixels(img: Image.Image, upright: bool = False) -> npt.NDArray[np.uint8]:
     """`gray_image` as an array (height, width)."""
     return _array(gray_image(img, upright))
 
 
-def _array(gray: Image.Image) -> np.ndarray:
+def _array(gray: Image.Image) -> npt.NDArray[np.uint8]:
     """An "L" image's pixels (height, width), straight from its bytes (np.asarray goes through
     __array_interface__: more Python an image)."""
     return np.frombuffer(gray.tobytes(), np.uint8).reshape(gray.height, gray.width)
 
 
-def image_keys(data: bytes, scales=CROP_SCALES, draft: int | None = DRAFT) -> ContentKeys:
+def image_keys(data: bytes, scales: Sequence[float] = CROP_SCALES, draft: int | None = DRAFT) -> ContentKeys:
     """The content keys of one encoded image.
 
     Args:
@@ -257,11 +255,11 @@ class KeyBatch:
 
     LARGE = 128 * 128  # pixels: a gray image larger than this is hashed at once, not held
 
-    def __init__(self, scales=CROP_SCALES):
+    def __init__(self, scales: Sequence[float] = CROP_SCALES) -> None:
         self._scales = scales
         self._digests: list[str] = []
-        self._hashed: list[tuple[int, np.ndarray]] = []  # (index, hashes) of the large images
-        self._waiting: list[tuple[int, object]] = []  # (index, pixels) of the small images
+        self._hashed: list[tuple[int, npt.NDArray[np.uint64]]] = []  # (index, hashes) of the large images
+        self._waiting: list[tuple[int, Image.core.ImagingCore]] = []  # (index, pixels) of the small images
 
     def add(self, data: bytes, gray: Image.Image | None = None, sha256: str | None = None) -> None:
         index = len(self._digests)
@@ -278,7 +276,7 @@ class KeyBatch:
         else:  # only the pixels are held (`.im`), not the opened file the picture came from
             self._waiting.append((index, gray.im))
 
-    def take(self) -> tuple[list[str], np.ndarray, np.ndarray, list[tuple[list[int], list[np.ndarray]]]]:
+    def take(self) -> tuple[list[str], npt.NDArray[np.uint64], npt.NDArray[np.bool_], list[Waiting]]:
         """Once, after the last `add`: (sha256 hex digests, hashes (images, 1 + len(scales)) uint64, whether
         each image has hashes, waiting), in the order images were added. An image that could not be
         decoded has no hashes, and a row of zeros. `waiting` holds the small images' gray pixels as
@@ -287,7 +285,7 @@ class KeyBatch:
         has = np.zeros(len(self._digests), bool)
         for index, row in self._hashed:
             hashes[index], has[index] = row, True
-        waiting = []
+        waiting: list[Waiting] = []
         if self._waiting:  # every waiting picture into one strip, read out at once: one core paste a picture
             # (Image.paste's checks cost twice as much) and one tobytes() a batch, whatever their sizes, on a
             # thread that shares the GIL with the rest of the prepare stage; each picture is a view of its corner
@@ -302,7 +300,7 @@ class KeyBatch:
             waiting.append((rows, [whole[top:top + h, :w] for (w, h), top in zip(sizes, tops)]))
         return self._digests, hashes, has, waiting
 
-    def hashes(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+    def hashes(self) -> tuple[list[str], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
         """`take()` with every image hashed: (sha256 hex digests, hashes, whether each image has them)."""
         digests, hashes, has, waiting = self.take()
         hash_waiting([(hashes, waiting)], self._scales)
@@ -317,7 +315,8 @@ class KeyBatch:
 _STACK_PIXELS = 1 << 18  # pixels hash_waiting hashes at once: ~2 MB of float64 temporaries (no faster past 64 images)
 
 
-def hash_waiting(parts, scales=CROP_SCALES) -> None:
+def hash_waiting(parts: Iterable[tuple[npt.NDArray[np.uint64], list[Waiting]]],
+                 scales: Sequence[float] = CROP_SCALES) -> None:
     """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
     Every batch's waiting images are hashed together, in blocks of about `_STACK_PIXELS` pixels (`_block_hashes`):
     fewer numpy calls, each of which gives up the GIL and waits for it while the prepare stage's threads hold it."""
@@ -337,7 +336,7 @@ def hash_waiting(parts, scales=CROP_SCALES) -> None:
         start = stop
 
 
-def _block_hashes(grays: list[np.ndarray], scales) -> np.ndarray:
+def _block_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float]) -> npt.NDArray[np.uint64]:
     """`stack_hashes` of gray images of any sizes, sorted by (width, height): the pass across (which depends
     on the width alone) is one product per width over the rows of all its images, and the pass down one
     batched product per height over the images of that height, whatever their widths. A set of pictures of
@@ -384,9 +383,10 @@ def comparable(keys: ContentKeys) -> bool:
     return all(h.bit_count() == _HALF for h in keys.hashes)
 
 
-def comparable_rows(hashes: np.ndarray) -> np.ndarray:
+def comparable_rows(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
     """`comparable` of each row of a (images, hashes) uint64 array."""
-    return (np.bitwise_count(np.asarray(hashes, dtype=np.uint64)) == _HALF).all(axis=-1)
+    rows: npt.NDArray[np.bool_] = (np.bitwise_count(np.asarray(hashes, dtype=np.uint64)) == _HALF).all(axis=-1)
+    return rows
 
 
 def distance(a: ContentKeys, b: ContentKeys) -> int:

@@ -87,7 +87,17 @@ def decode_cost(header: Header) -> tuple[int, float]:
     return pixels * (samples + _JPEG_BYTES_PER_PIXEL), pixels * header.scans * SECONDS_PER_PIXEL_SCAN
 
 
-def predictable(data: bytes, options) -> bool:
+class DecodeBudget(typing.Protocol):
+    """What an image's decode may cost (`image_rules.ImageOptions`, which imports this module)."""
+
+    @property
+    def max_image_memory(self) -> int: ...
+
+    @property
+    def image_timeout(self) -> float: ...
+
+
+def predictable(data: bytes, options: DecodeBudget) -> bool:
     """Whether `data` may be prepared in the calling thread under `isolate=auto`: a JPEG or PNG
     whose header promises a decode within `options.max_image_memory` and a quarter of
     `options.image_timeout` (an ImageOptions). Everything else, Image.open included, belongs

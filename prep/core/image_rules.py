@@ -31,6 +31,7 @@ import struct
 import tempfile
 import warnings
 import zlib
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -70,7 +71,7 @@ class ImageOptions:
     image_timeout: float = DEFAULT_IMAGE_TIMEOUT  # seconds one image may take
     isolate: str = "auto"  # which images are prepared in a sandboxed process (beam_jobs/sandbox.py)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("resize", "max_side"):
             value = getattr(self, name)
             if value is not None and not 1 <= value <= 65535:
@@ -202,13 +203,13 @@ class EncodeBuffer:
     the last `encode` count. One per thread: it is not thread-safe.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         if hasattr(os, "memfd_create"):
             self._file = open(os.memfd_create("prep-encode", os.MFD_CLOEXEC), "w+b", buffering=0)
         else:
             self._file = tempfile.TemporaryFile(buffering=0)
 
-    def encode(self, img: Image.Image, fmt: str, **params) -> bytes:
+    def encode(self, img: Image.Image, fmt: str, **params: Any) -> bytes:
         self._file.seek(0)
         img.save(self._file, fmt, **params)
         size = self._file.tell()
@@ -224,7 +225,7 @@ class EncodeBuffer:
     def __enter__(self) -> "EncodeBuffer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -253,7 +254,7 @@ def bomb_limit(max_pixels: int) -> None:
     module global: every call of one conversion sets the same value, so threads
     agree; two conversions with different --max-pixels in one process would race.
     """
-    Image.MAX_IMAGE_PIXELS = max_pixels / 2
+    Image.MAX_IMAGE_PIXELS = max_pixels / 2  # type: ignore[assignment]  # a float: Pillow's 2x is max_pixels exactly
 
 
 _BOMB_PIXELS = re.compile(r"\((\d+) pixels\)")
@@ -287,13 +288,13 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
         raise ImageRejected("empty", "file has zero bytes")
     bomb_limit(options.max_pixels)
     try:
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         raise ImageRejected("undecodable", "not an image format Pillow can identify") from None
     except Image.DecompressionBombError as exc:
         header = read_header(data)
-        size = f"{header.width}x{header.height} = " if header else ""
-        raise _failure(exc, options, size) from None
+        whose = f"{header.width}x{header.height} = " if header else ""
+        raise _failure(exc, options, whose) from None
     except Exception as exc:  # Pillow raises many types on hostile headers
         raise _failure(exc, options, "") from None
     width, height = img.size

@@ -31,22 +31,22 @@ def list_inputs(config: ConvertConfig) -> Listing:
     Raises:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
     """
-    task = config.tasks.task
-    if task != "classification" and output_inside(config.output, config.source):
+    t = config.tasks
+    if t.task != "classification" and output_inside(config.output, config.source):
         raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
                           "inputs on the next run; choose an OUTPUT outside SOURCE")
-    if task == "detection":
-        t = config.tasks
+    if t.annotations:  # detection
         inside = storage.is_remote(t.annotations) or output_inside(t.annotations, config.source)
-        skip = frozenset()
+        skip: frozenset[str] = frozenset()
         if inside and not storage.is_remote(t.annotations):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
         return task_inputs.list_detection(config.source, t.annotations, t.annotation_format, config.classes,
                                           t.unannotated, config.layout, config.plan.seed, skip, config.plan)
-    if task == "segmentation":
-        return task_inputs.list_segmentation(config.source, config.tasks.masks, config.classes, config.layout)
+    if t.masks:  # segmentation
+        assert config.classes is not None  # ConvertConfig requires --classes with --masks
+        return task_inputs.list_segmentation(config.source, t.masks, config.classes, config.layout)
     if config.labels:
-        listing = _list_label_file(config)
+        listing = _list_label_file(config, config.labels)
         if listing.task != "multilabel":
             return listing
         return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
@@ -64,12 +64,12 @@ def list_inputs(config: ConvertConfig) -> Listing:
     return list_folders(config.source, config.layout, config.classes)
 
 
-def _list_label_file(config: ConvertConfig) -> Listing:
+def _list_label_file(config: ConvertConfig, labels: str) -> Listing:
     data = None
-    if storage.is_remote(config.labels):
+    if storage.is_remote(labels):
         try:
-            data = storage.read_bytes(config.labels)
+            data = storage.read_bytes(labels)
         except Exception as exc:  # each file system raises its own types
-            raise SourceError(f"cannot read label file {config.labels}: {exc}") from None
-    return list_label_file(config.source, config.labels, config.classes, data=data,
+            raise SourceError(f"cannot read label file {labels}: {exc}") from None
+    return list_label_file(config.source, labels, config.classes, data=data,
                            allow_outside=config.allow_outside_source, group_by=config.dedupe.group_by)

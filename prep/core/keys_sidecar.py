@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as _quote  # a str as json.dumps(ensure_ascii=True) writes it
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from prep.core import content_keys as ck
 
@@ -32,7 +35,7 @@ FORMAT = "tfrecord-prep-content-keys"
 VERSION = 4  # 4: resize and DCT folded, no rounding between (3: colour JPEGs decoded straight to gray; 2: in their own mode, then made gray; 1: straight to gray, other scales)
 
 
-def header() -> dict:
+def header() -> dict[str, Any]:
     """The first line: the format and everything that decides the hashes."""
     return {"format": FORMAT, "version": VERSION, "crop_scales": list(ck.CROP_SCALES), "grid": ck.GRID,
             "hash_side": ck.HASH_SIDE, "draft": ck.DRAFT}
@@ -51,7 +54,7 @@ class RecordKeys:
     hashes: tuple[int, ...] | None
     error: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if (self.hashes is None) == (self.error is None):
             raise ValueError(f"record {self.shard}#{self.record}: exactly one of hashes and error must be set")
         if self.record < 0:
@@ -61,16 +64,17 @@ class RecordKeys:
     def keys(self) -> ck.ContentKeys | None:
         return None if self.hashes is None else ck.ContentKeys(self.sha256, self.hashes)
 
-    def to_json(self) -> dict:
-        out = {"split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
-               "filename": self.filename, "sha256": self.sha256,
-               "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
+            "filename": self.filename, "sha256": self.sha256,
+            "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
         if self.error is not None:
             out["error"] = self.error
         return out
 
     @classmethod
-    def from_json(cls, obj: dict) -> "RecordKeys":
+    def from_json(cls, obj: dict[str, Any]) -> "RecordKeys":
         hashes = obj["hashes"]
         return cls(obj["split"], obj["shard"], obj["shard_sha256"], obj["record"], obj["filename"], obj["sha256"],
                    None if hashes is None else tuple(int(h, 16) for h in hashes), obj.get("error"))
@@ -91,7 +95,7 @@ def record_lines(records: list[RecordKeys]) -> bytes:
 
 
 def shard_lines(split: str, shard: str, shard_sha256: str, records: list[int], filenames: list[str], sha256: str,
-                hashes: np.ndarray) -> str:
+                hashes: npt.NDArray[np.uint64]) -> str:
     """The lines of records of one shard that all have hashes, as `record_line` writes them: `sha256` holds
     their digests' 64 hex digits each, `hashes` their hashes (records, hashes) as uint64. The shard's fields
     are quoted once and the hashes formatted as one array: the converter writes a line per record."""
@@ -106,7 +110,7 @@ def shard_lines(split: str, shard: str, shard_sha256: str, records: list[int], f
 
 
 def record_line(split: str, shard: str, shard_sha256: str, record: int, filename: str, sha256: str,
-                hashes, error: str | None = None) -> str:
+                hashes: Iterable[int] | None, error: str | None = None) -> str:
     """One record's line, newline included: `json.dumps(RecordKeys(...).to_json(), sort_keys=True)`, written
     out field by field, so that the converter, which writes one per record, builds no dict to dump."""
     listed = "null" if hashes is None else "[" + ", ".join(f'"{h:016x}"' for h in hashes) + "]"

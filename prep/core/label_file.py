@@ -15,6 +15,8 @@ import os
 import posixpath
 import stat
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from prep.core.errors import SourceError
 from prep.core.listing import InputRef, Listing, Reject, finish_listing
@@ -24,7 +26,8 @@ LABEL_COLUMNS = ("path", "label")
 MULTI = "\0multi"  # set in a JSONL row whose label is a list: the file is multi-label
 
 
-def _label_rows(path: str, data: bytes | None, group_by: str | None = None):
+def _label_rows(path: str, data: bytes | None, group_by: str | None = None
+                ) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file (a CSV or TSV file must
     have the `group_by` column too, when given)."""
     ext = os.path.splitext(path)[1].lower()
@@ -83,10 +86,10 @@ def _label_rows(path: str, data: bytes | None, group_by: str | None = None):
             raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
 
 
-def _json_values(row: dict) -> tuple[dict | None, str | None]:
+def _json_values(row: dict[str, Any]) -> tuple[dict[str, str] | None, str | None]:
     """A JSONL row's values as text: null is empty, a number or boolean its JSON text
     ("label": 3 is class "3"); a list or object is a problem."""
-    values = {}
+    values: dict[str, str] = {}
     for key, value in row.items():
         if value is None:
             values[key] = ""
@@ -165,7 +168,9 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
     """
     if data is None and not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
-    refs, rejects, first_line = [], [], {}
+    refs: list[InputRef] = []
+    rejects: list[Reject] = []
+    first_line: dict[str, int] = {}
     saw_row = multi = False
     for number, row, problem in _label_rows(label_file, data, group_by):
         saw_row = True
@@ -173,6 +178,7 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         if problem is not None:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
             continue
+        assert row is not None  # _label_rows gives each line a row or a problem
         if "path" not in row or "label" not in row:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
             continue
@@ -214,7 +220,8 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
     return finish_listing(refs, rejects, found_classes, classes, source=label_file)
 
 
-def _finish_multilabel(refs, rejects, classes, label_file) -> Listing:
+def _finish_multilabel(refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None,
+                       label_file: str) -> Listing:
     """A multi-label file's listing: each ref's label the sorted '|'-joined names, the classes every
     name found (or --classes); a row naming a class not in --classes is rejected (unknown_label).
     `task_inputs.multilabel_listing` then groups the refs in strata."""

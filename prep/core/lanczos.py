@@ -14,6 +14,7 @@ import functools
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 SUPPORT = 3.0
 
@@ -30,7 +31,7 @@ def _lanczos(x: float) -> float:
 
 
 @functools.lru_cache(maxsize=1024)
-def weights(in_size: int, out_size: int) -> np.ndarray:
+def weights(in_size: int, out_size: int) -> npt.NDArray[np.float64]:
     """The (out_size, in_size) weights of one pass over a box 0..in_size, each row summing to 1.
 
     Built in Python (math.sin), not numpy, so that they are the same bits on every CPU. A pass whose
@@ -57,8 +58,9 @@ def weights(in_size: int, out_size: int) -> np.ndarray:
     return m
 
 
-def resize(gray: np.ndarray, side: int) -> np.ndarray:
+def resize(gray: npt.NDArray[np.uint8], side: int) -> npt.NDArray[np.float64]:
     """The 8-bit gray picture resized to side x side with `weights`, unrounded (float64): Pillow's
     `resize((side, side), LANCZOS)` gives these values rounded and clipped after each pass."""
     h, w = gray.shape
-    return weights(h, side) @ gray.astype(np.float64) @ weights(w, side).T
+    out: npt.NDArray[np.float64] = weights(h, side) @ gray.astype(np.float64) @ weights(w, side).T
+    return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from prep.core.errors import OptionsError, PlanError
 from prep.core.naming import check_split_name
@@ -43,7 +43,8 @@ def parse_split_fractions(text: str) -> tuple[tuple[str, Fraction], ...]:
         OptionsError: on a malformed item, a repeated name, a fraction outside
             (0, 1], or a sum other than 1.
     """
-    items, seen = [], set()
+    items: list[tuple[str, Fraction]] = []
+    seen: set[str] = set()
     for part in text.split(","):
         name, sep, value = part.strip().partition("=")
         name = name.strip()
@@ -84,7 +85,7 @@ class PlanOptions:
     max_per_class: int | None = None
     empty_classes: str = "keep"  # one of EMPTY_CLASSES
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.num_shards is not None and self.num_shards < 1:
             raise OptionsError(f"--num-shards must be >= 1, got {self.num_shards}")
         if self.shard_size < 1:
@@ -121,7 +122,8 @@ def shard_count(examples: int, mean_size: float, options: PlanOptions, split: st
     return max(1, min(examples, math.ceil(examples * mean_size / options.shard_size)))
 
 
-Group = tuple  # (split given by the source or None, label id)
+# (split given by the source or None, label id), or a pinned group's (None, label id, split) (`make_layout`)
+Group = tuple[str | None, int] | tuple[None, int, str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +151,8 @@ class Layout:
     capped. Positions in a split are laid out class by class in label order.
     """
 
-    segments: dict
-    kept: dict
+    segments: dict[Group, tuple[Segment, ...]]
+    kept: dict[Group, int]
     splits: tuple[SplitLayout, ...]
 
     def locate(self, group: Group, rank: int) -> tuple[str, int] | None:
@@ -165,10 +167,10 @@ class Layout:
         return next(s for s in self.splits if s.name == name)
 
 
-def empty_labels(present, num_classes: int) -> tuple[int, ...]:
+def empty_labels(present: Iterable[int], num_classes: int) -> tuple[int, ...]:
     """Label ids in [0, num_classes) that are not in `present` (the ids of the examples kept)."""
-    present = set(present)
-    return tuple(label for label in range(num_classes) if label not in present)
+    kept = set(present)
+    return tuple(label for label in range(num_classes) if label not in kept)
 
 
 def label_ids(num_classes: int, empty: Sequence[int], policy: str) -> tuple[int, ...]:
@@ -210,7 +212,7 @@ def check_split_source(options: PlanOptions, source_names_splits: bool) -> None:
         raise PlanError("--split cannot be used when SOURCE already names splits (split folders or a split column)")
 
 
-def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_size: float) -> Layout:
+def make_layout(group_sizes: dict[Group, int], num_classes: int, options: PlanOptions, mean_size: float) -> Layout:
     """The layout for groups of the given sizes ({(given split, label): examples}).
 
     With --split fractions, a group may also be pinned: (None, label, split) holds
@@ -227,9 +229,11 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
     check_split_source(options, {g[0] for g in group_sizes} != {None})
     pinned = {g: n for g, n in group_sizes.items() if len(g) == 3}
     free = {g: n for g, n in group_sizes.items() if len(g) == 2}
-    kept = {g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in free.items()}
-    kept.update(pinned)  # a pinned group is never capped: capping would split it by rank
-    ranges: dict[tuple[str, int], list] = {}  # (split, label) -> [(group, start, end)]
+    kept: dict[Group, int] = {g: n if options.max_per_class is None else min(n, options.max_per_class)
+                              for g, n in free.items()}
+    kept.update(pinned.items())  # a pinned group is never capped: capping would split it by rank
+    ranges: dict[tuple[str, int], list[tuple[Group, int, int]]] = {}  # (split, label) -> [(group, start, end)]
+    group: Group
     if options.split_fractions is not None:
         split_order = [name for name, _ in options.split_fractions]
         fractions = [f for _, f in options.split_fractions]
@@ -247,7 +251,7 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
         for (_, label, pin), n in sorted(pinned.items(), key=lambda item: (item[0][1], item[0][2])):
             ranges.setdefault((pin, label), []).append(((None, label, pin), 0, n))
     else:
-        split_order = sorted({split or DEFAULT_SPLIT for split, _ in kept})
+        split_order = sorted({group[0] or DEFAULT_SPLIT for group in kept})
         for group, n in kept.items():
             ranges[(group[0] or DEFAULT_SPLIT, group[1])] = [(group, 0, n)]
     segments: dict[Group, list[Segment]] = {g: [] for g in group_sizes}
@@ -265,7 +269,7 @@ def make_layout(group_sizes: dict, num_classes: int, options: PlanOptions, mean_
     return Layout({g: tuple(s) for g, s in segments.items()}, kept, tuple(splits))
 
 
-def _free_counts(free: int, fractions: Sequence[Fraction], names: Sequence[str], pinned: dict) -> list[int]:
+def _free_counts(free: int, fractions: Sequence[Fraction], names: Sequence[str], pinned: dict[str, int]) -> list[int]:
     """How many of a class's `free` images (in no group) go to each split, so that with its `pinned`
     images ({split: count}) each split gets its largest-remainder share of the whole class, or as
     close as the pinned ones allow (a split holding more pinned images than its share gets no free

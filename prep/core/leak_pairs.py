@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Any
 
-from prep.core.content_keys import NEAR_DISTANCE, comparable
+from prep.core.content_keys import NEAR_DISTANCE, ContentKeys, comparable
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.near_pairs import DEFAULT_CAP, near_pairs
 
@@ -32,13 +33,13 @@ class LeakPair:
     kind: str  # EXACT or NEAR
     distance: int  # 0 for EXACT
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in (EXACT, NEAR):
             raise ValueError(f"kind must be {EXACT!r} or {NEAR!r}, got {self.kind!r}")
         if not 0 <= self.distance <= 64:
             raise ValueError(f"distance must be in [0, 64], got {self.distance}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -60,7 +61,7 @@ def leak_pairs(a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP,
     by_digest: dict[str, list[int]] = collections.defaultdict(list)
     for i, r in enumerate(records):
         by_digest[r.sha256].append(i)
-    out = []
+    out: list[LeakPair] = []
     for members in by_digest.values():
         in_a = [i for i in members if i < len(a)]
         out.extend(pair(i, j, EXACT, 0) for i in in_a for j in members if j >= len(a))
@@ -87,6 +88,6 @@ def self_pairs(records: list[RecordKeys], cap: int = DEFAULT_CAP, max_distance: 
     return LeakPairs(tuple(sorted(out)), skipped)
 
 
-def _comparable(records: list[RecordKeys]) -> dict:
+def _comparable(records: list[RecordKeys]) -> dict[int, ContentKeys]:
     """{index: keys} of the records the near-duplicate search takes (content_keys.comparable), as convert's."""
-    return {i: r.keys for i, r in enumerate(records) if r.hashes is not None and comparable(r.keys)}
+    return {i: keys for i, r in enumerate(records) if (keys := r.keys) is not None and comparable(keys)}

@@ -16,9 +16,10 @@ import os
 import posixpath
 import sys
 import typing
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from prep.core.errors import SourceError
+from prep.core.manifest_parts import Category
 from prep.core.naming import check_split_name
 
 LAYOUTS = ("auto", "classes", "splits")
@@ -38,7 +39,7 @@ class InputRef(typing.NamedTuple):
     key: str | None = None  # those tasks: the rank key in the group, hex (`ordering.rank_key`)
     group: str | None = None  # its user group from the label file's --group-by column (prep.core.groups)
 
-    def fields(self) -> list:
+    def fields(self) -> list[str | None]:
         """The fields to stage and hash: a classification input's three, as before these tasks and groups."""
         if self.group is not None:
             return list(self)
@@ -52,7 +53,7 @@ class Reject(typing.NamedTuple):
     reason: str
     detail: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str]:
         """The line of rejects.jsonl: valid UTF-8 JSON even for a non-UTF-8 file name,
         whose exact bytes then also go in `path_hex`."""
         out = {"path": printable(self.path), "reason": self.reason, "detail": printable(self.detail)}
@@ -78,9 +79,10 @@ class Listing:
     classes: tuple[str, ...]
     task: str = "classification"  # one of schema.TASKS
     groups: tuple[str, ...] | None = None  # the planner's groups (InputRef.label) when not the classes
-    categories: tuple = ()  # detection: manifest Categories, in id order
-    box_notes: tuple = ()  # detection: boxes the annotations hold but no record will (task_inputs.BoxNote)
-    boxes: tuple | None = None  # detection: their tally (task_inputs.BoxTally)
+    categories: tuple[Category, ...] = ()  # detection: manifest Categories, in id order
+    # Any: task_inputs' types, and task_inputs imports this module
+    box_notes: tuple[Any, ...] = ()  # detection: boxes the annotations hold but no record will (task_inputs.BoxNote)
+    boxes: Any = None  # detection: their tally (task_inputs.BoxTally), or None
     masks: bool = False  # detection: the annotations hold polygons or RLE, so records get instance masks
 
     @property
@@ -115,8 +117,9 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
     listed under its real path, with its class, whatever a symlink elsewhere
     calls it; a symlink to a folder already walked is one `symlink_loop`.
     """
-    seen_dirs = set()
-    stack, linked = [""], collections.deque()
+    seen_dirs: set[str] = set()
+    stack = [""]
+    linked: collections.deque[str] = collections.deque()
     while stack or linked:
         rel_dir = stack.pop() if stack else linked.popleft()
         full_dir = os.path.join(root, rel_dir)
@@ -144,13 +147,13 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
 
 def _local_dirs(root: str) -> list[str]:
     """Relative paths of the non-hidden folders one and two levels under root."""
-    def is_dir(entry):
+    def is_dir(entry: os.DirEntry[str]) -> bool:
         try:
             return entry.is_dir()
         except OSError:  # a symlink loop: rejected later, when the files are walked
             return False
 
-    def subdirs(path):
+    def subdirs(path: str) -> list[str]:
         return sorted(e.name for e in os.scandir(path) if not e.name.startswith(".") and is_dir(e))
     try:
         top = subdirs(root)
@@ -166,7 +169,7 @@ def detect_layout(dirs: Iterable[str]) -> str:
 
 
 def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | None = None,
-                 files: list[tuple[str, str | None]] | None = None) -> Listing:
+                 files: Sequence[tuple[str, str | None]] | None = None) -> Listing:
     """Lists `root/<class>/...` or `root/<split>/<class>/...`.
 
     Args:
@@ -187,15 +190,17 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         if not os.path.isdir(root):
             raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root)
                               else f"SOURCE {root} does not exist")
-        dirs, files = _local_dirs(root), _walk(root)
+        dirs, listed = _local_dirs(root), _walk(root)
     else:
         dirs = sorted({"/".join(rel.split("/")[:n]) for rel, _ in files for n in (1, 2)
                        if rel.count("/") >= n and not any(p.startswith(".") for p in rel.split("/")[:n])})
+        listed = files
     if layout == "auto":
         layout = detect_layout(dirs)
     depth = 1 if layout == "classes" else 2
-    refs, rejects = [], []
-    for rel, problem in files:
+    refs: list[InputRef] = []
+    rejects: list[Reject] = []
+    for rel, problem in listed:
         parts = rel.split("/")
         if problem is not None:
             reason, _, detail = problem.partition(":")
@@ -218,7 +223,8 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
     return finish_listing(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
 
 
-def finish_listing(refs, rejects, found_classes, classes, source) -> Listing:
+def finish_listing(refs: list[InputRef], rejects: list[Reject], found_classes: tuple[str, ...],
+                   classes: tuple[str, ...] | None, source: str) -> Listing:
     """Checks labels against the class list, and that some class has examples (what becomes of a class
     with none is for `--empty-classes` to say, once the images are read); sorts refs and rejects by path.
 

@@ -115,7 +115,7 @@ def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> li
     each holds per class (see the module docstring)."""
     problems = []
 
-    def check(values: list[int], what: str, of: str):
+    def check(values: list[int], what: str, of: str) -> None:
         n, shards = sum(values), len(values)
         low, high = n // shards, -(-n // shards)
         allowed = f"{low}" if low == high else f"{low} or {high}"

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,7 +18,7 @@ class IndexFile:
     bytes: int
     sha256: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
 
 
@@ -34,8 +36,8 @@ class ShardInfo:
     box_counts: dict[str, int] | None = None  # detection: objects per class
     stratum_counts: dict[str, int] | None = None  # multilabel, detection: images per stratum (NO_STRATUM: none)
 
-    def to_json(self) -> dict:
-        out = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
                "sha256": self.sha256, "class_counts": dict(self.class_counts)}
         if self.index_file is not None:
             out["index_file"] = self.index_file.to_json()
@@ -63,8 +65,8 @@ class SplitInfo:
     # splits} (`fraction_deviation`)
     fraction_deviation: dict[str, float] | None = None
 
-    def to_json(self) -> dict:
-        out = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
                "class_counts": dict(self.class_counts), "shards": [s.to_json() for s in self.shards]}
         if self.box_counts is not None:
             out["box_counts"] = dict(self.box_counts)
@@ -77,7 +79,7 @@ class SplitInfo:
         return out
 
 
-def fraction_deviation(class_counts: dict[str, int], fraction, totals: dict[str, int]) -> dict[str, float]:
+def fraction_deviation(class_counts: dict[str, int], fraction: float, totals: dict[str, int]) -> dict[str, float]:
     """{class: the split's count of it - `fraction` x its count over all splits}, to 1/1000: how far a split is
     from its fraction, per class, once groups are kept whole."""
     return {name: round(float(n - fraction * totals.get(name, 0)), 3) or 0.0 for name, n in class_counts.items()}
@@ -105,7 +107,7 @@ class GroupCounts:
 
     REASONS = ("duplicate_of", "label_conflict", "cross_split_duplicate")
 
-    def plus(self, counts) -> "GroupCounts":
+    def plus(self, counts: Iterable[tuple[str, int]]) -> "GroupCounts":
         """These counts with `counts` ((name, n), ...) added."""
         out = dataclasses.asdict(self)
         for name, n in counts:
@@ -115,11 +117,11 @@ class GroupCounts:
     def __bool__(self) -> bool:
         return any(dataclasses.astuple(self))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def deviation(split_counts: dict[str, int], examples: int, shards) -> float:
+def deviation(split_counts: dict[str, int], examples: int, shards: Iterable[ShardInfo]) -> float:
     """The largest deviation of a shard's count of a class from its proportional share of the split's
     (class count x shard examples / split examples), over shards and classes, rounded to 1/1000."""
     worst = 0.0
@@ -144,7 +146,7 @@ class BoxAccounting:
     def reconciles(self) -> bool:
         return self.read == self.written + self.dropped
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -156,7 +158,7 @@ class Category:
     name: str
     source_id: int | str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "source_id": self.source_id}
 
 
@@ -179,8 +181,9 @@ class Inputs:
     def reconciles(self) -> bool:
         return self.found == self.written + self.rejected + self.capped
 
-    def to_json(self) -> dict:
-        out = {"found": self.found, "written": self.written, "rejected": self.rejected, "capped": self.capped}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"found": self.found, "written": self.written, "rejected": self.rejected,
+                               "capped": self.capped}
         for key in ("converted", "rejected_by_reason", "capped_by_class"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -210,13 +213,13 @@ class Resumed:
     in_flight: InFlight | None = None  # only when the killed run was reading some inputs
 
     @classmethod
-    def from_json(cls, data: dict) -> "Resumed":
+    def from_json(cls, data: dict[str, Any]) -> "Resumed":
         in_flight = data.get("in_flight")
         return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
                    InFlight(**in_flight) if isinstance(in_flight, dict) else None)
 
-    def to_json(self) -> dict:
-        out = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
                "shards_reused": self.shards_reused}
         if self.in_flight is not None:
             out["in_flight"] = dataclasses.asdict(self.in_flight)
@@ -236,7 +239,7 @@ class Run:
     resumed: Resumed | None = None
 
     @classmethod
-    def from_json(cls, data) -> "Run":
+    def from_json(cls, data: object) -> "Run":
         """Lenient: `run` is provenance, which no reader relies on."""
         if not isinstance(data, dict):
             return cls()
@@ -248,8 +251,9 @@ class Run:
         return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
                    resumed=resumed)
 
-    def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("runner", "workers", "source", "started", "created", "seconds")}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: getattr(self, k)
+                               for k in ("runner", "workers", "source", "started", "created", "seconds")}
         if self.resumed is not None:
             out["resumed"] = self.resumed.to_json()
         return out

@@ -37,7 +37,7 @@ class ShardName:
     index: int
     count: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_split_name(self.split)
         if self.count < 1:
             raise ValueError(f"shard count must be >= 1, got {self.count}")

@@ -39,6 +39,7 @@ import dataclasses
 from typing import Iterable, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from prep.core.content_keys import NEAR_DISTANCE, ContentKeys, distance
 
@@ -108,10 +109,11 @@ def _close_pairs(entries: list[BandEntry], max_distance: int) -> dict[tuple[int,
         raise ValueError("keys of different numbers of hashes cannot be compared")
     items = np.array([e.item for e in entries], dtype=np.int64)
     hashes = np.array([e.keys.hashes for e in entries], dtype=np.uint64)
-    least = None
+    least: npt.NDArray[np.uint8] | None = None
     for col in hashes.T:
         d = np.bitwise_count(col[:, None] ^ col[None, :])
         least = d if least is None else np.minimum(least, d, out=least)
+    assert least is not None  # every key has a hash, and there is a key (checked above)
     upper = np.triu(least <= max_distance, 1) & (items[:, None] != items[None, :])
     i, j = np.nonzero(upper)
     a, b = np.minimum(items[i], items[j]), np.maximum(items[i], items[j])

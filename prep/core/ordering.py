@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 from prep.core.listing import InputRef, Listing
+
+T = TypeVar("T")
 
 # Chunks per listing, about, for small inputs; a chunk holds at most MAX_CHUNK inputs, since
 # each chunk ends with a barrier (its index is written once all its images are done).
@@ -49,7 +51,7 @@ def listing_order(refs: Sequence[InputRef], seed: int) -> list[InputRef]:
 
     Sorted one group at a time, so that sort keys are held for one class, not for every input.
     """
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[str, str], list[InputRef]] = {}
     for r in refs:
         groups.setdefault((r.split or "", r.label), []).append(r)
     ordered = []
@@ -65,7 +67,7 @@ def chunk_size(n: int) -> int:
     return max(MIN_CHUNK, min(MAX_CHUNK, math.ceil(n / CHUNKS)))
 
 
-def make_chunks(refs: Sequence, size: int) -> list[list]:
+def make_chunks(refs: Sequence[T], size: int) -> list[list[T]]:
     return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
 
 

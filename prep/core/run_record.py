@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import prep
 
@@ -42,7 +44,7 @@ REPLAN_HINT = ("the images read so far are kept: run the same command again with
                "--resume to plan them anew without reading them again")
 
 
-def tool_info() -> dict:
+def tool_info() -> dict[str, str]:
     """The manifest's `tool`: our version and Pillow's, which decides re-encoded bytes."""
     import PIL
 
@@ -68,7 +70,7 @@ def listing_digest(listing: Listing, batch: int = 4096) -> str:
     return digest.hexdigest()
 
 
-def run_record(options: dict, tool: dict, listing: Listing) -> dict:
+def run_record(options: dict[str, Any], tool: dict[str, str], listing: Listing) -> dict[str, Any]:
     """What decides a conversion's output; stored as `.prep-tmp/run.json`."""
     return {
         "version": RUN_VERSION,
@@ -80,7 +82,7 @@ def run_record(options: dict, tool: dict, listing: Listing) -> dict:
     }
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     return "unset" if value is None else json.dumps(value)
 
 
@@ -89,13 +91,13 @@ def flag(key: str) -> str:
     return _FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
-def replanned(old: dict, new: dict) -> list[str]:
+def replanned(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The planning options (`PLANNING_OPTIONS`) whose values differ, as flags, sorted."""
     then, now = old.get("options") or {}, new["options"]
     return [flag(key) for key in sorted(PLANNING_OPTIONS) if then.get(key) != now.get(key)]
 
 
-def differences(old: dict, new: dict, planning: bool = True) -> list[str]:
+def differences(old: dict[str, Any], new: dict[str, Any], planning: bool = True) -> list[str]:
     """What differs between the interrupted run's record and this run's, one phrase each.
 
     The listing is compared by digest only; `listing_change` names an input.
@@ -103,7 +105,7 @@ def differences(old: dict, new: dict, planning: bool = True) -> list[str]:
     """
     if not isinstance(old, dict) or old.get("version") != RUN_VERSION:
         return ["the interrupted run was recorded by another version of tfrecord-prep"]
-    found = []
+    found: list[str] = []
     if old.get("tool") != new["tool"]:
         then, now = old.get("tool") or {}, new["tool"]
         found.append(f"tfrecord-prep {then.get('version')} with Pillow {then.get('pillow')} ran it, "
@@ -120,7 +122,7 @@ def differences(old: dict, new: dict, planning: bool = True) -> list[str]:
     return found
 
 
-def listing_change(old_entries: list[tuple], new_entries: list[tuple]) -> str:
+def listing_change(old_entries: Sequence[tuple[Any, ...]], new_entries: Sequence[tuple[Any, ...]]) -> str:
     """Names what changed between two listings, as (path, ...) tuples of inputs and early rejects."""
     old = {e[0]: tuple(e) for e in old_entries}
     new = {e[0]: tuple(e) for e in new_entries}

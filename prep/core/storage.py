@@ -101,10 +101,11 @@ def open_read(path: str) -> BinaryIO:
     return _remote(path).open_read(path)
 
 
-def read_exact(f, size: int) -> bytes:
+def read_exact(f: BinaryIO, size: int) -> bytes:
     """`size` bytes from `f`, fewer only at its end: a file system's reader may return
     less than asked at a time (a raw stream, a network read cut short)."""
-    pieces, left = [], size
+    pieces: list[bytes] = []
+    left = size
     while left > 0:
         piece = f.read(left)
         if not piece:

@@ -49,7 +49,7 @@ class Target:
     reader: str  # whose default input pipeline reads it, for messages
     promise: str  # what every record then is, for messages
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.name not in TARGETS:
             raise OptionsError(f"--target must be one of {', '.join(TARGETS)}, got {self.name!r}")
 
@@ -138,7 +138,7 @@ def fix_command(manifest: Manifest, output: str, target: str) -> str:
     source = manifest.run.source or "SOURCE"
     words = ["prep", "convert", _quote(str(source)), _quote(output)]
 
-    def add(flag, value):
+    def add(flag: str, value: object) -> None:
         words.extend([flag, _quote(str(value))])
 
     if options.get("label_file"):

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
+from typing import Any, cast
 
 from prep.core import schema as s
 from prep.core.errors import RecordError
-from prep.core.wire import ByteList, Floats, Ints, decode_example, encode_example
+from prep.core.wire import ByteList, Floats, Ints, Value, decode_example, encode_example
 
 _COMMON_BYTES = (s.ENCODED, s.FORMAT, s.FILENAME, s.SHA256)
 _COMMON_INTS = (s.HEIGHT, s.WIDTH, s.CHANNELS)
@@ -60,14 +62,14 @@ class TaskRecord:
     # of the record's value: `features` writes `yxyx()` instead, so equality and round trips ignore it.
     bbox: tuple[float, ...] | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.task not in s.TASKS or self.task == "classification":
             raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {self.task!r}")
         if self.masks and any(o.mask is None for o in self.objects):
             raise ValueError("masks are written for every object or for none")
 
     @classmethod
-    def build(cls, task: str, encoded: bytes, **fields) -> "TaskRecord":
+    def build(cls, task: str, encoded: bytes, **fields: Any) -> "TaskRecord":
         """A record with `sha256` computed from `encoded`."""
         return cls(task=task, encoded=encoded, sha256=hashlib.sha256(encoded).hexdigest(), **fields)
 
@@ -75,8 +77,8 @@ class TaskRecord:
         """The boxes as tfds' BBoxFeature sequence holds them: [ymin, xmin, ymax, xmax] per object."""
         return tuple(v for o in self.objects for v in (o.ymin, o.xmin, o.ymax, o.xmax))
 
-    def features(self) -> dict:
-        out = {
+    def features(self) -> dict[str, Value]:
+        out: dict[str, Value] = {
             s.ENCODED: self.encoded, s.FORMAT: self.format.encode(), s.HEIGHT: self.height, s.WIDTH: self.width,
             s.CHANNELS: self.channels, s.FILENAME: self.filename.encode("utf-8", "surrogateescape"),
             s.SHA256: self.sha256.encode(),
@@ -98,9 +100,10 @@ class TaskRecord:
                 s.OBJECT_DIFFICULT: Ints(o.difficult for o in objs),
             }
             if self.masks:
-                out[s.OBJECT_MASK] = ByteList(o.mask for o in objs)
+                # every object has one (__post_init__)
+                out[s.OBJECT_MASK] = ByteList(o.mask for o in objs if o.mask is not None)
         elif self.task == "segmentation":
-            out[s.SEGMENTATION] = self.segmentation
+            out[s.SEGMENTATION] = cast(bytes, self.segmentation)  # None fails in encode_example, as it always did
             out[s.SEGMENTATION_FORMAT] = b"png"
         return out
 
@@ -116,7 +119,7 @@ class TaskRecord:
         """
         f = decode_example(data)
 
-        def get(key: str, kind: str, one: bool = True):
+        def get(key: str, kind: str, one: bool = True) -> Any:  # a value or the list, of `kind`'s type
             if key not in f:
                 raise RecordError(f"record lacks feature {key}")
             got, items = f[key]
@@ -148,7 +151,7 @@ class TaskRecord:
         raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {task!r}")
 
 
-def _objects(get, masks: bool) -> dict:
+def _objects(get: Callable[[str, str, bool], Any], masks: bool) -> dict[str, Any]:
     columns = {key: get(key, kind, False) for key, kind in (
         (s.OBJECT_XMIN, "float"), (s.OBJECT_YMIN, "float"), (s.OBJECT_XMAX, "float"), (s.OBJECT_YMAX, "float"),
         (s.OBJECT_LABEL, "int64"), (s.OBJECT_TEXT, "bytes"), (s.OBJECT_AREA, "float"), (s.OBJECT_CROWD, "int64"),

@@ -42,6 +42,7 @@ same input and options. Nothing here imports tensorflow-datasets.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from prep.core import schema
 from prep.core.manifest import Manifest
@@ -100,7 +101,7 @@ def class_names(manifest: Manifest) -> list[str]:
     return [background] + labels
 
 
-def _feature(key: str, num_classes: int) -> dict:
+def _feature(key: str, num_classes: int) -> dict[str, Any]:
     """The `to_json()` entry of one record key: what tfds decodes it to."""
     if key == schema.ENCODED:
         # Three channels, as `loaders` gives: tfds decodes with decode_image(channels=3), which turns
@@ -121,33 +122,33 @@ def _feature(key: str, num_classes: int) -> dict:
 _TEXT = {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
 
 
-def _tensor(dtype: str) -> dict:
+def _tensor(dtype: str) -> dict[str, Any]:
     return {"pythonClassName": _FEATURES + "tensor_feature.Tensor",
             "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"}}
 
 
-def _class_label(num_classes: int) -> dict:
+def _class_label(num_classes: int) -> dict[str, Any]:
     return {"pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
             "classLabel": {"numClasses": str(num_classes)}}
 
 
-def _sequence(feature: dict) -> dict:
+def _sequence(feature: dict[str, Any]) -> dict[str, Any]:
     return {"pythonClassName": _FEATURES + "sequence_feature.Sequence",
             "sequence": {"feature": feature, "length": "-1"}}
 
 
-def _bbox() -> dict:
+def _bbox() -> dict[str, Any]:
     return {"pythonClassName": _FEATURES + "bounding_boxes.BBoxFeature",
             "boundingBox": {"shape": {"dimensions": ["4"]}, "dtype": "float32", "bboxFormat": "REL_YXYX"}}
 
 
-def _png(extra: dict | None = None, name: str = "image_feature.Image") -> dict:
+def _png(extra: dict[str, Any] | None = None, name: str = "image_feature.Image") -> dict[str, Any]:
     return {"pythonClassName": _FEATURES + name,
             "image": {"shape": {"dimensions": ["-1", "-1", "1"]}, "dtype": "uint8", "encodingFormat": "png",
                       **(extra or {})}}
 
 
-def _task_features(task: str, num_classes: int) -> dict:
+def _task_features(task: str, num_classes: int) -> dict[str, Any]:
     """The entries of the keys only `task`'s records hold (`schema`)."""
     if task == "multilabel":
         return {schema.LABEL: _sequence(_class_label(num_classes)), schema.TEXT: _sequence(_TEXT)}
@@ -167,7 +168,7 @@ def _task_features(task: str, num_classes: int) -> dict:
     }
 
 
-def features_json(labels: list[str], task: str = "classification") -> dict:
+def features_json(labels: list[str], task: str = "classification") -> dict[str, Any]:
     """`FeaturesDict.to_json()` of the record schema of `task` (keys as stored, e.g. ``image/encoded``)."""
     if task == "classification":
         features = {key: _feature(key, len(labels)) for key in schema.ALL_FEATURES}
@@ -181,7 +182,7 @@ def features_json(labels: list[str], task: str = "classification") -> dict:
     }
 
 
-def dataset_info_json(manifest: Manifest) -> dict:
+def dataset_info_json(manifest: Manifest) -> dict[str, Any]:
     """The `DatasetInfo` proto, as JSON, of a dataset described by `manifest`."""
     splits = []
     for name, info in sorted(manifest.splits.items()):
@@ -200,7 +201,7 @@ def dataset_info_json(manifest: Manifest) -> dict:
     } | _supervised(manifest.task)
 
 
-def _supervised(task: str) -> dict:
+def _supervised(task: str) -> dict[str, Any]:
     """as_supervised=True gives (image, target) pairs, read by these keys of the flat feature dict;
     detection has no single target (as tfds' own coco), so none."""
     target = {"classification": schema.LABEL, "multilabel": schema.LABEL, "segmentation": schema.SEGMENTATION}
@@ -209,7 +210,7 @@ def _supervised(task: str) -> dict:
     return {"supervisedKeys": {"tuple": {"items": [{"featureKey": schema.ENCODED}, {"featureKey": target[task]}]}}}
 
 
-def _dumps(value: dict) -> bytes:
+def _dumps(value: dict[str, Any]) -> bytes:
     return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode()
 
 

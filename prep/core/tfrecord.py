@@ -68,7 +68,7 @@ class Frame(typing.NamedTuple):
     """One framed record as read: its index and byte offset in the file, its data, and
     whether the data's CRC holds (the length's always does, or no frame is given)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which NamedTuple permits
     offset: int
     data: bytes
     intact: bool

@@ -16,6 +16,8 @@ differs from its spec even when it holds no value. Floats are stored as float32.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
 
 from prep.core.errors import RecordError
 
@@ -26,16 +28,22 @@ from prep.core.errors import RecordError
 # FloatList { repeated float value = 1 [packed]; }
 
 
-class ByteList(tuple):
+class ByteList(tuple[bytes, ...]):
     """A BytesList of any length."""
 
 
-class Ints(tuple):
+class Ints(tuple[int, ...]):
     """An Int64List of any length."""
 
 
-class Floats(tuple):
+class Floats(tuple[float, ...]):
     """A FloatList of any length (float32)."""
+
+
+Value = bytes | int | ByteList | Ints | Floats  # a feature's value (the module docstring says which is which)
+Features = Mapping[str, Value]
+# A field's value: an int for wire type 0 (varint), else bytes. Any: callers check the wire type, then use it as such
+Field = tuple[int, int, Any]
 
 
 _ONE_BYTE = [bytes((value,)) for value in range(0x80)]
@@ -73,7 +81,7 @@ def _key_field(key: str) -> bytes:
     return field
 
 
-def _feature(key: str, value) -> bytes:
+def _feature(key: str, value: Value) -> bytes:
     """The Feature message of one value (see the module docstring for the kinds)."""
     if isinstance(value, bytes):
         return _field(1, _field(1, value))
@@ -88,29 +96,29 @@ def _feature(key: str, value) -> bytes:
     raise TypeError(f"feature {key}: expected bytes, int, ByteList, Ints or Floats, got {type(value).__name__}")
 
 
-def _entry(key: str, value) -> bytes:
+def _entry(key: str, value: Value) -> bytes:
     """One map entry of Features: key, and its Feature."""
     return _field(1, _key_field(key) + _field(2, _feature(key, value)))
 
 
-def _entries(features: dict) -> bytes:
+def _entries(features: Features) -> bytes:
     """The map entries of `features`, keys sorted: the body of an Example's Features."""
     return b"".join(_entry(key, features[key]) for key in sorted(features))
 
 
-def encode_example(features: dict) -> bytes:
+def encode_example(features: Features) -> bytes:
     """Encodes `{key: value}` as a serialized `tf.train.Example`, keys sorted."""
     return _field(1, _entries(features))
 
 
-def encode_example_around(features: dict, key: str) -> tuple[bytes, bytes]:
+def encode_example_around(features: Features, key: str) -> tuple[bytes, bytes]:
     """(head, tail) such that head + features[key] + tail == encode_example(features).
 
     Only the length of `features[key]` (bytes) is used, so a writer can put a
     large value, such as the image, between head and tail without building
     the record around it first.
     """
-    size = len(features[key])
+    size = len(cast(bytes, features[key]))  # the caller's promise: features[key] is bytes
     value_head = _header(1, size)  # BytesList.value
     feature_head = _header(1, len(value_head) + size)  # Feature.bytes_list
     feature_size = len(feature_head) + len(value_head) + size
@@ -135,12 +143,13 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
             return result, pos
 
 
-def _fields(data: bytes):
+def _fields(data: bytes) -> Iterator[Field]:
     """Yields (field number, wire type, value) of a message; value is bytes or int."""
     pos = 0
     while pos < len(data):
         tag, pos = read_varint(data, pos)
         number, wire = tag >> 3, tag & 7
+        value: int | bytes
         if wire == 0:
             value, pos = read_varint(data, pos)
         elif wire == 2:
@@ -163,7 +172,7 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _floats(number: int, wire: int, value) -> list[float]:
+def _floats(number: int, wire: int, value: bytes) -> list[float]:
     if number != 1:
         return []
     if wire == 5:
@@ -173,8 +182,9 @@ def _floats(number: int, wire: int, value) -> list[float]:
     raise RecordError("malformed FloatList")
 
 
-def _decode_feature(data: bytes) -> tuple[str, list]:
-    kind, items = "empty", []
+def _decode_feature(data: bytes) -> tuple[str, list[Any]]:
+    kind: str = "empty"
+    items: list[Any] = []  # bytes, float or int, as `kind` says
     for number, wire, value in _fields(data):
         if wire != 2:
             raise RecordError("malformed Feature")
@@ -197,13 +207,13 @@ def _decode_feature(data: bytes) -> tuple[str, list]:
     return kind, items
 
 
-def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
+def decode_example(data: bytes) -> dict[str, tuple[str, list[Any]]]:
     """Decodes a serialized Example to `{key: (kind, values)}`; kind is bytes, int64, float or empty.
 
     Raises:
         RecordError: the bytes are not a well-formed Example.
     """
-    features = {}
+    features: dict[str, tuple[str, list[Any]]] = {}
     for number, wire, value in _fields(data):
         if number != 1 or wire != 2:
             raise RecordError("not a tf.train.Example: unexpected top-level field")

@@ -9,13 +9,17 @@ no date in the metadata, a fixed salt for element ids.
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prep.report.content import ChartBars, HeatMap
 
-_RC = {"svg.fonttype": "none", "font.size": 9,
-       "font.family": "DejaVu Sans"}  # bundled with matplotlib
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # matplotlib >= 3.8; only the checker needs it
+
+_RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "font.size": 9,
+                             "font.family": "DejaVu Sans"}  # bundled with matplotlib
 
 
 def _svg(fig) -> str:

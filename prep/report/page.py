@@ -54,7 +54,9 @@ def _rejects(output: str, manifest, limits: content.Limits, source: str | None):
         items = []
         for i, reject in enumerate(rejects.listed.get(reason, [])):
             tried = bool(folder) and reason not in NO_THUMBNAIL and i < limits.reject_thumbnails
-            uri = thumbs.file_uri(thumbs.input_path(folder, reject.path, reject.raw_path), limits.tile) if tried else None
+            uri = None
+            if folder and tried:
+                uri = thumbs.file_uri(thumbs.input_path(folder, reject.path, reject.raw_path), limits.tile)
             items.append({"path": reject.path, "detail": reject.detail, "thumbnail": uri, "tried": tried})
         reasons.append({"reason": reason, "count": count, "items": items})
     return reasons, rejects.note, note

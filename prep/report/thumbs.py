@@ -25,7 +25,8 @@ def data_uri(encoded: bytes, tile: int) -> str | None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        img, before = None, ImageFile.LOAD_TRUNCATED_IMAGES
+        img: Image.Image | None = None
+        before = ImageFile.LOAD_TRUNCATED_IMAGES
         for truncated in (False, True):  # a second try shows what a damaged file still holds
             ImageFile.LOAD_TRUNCATED_IMAGES = truncated
             try:

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import posixpath
+from collections.abc import Collection, Iterator
 
 from prep.core.annotations.files import image_path, read_text
 from prep.core.annotations.model import (
@@ -25,7 +26,7 @@ from prep.core.errors import SourceError
 COLUMNS = ("path", "label", "xmin", "ymin", "xmax", "ymax")
 
 
-def _rows(path: str):
+def _rows(path: str) -> Iterator[tuple[int, dict[str, str]]]:
     """Yields (line number, {column: text}) of the file."""
     text = read_text(path, "box file")
     name = path.lower()
@@ -57,7 +58,7 @@ def _rows(path: str):
         raise SourceError(f"box file {path} is not valid CSV: {exc}") from None
 
 
-def _check_columns(path: str, columns) -> None:
+def _check_columns(path: str, columns: Collection[str]) -> None:
     missing = [c for c in COLUMNS if c not in columns]
     if missing:
         raise SourceError(f"box file {path} has no {missing[0]!r} column (it needs {', '.join(COLUMNS)})")
@@ -74,8 +75,8 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
         SourceError: the file cannot be read, lacks a column, or a row is malformed.
     """
     problems: list[Problem] = []
-    rows: dict[str, list] = {}
-    frame: dict[str, tuple] = {}
+    rows: dict[str, list[Obj | None]] = {}  # None: a row that gives no object, still numbered
+    frame: dict[str, tuple[int, int]] = {}
     splits: dict[str, str | None] = {}
     file_name = posixpath.basename(path.replace("\\", "/"))
     for number, row in _rows(path):
@@ -98,8 +99,9 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
         label = row.get("label", "").strip()
         if not any(fields):
             continue  # the image, with no objects
-        values = [as_float(f) for f in fields]
-        if any(v is None for v in values):
+        read = [as_float(f) for f in fields]
+        values = [v for v in read if v is not None]
+        if len(values) < len(read):
             problems.append(Problem(rel, "bad_box", f"line {number}: box {fields} is not four numbers", index))
             rows[rel].append(None)
         elif not label:

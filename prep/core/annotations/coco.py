@@ -17,30 +17,35 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Any, NoReturn
 
 from prep.core.annotations.files import image_path, read_text
 from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
+    AnnotationSet, ImageAnnotation, Json, Obj, Problem, as_float, finish)
 from prep.core.errors import SourceError
 
+ImageId = int | str  # an image's `id` in the file
+ImageEntry = tuple[str | None, int | None, int | None]  # (relative path or None, width, height)
 
-def _fail(path: str, what: str):
+
+def _fail(path: str, what: str) -> NoReturn:
     raise SourceError(f"COCO annotations {path}: {what}")
 
 
-def _list(doc: dict, key: str, path: str) -> list:
+def _list(doc: Json, key: str, path: str) -> list[Any]:
     value = doc.get(key)
     if not isinstance(value, list):
         _fail(path, f"no {key!r} list" if value is None else f"{key!r} is not a list")
     return value
 
 
-def _size(value) -> int | None:
+def _size(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _categories(doc: dict, path: str) -> list[tuple[int, str]]:
-    found, names = {}, set()
+def _categories(doc: Json, path: str) -> list[tuple[int, str]]:
+    found: dict[int, str] = {}
+    names: set[str] = set()
     for i, cat in enumerate(_list(doc, "categories", path)):
         cid = cat.get("id") if isinstance(cat, dict) else None
         name = cat.get("name") if isinstance(cat, dict) else None
@@ -55,9 +60,10 @@ def _categories(doc: dict, path: str) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-def _images(doc: dict, path: str, source: str, problems: list) -> dict:
+def _images(doc: Json, path: str, source: str, problems: list[Problem]) -> dict[ImageId, ImageEntry]:
     """{image id: (relative path or None, width, height)}."""
-    images, paths = {}, {}
+    images: dict[ImageId, ImageEntry] = {}
+    paths: dict[str, ImageId] = {}
     for i, img in enumerate(_list(doc, "images", path)):
         iid = img.get("id") if isinstance(img, dict) else None
         name = img.get("file_name") if isinstance(img, dict) else None
@@ -76,7 +82,7 @@ def _images(doc: dict, path: str, source: str, problems: list) -> dict:
     return images
 
 
-def _segmentation(seg) -> tuple[tuple, dict | None, str | None]:
+def _segmentation(seg: object) -> tuple[tuple[tuple[float, ...], ...], Json | None, str | None]:
     """(polygons, rle, problem) of a `segmentation` value."""
     if seg is None or seg == []:
         return (), None, None
@@ -84,9 +90,10 @@ def _segmentation(seg) -> tuple[tuple, dict | None, str | None]:
         polygons = []
         for k, poly in enumerate(seg):
             values = [as_float(v) for v in poly] if isinstance(poly, list) else [None]
-            if any(v is None for v in values) or len(values) < 6 or len(values) % 2:
+            floats = [v for v in values if v is not None]
+            if len(floats) < len(values) or len(values) < 6 or len(values) % 2:
                 return (), None, f"polygon {k} is not a list of at least 3 x, y pairs"
-            polygons.append(tuple(values))
+            polygons.append(tuple(floats))
         return tuple(polygons), None, None
     if isinstance(seg, dict):
         size, counts = seg.get("size"), seg.get("counts")
@@ -99,23 +106,24 @@ def _segmentation(seg) -> tuple[tuple, dict | None, str | None]:
     return (), None, f"segmentation is a {type(seg).__name__}, not polygons or RLE"
 
 
-def _object(ann: dict, index: int, label: str) -> tuple[Obj | None, str | None, str | None]:
-    """(object, reason, detail) of one annotation of a known image and category."""
+def _object(ann: Json, index: int, label: str) -> Obj | tuple[str, str]:
+    """The object of one annotation of a known image and category, or (reason, detail) why not."""
     bbox = ann.get("bbox")
     values = [as_float(v) for v in bbox] if isinstance(bbox, list) else []
-    if len(values) != 4 or any(v is None for v in values):
-        return None, "bad_box", f"annotation id {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]"
+    floats = [v for v in values if v is not None]
+    if len(values) != 4 or len(floats) < len(values):
+        return "bad_box", f"annotation id {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]"
     polygons, rle, problem = _segmentation(ann.get("segmentation"))
     if problem:
-        return None, "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
-    x, y, w, h = values
+        return "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
+    x, y, w, h = floats
     crowd = ann.get("iscrowd", 0)
     area = as_float(ann.get("area"))
     return Obj(index, label, (x, y, x + w, y + h), crowd=crowd in (1, True), area=area,
-               polygons=polygons, rle=rle), None, None
+               polygons=polygons, rle=rle)
 
 
-def _id(ann):
+def _id(ann: object) -> object:
     return ann.get("id") if isinstance(ann, dict) else None
 
 
@@ -138,7 +146,7 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
     images = _images(doc, path, source, problems)
     annotations = _list(doc, "annotations", path)
     file_name = posixpath.basename(path.replace("\\", "/"))
-    per_image: dict = {iid: [] for iid in images}
+    per_image: dict[ImageId, list[Json]] = {iid: [] for iid in images}
     for position, ann in enumerate(annotations):
         iid = ann.get("image_id") if isinstance(ann, dict) else None
         if iid is None or isinstance(iid, (list, dict, bool)) or iid not in images:
@@ -147,7 +155,7 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
                                     f"annotations[{position}] (id {_id(ann)!r}) {why}", position))
             continue
         per_image[iid].append(ann)
-    result = {}
+    result: dict[str, ImageAnnotation] = {}
     for iid, (rel, width, height) in images.items():
         if rel is None:
             continue
@@ -158,11 +166,11 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
                 problems.append(Problem(rel, "unknown_category", f"annotation id {ann.get('id')!r} names category "
                                         f"id {cid!r}, not in 'categories'", index))
                 continue
-            obj, reason, detail = _object(ann, index, names[cid])
-            if obj is None:
-                problems.append(Problem(rel, reason, detail, index))
+            made = _object(ann, index, names[cid])
+            if isinstance(made, Obj):
+                objects.append(made)
             else:
-                objects.append(obj)
+                problems.append(Problem(rel, *made, index))
         source_id = iid if isinstance(iid, int) else None
         result[rel] = ImageAnnotation(rel, width, height, False, tuple(objects), source_id, None)
     return finish(result, found, classes, problems)

@@ -63,7 +63,7 @@ class StemIndex:
             if ext.lower() in IMAGE_EXTENSIONS:
                 self._by_stem.setdefault(stem, []).append(rel)
 
-    def find(self, stem: str) -> tuple[str | None, str | None]:
+    def find(self, stem: str) -> tuple[str, None] | tuple[None, str]:
         """(image path, None), or (None, why not) when there is none or more than one."""
         found = self._by_stem.get(stem, [])
         if len(found) == 1:

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Sequence
+from typing import Protocol, Sequence
 
-from prep.core.annotations.model import Category
+
+class Category(Protocol):
+    """A class as a label map needs it: the annotations' `Category` or the manifest's."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 def _quoted(name: str) -> str:

@@ -12,10 +12,13 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, UnidentifiedImageError
 
+from prep.core.annotations.model import Json
 from prep.core.annotations.orient import displayed_size, swaps_sides, turn_image
 from prep.core.image_rules import ImageRejected
 
@@ -26,7 +29,7 @@ class BadRle(ValueError):
     """An RLE whose counts do not describe its size."""
 
 
-def rle_counts(counts: str | list) -> list[int]:
+def rle_counts(counts: str | list[int]) -> list[int]:
     """Run lengths of an RLE's `counts`, decoding pycocotools' compressed string form."""
     if not isinstance(counts, str):
         return list(counts)
@@ -53,7 +56,7 @@ def rle_counts(counts: str | list) -> list[int]:
     return out
 
 
-def decode_rle(rle: dict) -> np.ndarray:
+def decode_rle(rle: Json) -> npt.NDArray[np.uint8]:
     """The (height, width) uint8 0/1 mask of a COCO RLE.
 
     Raises:
@@ -69,7 +72,7 @@ def decode_rle(rle: dict) -> np.ndarray:
     return flat.reshape((w, h)).T.copy()
 
 
-def fill_polygons(polygons, size: tuple[int, int]) -> np.ndarray:
+def fill_polygons(polygons: Iterable[Sequence[float]], size: tuple[int, int]) -> npt.NDArray[np.uint8]:
     """The (h, w) uint8 0/1 union of polygons (flat x, y lists in continuous pixel coordinates)."""
     w, h = size
     out = np.zeros((h, w), dtype=bool)
@@ -149,5 +152,5 @@ def prepare_mask(data: bytes, stored: tuple[int, int], orientation: int, final: 
                             f"and {IGNORE_VALUE} (ignore)")
     out = turn_image(Image.fromarray(values.astype(np.uint8), "L"), turn)
     if out.size != tuple(final):
-        out = out.resize(tuple(final), Image.Resampling.NEAREST)
+        out = out.resize((final[0], final[1]), Image.Resampling.NEAREST)
     return to_png(np.asarray(out))

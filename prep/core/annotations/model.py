@@ -18,9 +18,11 @@ Conventions (docs: the issue-18 contract):
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-Box = tuple  # (xmin, ymin, xmax, ymax) floats
+Box = tuple[float, ...]  # (xmin, ymin, xmax, ymax) floats
+Json = dict[str, Any]  # a JSON object as json.loads gives it
 
 
 class Category(NamedTuple):
@@ -47,7 +49,7 @@ class Problem(NamedTuple):
 class Obj(NamedTuple):
     """One annotated object, in the annotation's frame."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which NamedTuple permits
     label: str
     box: Box
     crowd: bool = False
@@ -55,7 +57,7 @@ class Obj(NamedTuple):
     truncated: bool = False
     area: float | None = None
     polygons: tuple[tuple[float, ...], ...] = ()
-    rle: dict | None = None
+    rle: Json | None = None  # COCO run-length encoding: {"size": [h, w], "counts": ...}
 
 
 class ImageAnnotation(NamedTuple):
@@ -69,11 +71,11 @@ class ImageAnnotation(NamedTuple):
     source_id: int | None = None
     split: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         """A compact JSON-able form (short keys; a NaN or infinite coordinate as a string)."""
         objects = []
         for o in self.objects:
-            item = {"i": o.index, "l": o.label, "b": [_num_out(v) for v in o.box]}
+            item: Json = {"i": o.index, "l": o.label, "b": [_num_out(v) for v in o.box]}
             flags = int(o.crowd) | int(o.difficult) << 1 | int(o.truncated) << 2
             if flags:
                 item["f"] = flags
@@ -84,7 +86,7 @@ class ImageAnnotation(NamedTuple):
             if o.rle is not None:
                 item["r"] = o.rle
             objects.append(item)
-        out = {"p": self.path, "o": objects}
+        out: Json = {"p": self.path, "o": objects}
         for key, value in (("w", self.width), ("h", self.height), ("s", self.source_id), ("t", self.split)):
             if value is not None:
                 out[key] = value
@@ -93,7 +95,7 @@ class ImageAnnotation(NamedTuple):
         return out
 
     @classmethod
-    def from_json(cls, obj: dict) -> "ImageAnnotation":
+    def from_json(cls, obj: Json) -> "ImageAnnotation":
         """The inverse of `to_json`."""
         objects = []
         for item in obj["o"]:
@@ -116,16 +118,16 @@ class AnnotationSet(NamedTuple):
     problems: tuple[Problem, ...]
 
 
-def _num_out(value: float):
+def _num_out(value: float) -> float | str:
     # Strict JSON has no NaN: such boxes must still reach place_objects to be counted.
     return value if math.isfinite(value) else repr(float(value))
 
 
-def _num_in(value) -> float:
+def _num_in(value: float | str) -> float:
     return float(value)
 
 
-def as_float(value) -> float | None:
+def as_float(value: object) -> float | None:
     """A JSON or text value as a float (NaN and inf allowed), or None if it is not a number."""
     if isinstance(value, bool):
         return None
@@ -139,12 +141,12 @@ def as_float(value) -> float | None:
     return None
 
 
-def number_categories(names_by_source: list[tuple[int | str | None, str]]) -> tuple[Category, ...]:
+def number_categories(names_by_source: Sequence[tuple[int | str | None, str]]) -> tuple[Category, ...]:
     """Categories with ids 1..K in the order given."""
     return tuple(Category(i, name, source) for i, (source, name) in enumerate(names_by_source, 1))
 
 
-def finish(images: dict[str, ImageAnnotation], found: list[tuple[int | str | None, str]],
+def finish(images: dict[str, ImageAnnotation], found: Sequence[tuple[int | str | None, str]],
            classes: tuple[str, ...] | None, problems: list[Problem]) -> AnnotationSet:
     """The set a reader returns: categories from the (source id, name) pairs it found (or --classes,
     whose unknown labels become Problems), images sorted by path, problems in a stable order."""
@@ -157,7 +159,7 @@ def finish(images: dict[str, ImageAnnotation], found: list[tuple[int | str | Non
                          tuple(sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))))
 
 
-def choose_categories(found: list[tuple[int | str | None, str]], classes: tuple[str, ...] | None
+def choose_categories(found: Sequence[tuple[int | str | None, str]], classes: tuple[str, ...] | None
                       ) -> tuple[Category, ...]:
     """Categories from the (source id, name) pairs a reader found, in its order; with `classes`
     (--classes), exactly those names in that order, each keeping the source id it was found with."""

@@ -9,6 +9,8 @@ out-of-range value, which Pillow ignores too) leave everything as it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PIL import Image
 
 T = Image.Transpose
@@ -48,7 +50,7 @@ def turn_point(x: float, y: float, stored: tuple[int, int], orientation: int) ->
     return x, y
 
 
-def turn_box(box, stored: tuple[int, int], orientation: int) -> tuple[float, float, float, float]:
+def turn_box(box: Sequence[float], stored: tuple[int, int], orientation: int) -> tuple[float, float, float, float]:
     """A stored-frame box (xmin, ymin, xmax, ymax) in the displayed frame."""
     x0, y0 = turn_point(box[0], box[1], stored, orientation)
     x1, y1 = turn_point(box[2], box[3], stored, orientation)

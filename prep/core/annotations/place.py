@@ -25,18 +25,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image
 
 from prep.core.annotations.masks import BadRle, decode_rle, fill_polygons, to_png
-from prep.core.annotations.model import ImageAnnotation, Obj, Problem
+from prep.core.annotations.model import Box, ImageAnnotation, Obj, Problem
 from prep.core.annotations.orient import displayed_size, swaps_sides, turn_box, turn_image, turn_point
 from prep.core.errors import OptionsError
 from prep.core.image_rules import ImageRejected
 
 BAD_BOXES = ("clip", "drop", "reject-image")
+Rect = tuple[float, float, float, float]  # (xmin, ymin, xmax, ymax) in displayed pixels
 CROWDS = ("keep", "drop", "reject-image")
 
 
@@ -48,7 +51,7 @@ class BoxPolicy:
     crowd: str = "keep"
     tolerance: float = 1.0  # pixels of the displayed image a box may reach outside it unnoticed
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.bad_boxes not in BAD_BOXES:
             raise OptionsError(f"--bad-boxes must be one of {', '.join(BAD_BOXES)}, got {self.bad_boxes!r}")
         if self.crowd not in CROWDS:
@@ -97,15 +100,16 @@ def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> i
                         f"{orientation})")
 
 
-def _judge(obj: Obj, turn_to_shown, shown, policy: BoxPolicy, path: str) -> tuple[tuple | None, Problem | None, bool]:
-    """(box in displayed pixels clipped to the image, or None if dropped; the problem if any; whether
-    it is a clip). Judged as written first (a NaN, xmax <= xmin), then in the displayed frame."""
+def _judge(obj: Obj, turn_to_shown: Callable[[Box], Box], shown: tuple[int, int], policy: BoxPolicy,
+           path: str) -> Problem | tuple[Rect, Problem | None]:
+    """The problem if the box is dropped, else (box in displayed pixels clipped to the image, the problem
+    if it was clipped). Judged as written first (a NaN, xmax <= xmin), then in the displayed frame."""
     w, h = shown
 
-    def bad(reason, detail):
+    def bad(reason: str, detail: str) -> Problem:
         if policy.bad_boxes == "reject-image":
             raise ImageRejected(reason, f"box {obj.index} ({obj.label!r}): {detail}")
-        return None, Problem(path, reason, detail, obj.index), False
+        return Problem(path, reason, detail, obj.index)
 
     if not all(math.isfinite(v) for v in obj.box):
         return bad("box_nan", f"box {_fmt(obj.box)} is not finite")
@@ -117,14 +121,14 @@ def _judge(obj: Obj, turn_to_shown, shown, policy: BoxPolicy, path: str) -> tupl
     if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
         return bad("box_outside", f"box {_fmt(obj.box)} lies wholly outside the {w}x{h} image")
     if outside <= policy.tolerance:
-        return clipped, None, False
+        return clipped, None
     detail = f"box {_fmt(obj.box)} reaches {outside:.6g} px outside the {w}x{h} image"
     if policy.bad_boxes == "clip":
-        return clipped, Problem(path, "box_outside", detail + "; clipped", obj.index), True
+        return clipped, Problem(path, "box_outside", detail + "; clipped", obj.index)
     return bad("box_outside", detail)
 
 
-def _fmt(box) -> str:
+def _fmt(box: Box) -> str:
     return "(" + ", ".join(f"{v:.6g}" for v in box) + ")"
 
 
@@ -154,22 +158,25 @@ def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: in
     fw, fh = final
     sx, sy = fw / w, fh / h
 
-    def to_shown(box):
+    def to_shown(box: Box) -> Box:
         if ann.normalized:
             return box[0] * w, box[1] * h, box[2] * w, box[3] * h
         return turn_box(box, stored, turn) if turn != 1 else box
 
-    placed, dropped, clipped = [], [], []
+    placed: list[PlacedObject] = []
+    dropped: list[Problem] = []
+    clipped: list[Problem] = []
     for obj in ann.objects:
         if obj.crowd and policy.crowd != "keep":
             if policy.crowd == "reject-image":
                 raise ImageRejected("crowd", f"box {obj.index} ({obj.label!r}) is a crowd and --crowd is reject-image")
             dropped.append(Problem(ann.path, "crowd", "a crowd, and --crowd is drop", obj.index))
             continue
-        box, problem, was_clip = _judge(obj, to_shown, shown, policy, ann.path)
-        if box is None:
-            dropped.append(problem)
+        judged = _judge(obj, to_shown, shown, policy, ann.path)
+        if isinstance(judged, Problem):
+            dropped.append(judged)
             continue
+        box, clip = judged
         mask_png, area = None, (box[2] - box[0]) * sx * (box[3] - box[1]) * sy
         if masks:
             try:
@@ -180,14 +187,15 @@ def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: in
                 dropped.append(Problem(ann.path, "bad_rle", str(exc), obj.index))
                 continue
             mask_png, area = to_png(mask), float(mask.sum())
-        if was_clip:
-            clipped.append(problem)
+        if clip is not None:
+            clipped.append(clip)
         placed.append(PlacedObject(obj.label, box[0] / w, box[1] / h, box[2] / w, box[3] / h, obj.crowd,
                                    obj.difficult, area, mask_png))
     return Placed(tuple(placed), tuple(dropped), tuple(clipped))
 
 
-def _mask(obj: Obj, ann: ImageAnnotation, box, stored, turn: int, shown, final) -> np.ndarray:
+def _mask(obj: Obj, ann: ImageAnnotation, box: Rect, stored: tuple[int, int], turn: int, shown: tuple[int, int],
+          final: tuple[int, int]) -> npt.NDArray[np.uint8]:
     """The object's 0/1 mask at `final`: its RLE, its polygons, or its box (already displayed-frame)."""
     (w, h), (fw, fh) = shown, final
     if obj.rle is not None:

@@ -23,14 +23,14 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 
-def cell_ranks(groups: dict, labels: Sequence[tuple[int, ...]], num_classes: int, coins: Sequence[bytes],
-               locate: Callable[[int | None, int], Hashable]) -> dict[int, int]:
+def cell_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]], num_classes: int,
+               coins: Sequence[bytes], locate: Callable[[int | None, int], Hashable]) -> dict[int, int]:
     """{image: rank} for the images of every group ({stratum: [image]}), `labels[i]` the image's
     labels but its stratum."""
-    slots: dict = {}  # stratum -> {cell: [ranks]}
+    slots: dict[int | None, dict[Hashable, list[int]]] = {}  # stratum -> {cell: [ranks]}
     cells: dict[Hashable, int] = {}
     for stratum, members in groups.items():
-        per_cell: dict = {}
+        per_cell: dict[Hashable, list[int]] = {}
         for rank in range(len(members)):
             cell = locate(stratum, rank)
             per_cell.setdefault(cell, []).append(rank)

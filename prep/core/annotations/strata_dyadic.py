@@ -18,13 +18,13 @@ COUPLED_DEPTH = 12  # residues mod 2 .. 4096 of the position share their balance
 
 def _count(start: int, end: int, residue: int, modulus: int) -> int:
     """How many positions p in [start, end) have p = residue (mod modulus)."""
-    def below(x):
+    def below(x: int) -> int:
         return max(0, (x - residue + modulus - 1) // modulus)
     return below(end) - below(start)
 
 
-def _split(subset: list[int], caps: tuple[int, int], labels: list[tuple[int, ...]], diff: dict[int, int],
-           coins: list[bytes], depth: int) -> tuple[list[int], list[int]]:
+def _split(subset: list[int], caps: tuple[int, int], labels: Sequence[tuple[int, ...]], diff: dict[int, int],
+           coins: Sequence[bytes], depth: int) -> tuple[list[int], list[int]]:
     """`subset` (in visiting order) into two sides of sizes `caps`, balancing `diff` (label -> count on
     side 0 minus count on side 1, over the same residues in the strata before)."""
     zero: list[int] = []
@@ -79,7 +79,8 @@ def _place(members: list[int], start: int, labels: Sequence[tuple[int, ...]], co
     return rank
 
 
-def dyadic_ranks(groups: dict, labels: Sequence[tuple[int, ...]], coins: Sequence[bytes]) -> dict[int, int]:
+def dyadic_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]],
+                 coins: Sequence[bytes]) -> dict[int, int]:
     """{image: rank} for the images of every group ({stratum: [image]})."""
     shared: dict[tuple[int, int], dict[int, int]] = {}
     rank: dict[int, int] = {}

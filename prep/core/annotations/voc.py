@@ -22,21 +22,21 @@ from prep.core.annotations.model import (
     AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
 
 
-def _text(node, tag: str) -> str | None:
+def _text(node: ET.Element, tag: str) -> str | None:
     found = node.find(tag)
     return None if found is None or found.text is None else found.text.strip()
 
 
-def _flag(node, tag: str) -> bool:
+def _flag(node: ET.Element, tag: str) -> bool:
     return _text(node, tag) in ("1", "true", "True")
 
 
-def _size(node, tag: str) -> int | None:
+def _size(node: ET.Element, tag: str) -> int | None:
     value = as_float(_text(node, f"size/{tag}") or "")
     return int(value) if value is not None and value == int(value) and value > 0 else None
 
 
-def _objects(root, rel: str, problems: list) -> list[Obj]:
+def _objects(root: ET.Element, rel: str, problems: list[Problem]) -> list[Obj]:
     objects = []
     for index, node in enumerate(root.findall("object")):
         name = _text(node, "name")
@@ -47,7 +47,7 @@ def _objects(root, rel: str, problems: list) -> list[Obj]:
             problems.append(Problem(rel, "bad_box", f"object {name!r}: <bndbox> lacks a numeric xmin, ymin, xmax "
                                     "or ymax", index))
         else:
-            x0, y0, x1, y1 = values
+            x0, y0, x1, y1 = [v for v in values if v is not None]  # all four are
             objects.append(Obj(index, name, (x0 - 1, y0 - 1, x1, y1), difficult=_flag(node, "difficult"),
                                truncated=_flag(node, "truncated")))
     return objects
@@ -76,10 +76,11 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
                 continue
         else:
             stems = stems or StemIndex(source)
-            rel, why = stems.find(strip_ext(written) if name else strip_ext(xml_rel))
-            if rel is None:
-                problems.append(Problem(xml_rel, "missing_image", why))
+            match = stems.find(strip_ext(written) if name else strip_ext(xml_rel))
+            if match[0] is None:
+                problems.append(Problem(xml_rel, "missing_image", match[1]))
                 continue
+            rel = match[0]
         if rel in images:
             problems.append(Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first "
                                     "one read is used"))

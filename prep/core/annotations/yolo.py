@@ -52,15 +52,15 @@ def read_names(path: str) -> list[str]:
     return names
 
 
-def _objects(text: str, rel: str, names: list[str], problems: list) -> list[Obj]:
+def _objects(text: str, rel: str, names: list[str], problems: list[Problem]) -> list[Obj]:
     objects = []
     lines = [line for line in text.splitlines() if line.strip()]
     for index, line in enumerate(lines):
         fields = line.split()
-        values = [as_float(f) for f in fields[1:]]
+        read = [as_float(f) for f in fields[1:]]
+        values = [v for v in read if v is not None]
         cls = fields[0]
-        if len(values) < 4 or (len(values) > 4 and (len(values) % 2 or len(values) < 6)) \
-                or any(v is None for v in values):
+        if len(read) < 4 or (len(read) > 4 and (len(read) % 2 or len(read) < 6)) or len(values) < len(read):
             problems.append(Problem(rel, "bad_box", f"line {line.strip()!r} is not 'class cx cy w h' "
                                     "(or 'class x1 y1 x2 y2 ...')", index))
             continue
@@ -94,10 +94,11 @@ def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) ->
     for txt in files_under(path):
         if not txt.lower().endswith(".txt") or posixpath.basename(txt) == "classes.txt":
             continue
-        rel, why = stems.find(strip_ext(txt))
-        if rel is None:
-            problems.append(Problem(txt, "missing_image", why))
+        match = stems.find(strip_ext(txt))
+        if match[0] is None:
+            problems.append(Problem(txt, "missing_image", match[1]))
             continue
+        rel = match[0]
         text = read_text(storage.join(path, txt), "YOLO annotation")
         images[rel] = ImageAnnotation(rel, None, None, True, tuple(_objects(text, rel, names, problems)))
     return finish(images, list(enumerate(names)), classes, problems)
