@@ -59,8 +59,9 @@ def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: st
                 outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
                 rejected += 1
             else:
-                outcomes.append((prepare.OK, (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000,
-                                              110_000, False, 0, 0)))
+                outcomes.append((prepare.OK, prepare.PreparedRef(
+                    path=ref.path.encode(), label=int(ref.label[5:]), split="", spill=n // 256,
+                    offset=(n % 256) * 120_000, length=110_000, converted=False, cut=0, image=0)))
             n += 1
         checkpoints.write_chunk_index(WorkDir(tmp_dir), chunk, outcomes, {}, [])
         elements.append((chunk, prepare.chunk_counts([v for kind, v in outcomes if kind == prepare.OK])))
