@@ -27,15 +27,17 @@ import typing
 from typing import Callable
 
 from prep.core import storage
+from prep.core.errors import ResumeError
 from prep.core.listing import InputRef, Reject
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import RUN, WorkDir
 
 StepHook = Callable[[str], None]  # called with "chunk", "shard" or "manifest"
+INDEX_VERSION = 2  # of a chunk's index; 2: each outcome recorded as an object of its fields, by name
 
 
 class ChunkIndex(typing.NamedTuple):
-    outcomes: list  # [(kind, fields)] as PrepareChunk recorded them
+    outcomes: list  # [(kind, {field: value})] as PrepareChunk recorded them (prepare._recorded reads them)
     inputs: list[str]  # storage.signature of each listed input, in listing order
 
 
@@ -92,10 +94,33 @@ def read_listing_boxes(work: WorkDir) -> tuple[list[BoxNote], BoxTally] | None:
 
 
 def write_chunk_index(work: WorkDir, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:
-    """Records a prepared chunk: outcomes, {spill id: bytes} of its spill files, input signatures."""
-    data = {"spills": sorted(spills.items()), "outcomes": [[kind, list(value)] for kind, value in outcomes],
-            "inputs": inputs}
+    """Records a prepared chunk: outcomes ([(kind, NamedTuple)], or as an index holds them), {spill id: bytes}
+    of its spill files, input signatures."""
+    data = {"version": INDEX_VERSION, "spills": sorted(spills.items()),
+            "outcomes": [[kind, _by_name(value)] for kind, value in outcomes], "inputs": inputs}
     storage.write_atomic(work.chunk_index(chunk), json.dumps(data).encode())
+
+
+_PLAIN = {str, int, bool, float, type(None)}  # as JSON holds them
+
+
+def _by_name(value):
+    """A recorded value as JSON: a NamedTuple as an object of its fields by name (nested ones too), bytes as
+    text (UTF-8, undecodable bytes kept: surrogateescape); one read back from an index as it is."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {name: v if type(v) in _PLAIN else _by_name(v) for name, v in zip(value._fields, value)}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, (tuple, list)):
+        return [_by_name(v) for v in value]
+    return value
+
+
+def check_index_version(data: dict, path: str) -> None:
+    """Raises ResumeError unless `data`, a chunk index read from `path`, is of INDEX_VERSION."""
+    if data.get("version") != INDEX_VERSION:
+        raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to "
+                          "start over")
 
 
 def read_chunk_index(work: WorkDir, chunk: int) -> ChunkIndex | None:
@@ -105,6 +130,8 @@ def read_chunk_index(work: WorkDir, chunk: int) -> ChunkIndex | None:
         if not storage.exists(path):
             return None
         data = json.loads(storage.read_bytes(path))
+        if data.get("version") != INDEX_VERSION:
+            return None  # another version's: prepared again (run.json's version refuses such a resume first)
         for spill, size in data["spills"]:
             if storage.size(work.spill(spill)) != size:
                 return None

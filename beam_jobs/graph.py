@@ -33,6 +33,7 @@ import apache_beam as beam
 from beam_jobs import prepare, write
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.dedupe import Dedupe
+from beam_jobs.dedupe_types import DedupeSettings
 from beam_jobs.grouping import GroupNotes
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import publish
@@ -94,9 +95,9 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
     grouped = grouping_stage(config)
     if grouped:  # duplicate and user groups (dedupe.py): counts by planner group, policy rejects
-        regrouped = counts | "Dedupe" >> Dedupe(work, config.output, groups, config.dedupe, config.plan.seed,
-                                                config.plan.split_fractions, listing.task == "classification",
-                                                workers=config.workers)
+        settings = DedupeSettings(groups, config.dedupe, config.plan.seed, config.plan.split_fractions,
+                                  listing.task == "classification", workers=config.workers)
+        regrouped = counts | "Dedupe" >> Dedupe(work, config.output, settings)
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
     notes = []
     if grouped:

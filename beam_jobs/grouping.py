@@ -1,44 +1,68 @@
-"""The work directory's files of the dedupe stage, and what the planner reads of them. No Beam.
+"""The dedupe stage's work files, and what the planner and publish read of them. No Beam.
 
-    .prep-tmp/groups/rows-NNNNNN.bin      the content keys of every good input chunk NNNNNN prepared (KEY_ROWS,
-                                          then their paths), by PrepareChunk (`write_rows`)
-    .prep-tmp/groups/chunk-NNNNNN.json    a chunk's inputs in a duplicate or user group: [[spill, offset, pin]],
-                                          pin null when a group policy rejected it (beam_jobs/dedupe.py)
-    .prep-tmp/groups/units.json           user groups merged by duplicates: {user group: unit} (groups.merge_units)
-    .prep-tmp/groups/keys-NNNNNN.bin      a chunk's item ids and hashes, packed (KEY_DTYPE), for the scan tasks
-    .prep-tmp/groups/members-*, decided-*, lines-*   the grouped images' members, decisions and report lines,
-                                          by chunk and group batch (beam_jobs/group_batches.py)
+Their paths are `WorkDir`'s (prep/core/workdir.py). Binary files (the keys, where JSON would cost) are .npy
+arrays one after another, the first FILE_VERSION: rows and keys files are written while preparing and read
+back by --resume, which refuses another version (`_read_arrays`). The others are JSON, every record an
+object read back by name; a run writes them before it reads them, so they need no version:
 
-An input is known by (spill, offset), which stays its own when --resume restages
-chunks in another order; its id for the union-find is `item_id` (dense: the chunk
-whose index holds it now, and its place there).
+    rows-NNNNNN.npy       the content keys of every good input chunk NNNNNN prepared (KEY_ROWS, then their paths
+                          NUL-separated), by PrepareChunk (`write_rows`)
+    keys-NNNNNN.npy       a chunk's item ids and hashes (KEY_DTYPE), for the scan (`write_chunk_keys`)
+    members-NNNNNN.jsonl  a chunk's grouped images, a `Slice` of lines per group batch: {"group", *Member}
+                          (dedupe.member_info), read by that batch's decide step
+    decided-BBBBBB.jsonl  a group batch's decisions, a Slice per chunk: {*Decision} (dedupe_decide.decide_batch),
+                          read by that chunk's regroup step
+    lines-BBBBBB.jsonl    a group batch's lines of duplicates.jsonl, sorted by first path, each with "_movable";
+                          write_report merges them
+    rejects-BBBBBB.jsonl  a group batch's policy rejects ({*Reject}), in rejects.jsonl's order; publish merges them
+    units.json, <kind>_pins.json   merged user groups ({user group: unit}), the splits chosen ({unit: split})
+    chunk-NNNNNN.json     what becomes of a chunk's grouped inputs: [{"spill", "offset", "pin"}], pin null when a
+                          group policy rejected it (dedupe_decide.regroup; the planner reads it: `placer`)
+    keys/<shard>.part-NNNNN.npy, <shard>.parts.json   where each shard's records came from (keys_join.py)
 
-The keys are those of the *stored* image (the prepared bytes, what the shard
-holds): its sha256 is the record's image/key/sha256, and `prep leakage` computes
-the same keys from the shards. Hashing the prepared image also never decodes an
-input outside the sandbox that --isolate sent it to.
+An input is known by (spill, offset), which stays its own when --resume restages chunks in another order;
+its id for the union-find is `item_id` (dense: the chunk whose index holds it now, and its place there). A
+group batch is GROUPS_PER_BATCH groups in order of group id (`batch_of`), so a decide step holds at most
+that many. Each file is written whole under a temporary name and renamed (`storage.write_atomic`), its
+bytes fixed by its chunk's or batch's contents: a retried bundle or a --resume rewrites it the same.
+
+The keys are those of the *stored* image (the prepared bytes, what the shard holds): its sha256 is the
+record's image/key/sha256, and `prep leakage` computes the same keys from the shards. Hashing the prepared
+image also never decodes an input outside the sandbox that --isolate sent it to.
 """
 
 from __future__ import annotations
 
+import heapq
+import io
 import json
+import math
 import typing
 
 import numpy as np
 
 from beam_jobs import checkpoints
 from prep.core import content_keys, storage
+from prep.core.accounting import sort_rejects
 from prep.core.errors import ResumeError
-from prep.core.groups import DedupeOptions, user_group
+from prep.core.groups import Decision, DedupeOptions, Member, user_group
+from prep.core.listing import Reject
 from prep.core.ordering import MAX_CHUNK
-from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir
+from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir, parse_scan_keys_name
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
+FILE_VERSION = 1  # of the binary files: the first array of each
+GROUPS_PER_BATCH = 512  # groups decided by one step (at most `max_size` images each)
+NUM_HASHES = 1 + len(content_keys.CROP_SCALES)
+KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
+KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
+_PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
+_VERSION = np.dtype("<u4")
 
 
 class GroupNotes(typing.NamedTuple):
     """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish, and the
-    group batches whose policy rejects publish reads (group_batches.read_rejects)."""
+    group batches whose policy rejects publish reads (`read_rejects`)."""
 
     counts: tuple  # ((GroupCounts field, n), ...)
     reject_batches: tuple = ()
@@ -51,6 +75,14 @@ def report_notes(header: dict, batches=()) -> GroupNotes:
                       tuple(batches))
 
 
+class Slice(typing.NamedTuple):
+    """Where one step's records for another are: the `length` bytes at `offset` of file `path`."""
+
+    path: str
+    offset: int
+    length: int
+
+
 def item_id(chunk: int, position: int) -> int:
     """A dense id for the good input at `position` of chunk `chunk`'s index: chunk * MAX_CHUNK + position."""
     return chunk * MAX_CHUNK + position
@@ -61,16 +93,48 @@ def item_chunk(item: int) -> int:
     return item // MAX_CHUNK
 
 
-def groups_path(work: WorkDir, chunk: int) -> str:
-    return storage.join(work.root, "groups", f"chunk-{chunk:06d}.json")
+def batch_of(rank: int) -> int:
+    """The group batch of the group that is `rank`-th in order of group id."""
+    return rank // GROUPS_PER_BATCH
 
 
-NUM_HASHES = 1 + len(content_keys.CROP_SCALES)
-KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
+def _write_arrays(path: str, *arrays: np.ndarray) -> None:
+    """Writes FILE_VERSION then `arrays`, as .npy arrays one after another (`np.load` reads them in turn
+    from one open file, with allow_pickle=False: they are plain numbers)."""
+    out = io.BytesIO()
+    for array in (np.array(FILE_VERSION, _VERSION), *arrays):
+        np.lib.format.write_array(out, array, allow_pickle=False)
+    storage.write_atomic(path, out.getvalue())
 
 
-def chunk_keys_path(work: WorkDir, chunk: int) -> str:
-    return storage.join(work.root, "groups", f"keys-{chunk:06d}.bin")
+def _read_arrays(f, path: str, *dtypes: np.dtype, read: bool = True) -> list:
+    """The arrays `_write_arrays` wrote, from open file `f`, each of its dtype; without `read`, only the last
+    one's length (its bytes are not read).
+
+    Raises:
+        ResumeError: the file is of another version or layout (an interrupted run of another tfrecord-prep).
+    """
+    out = []
+    for n, dtype in enumerate((_VERSION, *dtypes)):
+        try:
+            major, _ = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, found = read_header(f)
+        except ValueError:
+            found, shape = None, ()
+        if found != dtype:
+            raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to "
+                              "start over")
+        count = math.prod(shape)
+        if n == len(dtypes) and not read:
+            return [*out, count]
+        array = np.frombuffer(storage.read_exact(f, count * dtype.itemsize), dtype).reshape(shape)
+        if n == 0 and int(array) != FILE_VERSION:
+            raise ResumeError(f"{path} was written by another version of tfrecord-prep (file version {int(array)}); "
+                              "run with --overwrite to start over")
+        if n:
+            out.append(array)
+    return out
 
 
 def write_chunk_keys(work: WorkDir, chunk: int, items: np.ndarray, hashes: np.ndarray) -> int:
@@ -81,22 +145,24 @@ def write_chunk_keys(work: WorkDir, chunk: int, items: np.ndarray, hashes: np.nd
     packed["item"] = items
     packed["hashes"] = hashes
     packed = packed[content_keys.comparable_rows(packed["hashes"])]
-    storage.write_atomic(chunk_keys_path(work, chunk), packed.tobytes())
+    _write_arrays(work.scan_keys(chunk), packed)
     return len(packed)
 
 
 def chunk_keys_count(work: WorkDir, chunk: int) -> int | None:
     """How many items `write_chunk_keys` recorded for the chunk, or None if it has no key file."""
-    size = storage.size(chunk_keys_path(work, chunk))
-    return None if size is None else size // KEY_DTYPE.itemsize
+    path = work.scan_keys(chunk)
+    if not storage.exists(path):
+        return None
+    with storage.open_read(path) as f:
+        return _read_arrays(f, path, KEY_DTYPE, read=False)[0]
 
 
 def forget_chunk_keys(work: WorkDir) -> None:
     """Deletes every chunk's key file: their item ids name chunks of a listing about to be staged again."""
-    folder = storage.join(work.root, "groups")
-    for name in storage.list_names(folder):
-        if name.startswith("keys-"):
-            storage.delete(storage.join(folder, name))
+    for name in storage.list_names(work.groups_folder):
+        if parse_scan_keys_name(name) is not None:
+            storage.delete(storage.join(work.groups_folder, name))
 
 
 def read_scales(work: WorkDir, chunks, scales) -> tuple[np.ndarray, np.ndarray]:
@@ -104,46 +170,14 @@ def read_scales(work: WorkDir, chunks, scales) -> tuple[np.ndarray, np.ndarray]:
     file at a time."""
     items, hashes = [], []
     for chunk in chunks:
-        rows = np.frombuffer(storage.read_bytes(chunk_keys_path(work, chunk)), KEY_DTYPE)
+        path = work.scan_keys(chunk)
+        with storage.open_read(path) as f:
+            rows, = _read_arrays(f, path, KEY_DTYPE)
         items.append(rows["item"].copy())
         hashes.append(rows["hashes"][:, list(scales)])
     if not items:
         return np.zeros(0, np.int64), np.zeros((0, len(scales)), np.uint64)
     return np.concatenate(items), np.asfortranarray(np.concatenate(hashes))
-
-
-def units_path(work: WorkDir) -> str:
-    return storage.join(work.root, "groups", "units.json")
-
-
-def write_units(work: WorkDir, units: dict[str, str]) -> None:
-    """Records the user groups that duplicates merged: {user group: the unit pinning it}, merged ones only."""
-    storage.write_atomic(units_path(work), json.dumps({k: u for k, u in sorted(units.items()) if k != u}).encode())
-
-
-def read_units(work: WorkDir) -> dict[str, str]:
-    return json.loads(storage.read_bytes(units_path(work)))
-
-
-def choices_path(work: WorkDir, kind: str) -> str:
-    return storage.join(work.root, "groups", f"{kind}_pins.json")
-
-
-def write_choices(work: WorkDir, kind: str, pins: dict[str, str]) -> None:
-    """Records the split `groups.balance_pins` chose per group: kind "duplicates" (keyed by a duplicate
-    group's first path, groups no user group pins) or "users" (keyed by user group, merged ones by unit)."""
-    storage.write_atomic(choices_path(work, kind), json.dumps(pins, sort_keys=True).encode())
-
-
-def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
-    return json.loads(storage.read_bytes(choices_path(work, kind)))
-
-
-KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
-
-
-def rows_path(work: WorkDir, chunk: int) -> str:
-    return storage.join(work.root, "groups", f"rows-{chunk:06d}.bin")
 
 
 def rows_chunk(spill: int) -> int:
@@ -154,27 +188,25 @@ def rows_chunk(spill: int) -> int:
 
 def write_rows(work: WorkDir, chunk: int, rows: np.ndarray, paths: list[str]) -> None:
     """Records the content keys of every good input a chunk prepared (KEY_ROWS: where its record waits,
-    its sha256 and hashes), then their paths, NUL-separated (a path cannot hold NUL), after a count.
+    its sha256 and hashes), then their paths, NUL-separated (a path cannot hold NUL).
     PrepareChunk writes it before the chunk's index, so a chunk with an index has its rows."""
-    block = (len(rows).to_bytes(4, "little") + rows.tobytes()
-             + b"\0".join(path.encode("utf-8", "surrogateescape") for path in paths))
-    storage.write_atomic(rows_path(work, chunk), block)
+    block = b"\0".join(path.encode("utf-8", "surrogateescape") for path in paths)
+    _write_arrays(work.key_rows(chunk), rows, np.frombuffer(block, np.uint8))
 
 
 def read_rows(work: WorkDir, chunk: int) -> tuple[np.ndarray, bytes]:
     """A chunk's KEY_ROWS and their paths as written: UTF-8 (surrogateescape), NUL-separated, in one byte string.
 
     Raises:
-        ResumeError: the chunk was prepared without keys (by a run with --duplicates off).
+        ResumeError: the chunk was prepared without keys (by a run with --duplicates off), or by another version.
     """
-    path = rows_path(work, chunk)
+    path = work.key_rows(chunk)
     if not storage.exists(path):
         raise ResumeError("the interrupted run read images without computing their content keys "
                           "(--duplicates off); resume with --duplicates off, or run with --overwrite")
-    data = storage.read_bytes(path)
-    n = int.from_bytes(data[:4], "little")
-    stop = 4 + n * KEY_ROWS.itemsize
-    return np.frombuffer(data[4:stop], KEY_ROWS), data[stop:]
+    with storage.open_read(path) as f:
+        rows, block = _read_arrays(f, path, KEY_ROWS, np.dtype(np.uint8))
+    return rows, block.tobytes()
 
 
 def split_paths(block: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -204,52 +236,62 @@ class RowTable:
         return None if at is None else rows[at]
 
 
-def part_keys_path(work: WorkDir, filename: str, part: int) -> str:
-    return storage.join(work.root, "keys", f"{filename}.part-{part:05d}.bin")
-
-
-_PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
-
-
 def write_part_order(work: WorkDir, filename: str, part: int, entries) -> None:
     """Records where a shard part's records came from, in the order written: (spill, offset) each. The
     sidecar is made from these and the spills' key rows at the end (`keys_join`), so no part reads
     every spill's keys."""
-    rows = np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE)
-    storage.write_atomic(part_keys_path(work, filename, part), rows.tobytes())
-
-
-def shard_parts_path(work: WorkDir, filename: str) -> str:
-    return storage.join(work.root, "keys", f"{filename}.parts.json")
+    _write_arrays(work.part_order(filename, part), np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE))
 
 
 def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
-    storage.write_atomic(shard_parts_path(work, filename), json.dumps(parts).encode())
+    storage.write_atomic(work.shard_parts(filename), json.dumps({"parts": parts}).encode())
 
 
 def read_shard_order(work: WorkDir, filename: str) -> np.ndarray:
     """Where a shard's records came from ((spill, offset) each), in record order: its parts' in part order."""
-    parts = json.loads(storage.read_bytes(shard_parts_path(work, filename)))
-    return np.frombuffer(b"".join(storage.read_bytes(part_keys_path(work, filename, p)) for p in parts), _PLACE)
+    orders = []
+    for part in json.loads(storage.read_bytes(work.shard_parts(filename)))["parts"]:
+        path = work.part_order(filename, part)
+        with storage.open_read(path) as f:
+            orders += _read_arrays(f, path, _PLACE)
+    return np.concatenate(orders) if orders else np.zeros(0, _PLACE)
+
+
+def write_units(work: WorkDir, units: dict[str, str]) -> None:
+    """Records the user groups that duplicates merged: {user group: the unit pinning it}, merged ones only."""
+    storage.write_atomic(work.units, json.dumps({k: u for k, u in sorted(units.items()) if k != u}).encode())
+
+
+def read_units(work: WorkDir) -> dict[str, str]:
+    return json.loads(storage.read_bytes(work.units))
+
+
+def write_choices(work: WorkDir, kind: str, pins: dict[str, str]) -> None:
+    """Records the split `groups.balance_pins` chose per group: kind "duplicates" (keyed by a duplicate
+    group's first path, groups no user group pins) or "users" (keyed by user group, merged ones by unit)."""
+    storage.write_atomic(work.pins(kind), json.dumps(pins, sort_keys=True).encode())
+
+
+def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
+    return json.loads(storage.read_bytes(work.pins(kind)))
 
 
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:
     """Records what becomes of a chunk's grouped inputs: {(spill, offset): pin, or None if rejected}."""
-    rows = [[spill, offset, pin] for (spill, offset), pin in sorted(placed.items())]
-    storage.write_atomic(groups_path(work, chunk), json.dumps(rows).encode())
+    rows = [{"spill": spill, "offset": offset, "pin": pin} for (spill, offset), pin in sorted(placed.items())]
+    storage.write_atomic(work.placements(chunk), json.dumps(rows).encode())
 
 
 def placer(work: WorkDir, chunk: int, grouped: bool):
     """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
 
     The placements that rank its refs (plan_shards.rank_task) are the ones that counted them
-    (prepare.chunk_counts in dedupe.regroup), read back, so the two agree. `grouped` False: no grouping
-    in this run.
+    (prepare.chunk_counts in dedupe_decide.regroup), read back, so the two agree. `grouped` False: no
+    grouping in this run.
     """
     if not grouped:
         return lambda ref: ""
-    rows = json.loads(storage.read_bytes(groups_path(work, chunk)))
-    placed = {(spill, offset): pin for spill, offset, pin in rows}
+    placed = {(r["spill"], r["offset"]): r["pin"] for r in json.loads(storage.read_bytes(work.placements(chunk)))}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
 
 
@@ -260,3 +302,77 @@ def user_keys(work: WorkDir, chunk: int, options: DedupeOptions):
         return {r.path: r.group for r in checkpoints.read_listing(work, chunk) if r.group is not None}.get
     pattern = options.group_pattern
     return lambda path: user_group(path, pattern)
+
+
+def _line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def _write_slices(path: str, parts: dict[int, list[dict]]) -> dict[int, Slice]:
+    """Writes each key's records as JSON lines, keys in order; -> {key: the Slice of its lines}."""
+    blobs, out, offset = [], {}, 0
+    for key in sorted(parts):
+        blob = "".join(map(_line, parts[key])).encode()
+        out[key] = Slice(path, offset, len(blob))
+        blobs.append(blob)
+        offset += len(blob)
+    storage.write_atomic(path, b"".join(blobs))
+    return out
+
+
+def _read_slice(where: Slice) -> list[dict]:
+    with storage.open_read(where.path) as f:
+        f.seek(where.offset)
+        return [json.loads(line) for line in storage.read_exact(f, where.length).splitlines()]
+
+
+def write_members(work: WorkDir, chunk: int, by_batch: dict[int, list[tuple[int, Member]]]) -> dict[int, Slice]:
+    """Records a chunk's grouped images by group batch: {batch: [(group, Member)]} -> {batch: Slice}."""
+    return _write_slices(work.members(chunk),
+                         {b: [{"group": g, **m._asdict()} for g, m in rows] for b, rows in by_batch.items()})
+
+
+def read_members(where: Slice) -> list[tuple[int, Member]]:
+    return [(record.pop("group"), Member(**record)) for record in _read_slice(where)]
+
+
+def write_decisions(work: WorkDir, batch: int, by_chunk: dict[int, list[Decision]]) -> dict[int, Slice]:
+    """Records a group batch's decisions by chunk: {chunk: [Decision]} -> {chunk: Slice}."""
+    return _write_slices(work.decisions(batch), {c: [{**d._asdict(), "reject": d.reject and d.reject._asdict()}
+                                                     for d in ds] for c, ds in by_chunk.items()})
+
+
+def read_decisions(where: Slice) -> list[Decision]:
+    return [Decision(**{**r, "reject": r["reject"] and Reject(**r["reject"])}) for r in _read_slice(where)]
+
+
+def write_lines(work: WorkDir, batch: int, lines: list[dict]) -> None:
+    """Records a group batch's lines of duplicates.jsonl, sorted as the report lists them."""
+    storage.write_atomic(work.report_lines(batch), "".join(map(_line, sorted(lines, key=first_path))).encode())
+
+
+def first_path(line: dict) -> str:
+    return line["members"][0]["path"]
+
+
+def _read_lines(path: str) -> typing.Iterator[dict]:
+    with storage.open_read(path) as f:
+        for raw in f:
+            yield json.loads(raw)
+
+
+def merged_lines(work: WorkDir, batches: typing.Iterable[int]) -> typing.Iterator[dict]:
+    """Every batch's lines in the report's order (by first path), one line of each batch held at a time."""
+    return heapq.merge(*(_read_lines(work.report_lines(b)) for b in sorted(set(batches))), key=first_path)
+
+
+def write_rejects(work: WorkDir, batch: int, rejects: list[Reject]) -> None:
+    """Records a group batch's policy rejects, in rejects.jsonl's order (`accounting.reject_order`). They wait
+    here for publish, not in an element: a run may reject a large share of its inputs."""
+    text = "".join(_line(r._asdict()) for r in sort_rejects(rejects))
+    storage.write_atomic(work.policy_rejects(batch), text.encode())
+
+
+def read_rejects(work: WorkDir, batch: int) -> typing.Iterator[Reject]:
+    """A group batch's policy rejects, in order, one line at a time."""
+    return (Reject(**record) for record in _read_lines(work.policy_rejects(batch)))

@@ -9,7 +9,7 @@ chunk. An external join matches the two without holding either whole:
    path, bucketed by shard;
 3. shard by shard, its records are put in record order and its lines written.
 
-Buckets travel through run files in .prep-tmp/keys/join/ (deleted before and after): what a step gathered,
+Buckets travel through run files in `WorkDir.join_folder` (deleted before and after): what a step gathered,
 up to `run_bytes`, written once as [bucket, size, payload] for each bucket in ascending order. The next step
 reads all runs bucket by bucket, opening a run only to read its next bucket. So memory holds a few times
 `run_bytes`, one chunk and one shard, whatever the number of records; the files made grow by one per
@@ -47,11 +47,10 @@ def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES
         shards: [(split, shard file name, the shard's sha256)].
         run_bytes: what each step of the join gathers before writing a run file.
     """
-    folder = storage.join(work.root, "keys", "join")
-    storage.delete(folder)  # the runs of a publish killed meanwhile
+    storage.delete(work.join_folder)  # the runs of a publish killed meanwhile
     try:
-        places = _place_runs(work, shards, folder, run_bytes)
-        joined, unkeyed = _joined_runs(work, places, folder, run_bytes)
+        places = _place_runs(work, shards, run_bytes)
+        joined, unkeyed = _joined_runs(work, places, run_bytes)
 
         def lines():
             yield keys_sidecar.header_line()
@@ -61,10 +60,10 @@ def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES
 
         storage.write_streamed(storage.join(output, keys_sidecar.FILENAME), lines())
     finally:
-        storage.delete(folder)
+        storage.delete(work.join_folder)
 
 
-def _place_runs(work: WorkDir, shards, folder: str, run_bytes: int) -> list[str]:
+def _place_runs(work: WorkDir, shards, run_bytes: int) -> list[str]:
     """Step 1: run files of every shard's records as _WANT rows, bucketed by the chunk holding their keys."""
     def wants():
         for shard, (_, filename, _) in enumerate(shards):
@@ -73,7 +72,7 @@ def _place_runs(work: WorkDir, shards, folder: str, run_bytes: int) -> list[str]
             want["key"], want["shard"], want["record"] = _key(places), shard, np.arange(len(places))
             yield want
 
-    return [_write_places(storage.join(folder, f"places-{n:05d}.bin"), want)
+    return [_write_places(work.join_run("places", n), want)
             for n, want in enumerate(_batched(wants(), run_bytes, lambda w: w.nbytes, np.concatenate))]
 
 
@@ -84,7 +83,7 @@ def _write_places(path: str, want: np.ndarray) -> str:
     return _write_run(path, ((chunk, want[order[a:b]].tobytes()) for chunk, a, b in _cuts(chunks)))
 
 
-def _joined_runs(work: WorkDir, places: list[str], folder: str, run_bytes: int) -> tuple[list[str], set[int]]:
+def _joined_runs(work: WorkDir, places: list[str], run_bytes: int) -> tuple[list[str], set[int]]:
     """Step 2: run files of the records joined with their key rows, bucketed by shard (`_pack`); and the
     shards that hold a record without a key row."""
     unkeyed = set()
@@ -99,7 +98,7 @@ def _joined_runs(work: WorkDir, places: list[str], folder: str, run_bytes: int) 
     def concat(held):
         return np.concatenate([joined for joined, _ in held]), b"".join(paths for _, paths in held)
 
-    runs = [_write_joined(storage.join(folder, f"joined-{n:05d}.bin"), *held)
+    runs = [_write_joined(work.join_run("joined", n), *held)
             for n, held in enumerate(_batched(chunks(), run_bytes, lambda h: h[0].nbytes + len(h[1]), concat))]
     return runs, unkeyed
 

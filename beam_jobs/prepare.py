@@ -89,9 +89,9 @@ class ReusedChunk(typing.NamedTuple):
 class PreparedRef(typing.NamedTuple):
     """A checked example whose framed record waits in a spill file.
 
-    References are recorded in their chunk's index (as plain lists, the path as
-    text) and read back by the planner (`read_prepared`); they never travel
-    between steps as elements.
+    References are recorded in their chunk's index (an object of their fields by name, the path as
+    text: checkpoints.write_chunk_index) and read back by the planner and the dedupe stage
+    (`read_prepared`); they never travel between steps as elements.
     """
 
     path: bytes  # the input's path in UTF-8, undecodable bytes kept (surrogateescape), as image/filename
@@ -106,25 +106,21 @@ class PreparedRef(typing.NamedTuple):
     rank: str = ""  # the rank key in its group, hex, when the listing gave one (ordering.rank_key)
     tags: tuple = ()  # multilabel, detection, segmentation: ((class id, objects of it), ...) for the counts
 
+    @property
+    def place(self) -> tuple[int, int]:
+        """(spill, offset): where its record waits, which names it in a chunk's placements (`chunk_counts`,
+        grouping.write_groups)."""
+        return self.spill, self.offset
 
-def read_prepared(work: WorkDir, chunk: int) -> list[tuple]:
-    """The PreparedRef fields of a prepared chunk's good inputs, in listing order, from its index.
+
+def read_prepared(work: WorkDir, chunk: int) -> list[PreparedRef]:
+    """The PreparedRef of each of a prepared chunk's good inputs, in listing order, from its index.
 
     The path comes back as bytes (UTF-8, undecodable bytes kept), as Entry.source holds it.
     """
-    return [prepared_fields(v) for v in read_recorded(work, chunk)]
-
-
-def read_recorded(work: WorkDir, chunk: int) -> list[list]:
-    """A prepared chunk's good inputs as its index records them (path as text), in listing order: for a
-    step that looks at a few of them (`prepared_fields`) or only counts them (`chunk_counts`)."""
     data = json.loads(storage.read_bytes(work.chunk_index(chunk)))
-    return [v for kind, v in data["outcomes"] if kind == OK]
-
-
-def prepared_fields(recorded: list) -> tuple:
-    """One of `read_recorded`'s lists -> `read_prepared`'s PreparedRef fields."""
-    return (recorded[0].encode("utf-8", "surrogateescape"), *_recorded(OK, recorded)[1:])
+    checkpoints.check_index_version(data, work.chunk_index(chunk))
+    return [_recorded(OK, fields) for kind, fields in data["outcomes"] if kind == OK]
 
 
 class PrepareChunk(PooledDoFn):
@@ -250,9 +246,10 @@ class PrepareChunk(PooledDoFn):
                     outcomes.append((REJECT, result))
                     continue
                 offset, length, converted, cut, image = result
-                outcomes.append((OK, (ref.path, self._label_ids[ref.label], ref.split or "", spill,
-                                      offset, length, converted, cut, image, ref.key or "",
-                                      info.tags if info is not None else ())))  # a PreparedRef's, path as text
+                outcomes.append((OK, PreparedRef(
+                    path=ref.path.encode("utf-8", "surrogateescape"), label=self._label_ids[ref.label],
+                    split=ref.split or "", spill=spill, offset=offset, length=length, converted=converted, cut=cut,
+                    image=image, rank=ref.key or "", tags=info.tags if info is not None else ())))
                 good += 1
         if self._keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
             self._record_keys(chunk, keyed)
@@ -282,46 +279,34 @@ class PrepareChunk(PooledDoFn):
         write_chunk_keys(self._work, chunk, items, rows["hashes"])
 
 
-_SPLIT, _LABEL, _SPILL, _OFFSET, _LENGTH = map(PreparedRef._fields.index,
-                                                ("split", "label", "spill", "offset", "length"))
-
-
-def place_of(ref) -> tuple[int, int]:
-    """(spill, offset) of PreparedRef fields (a tuple, or an index's list: `read_recorded`): where its record
-    waits, which names it in a chunk's placements (`chunk_counts`, grouping.write_groups)."""
-    return ref[_SPILL], ref[_OFFSET]
-
-
-def chunk_counts(refs, placed: dict | None = None) -> tuple[GroupCount, ...]:
-    """[PreparedRef fields] of one chunk (tuples, or the index's lists: `read_recorded`) -> a `GroupCount`
-    per group, in order of appearance. Fields are taken by place, not through a PreparedRef: the dedupe
-    stage counts every chunk again.
+def chunk_counts(refs: typing.Iterable[PreparedRef], placed: dict | None = None) -> tuple[GroupCount, ...]:
+    """The PreparedRefs of one chunk -> a `GroupCount` per group, in order of appearance.
 
     `placed`, if given, says what becomes of a ref in a duplicate or user group (beam_jobs/grouping.py):
     keyed by (spill, offset), None leaves it out, else the split it is pinned to; any other ref gets "".
     """
     counts: dict[tuple, list] = {}
     for r in refs:
-        pin = placed.get((r[_SPILL], r[_OFFSET]), "") if placed else ""
+        pin = placed.get(r.place, "") if placed else ""
         if pin is None:
             continue
-        count = counts.setdefault((r[_SPLIT], r[_LABEL], pin), [0, 0])
+        count = counts.setdefault((r.split, r.label, pin), [0, 0])
         count[0] += 1
-        count[1] += r[_LENGTH]
+        count[1] += r.length
     return tuple(GroupCount(split, label, n, size, pin) for (split, label, pin), (n, size) in counts.items())
 
 
-def _recorded(kind: str, fields):
-    """An outcome as a chunk index records it (JSON lists) -> as `_complete` made it."""
+def _recorded(kind: str, fields: dict):
+    """An outcome as a chunk index records it (an object of its fields by name: checkpoints.write_chunk_index)
+    -> as `_complete` made it. A field the index leaves out takes its default (PreparedRef's rank and tags)."""
     if kind == OK:
-        if len(fields) < len(PreparedRef._fields):  # recorded without a rank key and tags: a classification input
-            return (*fields, "", ())
-        return (*fields[:-1], tuple(map(tuple, fields[-1])))
+        return PreparedRef(**{**fields, "path": fields["path"].encode("utf-8", "surrogateescape"),
+                              "tags": tuple(map(tuple, fields.get("tags", ())))})
     if kind == BOXES:
-        notes, tally = fields
-        return BoxNotes(tuple(BoxNote(*n) for n in notes),
-                        BoxTally(*tally[:3], tuple(map(tuple, tally[3]))))
-    return Reject(*fields)
+        tally = fields["tally"]
+        return BoxNotes(tuple(BoxNote(**n) for n in fields["notes"]),
+                        BoxTally(**{**tally, "dropped": tuple(map(tuple, tally["dropped"]))}))
+    return Reject(**fields)
 
 
 def _by_kind(chunk: int, outcomes):

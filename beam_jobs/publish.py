@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import time
 
-from beam_jobs import checkpoints, group_batches, keys_join
+from beam_jobs import checkpoints, grouping, keys_join
 from beam_jobs.heap import release_free_memory
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.output_dir import delete_unplanned_shards
@@ -79,7 +79,7 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
 
     # The group policies' rejects are read from their batches' files as they are written out, never held.
     merged = accounting.merged_rejects([accounting.sort_rejects(rejects),
-                                        *(group_batches.read_rejects(work, b) for b in sorted(reject_batches))])
+                                        *(grouping.read_rejects(work, b) for b in sorted(reject_batches))])
     rejects_path = storage.join(output, REJECTS)
     storage.write_streamed(rejects_path, accounting.rejects_lines(accounting.with_box_notes(counted(merged), notes)))
     accounting.check_group_rejects(groups, by_reason)

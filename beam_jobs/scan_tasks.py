@@ -15,6 +15,7 @@ import typing
 import numpy as np
 
 from beam_jobs import grouping
+from beam_jobs.dedupe_types import BandPairs, KeyFile
 from beam_jobs.heap import release_free_memory
 from beam_jobs.pooled import PooledDoFn
 from prep.core import band_scan
@@ -32,12 +33,13 @@ class ScanTask(typing.NamedTuple):
     chunks: tuple[int, ...]  # the chunks whose key files to read
 
 
-def scan_tasks(element, part_target: int):
-    """(None, [(chunk, items)]) -> (task number, ScanTask) per part of the bands' bits: parts of about
+def scan_tasks(element: tuple[None, typing.Iterable[KeyFile]], part_target: int):
+    """(None, [KeyFile]) -> (task number, ScanTask) per part of the bands' bits: parts of about
     `part_target` images a band (each probes into its own and the parts one bit away)."""
-    _, chunks = element
-    total = sum(n for _, n in chunks)
-    chunks = tuple(sorted(c for c, n in chunks if n))
+    _, files = element
+    files = list(files)
+    total = sum(f.items for f in files)
+    chunks = tuple(sorted(f.chunk for f in files if f.items))
     bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
     tasks = (ScanTask(tuple(range(grouping.NUM_HASHES)), tuple(range(band_scan.BANDS)), sub, bits, chunks)
              for sub in range(1 << bits))
@@ -45,8 +47,8 @@ def scan_tasks(element, part_target: int):
 
 
 class Scan(PooledDoFn):
-    """(n, ScanTask) -> ("pairs", [[distance, a, b], ...]) per scale and band with near pairs, and ("skipped", n)
-    for an oversized run's uncompared pairs (prep.core.band_scan). The bands run on the pool's threads
+    """(n, ScanTask) -> `BandPairs` per scale and band with near pairs or with an oversized run's uncompared
+    pairs (prep.core.band_scan). The bands run on the pool's threads
     (numpy's sorts and comparisons release the GIL), all of them inside process()."""
 
     def __init__(self, work: WorkDir, cap: int, workers: int | None):
@@ -64,8 +66,6 @@ class Scan(PooledDoFn):
 
         jobs = [(column, band) for column in range(len(task.scales)) for band in task.bands]
         for pairs, skipped in self._pool.map(one, jobs):
-            if pairs:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
-                yield "pairs", np.array(pairs, np.int64)
-            if skipped:
-                yield "skipped", skipped
+            if pairs or skipped:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
+                yield BandPairs(np.array(pairs, np.int64).reshape(-1, 3), skipped)
         release_free_memory()  # the bands' sorted copies and candidate blocks, freed on the pool's threads

@@ -65,7 +65,17 @@ def stage(tmp_dir: str, counts: list[int], seed: int, reject_every: int, out: st
                 outcomes.append(
                     (
                         prepare.OK,
-                        (ref.path, int(ref.label[5:]), "", n // 256, (n % 256) * 120_000, 110_000, False, 0, 0),
+                        prepare.PreparedRef(
+                            path=ref.path.encode(),
+                            label=int(ref.label[5:]),
+                            split="",
+                            spill=n // 256,
+                            offset=(n % 256) * 120_000,
+                            length=110_000,
+                            converted=False,
+                            cut=0,
+                            image=0,
+                        ),
                     )
                 )
             n += 1

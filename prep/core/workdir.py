@@ -17,6 +17,21 @@
                                            id written included), size, SHA-256
     .prep-tmp/parts/<shard>/part-NNNNNN    a part of a multi-part shard, and its sidecar ``part-NNNNNN.json``
 
+The dedupe stage's files (what they hold: beam_jobs/grouping.py), and the content keys' of the shards:
+
+    .prep-tmp/groups/rows-NNNNNN.npy       the content keys of the good inputs chunk NNNNNN prepared
+    .prep-tmp/groups/keys-NNNNNN.npy       a chunk's item ids and hashes, for the scan
+    .prep-tmp/groups/members-NNNNNN.jsonl  a chunk's grouped images, by group batch
+    .prep-tmp/groups/decided-BBBBBB.jsonl  a group batch's decisions, by chunk
+    .prep-tmp/groups/lines-BBBBBB.jsonl    a group batch's lines of duplicates.jsonl
+    .prep-tmp/groups/rejects-BBBBBB.jsonl  a group batch's policy rejects
+    .prep-tmp/groups/units.json            user groups merged by duplicates
+    .prep-tmp/groups/<kind>_pins.json      the split chosen per group: kind duplicates or users
+    .prep-tmp/groups/chunk-NNNNNN.json     what becomes of a chunk's grouped inputs (the planner reads it)
+    .prep-tmp/keys/<shard>.part-NNNNN.npy  where a shard part's records came from, in record order
+    .prep-tmp/keys/<shard>.parts.json      a shard's parts, in order
+    .prep-tmp/keys/join/<kind>-NNNNN.bin   the run files of the join that writes content_keys.jsonl (keys_join.py)
+
 A spill file is named by one int, its spill id (`spill_id`): chunk * `BATCHES_PER_CHUNK`
 + batch. A chunk's inputs are prepared in batches of `BATCH`, one spill file each.
 What may be reused from these files, and when, is `beam_jobs.checkpoints`'s concern.
@@ -37,6 +52,7 @@ BATCHES_PER_CHUNK = 1024
 if BATCHES_PER_CHUNK * BATCH < MAX_CHUNK:
     raise ImportError("BATCHES_PER_CHUNK * BATCH must cover MAX_CHUNK inputs")
 _SPILL = re.compile(r"chunk-(\d{6})-(\d{4})\.bin")
+_SCAN_KEYS = re.compile(r"keys-(\d{6})\.npy")
 
 
 def spill_id(chunk: int, batch: int) -> int:
@@ -48,6 +64,12 @@ def parse_spill_name(name: str) -> tuple[int, int] | None:
     """(chunk, batch) of a spill file's name, or None if `name` is not one."""
     match = _SPILL.fullmatch(name)
     return (int(match[1]), int(match[2])) if match else None
+
+
+def parse_scan_keys_name(name: str) -> int | None:
+    """The chunk of a scan key file's name (`WorkDir.scan_keys`), or None if `name` is not one."""
+    match = _SCAN_KEYS.fullmatch(name)
+    return int(match[1]) if match else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,3 +141,54 @@ class WorkDir:
 
     def part_sidecar(self, filename: str, part: int) -> str:
         return self.part(filename, part) + ".json"
+
+    # The dedupe stage's files (beam_jobs/grouping.py).
+
+    @property
+    def groups_folder(self) -> str:
+        return self._path("groups")
+
+    def key_rows(self, chunk: int) -> str:
+        return self._path("groups", f"rows-{chunk:06d}.npy")
+
+    def scan_keys(self, chunk: int) -> str:
+        return self._path("groups", f"keys-{chunk:06d}.npy")
+
+    def members(self, chunk: int) -> str:
+        return self._path("groups", f"members-{chunk:06d}.jsonl")
+
+    def decisions(self, batch: int) -> str:
+        return self._path("groups", f"decided-{batch:06d}.jsonl")
+
+    def report_lines(self, batch: int) -> str:
+        return self._path("groups", f"lines-{batch:06d}.jsonl")
+
+    def policy_rejects(self, batch: int) -> str:
+        return self._path("groups", f"rejects-{batch:06d}.jsonl")
+
+    @property
+    def units(self) -> str:
+        return self._path("groups", "units.json")
+
+    def pins(self, kind: str) -> str:
+        """The splits chosen for groups of `kind`: "duplicates" or "users"."""
+        return self._path("groups", f"{kind}_pins.json")
+
+    def placements(self, chunk: int) -> str:
+        return self._path("groups", f"chunk-{chunk:06d}.json")
+
+    # The shards' content keys (beam_jobs/grouping.py, keys_join.py).
+
+    def part_order(self, filename: str, part: int) -> str:
+        return self._path("keys", f"{filename}.part-{part:05d}.npy")
+
+    def shard_parts(self, filename: str) -> str:
+        return self._path("keys", f"{filename}.parts.json")
+
+    @property
+    def join_folder(self) -> str:
+        return self._path("keys", "join")
+
+    def join_run(self, kind: str, n: int) -> str:
+        """Run file `n` of the join's step `kind` ("places" or "joined")."""
+        return self._path("keys", "join", f"{kind}-{n:05d}.bin")

@@ -1,4 +1,4 @@
-"""A conversion stopped between the dedupe stage's work files (beam_jobs/group_batches.py) resumes to the
+"""A conversion stopped between the dedupe stage's work files (beam_jobs/grouping.py) resumes to the
 same bytes: members recorded, lines not; files an earlier, larger run left are never read."""
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ def test_resume_after_a_stop_between_the_members_and_the_lines_files(tmp_path, r
         result = run_cli("convert", src, out, *ARGS)
     assert result.exit_code == 1 and "No space left on device" in result.output
     groups = out / ".prep-tmp" / "groups"
-    members = sorted(groups.glob("members-*.pkl"))
+    members = sorted(groups.glob("members-*.jsonl"))
     assert members and not list(groups.glob("lines-*")) and not (out / "manifest.json").exists()
     for path in members:  # a bundle cut short elsewhere, or an earlier run's: rewritten before it is read
         path.write_bytes(b"stale")
     (groups / "lines-000042.jsonl").write_text('{"members": [{"path": "gone.jpg"}]}\n')
-    (groups / "decided-000042.pkl").write_bytes(b"stale")
+    (groups / "decided-000042.jsonl").write_bytes(b"stale")
 
     result = run_cli("convert", src, out, *ARGS, "--resume")
     assert result.exit_code == 0, result.output
@@ -63,7 +63,7 @@ def test_resume_with_another_seed_finds_the_groups_a_fresh_run_finds(tmp_path, r
     out = tmp_path / "out"
     result = run_cli("convert", src, out, *args, "--seed", "1", "--num-shards", "500")
     assert result.exit_code == 1 and "fewer than --num-shards 500" in result.output
-    assert list((out / ".prep-tmp" / "groups").glob("keys-*.bin"))  # written while preparing, before the plan failed
+    assert list((out / ".prep-tmp" / "groups").glob("keys-*.npy"))  # written while preparing, before the plan failed
     result = run_cli("convert", src, out, *args, "--seed", "2", "--num-shards", "2", "--resume")
     assert result.exit_code == 0, result.output
     assert "resumed" in result.output

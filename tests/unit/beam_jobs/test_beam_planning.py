@@ -41,8 +41,9 @@ def stage(counts, options, tmp_path, splits=("",), reject_every=0):
                 outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
                 continue
             label = int(ref.label[5:])
-            outcomes.append((prepare.OK, (ref.path, label, ref.split or "", len(examples), 0, 100 + i % 7, False,
-                                          3, 50 * (i % 2))))
+            outcomes.append((prepare.OK, prepare.PreparedRef(
+                path=ref.path.encode("utf-8", "surrogateescape"), label=label, split=ref.split or "",
+                spill=len(examples), offset=0, length=100 + i % 7, converted=False, cut=3, image=50 * (i % 2))))
             examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
         checkpoints.write_chunk_index(WorkDir(str(tmp_path)), chunk, outcomes, {}, [])
         good = prepare.read_prepared(WorkDir(str(tmp_path)), chunk)

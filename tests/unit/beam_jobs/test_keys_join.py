@@ -19,13 +19,19 @@ from prep.core.workdir import BATCH, BATCHES_PER_CHUNK, WorkDir
 CHUNKS = 5
 
 
+def _part_order(work: WorkDir, filename: str, part: int) -> np.ndarray:
+    """A part's order file read by numpy alone (no pickle): the file's version, then the (spill, offset) rows."""
+    with open(work.part_order(filename, part), "rb") as f:
+        assert np.load(f) == grouping.FILE_VERSION
+        return np.load(f)
+
+
 def reference_sidecar(output: str, work: WorkDir, shards) -> None:
     """grouping.write_sidecar as of 17e8979: every chunk's key rows in one table, then the lines."""
     orders = {}
     for _, filename, _ in shards:
-        parts = json.loads(storage.read_bytes(grouping.shard_parts_path(work, filename)))
-        orders[filename] = [np.frombuffer(storage.read_bytes(grouping.part_keys_path(work, filename, p)),
-                                          grouping._PLACE) for p in parts]
+        parts = json.loads(storage.read_bytes(work.shard_parts(filename)))["parts"]
+        orders[filename] = [_part_order(work, filename, p) for p in parts]
     spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
                                       [np.zeros(0, np.uint64)]))
     ids, shas, hashes = [], [], []
@@ -146,7 +152,7 @@ def test_object_store_paths(generated, tmp_path):
 
 def test_a_chunk_prepared_without_keys_is_refused_and_nothing_written(generated, tmp_path):
     work, shards, _ = generated
-    os.remove(grouping.rows_path(work, 2))
+    os.remove(work.key_rows(2))
     with pytest.raises(ResumeError, match="without computing their content keys"):
         keys_join.write_sidecar(work.output, work, shards, run_bytes=4096)
     assert not (tmp_path / "out" / keys_sidecar.FILENAME).exists()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from beam_jobs import grouping
+from beam_jobs.dedupe_types import BandPairs, KeyFile
 from beam_jobs.scan_tasks import Scan, scan_tasks
 from prep.core.content_keys import distance, ContentKeys
 from prep.core.workdir import WorkDir
@@ -53,7 +54,7 @@ def work(tmp_path):
     for chunk, rows in sorted(by_chunk.items()):
         n = grouping.write_chunk_keys(work, chunk, np.array([i for i, _ in rows], np.int64),
                                       np.array([h for _, h in rows], np.uint64))
-        counts.append((chunk, n))
+        counts.append(KeyFile(chunk, n))
     return work, keys, counts
 
 
@@ -64,9 +65,9 @@ def scanned(work: WorkDir, counts, part_target: int):
     try:
         found: list[tuple[int, int, int]] = []
         for task in tasks:
-            for kind, value in scan.process(task):
-                assert kind == "pairs"
-                found.extend(map(tuple, value.tolist()))
+            for band in scan.process(task):
+                assert isinstance(band, BandPairs) and not band.skipped
+                found.extend(map(tuple, band.pairs.tolist()))
     finally:
         scan.teardown()
     return tasks, found

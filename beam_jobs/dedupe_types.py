@@ -1,0 +1,141 @@
+"""What the dedupe stage (dedupe.py) is given, and what travels between its steps: one NamedTuple per kind of
+element, so that a step with several kinds of output is split by type (`only`), never by a tag. Elements are
+small: chunk ids, counts, and `grouping.Slice`s of work files, never images or their members."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from fractions import Fraction
+
+import numpy as np
+
+from beam_jobs.grouping import Slice
+from prep.core import band_scan
+from prep.core.groups import DedupeOptions
+from prep.core.union_find import DEFAULT_MAX_SIZE
+
+PART_TARGET = 1_000_000  # images per scan task, about (48 bytes each: id and hashes)
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupeSettings:
+    """The conversion's options as the dedupe stage's steps need them (graph.py makes it)."""
+
+    labels: tuple[str, ...]  # the planner's groups' names, by label id
+    options: DedupeOptions
+    seed: int
+    fractions: tuple[tuple[str, Fraction], ...] | None  # --split fractions; None when SOURCE names the splits
+    single_label: bool  # labels can conflict: single-label classification
+    cap: int = band_scan.SCAN_CAP  # distinct hashes of a band value probed into (band_scan)
+    max_size: int = DEFAULT_MAX_SIZE  # members of a duplicate group at most (union_find)
+    part_target: int = PART_TARGET  # images a scan task takes, about
+    workers: int | None = None  # the scan's threads; None: every core
+
+    def __post_init__(self):
+        object.__setattr__(self, "labels", tuple(self.labels))
+        for name in ("cap", "max_size", "part_target"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DedupeSettings.{name} must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def merging(self) -> bool:
+        """Whether user groups that duplicates link are merged: user groups, and splits the conversion makes."""
+        return bool(self.options.user_groups and self.fractions)
+
+
+def only(*kinds: type):
+    """A FlatMap function keeping the elements of types `kinds`."""
+    return lambda item: [item] if isinstance(item, kinds) else []
+
+
+class KeyFile(typing.NamedTuple):
+    """A prepared chunk's key file for the scan (grouping.write_chunk_keys), and how many items it holds."""
+
+    chunk: int
+    items: int
+
+
+class BandPairs(typing.NamedTuple):
+    """The near pairs of one crop scale and band (`Scan`), and the comparisons an oversized run left out."""
+
+    pairs: np.ndarray  # int64 rows (distance, item a, item b)
+    skipped: int
+
+
+class GroupedItems(typing.NamedTuple):
+    """A chunk's items in some duplicate group (`components`)."""
+
+    chunk: int
+    rows: tuple  # ((item, group id, group batch), ...)
+
+
+class ScanStats(typing.NamedTuple):
+    """What the union-find refused and the scan left out (`components`), for the report's header."""
+
+    refused: int
+    skipped: int
+
+
+class MemberSlice(typing.NamedTuple):
+    """A chunk's members of group batch `batch` in its members file (`member_info`)."""
+
+    batch: int
+    where: Slice
+
+
+class UserLink(typing.NamedTuple):
+    """The user groups of a duplicate group's members in one chunk (`member_info`)."""
+
+    group: int
+    batch: int
+    users: tuple[str, ...]
+
+
+class UnitSize(typing.NamedTuple):
+    """A chunk's images of a user group and label (`unit_labels`)."""
+
+    unit: str
+    label: str
+    images: int
+
+
+class ChunkId(typing.NamedTuple):
+    """A prepared chunk: `merge_user_groups` tells each one its merged user groups are recorded."""
+
+    chunk: int
+
+
+class UnitChoice(typing.NamedTuple):
+    """The unit of a duplicate group that links user groups, and the split chosen for it (`merge_user_groups`)."""
+
+    batch: int
+    group: int
+    unit: str
+    split: str | None
+
+
+class UnitsReady(typing.NamedTuple):
+    """Chunk `chunk` may read the merged user groups and their splits (`merge_user_groups`)."""
+
+    chunk: int
+
+
+class DecidedSlice(typing.NamedTuple):
+    """A group batch's decisions about chunk `chunk`'s items in its decisions file (`decide_batch`)."""
+
+    chunk: int
+    where: Slice
+
+
+class BatchLines(typing.NamedTuple):
+    """Group batch `batch` recorded its lines of duplicates.jsonl and its policy rejects (`decide_batch`)."""
+
+    batch: int
+
+
+class ReportWritten(typing.NamedTuple):
+    """duplicates.jsonl is written and the duplicate groups' splits recorded (`write_report`): regroup's join
+    waits for it under a chunk id no chunk has."""
+
+    chunk: int = -1
