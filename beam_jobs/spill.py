@@ -140,7 +140,9 @@ def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer:
     info = None
     if task is None:
         record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                                   label, ref.label, ref.path, source_id)
+                                   label, ref.label, ref.path)
+        if source_id is not None:
+            record = dataclasses.replace(record, source_id=source_id)
     else:
         record, info = build_record(task, ref, image, read_input)
         if isinstance(record, Reject):

@@ -41,8 +41,8 @@ def list_inputs(config: ConvertConfig) -> Listing:
         skip = frozenset()
         if inside and not storage.is_remote(t.annotations):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
-        return task_inputs.list_detection(config.source, t.annotations, t.annotation_format, config.classes,
-                                          t.unannotated, config.layout, config.plan.seed, skip, config.plan)
+        return task_inputs.list_detection(config.source, t, config.classes, config.layout, config.plan.seed, skip,
+                                          config.plan)
     if task == "segmentation":
         return task_inputs.list_segmentation(config.source, config.tasks.masks, config.classes, config.layout)
     if config.labels:
