@@ -114,8 +114,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSett
     boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
     ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, run.group_target, groups, grouped)
     width = write_width(config.workers)
-    writing = write.WriteOptions(config.output, config.source, labels, listing.task, groups, reuse, config.index,
-                                 config.dedupe.keys)
+    writing = write.WriteOptions(config.output, config.source, labels, task=listing.task, groups=groups, reuse=reuse,
+                                 index=config.index, keys=config.dedupe.keys)
     written = (
         ranked
         | "Entries" >> beam.FlatMap(
@@ -142,6 +142,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSett
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()
         | "WriteManifest" >> beam.FlatMap(publish, PublishInputs(
-            config.output, labels, config.manifest_options(), listing.found, tool_info(), run.info,
-            listing.splits, listing.task, listing.categories, config.dedupe.keys), work, on_step)
+            config.output, labels, config.manifest_options(), found=listing.found, tool=tool_info(), run=run.info,
+            splits=listing.splits, task=listing.task, categories=listing.categories, keys=config.dedupe.keys),
+            work, on_step)
     )

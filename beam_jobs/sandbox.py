@@ -17,8 +17,8 @@ starts none), one per calling thread at most, and die with their parent
 (libtiff, libjpeg) and Pillow's Python warnings are captured per image and
 returned with it, never shown on the console.
 
-Messages on the pipes are a JSON header and the raw image bytes (sandbox_wire.py):
-nothing a worker sends can run code in the parent.
+Messages on the pipes are a small typed header and the raw image bytes
+(sandbox_wire.py): nothing a worker sends can run code in the parent.
 """
 
 from __future__ import annotations
