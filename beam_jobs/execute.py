@@ -15,7 +15,7 @@ import apache_beam as beam
 from beam_jobs import checkpoints, runners, staging
 from beam_jobs.checkpoints import StepHook
 from beam_jobs.failures import find_prep_error, runner_failure, with_resume_hint
-from beam_jobs.graph import build
+from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan_shards import GROUP_TARGET
 from beam_jobs.progress import Progress
 from beam_jobs.stage import Ready
@@ -55,8 +55,9 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
     try:
         with Progress(config.output, ready.chunk_sizes, progress):
             p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
-            build(p, config, ready.staged, num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL,
-                  on_step=on_step, suspects=suspects)
+            build(p, config, ready.staged, RunSettings(num_chunks, run_info, group_target,
+                                                       lookahead=runner == RUNNERS_LOCAL, suspects=suspects),
+                  on_step=on_step)
             with _frozen_heap():
                 result = p.run()
                 try:

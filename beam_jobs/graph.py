@@ -26,6 +26,7 @@ Parallelism inside a worker comes from thread pools (pooled.py); docs/design.md 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import apache_beam as beam
@@ -36,10 +37,10 @@ from beam_jobs.dedupe import Dedupe
 from beam_jobs.dedupe_types import DedupeSettings
 from beam_jobs.grouping import GroupNotes
 from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
-from beam_jobs.publish import publish
+from beam_jobs.publish import PublishInputs, publish
+from beam_jobs.spill import PrepareOptions
 from beam_jobs.stage import Staged
 from beam_jobs.task_records import TaskSpec
-from prep.core import targets
 from prep.core.config import ConvertConfig
 from prep.core.run_record import tool_info
 from prep.core.workdir import WorkDir
@@ -64,14 +65,23 @@ def _of(kind):
     return lambda item: [item] if isinstance(item, kind) else []
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: int, run_info: dict,
-          group_target: int = GROUP_TARGET, lookahead: bool = False, on_step: StepHook | None = None,
-          suspects: frozenset = frozenset()) -> None:
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How this run of a conversion goes, besides its ConvertConfig (execute.py decides them)."""
+
+    num_chunks: int  # of the staged listing
+    info: dict  # the manifest's `run`: runner, workers, source, start time, and `resumed` after --resume
+    group_target: int = GROUP_TARGET  # references per rank task and part (plan_shards.py); tests lower it
+    lookahead: bool = False  # PrepareChunk may emit from finish_bundle: the runner keeps what it emits
+    suspects: frozenset = frozenset()  # after --resume: the inputs the killed run was reading, for the sandbox
+
+
+def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSettings,
+          on_step: StepHook | None = None) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
     With `config.resume`, complete chunks and shards of the interrupted run are reused, and
-    `suspects`, the inputs it was reading when it was killed, are prepared in a sandbox.
-    `lookahead` lets PrepareChunk emit from finish_bundle, which the runner must keep.
+    `run.suspects`, the inputs it was reading when it was killed, are prepared in a sandbox.
     `on_step` is the test hook of checkpoints.py.
     """
     work = WorkDir(config.output)
@@ -84,12 +94,11 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
     reuse = config.resume
     outcomes = (
         p
-        | "ListChunks" >> beam.Create(list(range(num_chunks)))
+        | "ListChunks" >> beam.Create(list(range(run.num_chunks)))
         | "SpreadChunks" >> beam.Reshuffle()
         | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(config.source, work, groups, config.image, config.workers, reuse,
-                                 lookahead=lookahead, source_ids=targets.get(config.target).source_id,
-                                 suspects=suspects, on_step=on_step, task=task, keys=config.dedupe.keys))
+            prepare.PrepareChunk(work, groups, PrepareOptions.from_config(config, task, run.suspects),
+                                 config.workers, reuse, lookahead=run.lookahead, on_step=on_step))
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
@@ -104,24 +113,23 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         notes = [regrouped | "GroupNotes" >> beam.FlatMap(_of(GroupNotes))]
     reused = outcomes | "ReusedChunks" >> beam.FlatMap(_of(prepare.ReusedChunk))
     boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
-    ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, group_target, groups, grouped)
+    ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, run.group_target, groups, grouped)
     width = write_width(config.workers)
+    writing = write.WriteOptions(config.output, config.source, labels, task=listing.task, groups=groups, reuse=reuse,
+                                 index=config.index, keys=config.dedupe.keys)
     written = (
         ranked
         | "Entries" >> beam.FlatMap(
             lambda r: [(write.write_task(r.key, width), (r.key, r.section))] if isinstance(r, PartEntries) else [])
         | "GroupParts" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(write.WriteParts(config.output, config.source, work, labels, config.workers,
-                                                       width, reuse, config.index, on_step=on_step,
-                                                       task=listing.task, groups=groups, keys=config.dedupe.keys))
+        | "WriteShards" >> beam.ParDo(write.WriteParts(work, writing, config.workers, width, on_step=on_step))
     )
     whole = written | "WholeShards" >> beam.FlatMap(_of(write.WrittenShard))
     joined = (
         written
         | "Parts" >> beam.FlatMap(lambda w: [(w.shard, w)] if isinstance(w, write.WrittenPart) else [])
         | "GroupShardParts" >> beam.GroupByKey()
-        | "ConcatParts" >> beam.ParDo(write.ConcatParts(config.output, work, labels, reuse, config.index,
-                                                        on_step=on_step, keys=config.dedupe.keys))
+        | "ConcatParts" >> beam.ParDo(write.ConcatParts(work, writing, on_step=on_step))
     )
     capped = (
         ranked
@@ -134,8 +142,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, num_chunks: 
         | "Summary" >> beam.Flatten()
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()
-        | "WriteManifest" >> beam.FlatMap(
-            publish, output=config.output, work=work, labels=labels, options=config.manifest_options(),
-            found=listing.found, tool=tool_info(), run=run_info, splits=listing.splits, on_step=on_step,
-            task=listing.task, categories=listing.categories, keys=config.dedupe.keys)
+        | "WriteManifest" >> beam.FlatMap(publish, PublishInputs(
+            config.output, labels, config.manifest_options(), found=listing.found, tool=tool_info(), run=run.info,
+            splits=listing.splits, task=listing.task, categories=listing.categories, keys=config.dedupe.keys),
+            work, on_step)
     )

@@ -32,11 +32,10 @@ from beam_jobs.checkpoints import StepHook
 from beam_jobs.grouping import KEY_ROWS, item_id, write_chunk_keys, write_rows
 from beam_jobs.pooled import PooledDoFn
 from beam_jobs.sandbox import Sandbox
-from beam_jobs.spill import prepare_batch
-from beam_jobs.task_records import TaskSpec
+from beam_jobs.spill import PrepareOptions, prepare_batch
 from prep.core import storage
 from prep.core.content_keys import hash_waiting
-from prep.core.image_rules import ImageOptions, quiet_pillow
+from prep.core.image_rules import quiet_pillow
 from prep.core.listing import Reject
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import BATCH, WorkDir, spill_id
@@ -147,29 +146,24 @@ class PrepareChunk(PooledDoFn):
     handles its outcomes downstream. The DaskRunner drops what finish_bundle
     emits, so only runners known to keep it get `lookahead`.
 
-    Images that `--isolate` sends to a sandbox, and `suspects` (inputs a killed
+    Images that `--isolate` sends to a sandbox, and `options.suspects` (inputs a killed
     run was reading, see checkpoints.read_in_flight), are prepared in worker
     processes bounded in memory and time (sandbox.py), one per thread at most,
     started in setup() on first use and killed in teardown().
     """
 
-    def __init__(self, source: str, work: WorkDir, labels: tuple[str, ...], options: ImageOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False, source_ids: bool = False,
-                 suspects: frozenset = frozenset(), on_step: StepHook | None = None, task: TaskSpec | None = None,
-                 keys: bool = False):
+    def __init__(self, work: WorkDir, labels: tuple[str, ...], options: PrepareOptions, workers: int | None,
+                 reuse: bool = False, lookahead: bool = False, on_step: StepHook | None = None):
         super().__init__(workers)
-        self._keys = keys  # record content keys for the dedupe stage (beam_jobs/grouping.py)
-        self._task = task  # None: single-label classification; else `labels` are the planner's groups
-        self._source_ids = source_ids  # write image/source_id (prepare_batch)
-        self._source = source
+        # options.keys: record content keys for the dedupe stage (beam_jobs/grouping.py); with options.task,
+        # `labels` are the planner's groups
+        self._options = options
         self._work = work
         self._on_step = on_step
         self._label_ids = {name: i for i, name in enumerate(labels)}
-        self._options = options
         self._reuse = reuse
         self._lookahead = lookahead
         self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
-        self._suspects = frozenset(suspects)
         self._sandbox = None
         self._blas = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
@@ -181,7 +175,7 @@ class PrepareChunk(PooledDoFn):
         self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
         # The content keys' matrix products (content_keys._low_frequencies) run on this DoFn's threads, a
         # chunk's or a large image's each: BLAS threads of their own would only contend for the same cores
-        self._blas = threadpool_limits(limits=1, user_api="blas") if self._keys else None
+        self._blas = threadpool_limits(limits=1, user_api="blas") if self._options.keys else None
 
     def teardown(self):
         super().teardown()
@@ -222,9 +216,8 @@ class PrepareChunk(PooledDoFn):
         refs = checkpoints.read_listing(self._work, chunk)
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
-        tasks = [self._pool.submit(prepare_batch, self._source, self._work, spill_id(chunk, b), batch,
-                                   self._label_ids, self._options, self._source_ids, self._sandbox, self._suspects,
-                                   pause, self._task, self._keys)
+        tasks = [self._pool.submit(prepare_batch, self._options, self._work, spill_id(chunk, b), batch,
+                                   self._label_ids, self._sandbox, pause)
                  for b, batch in enumerate(batches)]
         return chunk, batches, tasks
 
@@ -251,7 +244,7 @@ class PrepareChunk(PooledDoFn):
                     split=ref.split or "", spill=spill, offset=offset, length=length, converted=converted, cut=cut,
                     image=image, rank=ref.key or "", tags=info.tags if info is not None else ())))
                 good += 1
-        if self._keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
+        if self._options.keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
             self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)

@@ -10,6 +10,7 @@ directory, which `--resume` (or `--overwrite`) removes.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 
 from beam_jobs import checkpoints, grouping, keys_join
@@ -22,24 +23,37 @@ from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
 from prep.core.layout import parse_split_fractions
-from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, GroupCounts, InFlight, Manifest,
-                                Resumed, Run)
+from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, Extras, GroupCounts, InFlight,
+                                Manifest, Resumed, Run)
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
 
-def publish(element, *, output: str, work: WorkDir, labels, options: dict, found: int, tool: dict, run: dict,
-            splits=(), on_step: StepHook | None = None, task: str = "classification", categories=(),
-            keys: bool = False):
+@dataclasses.dataclass(frozen=True)
+class PublishInputs:
+    """What the last step needs besides the pipeline's summary: the run's facts, gathered once in graph.py."""
+
+    output: str
+    labels: tuple[str, ...]
+    options: dict  # ConvertConfig.manifest_options()
+    found: int  # inputs listed
+    tool: dict
+    run: dict  # runner, workers, source, start time and, after --resume, {"chunks": n, "in_flight": [...]}
+    splits: tuple[str, ...] = ()  # the splits SOURCE names (split folders or a split column)
+    task: str = "classification"
+    categories: tuple = ()  # detection: the Category of each class
+    keys: bool = False  # write OUTPUT/content_keys.jsonl
+
+
+def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | None = None):
     """(None, [WrittenShard | RejectedInputs | Capped | ReusedChunk | BoxNotes | GroupNotes]) -> the count of
     examples written.
 
     Writes rejects.jsonl and the files tensorflow-datasets reads (`tfds_meta`), publishes
-    manifest.json, then removes the work directory. `splits` are the splits SOURCE names
-    (split folders or a split column): each must keep an example. `run` holds the run's
-    runner, workers, source, start time and, after --resume, {"chunks": n}. Detection also
-    writes label_map.pbtxt and label_map.csv (`task`, `categories`), and its boxes are counted.
+    manifest.json, then removes the work directory. Each of `facts.splits` must keep an
+    example. Detection also writes label_map.pbtxt and label_map.csv, and its boxes are counted.
     """
+    output, labels, options, run, task = facts.output, facts.labels, facts.options, facts.run, facts.task
     _, items = element
     shards: list[WrittenShard] = []
     rejects = checkpoints.read_listing_rejects(work)
@@ -83,24 +97,25 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
     rejects_path = storage.join(output, REJECTS)
     storage.write_streamed(rejects_path, accounting.rejects_lines(accounting.with_box_notes(counted(merged), notes)))
     accounting.check_group_rejects(groups, by_reason)
-    inputs = accounting.tally(found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
+    inputs = accounting.tally(facts.found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
                               dict(by_reason), capped_by_class, tally if task == "detection" else None)
-    accounting.check_outcome(inputs, {s.name.split for s in shards}, splits, rejects_path)
-    labels, written, inputs = accounting.settle_empty_classes(labels, [(s.name, s.info) for s in shards], inputs,
-                                                              options.get("empty_classes", "keep"))
+    accounting.check_outcome(inputs, {s.name.split for s in shards}, facts.splits, rejects_path)
+    labels, written, inputs = accounting.settle_empty_classes(
+        labels, [(s.name, s.info) for s in shards], inputs, options.get("empty_classes", "keep"))
     resumed = None
     if "resumed" in run:
         resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
                           shards_reused=sum(s.reused for s in shards),
                           in_flight=InFlight(len(in_flight), dict(sorted(in_flight_reasons.items())))
                           if in_flight else None)
-    manifest = Manifest.build(labels, options, written, inputs, tool, Run(
+    manifest = Manifest.build(labels, options, written, inputs, facts.tool, Run(
         runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
-        resumed=resumed), task=task, categories=tuple(categories) if task == "detection" else None,
+        resumed=resumed), Extras(
+        task=task, categories=tuple(facts.categories) if task == "detection" else None,
         max_boxes=_max_boxes(shards) if task == "detection" else None, groups=groups,
         fractions=dict(parse_split_fractions(options["split"])) if groups.pinned_images and options.get("split")
-        else None)
+        else None))
     if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
         delete_unplanned_shards(output, manifest)
     if task == "detection":  # the label maps the Object Detection API and Model Garden read
@@ -108,7 +123,7 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
 
         storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
-    if keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
+    if facts.keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
         release_free_memory()  # what the write stage freed, before the sidecar's join
         keys_join.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
                                                for s in split.shards])

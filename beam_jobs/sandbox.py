@@ -17,15 +17,13 @@ starts none), one per calling thread at most, and die with their parent
 (libtiff, libjpeg) and Pillow's Python warnings are captured per image and
 returned with it, never shown on the console.
 
-Messages on the pipes are `multiprocessing.connection` frames of pickles:
-(data, ImageOptions) in; ("ok", PreparedImage, message) or ("rejected",
-reason, detail, message) out.
+Messages on the pipes are a small typed header and the raw image bytes
+(sandbox_wire.py): nothing a worker sends can run code in the parent.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import queue
 import signal
 import subprocess
@@ -34,6 +32,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from beam_jobs.sandbox_wire import Answer, Kind, read_answer, read_request, send_answer, send_request
 from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
 
 _READY = b"ready"
@@ -42,6 +41,8 @@ _READY = b"ready"
 _RECYCLE = 32 << 20
 # The worker's own start (interpreter, Pillow, numpy) is not the image's time.
 _START_TIMEOUT = 60.0
+# Answers after which a worker is not reused: it is gone, stuck, or not to be trusted.
+_LOST = (Kind.DIED, Kind.TIMEOUT, Kind.MALFORMED)
 
 
 class SandboxError(RuntimeError):
@@ -73,18 +74,18 @@ class _Worker:
         self.proc.stderr.close()  # from here on the worker writes its stderr to a file of its own
         self.base_rss = self.rss()
 
-    def prepare(self, data: bytes, options: ImageOptions) -> tuple:
-        """The worker's answer for one image, or ("died", signal or exit code) or ("timeout",)."""
+    def prepare(self, data: bytes, options: ImageOptions) -> Answer:
+        """The worker's answer for one image, or DIED (with its exit status) or TIMEOUT."""
         try:
-            self._send.send_bytes(pickle.dumps((data, options), protocol=pickle.HIGHEST_PROTOCOL))
+            send_request(self._send, data, options)
         except OSError:  # the worker died before it read the image
-            return ("died", self._exit_status())
+            return Answer(Kind.DIED, status=self._exit_status())
         try:
             if not self._recv.poll(options.image_timeout):
-                return ("timeout",)
-            return pickle.loads(self._recv.recv_bytes())
+                return Answer(Kind.TIMEOUT)
+            return read_answer(self._recv)
         except (EOFError, OSError):
-            return ("died", self._exit_status())
+            return Answer(Kind.DIED, status=self._exit_status())
 
     def _exit_status(self) -> int:
         try:
@@ -138,18 +139,22 @@ class Sandbox:
                 worker = self._start()
             started = time.monotonic()
             answer = worker.prepare(data, options)
-            if answer[0] in ("died", "timeout") or worker.rss() > worker.base_rss + _RECYCLE:
+            if answer.kind in _LOST or worker.rss() > worker.base_rss + _RECYCLE:
                 self._discard(worker)
                 worker = None
-            if answer[0] == "ok":
-                return answer[1], answer[2]
-            if answer[0] == "rejected":
-                _, reason, detail, message = answer
-                raise ImageRejected(reason, f"{detail} (the codec said: {message})" if message else detail)
-            if answer[0] == "timeout":
+            if answer.kind is Kind.OK:
+                return answer.image, answer.message
+            if answer.kind is Kind.REJECTED:
+                detail = answer.detail
+                raise ImageRejected(answer.reason, f"{detail} (the codec said: {answer.message})"
+                                    if answer.message else detail)
+            if answer.kind is Kind.TIMEOUT:
                 raise ImageRejected("image_timeout", f"not prepared within --image-timeout "
                                                      f"{options.image_timeout:g} s; stopped")
-            raise ImageRejected("crashed_decoder", f"the decoder's process died ({_describe(answer[1])}) after "
+            if answer.kind is Kind.MALFORMED:
+                raise ImageRejected("crashed_decoder", "the decoder's process sent an answer that does not "
+                                                       "read as one; it was stopped")
+            raise ImageRejected("crashed_decoder", f"the decoder's process died ({_describe(answer.status)}) after "
                                                    f"{time.monotonic() - started:.1f} s")
         finally:
             self._idle.put(worker)
@@ -234,7 +239,7 @@ def serve() -> None:
     buffer = images.EncodeBuffer()
     while True:
         try:
-            data, options = pickle.loads(recv.recv_bytes())
+            data, options = read_request(recv)
         except EOFError:
             return
         os.ftruncate(capture, 0)
@@ -246,17 +251,17 @@ def serve() -> None:
                 warnings.simplefilter("always")
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # see images.bomb_limit
                 try:
-                    answer = ["ok", images.prepare_image(data, options, buffer)]
+                    answer = Answer(Kind.OK, images.prepare_image(data, options, buffer))
                 except images.ImageRejected as exc:
-                    answer = ["rejected", exc.reason, exc.detail]
+                    answer = Answer(Kind.REJECTED, reason=exc.reason, detail=exc.detail)
                 except MemoryError:  # outside the codec, e.g. while converting
-                    answer = ["rejected", "image_memory", f"preparing it needs more than --max-image-memory "
-                                                          f"{options.max_image_memory} bytes"]
+                    answer = Answer(Kind.REJECTED, reason="image_memory",
+                                    detail=f"preparing it needs more than --max-image-memory "
+                                           f"{options.max_image_memory} bytes")
             del data
         finally:
             resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
-        answer.append(_message(capture, caught))
-        send.send_bytes(pickle.dumps(tuple(answer), protocol=pickle.HIGHEST_PROTOCOL))
+        send_answer(send, answer._replace(message=_message(capture, caught)))
 
 
 def _message(capture: int, caught) -> str:

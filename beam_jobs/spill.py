@@ -8,6 +8,7 @@ left to the runner's thread. Tasks take and return plain values.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -74,6 +75,26 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         return reason, exc.strerror or str(exc)
 
 
+@dataclasses.dataclass(frozen=True)
+class PrepareOptions:
+    """What preparing an input needs of the conversion, the same for every input of the run: made once
+    from the ConvertConfig (`from_config`), carried by PrepareChunk to its pool's tasks."""
+
+    source: str
+    image: ImageOptions = ImageOptions()
+    source_ids: bool = False  # write image/source_id from the input's place (--target model-garden)
+    task: TaskSpec | None = None  # None: single-label classification; else the record is a TaskRecord
+    keys: bool = False  # hash the content keys of good inputs, for the dedupe stage (beam_jobs/grouping.py)
+    suspects: frozenset = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
+
+    @classmethod
+    def from_config(cls, config, task: TaskSpec | None = None, suspects: frozenset = frozenset()
+                    ) -> "PrepareOptions":
+        """`config`'s (a prep.core.config.ConvertConfig), for the listing's `task` and a resumed run's `suspects`."""
+        return cls(config.source, config.image, targets.get(config.target).source_id, task, config.dedupe.keys,
+                   frozenset(suspects))
+
+
 def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool,
              keys: bool = False):
     """prepare_image, in the calling thread or in `sandbox` (see beam_jobs/sandbox.py): there go
@@ -87,9 +108,8 @@ def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sa
     return prepare_image(data, options, buffer, keys)
 
 
-def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptions, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None, sandbox=None, suspect: bool = False, task: TaskSpec | None = None,
-                     keys: KeyBatch | None = None):
+def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer: EncodeBuffer | None = None,
+                     source_id: str | None = None, sandbox=None, keys: KeyBatch | None = None):
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -102,24 +122,27 @@ def read_and_prepare(source: str, ref: InputRef, label: int, options: ImageOptio
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
-    `sandbox` and `suspect`: see `_prepare`. With `task` (multi-label, detection, segmentation),
+    `sandbox`: see `_prepare`. With `options.task` (multi-label, detection, segmentation),
     the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
     `keys`, when given, gets the prepared image added (content_keys.KeyBatch).
     """
-    path = storage.input_path(source, ref.path)
+    task = options.task
+    path = storage.input_path(options.source, ref.path)
     sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
     data = read_input(path)
     if isinstance(data, tuple):
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
     sig = sig if sig is not None else storage.signature(path, data)
     try:
-        image = _prepare(data, options, buffer, sandbox, suspect, keys is not None)
+        image = _prepare(data, options.image, buffer, sandbox, ref.path in options.suspects, keys is not None)
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig, task and rejected_info(task, ref)
     info = None
     if task is None:
         record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                                   label, ref.label, ref.path, source_id)
+                                   label, ref.label, ref.path)
+        if source_id is not None:
+            record = dataclasses.replace(record, source_id=source_id)
     else:
         record, info = build_record(task, ref, image, read_input)
         if isinstance(record, Reject):
@@ -184,15 +207,15 @@ def _read_again(path: str, size: int) -> bytes | str:
     return data if len(data) == size else "its bytes differ"
 
 
-def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  options: ImageOptions, source_ids: bool = False, sandbox=None, suspects: frozenset = frozenset(),
-                  pause=None, task: TaskSpec | None = None, keys: bool = False) -> tuple[list, int, object]:
+def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
+                  sandbox=None, pause=None) -> tuple[list, int, object]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
     signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
     `keys`, the good inputs' `BatchKeys` (else None), some of their hashes still to compute. `length` is
     the framed record's, of which `length - image` bytes were spilled at `offset` (see read_and_prepare).
+    `options` (PrepareOptions) holds `task`, `keys`, `source_ids` and `suspects`.
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
     most BATCH inputs, and it depends on nothing but the listing and seed.
@@ -208,12 +231,13 @@ def prepare_batch(source: str, work: WorkDir, spill: int, refs: list[InputRef], 
     if pause is not None:
         pause()
     results, offset = [], 0
+    task, keys = options.task, options.keys
     batch, offsets, names, keyed = (KeyBatch(), [], [], None) if keys else (None, None, None, None)
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
-            sid = targets.source_id(spill * BATCH + i) if source_ids and task is None else None
-            result, signature, info = read_and_prepare(source, ref, label_ids[ref.label], options, buffer, sid,
-                                                       sandbox, ref.path in suspects, task, batch)
+            sid = targets.source_id(spill * BATCH + i) if options.source_ids and task is None else None
+            result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox,
+                                                       batch)
             if not isinstance(result, Reject):
                 if keys:
                     offsets.append(offset)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import itertools
 import typing
@@ -50,6 +51,20 @@ from prep.core.workdir import WorkDir
 # part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes (docs/design.md).
 _BLOCK = 512 * 1024
 _AHEAD = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    """What writing shards needs of the conversion, made once for WriteParts and ConcatParts."""
+
+    output: str
+    source: str  # kept images are read from it again (spill.read_record)
+    labels: tuple[str, ...]
+    task: str = "classification"
+    groups: tuple[str, ...] | None = None  # the planner's groups (strata), for a task's counts
+    reuse: bool = False  # keep a complete shard or part of an interrupted run (see checkpoints.py)
+    index: bool = False  # --index: write each shard's record index
+    keys: bool = False  # record each part's content keys, for OUTPUT/content_keys.jsonl (grouping.py)
 
 
 class WrittenShard(typing.NamedTuple):
@@ -249,21 +264,13 @@ class WriteParts(PooledDoFn):
     cannot overlap with another file's.
     """
 
-    def __init__(self, output: str, source: str, work: WorkDir, labels: tuple[str, ...], workers: int | None,
-                 width: int = 1, reuse: bool = False, index: bool = False, on_step: StepHook | None = None,
-                 task: str = "classification", groups: tuple[str, ...] | None = None, keys: bool = False):
+    def __init__(self, work: WorkDir, options: WriteOptions, workers: int | None, width: int = 1,
+                 on_step: StepHook | None = None):
         super().__init__(workers)
-        self._keys = keys  # record each part's content keys, for OUTPUT/content_keys.jsonl (grouping.py)
-        self._task = task
-        self._groups = groups
-        self._output = output
-        self._source = source
+        self._options = options
         self._work = work
         self._on_step = on_step
-        self._labels = labels
         self._width = width
-        self._reuse = reuse
-        self._index = index
         self._parts = None
         self._written = Metrics.counter("prep", "examples_written")
         self._bytes = Metrics.counter("prep", "bytes_written")
@@ -296,33 +303,33 @@ class WriteParts(PooledDoFn):
         name = ShardName(key.split, key.shard, key.num_shards)
         entries = sorted(itertools.chain.from_iterable(read_section(self._work, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
-        class_counts, extra = task_counts(entries, self._labels, self._groups, self._task)
+        class_counts, extra = task_counts(entries, self._options.labels, self._options.groups, self._options.task)
         converted = sum(e.converted for e in entries)
         if key.num_parts == 1:
-            path = storage.join(self._output, name.filename)
+            path = storage.join(self._options.output, name.filename)
             tmp = self._work.shard_temp(name.filename)
             sidecar = self._work.shard_sidecar(name.filename)
         else:
             path = self._work.part(name.filename, key.part)
             tmp = storage.temp_path(path)
             sidecar = self._work.part_sidecar(name.filename, key.part)
-        found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
+        found = checkpoints.reusable(path, sidecar, digest) if self._options.reuse else None
         if found is not None:
             size, sha = found
         else:
             with storage.open_write(tmp) as out:
-                size, sha = _copy_records(entries, out, self._work, self._source, self._pool)
+                size, sha = _copy_records(entries, out, self._work, self._options.source, self._pool)
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
-        if self._keys:
+        if self._options.keys:
             grouping.write_part_order(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
             if key.num_parts == 1:
                 grouping.write_shard_parts(self._work, name.filename, [0])
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
                                sizes, extra), 0, 0
-        index_file = write_index(self._output, self._work, name, sizes) if self._index else None
+        index_file = write_index(self._options.output, self._work, name, sizes) if self._options.index else None
         info = shard_info(name.filename, name.index, len(entries), size, sha, class_counts, index_file, extra)
         result = WrittenShard(name, info, converted, reused=found is not None, max_boxes=extra.get("max_boxes", 0))
         if found is not None:
@@ -335,24 +342,19 @@ class WriteParts(PooledDoFn):
 class ConcatParts(beam.DoFn):
     """(shard file, [WrittenPart]) -> `WrittenShard`: joins part files in part order."""
 
-    def __init__(self, output: str, work: WorkDir, labels: tuple[str, ...], reuse: bool = False,
-                 index: bool = False, on_step: StepHook | None = None, keys: bool = False):
-        self._keys = keys
-        self._output = output
+    def __init__(self, work: WorkDir, options: WriteOptions, on_step: StepHook | None = None):
+        self._options = options
         self._work = work
         self._on_step = on_step
-        self._labels = labels
-        self._reuse = reuse
-        self._index = index
 
     def process(self, element):
         filename, parts = element
         name = ShardName.parse(filename)
         parts = sorted(parts)
-        path = storage.join(self._output, filename)
+        path = storage.join(self._options.output, filename)
         sidecar = self._work.shard_sidecar(filename)
         digest = hashlib.sha256("".join(p.digest for p in parts).encode()).hexdigest()
-        found = checkpoints.reusable(path, sidecar, digest) if self._reuse else None
+        found = checkpoints.reusable(path, sidecar, digest) if self._options.reuse else None
         if found is not None:
             size, sha = found
         else:
@@ -370,11 +372,11 @@ class ConcatParts(beam.DoFn):
             checkpoints.record_complete(sidecar, digest, size, sha)
             if self._on_step is not None:
                 self._on_step("shard")
-        if self._keys:
+        if self._options.keys:
             grouping.write_shard_parts(self._work, filename, [p.part for p in parts])
-        class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._labels}
-        index_file = write_index(self._output, self._work, name, [n for p in parts for n in p.record_sizes]) \
-            if self._index else None
+        class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._options.labels}
+        index_file = write_index(self._options.output, self._work, name,
+                                 [n for p in parts for n in p.record_sizes]) if self._options.index else None
         extra = add_counts(p.counts for p in parts)
         info = shard_info(filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file,
                           extra)

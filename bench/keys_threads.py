@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from dedupe_scale import ensure_data  # noqa: E402  (bench/ scripts run as files)
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from beam_jobs.spill import prepare_batch  # noqa: E402
+from beam_jobs.spill import PrepareOptions, prepare_batch  # noqa: E402
 from prep.core import content_keys  # noqa: E402
 from prep.core.image_rules import ImageOptions, quiet_pillow  # noqa: E402
 from prep.core.listing import InputRef  # noqa: E402
@@ -74,17 +74,9 @@ def prepare_all(source: pathlib.Path, variant: str, pool) -> tuple[float, float]
         earlier = None
         for start in range(0, len(refs), CHUNK):
             chunk = refs[start : start + CHUNK]
+            options = PrepareOptions(str(source), ImageOptions(), keys=variant != "no keys")
             tasks = [
-                pool.submit(
-                    prepare_batch,
-                    str(source),
-                    work,
-                    start + b,
-                    chunk[b : b + BATCH],
-                    labels,
-                    ImageOptions(),
-                    keys=variant != "no keys",
-                )
+                pool.submit(prepare_batch, options, work, start + b, chunk[b : b + BATCH], labels)
                 for b in range(0, len(chunk), BATCH)
             ]
             if earlier is not None:

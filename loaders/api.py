@@ -125,22 +125,39 @@ def _check_files_exist(source) -> None:
             raise LoaderError(f"shard {file} is missing (listed in the manifest)")
 
 
+@dataclasses.dataclass(frozen=True)
+class _EpochOptions:
+    """The options of `load` and `distribute` that decide how an epoch divides, as `epoch_size` takes them
+    (on_corrupt is checked up front, the others where they are used)."""
+
+    training: bool = True
+    remainder: str = "drop"
+    drop_remainder: bool | None = None
+    aspect_buckets: tuple[float, ...] | None = None
+    on_corrupt: str = "error"
+
+
 def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strategy=None,
-               num_pipelines: int | None = None, num_replicas: int | None = None, training: bool = True,
-               remainder: str = "drop", drop_remainder: bool | None = None,
-               aspect_buckets=None, on_corrupt: str = "error") -> plan.EpochSize:
+               num_pipelines: int | None = None, num_replicas: int | None = None, **options) -> plan.EpochSize:
     """How an epoch divides: records per pipeline, steps, dropped and padded records.
 
     Reads only the manifest, unless ``on_corrupt="skip"``: then, as `load` does, every
     shard is scanned and only its readable records count. With `strategy`, the pipeline
     and replica counts are the strategy's (as `distribute` uses them); without,
-    `num_pipelines` and `num_replicas` (default one each, as `load`). Pass the same
-    `training`, `remainder`, `drop_remainder`, `aspect_buckets` and `on_corrupt` as to
-    `load` or `distribute`.
+    `num_pipelines` and `num_replicas` (default one each, as `load`).
+
+    Args:
+        **options: the same ``training=True``, ``remainder="drop"``, ``drop_remainder=None``,
+            ``aspect_buckets=None`` and ``on_corrupt="error"`` as given to `load` or `distribute`
+            (no other keyword).
     """
-    LoadOptions(on_corrupt=on_corrupt)  # checks the value
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(_EpochOptions)})
+    if unknown:
+        raise TypeError(f"epoch_size() got an unexpected keyword argument {unknown[0]!r}")
+    opts = _EpochOptions(**options)
+    LoadOptions(on_corrupt=opts.on_corrupt)  # checks the value
     source = open_split(os.fspath(path), split, check_files=False)
-    if on_corrupt == "skip":
+    if opts.on_corrupt == "skip":
         from loaders.repair import readable_counts
 
         _check_files_exist(source)
@@ -155,9 +172,10 @@ def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strat
     if global_batch_size % replicas or replicas % pipelines:
         raise LoaderError(f"global_batch_size {global_batch_size} must be a multiple of the {replicas} "
                           f"replicas, and the replicas a multiple of the {pipelines} input pipelines")
-    drop = training if drop_remainder is None else drop_remainder
+    drop = opts.training if opts.drop_remainder is None else opts.drop_remainder
     batch, per_pipeline = global_batch_size // replicas, replicas // pipelines
-    size = plan.epoch_size(source.records, batch, pipelines, per_pipeline, drop, remainder)
+    size = plan.epoch_size(source.records, batch, pipelines, per_pipeline, drop, opts.remainder)
+    aspect_buckets = opts.aspect_buckets
     if aspect_buckets and not size.drop_remainder:
         raise LoaderError("with aspect_buckets and partial batches (evaluation, or drop_remainder=False) the "
                           "number of batches depends on how the images fall into buckets: iterate the dataset "

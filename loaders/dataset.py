@@ -251,10 +251,8 @@ def _decoder(opts: LoadOptions, source: SplitSource):
             static = None
         else:
             out_size = static = opts.image_size
-        imgs = images.decode_batch(
-            features, out_size, training=opts.training, seeds=seeds,
-            crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), flip=opts.flip, eval_crop=opts.eval_crop,
-            central_fraction=opts.central_fraction, static_size=static)
+        imgs = images.decode_batch(features, out_size, opts, seeds=seeds,
+                                   crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), static_size=static)
         if multilabel:
             hot = tf.one_hot(features[schema.LABEL].to_tensor(default_value=-1), len(source.labels))
             label = tf.minimum(tf.reduce_sum(hot, axis=1), 1.0)  # float32 [batch, classes]; -1 pads to zeros

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from loaders.load_options import LoadOptions
 from prep.core import schema
 
 
@@ -64,21 +65,19 @@ def center_window(height, width, out_size, fraction):
     return tf.stack([y, x, ch, cw])
 
 
-def decode_batch(features, out_size, *, training: bool, seeds=None, crop_ranges=None, flip=False,
-                 eval_crop="center", central_fraction=0.875, static_size=None):
+def decode_batch(features, out_size, opts: LoadOptions, *, seeds=None, crop_ranges=None, static_size=None):
     """Decodes, crops and resizes every image of a parsed batch.
 
     Args:
         features: the output of `tf.io.parse_example` with our feature spec.
         out_size: (height, width), ints or int32 tensors (aspect buckets pick it per batch).
-        training: random-resized crop versus evaluation crop.
+        opts: resolved options (`LoadOptions.resolved`); `training` (random-resized crop versus
+            evaluation crop), `flip`, `eval_crop` and `central_fraction` apply here. A flip is
+            done per image on the uint8 crop, before resizing: flipping the float32 batch cost
+            half as much again as decoding on the benchmark; it needs `seeds`.
         seeds: int64 [batch], one per example, for the crop and the flip (stateless ops).
         crop_ranges: training only: ``f(height, width, seed) -> window [y, x, h, w]``, e.g. a
             `random_crop_window` with the crop's area and aspect ranges bound.
-        flip: flip each image left-right with probability 1/2 (needs `seeds`). Done per image on
-            the uint8 crop, before resizing: flipping the float32 batch cost half as much again
-            as decoding on the benchmark.
-        eval_crop: "center" or "resize".
         static_size: (height, width) known in Python, to give the output a static shape.
 
     Returns:
@@ -87,6 +86,7 @@ def decode_batch(features, out_size, *, training: bool, seeds=None, crop_ranges=
     encoded, fmt = features[schema.ENCODED], features[schema.FORMAT]
     height, width = features[schema.HEIGHT], features[schema.WIDTH]
     size = tf.stack([tf.cast(out_size[0], tf.int32), tf.cast(out_size[1], tf.int32)])
+    training, flip, eval_crop, central_fraction = opts.training, opts.flip, opts.eval_crop, opts.central_fraction
 
     def one(args):
         enc, f, h, w = args[:4]

@@ -179,27 +179,43 @@ def _task_target_failures(target: str, record: TaskRecord) -> list[str]:
     return [f for f in failed if f == targets.NO_SOURCE_ID and record.task == "detection"]
 
 
-def scan_shard(path: str, labels, *, name: str, deep: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS,
-               pool: concurrent.futures.Executor | None = None,
-               on_block: Callable[[int], None] | None = None, target: str = targets.NONE,
-               task: str = "classification", ignore_value: int | None = None) -> ShardScan:
-    """Reads the shard at `path` once and checks framing, CRCs, schema and (if `deep`) images.
+@dataclasses.dataclass(frozen=True)
+class ScanOptions:
+    """What `scan_shard` checks in every shard of a dataset: the manifest's, and `verify`'s flags.
+
+    Attributes:
+        labels: the manifest's class names; a record's label indexes them.
+        task: the manifest's task: records are parsed and checked as that task's (`prep.task_checks`).
+        deep: also decode every image and compare it with its fields; and every mask.
+        max_pixels: with `deep`, images with more pixels are reported, not decoded.
+        target: also report each record that this target's default readers would fail on.
+        ignore_value: segmentation: the class-map value of ignored pixels (None: schema.IGNORE_VALUE).
+    """
+
+    labels: tuple[str, ...]
+    task: str = "classification"
+    deep: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    target: str = targets.NONE
+    ignore_value: int | None = None
+
+
+def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futures.Executor | None = None,
+               on_block: Callable[[int], None] | None = None) -> ShardScan:
+    """Reads the shard at `path` once and checks framing, CRCs, schema and (if `options.deep`) images.
 
     Args:
         path: the shard file.
-        labels: the manifest's class names; a record's label indexes them.
         name: the file name used in framing error messages.
-        deep: also decode every image (on `pool` when given) and compare it with its fields; and every mask.
-        max_pixels: with `deep`, images with more pixels are reported, not decoded.
+        options: what to check (`ScanOptions`).
         pool: runs the image decodes of `deep` concurrently (Pillow releases the GIL).
         on_block: called with the byte count of each block read, for progress.
-        target: also report each record that this target's default readers would fail on.
-        task: the manifest's task: records are parsed and checked as that task's (`prep.task_checks`).
-        ignore_value: segmentation: the class-map value of ignored pixels (None: schema.IGNORE_VALUE).
 
     Raises:
         OSError: the file cannot be opened or read.
     """
+    labels, task, deep, max_pixels = options.labels, options.task, options.deep, options.max_pixels
+    target, ignore_value = options.target, options.ignore_value
     issues: list[Issue] = []
     counts: collections.Counter[str] = collections.Counter()
     failures: collections.Counter[str] = collections.Counter()

@@ -44,7 +44,7 @@ from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
 from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
-from prep.shard_scan import DEFAULT_MAX_PIXELS, ShardScan, scan_shard
+from prep.shard_scan import DEFAULT_MAX_PIXELS, ScanOptions, ShardScan, scan_shard
 
 JSON_VERSION = 1
 
@@ -285,14 +285,13 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     max_pixels = manifest.options.get("max_pixels")
     if not isinstance(max_pixels, int) or max_pixels < 1:
         max_pixels = DEFAULT_MAX_PIXELS
+    scanning = ScanOptions(tuple(labels), manifest.task, deep, max_pixels, target, manifest.ignore_value)
     pool = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) if deep else None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Pillow warns about odd EXIF; decode errors are what we report
             for file, path in present.items():
-                scans[file] = scan_shard(path, labels, name=file, deep=deep, max_pixels=max_pixels, pool=pool,
-                                         on_block=on_block, target=target, task=manifest.task,
-                                         ignore_value=manifest.ignore_value)
+                scans[file] = scan_shard(path, file, scanning, pool, on_block)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

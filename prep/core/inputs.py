@@ -40,8 +40,8 @@ def list_inputs(config: ConvertConfig) -> Listing:
         skip: frozenset[str] = frozenset()
         if inside and not storage.is_remote(t.annotations):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
-        return task_inputs.list_detection(config.source, t.annotations, t.annotation_format, config.classes,
-                                          t.unannotated, config.layout, config.plan.seed, skip, config.plan)
+        return task_inputs.list_detection(config.source, t, config.classes, config.layout, config.plan.seed, skip,
+                                          config.plan)
     if t.masks:  # segmentation
         assert config.classes is not None  # ConvertConfig requires --classes with --masks
         return task_inputs.list_segmentation(config.source, t.masks, config.classes, config.layout)

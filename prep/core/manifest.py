@@ -63,6 +63,17 @@ class _Reader:
 
 
 @dataclasses.dataclass(frozen=True)
+class Extras:
+    """What `Manifest.build` adds to a classification manifest: the task's parts, and duplicate groups'."""
+
+    task: str = "classification"
+    categories: tuple[Category, ...] | None = None  # detection
+    max_boxes: dict[str, int] | None = None  # detection: {split: the most objects of one image}; absent: none
+    groups: GroupCounts | None = None  # written when they say something
+    fractions: dict | None = None  # {split: --split fraction}, given when groups decided splits
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     """A finished dataset: labels (a label id indexes them), options, splits, accounting, provenance."""
 
@@ -90,16 +101,14 @@ class Manifest:
 
     @classmethod
     def build(cls, labels, options: dict, written: Iterable[tuple[ShardName, ShardInfo]], inputs: Inputs,
-              tool: dict, run: Run, task: str = "classification", categories: tuple[Category, ...] | None = None,
-              max_boxes: dict[str, int] | None = None, groups: GroupCounts | None = None,
-              fractions: dict | None = None) -> "Manifest":
+              tool: dict, run: Run, extras: Extras = Extras()) -> "Manifest":
         """Assembles the manifest from the shards written, each with its name (split and shard count).
 
-        Detection (`task`) adds `categories`, and per split the box counts of its shards and
-        `max_boxes` ({split: the most objects of one image}; a split absent holds none);
-        segmentation adds `ignore_value`. `groups`, when they say something, are written; `fractions`
-        ({split: --split fraction}, given when groups decided splits) add each split's `fraction_deviation`.
+        Detection (`extras.task`) adds `categories`, and per split the box counts of its shards and
+        `max_boxes`; segmentation adds `ignore_value`. `extras.groups`, when they say something, are
+        written; `extras.fractions` add each split's `fraction_deviation`.
         """
+        task, max_boxes, fractions = extras.task, extras.max_boxes, extras.fractions
         splits: dict[str, dict] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
             split = splits.setdefault(name.split, {"examples": 0, "bytes": 0, "num_shards": name.count,
@@ -123,8 +132,8 @@ class Manifest:
                                         fraction_deviation=fraction_deviation(s["class_counts"], fractions[n], totals)
                                         if fractions and n in fractions else None)
                            for n, s in splits.items()},
-                   inputs=inputs, tool=dict(tool), run=run, task=task, categories=categories,
-                   ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=groups or None)
+                   inputs=inputs, tool=dict(tool), run=run, task=task, categories=extras.categories,
+                   ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=extras.groups or None)
 
     def to_json(self) -> dict:
         out = {

@@ -90,10 +90,11 @@ class ImageRecord:
 
     @classmethod
     def build(cls, encoded: bytes, format: str, height: int, width: int, channels: int,
-              label: int, text: str, filename: str, source_id: str | None = None) -> "ImageRecord":
-        """Builds a record, computing `sha256` from the encoded bytes."""
+              label: int, text: str, filename: str) -> "ImageRecord":
+        """Builds a record, computing `sha256` from the encoded bytes; without image/source_id
+        (`dataclasses.replace(record, source_id=...)` adds one)."""
         return cls(encoded, format, height, width, channels, label, text, filename,
-                   hashlib.sha256(encoded).hexdigest(), source_id)
+                   hashlib.sha256(encoded).hexdigest())
 
     def features(self) -> dict[str, bytes | int]:
         optional = {} if self.source_id is None else {SOURCE_ID: self.source_id.encode()}

@@ -28,6 +28,9 @@ from prep.core.errors import SourceError
 from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, printable
 from prep.core.manifest_parts import Category
 
+if typing.TYPE_CHECKING:
+    from prep.core.config import TaskOptions
+
 NO_STRATUM = "(none)"  # as prep.core.manifest.NO_STRATUM (not imported: manifest imports the schema)
 ALL = "(all)"  # segmentation's one group
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
@@ -168,9 +171,10 @@ def _mean_size(source: str | None, paths: list[str], sample: int = 256) -> float
     return sum(sizes) / len(sizes) if sizes else 1.0
 
 
-def list_detection(source: str, annotations: str, fmt: str | None, classes: tuple[str, ...] | None,
-                   unannotated: str, layout: str, seed: int, skip: frozenset = frozenset(), plan=None) -> Listing:
-    """Lists the images of `annotations` under `source`.
+def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] | None, layout: str, seed: int,
+                   skip: frozenset = frozenset(), plan=None) -> Listing:
+    """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
+    with the images they do not name as `options.unannotated` says.
 
     `skip` holds files under SOURCE that are not inputs (the annotation file itself); `plan`: see
     `strata_refs`.
@@ -182,7 +186,8 @@ def list_detection(source: str, annotations: str, fmt: str | None, classes: tupl
     """
     from prep.core.annotations import read_annotations
 
-    found = read_annotations(source, annotations, fmt, classes)
+    annotations, unannotated = options.annotations, options.unannotated
+    found = read_annotations(source, annotations, options.annotation_format, classes)
     if not found.categories:
         raise SourceError(f"--annotations {annotations} names no class")
     names = tuple(c.name for c in found.categories)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from beam_jobs.spill import prepare_batch, read_record
+from beam_jobs.spill import PrepareOptions, prepare_batch, read_record
 from prep.core.workdir import WorkDir
 from prep.core.errors import SourceError
 from prep.core.image_rules import ImageOptions
@@ -22,7 +22,8 @@ def prepared(tmp_path):
     (src / "a" / "keep.jpg").write_bytes(image_bytes("JPEG", size=(300, 200)))
     (src / "a" / "convert.png").write_bytes(image_bytes("PNG", size=(300, 200)))
     refs = [InputRef("a/keep.jpg", "a", None), InputRef("a/convert.png", "a", None)]
-    results, size, keys = prepare_batch(str(src), WorkDir(tmp), 7, refs, {"a": 0}, ImageOptions(image_format="jpeg"))
+    options = PrepareOptions(str(src), ImageOptions(image_format="jpeg"))
+    results, size, keys = prepare_batch(options, WorkDir(tmp), 7, refs, {"a": 0})
     assert keys is None  # none asked for
     with open(WorkDir(tmp).spill(7), "rb") as f:
         spilled = f.read()
@@ -126,7 +127,7 @@ def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_f
 
     def attempt(i):
         try:
-            outcomes[i] = prepare_batch(str(src), WorkDir(tmp), 3, refs, {"a": 0}, ImageOptions())
+            outcomes[i] = prepare_batch(PrepareOptions(str(src)), WorkDir(tmp), 3, refs, {"a": 0})
         except Exception as exc:  # noqa: BLE001 (reported by the assertion below)
             outcomes[i] = exc
 
@@ -138,7 +139,7 @@ def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_f
     assert not any(isinstance(o, Exception) for o in outcomes), outcomes
     assert outcomes[0] == outcomes[1]
     monkeypatch.setattr(storage, "open_write", real_open)
-    alone = prepare_batch(str(src), WorkDir(str(tmp_path / "alone")), 3, refs, {"a": 0}, ImageOptions())
+    alone = prepare_batch(PrepareOptions(str(src)), WorkDir(str(tmp_path / "alone")), 3, refs, {"a": 0})
     assert alone == outcomes[0]
     with open(WorkDir(tmp).spill(3), "rb") as f, open(WorkDir(str(tmp_path / "alone")).spill(3), "rb") as g:
         assert f.read() == g.read()
@@ -192,10 +193,10 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     (src / "a" / "large.png").write_bytes(image_bytes("PNG", size=(2400, 1800)))  # 1/8 of its JPEG: past LARGE
     refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png", "a/large.png")]
     work = WorkDir(tmp)
-    results, size, keyed = prepare_batch(str(src), work, 3, refs, {"a": 0}, ImageOptions(image_format="jpeg"),
-                                         keys=True)
-    plain, plain_size, none = prepare_batch(str(src), WorkDir(str(tmp_path / "plain")), 3, refs, {"a": 0},
-                                            ImageOptions(image_format="jpeg"))
+    results, size, keyed = prepare_batch(PrepareOptions(str(src), ImageOptions(image_format="jpeg"), keys=True),
+                                         work, 3, refs, {"a": 0})
+    plain, plain_size, none = prepare_batch(PrepareOptions(str(src), ImageOptions(image_format="jpeg")),
+                                            WorkDir(str(tmp_path / "plain")), 3, refs, {"a": 0})
     assert (results, size, none) == (plain, plain_size, None)  # the same records, nothing after them
     with open(work.spill(3), "rb") as f:
         spilled = f.read()

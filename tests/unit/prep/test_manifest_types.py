@@ -6,7 +6,7 @@ import json
 import pytest
 
 from prep.core.errors import ManifestError
-from prep.core.manifest import FILENAME, Inputs, Manifest, ShardInfo, dumps
+from prep.core.manifest import FILENAME, Extras, Inputs, Manifest, ShardInfo, dumps
 from prep.core.naming import ShardName
 
 
@@ -139,11 +139,11 @@ def test_build_writes_groups_only_when_they_say_something_and_deviations_per_cla
     test = ShardInfo("test-00000-of-00001.tfrecord", 0, 1, 10, "cd", {"cat": 0, "dog": 1})
     written = [(ShardName("train", 0, 1), shard), (ShardName("test", 0, 1), test)]
     inputs = Inputs(found=4, written=4, rejected=0, capped=0)
-    plain = Manifest.build(["cat", "dog"], {}, written, inputs, {}, Run(), groups=GroupCounts())
+    plain = Manifest.build(["cat", "dog"], {}, written, inputs, {}, Run(), Extras(groups=GroupCounts()))
     assert "groups" not in plain.to_json() and plain.splits["train"].fraction_deviation is None
     pinned = Manifest.build(["cat", "dog"], {}, written, inputs, {}, Run(),
-                            groups=GroupCounts().plus([("pinned_images", 2)]),
-                            fractions={"train": Fraction(1, 2), "test": Fraction(1, 2)})
+                            Extras(groups=GroupCounts().plus([("pinned_images", 2)]),
+                                   fractions={"train": Fraction(1, 2), "test": Fraction(1, 2)}))
     assert pinned.to_json()["groups"]["pinned_images"] == 2
     assert pinned.splits["train"].fraction_deviation == {"cat": 1.0, "dog": 0.0}
     assert pinned.splits["test"].fraction_deviation == {"cat": -1.0, "dog": 0.0}

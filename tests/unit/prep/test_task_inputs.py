@@ -38,7 +38,7 @@ def test_detection_listing_rejects_missing_and_unannotated_and_keeps_found_equal
     _files(src, "a.jpg", "b.png", "stray.jpg", ".hidden.jpg", "notes.txt")
     ann = _coco(tmp_path, [(10, "a.jpg"), (11, "b.png"), (12, "gone.jpg")],
                 [(10, 5, [0, 0, 2, 2]), (10, 9, [3, 3, 2, 2]), (12, 9, [1, 1, 1, 1]), (11, 77, [1, 1, 1, 1])])
-    listing = list_detection(str(src), ann, None, None, "skip", "auto", 0)
+    listing = list_detection(str(src), TaskOptions(ann), None, "auto", 0)
     assert listing.task == "detection" and listing.classes == ("cat", "dog")
     assert [(c.id, c.name, c.source_id) for c in listing.categories] == [(1, "cat", 5), (2, "dog", 9)]
     assert {r.path: r.reason for r in listing.rejects} == {
@@ -56,7 +56,7 @@ def test_unannotated_keep_lists_images_without_objects_with_fresh_source_ids(tmp
     src = tmp_path / "src"
     _files(src, "a.jpg", "z.jpg")
     ann = _coco(tmp_path, [(40, "a.jpg")], [(40, 5, [0, 0, 2, 2])])
-    listing = list_detection(str(src), ann, None, None, "keep", "auto", 0)
+    listing = list_detection(str(src), TaskOptions(ann, unannotated="keep"), None, "auto", 0)
     refs = {r.path: r for r in listing.refs}
     assert listing.rejects == () and json.loads(refs["z.jpg"].extra) == {"a": {"p": "z.jpg", "o": []}, "s": "41"}
 
@@ -65,9 +65,9 @@ def test_split_folders_give_the_split(tmp_path):
     src = tmp_path / "src"
     _files(src, "train/a.jpg", "test/b.jpg")
     ann = _coco(tmp_path, [(1, "train/a.jpg"), (2, "test/b.jpg")], [(1, 5, [0, 0, 2, 2]), (2, 9, [0, 0, 2, 2])])
-    listing = list_detection(str(src), ann, None, None, "skip", "auto", 0)
+    listing = list_detection(str(src), TaskOptions(ann), None, "auto", 0)
     assert {r.path: r.split for r in listing.refs} == {"train/a.jpg": "train", "test/b.jpg": "test"}
-    assert list_detection(str(src), ann, None, None, "skip", "classes", 0).refs[0].split is None
+    assert list_detection(str(src), TaskOptions(ann), None, "classes", 0).refs[0].split is None
 
 
 def test_stratified_rank_keys_order_the_staged_listing(tmp_path):
@@ -76,7 +76,7 @@ def test_stratified_rank_keys_order_the_staged_listing(tmp_path):
     _files(src, *names)
     ann = _coco(tmp_path, [(i, n) for i, n in enumerate(names)],
                 [(i, 5 if i % 3 else 9, [0, 0, 2, 2]) for i in range(12)])
-    listing = list_detection(str(src), ann, None, None, "skip", "auto", 3)
+    listing = list_detection(str(src), TaskOptions(ann), None, "auto", 3)
     ordered = listing_order(listing.refs, 3)
     for group in ("cat", "dog"):
         keys = [r.key for r in ordered if r.label == group]
@@ -156,7 +156,7 @@ def test_an_images_stratum_is_its_rarest_label(tmp_path):
     _files(src, "a.jpg", "b.jpg", "c.jpg", "d.jpg")
     ann = _coco(tmp_path, [(1, "a.jpg"), (2, "b.jpg"), (3, "c.jpg"), (4, "d.jpg")],
                 [(1, 5, [0, 0, 2, 2]), (1, 9, [3, 3, 2, 2]), (2, 5, [0, 0, 2, 2]), (3, 5, [0, 0, 2, 2])])
-    listing = list_detection(str(src), ann, None, None, "skip", "auto", 0)
+    listing = list_detection(str(src), TaskOptions(ann), None, "auto", 0)
     assert {r.path: r.label for r in listing.refs} == {"a.jpg": "dog", "b.jpg": "cat", "c.jpg": "cat",
                                                        "d.jpg": NO_STRATUM}
 
@@ -166,6 +166,6 @@ def test_kept_unannotated_images_get_ids_after_every_index_without_coco_ids(tmp_
     _files(src, "a.jpg", "b.jpg", "c.jpg")
     boxes = tmp_path / "boxes.csv"
     boxes.write_text("path,label,xmin,ymin,xmax,ymax\na.jpg,cat,0,0,2,2\nb.jpg,dog,0,0,2,2\n")
-    listing = list_detection(str(src), str(boxes), None, None, "keep", "auto", 0)
+    listing = list_detection(str(src), TaskOptions(str(boxes), unannotated="keep"), None, "auto", 0)
     ids = {r.path: json.loads(r.extra)["s"] for r in listing.refs}
     assert ids == {"a.jpg": "1", "b.jpg": "2", "c.jpg": "3"}
