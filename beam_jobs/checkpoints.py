@@ -30,7 +30,7 @@ from prep.core import storage
 from prep.core.errors import ResumeError
 from prep.core.listing import InputRef, Reject
 from prep.core.task_inputs import BoxNote, BoxTally
-from prep.core.workdir import RUN, WorkDir
+from prep.core.workdir import WorkDir
 
 StepHook = Callable[[str], None]  # called with "chunk", "shard" or "manifest"
 INDEX_VERSION = 2  # of a chunk's index; 2: each outcome recorded as an object of its fields, by name
@@ -58,9 +58,8 @@ def read_run(work: WorkDir) -> dict | None:
 def delete_work(work: WorkDir) -> None:
     """Deletes the work directory with run.json last: a kill midway leaves the record that
     `--resume` checks a finished dataset against."""
-    for name in storage.list_names(work.root):
-        if name != RUN:
-            storage.delete(storage.join(work.root, name))
+    for path in work.top_level():
+        storage.delete(path)
     storage.delete(work.run_record)
     storage.delete(work.root)
 

@@ -85,6 +85,10 @@ class WorkDir:
     def _path(self, *parts: str) -> str:
         return storage.join(self.root, *parts)
 
+    def top_level(self) -> list[str]:
+        """Every file and folder directly under the work directory but run.json, which is deleted last."""
+        return [self._path(name) for name in storage.list_names(self.root) if name != RUN]
+
     @property
     def run_record(self) -> str:
         return self._path(RUN)
