@@ -1,17 +1,17 @@
 """`Dedupe`: duplicate and user groups of the prepared images, between preparing and planning.
 
 PrepareChunk records the content keys of each chunk's good inputs in its rows file, and their item ids and
-hashes in its key file (grouping.py); only chunk ids, keys and slices of work files travel, never image
+hashes in its key file (dedupe_files.py); only chunk ids, keys and slices of work files travel, never image
 bytes. The steps, and what each PCollection holds (dedupe_types.py):
 
     counts    : ChunkCounts                     per prepared chunk (prepare.py)
     found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and one
-                                                ScanStats. FindPairs: a ScanTask (scan_tasks.py) per part of
+                                                ScanStats. FindPairs: a ScanTask (dedupe_scan.py) per part of
                                                 the bands' bits, its near pairs found by sorting the hashes on
-                                                each band (prep.core.band_scan), as BandPairs; Components: the
+                                                each band (prep.core.near_bands), as BandPairs; Components: the
                                                 bounded union-find over all of them, in one task
     members   = RecordMembers                   MemberSlice per chunk and group batch (the chunk's Members
-                                                go to its members file, grouping.py), UserLink with user groups
+                                                go to its members file, dedupe_files.py), UserLink with user groups
     units     = MergeUserGroups                 only with user groups and --split: user groups that duplicates
                                                 link become one unit (groups.merge_units), recorded; UnitChoice
                                                 per linked group, UnitsReady per chunk (dedupe_decide.py)
@@ -36,27 +36,27 @@ import json
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import grouping
 from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
-from beam_jobs.dedupe_types import (BandPairs, BatchLines, ChunkId, DecidedSlice, DedupeSettings, GroupedItems,
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import (BandPairs, BatchLines, ChunkId, DecidedSlice, DedupeSettings, GroupedItems,
                                     KeyFile, MemberSlice, ReportWritten, ScanStats, UnitChoice, UnitsReady,
                                     UserLink, only)
+from beam_jobs.dedupe_scan import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
-from beam_jobs.scan_tasks import Scan, scan_tasks
 from prep.core import storage
 from prep.core.groups import Member
 from prep.core.union_find import UnionFind
 from prep.core.workdir import WorkDir
 
-REPORT = grouping.DUPLICATES_FILE
+REPORT = dedupe_files.DUPLICATES_FILE
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, wanted=None) -> list[tuple]:
-    """[(item id, PreparedRef, its key row (grouping.KEY_ROWS) or None)] of a prepared chunk's good
+    """[(item id, PreparedRef, its key row (dedupe_files.KEY_ROWS) or None)] of a prepared chunk's good
     inputs, in index order; with `wanted` (item ids), of those alone."""
-    table = grouping.RowTable(work) if with_keys else None
+    table = dedupe_files.RowTable(work) if with_keys else None
     refs = read_prepared(work, chunk)
-    first = grouping.item_id(chunk, 0)
+    first = dedupe_files.item_id(chunk, 0)
     positions = range(len(refs)) if wanted is None else sorted(item - first for item in wanted)
     return [(first + p, refs[p], table.get(*refs[p].place) if table is not None else None) for p in positions]
 
@@ -65,12 +65,12 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
     """A prepared chunk -> its `KeyFile`. PrepareChunk wrote that file with the chunk's keys; a chunk staged
     again by a resume with another seed (replan.restage) has none yet, and gets it here from its index and
     the key rows of the chunks that prepared its inputs."""
-    n = grouping.chunk_keys_count(work, counts.chunk)
+    n = dedupe_files.chunk_keys_count(work, counts.chunk)
     if n is None:
         rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
-        n = grouping.write_chunk_keys(work, counts.chunk, np.array([item for item, _ in rows], np.int64),
-                                      np.array([hashes for _, hashes in rows], np.uint64).reshape(
-                                          len(rows), grouping.NUM_HASHES))
+        n = dedupe_files.write_chunk_keys(work, counts.chunk, np.array([item for item, _ in rows], np.int64),
+                                          np.array([hashes for _, hashes in rows], np.uint64).reshape(
+                                          len(rows), dedupe_files.NUM_HASHES))
     yield KeyFile(counts.chunk, n)
 
 
@@ -96,13 +96,13 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
     for item in items:
         root = uf.find(index[item])
         sizes[root] = sizes.get(root, 0) + 1
-    batch = {group: grouping.batch_of(rank)
+    batch = {group: dedupe_files.batch_of(rank)
              for rank, group in enumerate(sorted(least[root] for root, n in sizes.items() if n > 1))}
     by_chunk: dict[int, list] = {}
     for item in items:
         group = least[uf.find(index[item])]
         if group in batch:
-            by_chunk.setdefault(grouping.item_chunk(item), []).append((item, group, batch[group]))
+            by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, group, batch[group]))
     for chunk, rows in sorted(by_chunk.items()):
         yield GroupedItems(chunk, tuple(rows))
     yield ScanStats(uf.refused, sum(f.skipped for f in found))
@@ -110,10 +110,10 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
 
 def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings: DedupeSettings):
     """(chunk, [GroupedItems]) -> `MemberSlice` per group batch of the chunk's grouped items, recorded in the
-    work dir (grouping.write_members); when merging user groups, also a `UserLink` per group with some."""
+    work dir (dedupe_files.write_members); when merging user groups, also a `UserLink` per group with some."""
     chunk, grouped = element
     where = {item: (group, batch) for g in grouped for item, group, batch in g.rows}
-    user = grouping.user_keys(work, chunk, settings.options)
+    user = dedupe_files.user_keys(work, chunk, settings.options)
     by_batch: dict[int, list] = {}
     for item, ref, row in chunk_items(work, chunk, wanted=where):
         group, batch = where[item]
@@ -121,7 +121,7 @@ def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings
         by_batch.setdefault(batch, []).append((group, Member(
             item, path, ref.label, settings.labels[ref.label], ref.split or "",
             "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")))
-    for batch, slice_ in grouping.write_members(work, chunk, by_batch).items():
+    for batch, slice_ in dedupe_files.write_members(work, chunk, by_batch).items():
         yield MemberSlice(batch, slice_)
     if settings.merging:
         keys: dict[tuple[int, int], set] = {}
@@ -232,7 +232,7 @@ class Dedupe(beam.PTransform):
                       | "WriteReport" >> _Gathered(None, write_report, self._output, work, s.fractions))
             by_chunk += [decided | "Decided" >> beam.FlatMap(only(DecidedSlice)),
                          report | "ReportDone" >> beam.FlatMap(only(ReportWritten))]
-            notes.append(report | "Notes" >> beam.FlatMap(only(grouping.GroupNotes)))
+            notes.append(report | "Notes" >> beam.FlatMap(only(dedupe_files.GroupNotes)))
         # ChunkCounts | GroupNotes (of pinned images)
         regrouped = tuple(by_chunk) | "Regroup" >> _Gathered("chunk", regroup, work, s)
         return [regrouped, *notes] | "WithNotes" >> beam.Flatten()

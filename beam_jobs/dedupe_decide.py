@@ -2,9 +2,9 @@
 decided at a time, OUTPUT/duplicates.jsonl streamed from the batches' line files, and each chunk's inputs
 placed (pinned to a split, or left out) for the planner.
 
-A step holds one group batch (at most `grouping.GROUPS_PER_BATCH` groups), or, for the report, one line per
+A step holds one group batch (at most `dedupe_files.GROUPS_PER_BATCH` groups), or, for the report, one line per
 batch plus, under --split, a (first path, label counts) pair per group no user group pins; regroup holds one
-chunk. Only slices of work files travel on (grouping.py).
+chunk. Only slices of work files travel on (dedupe_files.py).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 
-from beam_jobs import grouping
-from beam_jobs.dedupe_types import (BatchLines, ChunkId, DecidedSlice, DedupeSettings, MemberSlice, ReportWritten,
-                                    ScanStats, UnitChoice, UnitSize, UnitsReady, UserLink)
-from beam_jobs.heap import release_free_memory
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import (BatchLines, ChunkId, DecidedSlice, DedupeSettings, MemberSlice, ReportWritten,
+                                        ScanStats, UnitChoice, UnitSize, UnitsReady, UserLink)
 from beam_jobs.prepare import ChunkCounts, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import balance_pins, decide, merge_units, pin_split, summarize
+from prep.core.run.heap import release_free_memory
 from prep.core.workdir import WorkDir
 
 
@@ -28,7 +28,7 @@ def _path(ref) -> str:
 
 def unit_labels(counts: ChunkCounts, work: WorkDir, settings: DedupeSettings):
     """A prepared chunk -> `UnitSize` per user group and label of its inputs."""
-    user = grouping.user_keys(work, counts.chunk, settings.options)
+    user = dedupe_files.user_keys(work, counts.chunk, settings.options)
     sizes: dict[tuple[str, str], int] = {}
     for ref in read_prepared(work, counts.chunk):
         unit = user(_path(ref))
@@ -41,8 +41,8 @@ def unit_labels(counts: ChunkCounts, work: WorkDir, settings: DedupeSettings):
 
 def merge_user_groups(element, work: WorkDir, fractions):
     """(None, [UserLink | UnitSize | ChunkId]) -> `UnitChoice` per linked duplicate group, and `UnitsReady` per
-    chunk once the merged user groups and their splits are recorded (regroup reads them: `grouping.read_units`,
-    `grouping.read_choices`). User groups that duplicates link become one unit (`merge_units`); units are
+    chunk once the merged user groups and their splits are recorded (regroup reads them: `dedupe_files.read_units`,
+    `dedupe_files.read_choices`). User groups that duplicates link become one unit (`merge_units`); units are
     spread over the splits by `balance_pins`, as duplicate groups are."""
     _, values = element
     values = list(values)
@@ -58,8 +58,8 @@ def merge_user_groups(element, work: WorkDir, fractions):
             by_label = sizes.setdefault(units.get(size.unit, size.unit), {})
             by_label[size.label] = by_label.get(size.label, 0) + size.images
     pins = balance_pins(sizes.items(), fractions)
-    grouping.write_units(work, units)
-    grouping.write_choices(work, "users", pins)
+    dedupe_files.write_units(work, units)
+    dedupe_files.write_choices(work, "users", pins)
     for group, batch, keys in links:
         unit = units[keys[0]]
         yield UnitChoice(batch, group, unit, pins.get(unit))
@@ -72,14 +72,14 @@ def decide_batch(element, work: WorkDir, settings: DedupeSettings):
     its lines are recorded.
 
     Decisions come from `prep.core.groups.decide`, one group at a time; they, the group lines and the
-    policy rejects are recorded in the work dir (`grouping.write_decisions`, `write_lines`, `write_rejects`)."""
+    policy rejects are recorded in the work dir (`dedupe_files.write_decisions`, `write_lines`, `write_rejects`)."""
     batch, values = element
     values = list(values)
     units = {v.group: v for v in values if isinstance(v, UnitChoice)}
     groups: dict[int, list] = {}
     for v in values:
         if isinstance(v, MemberSlice):
-            for group, member in grouping.read_members(v.where):
+            for group, member in dedupe_files.read_members(v.where):
                 groups.setdefault(group, []).append(member)
     by_chunk: dict[int, list] = {}
     lines = []
@@ -89,13 +89,13 @@ def decide_batch(element, work: WorkDir, settings: DedupeSettings):
         decisions, line = decide(groups[group], settings.options, settings.seed, settings.fractions,
                                  settings.single_label, unit, unit_split)
         for d in decisions:
-            by_chunk.setdefault(grouping.item_chunk(d.item), []).append(d)
+            by_chunk.setdefault(dedupe_files.item_chunk(d.item), []).append(d)
         lines.append({**line, "_movable": decisions[0].movable})  # write_report balances those groups' splits
     for decisions in by_chunk.values():
         decisions.sort(key=lambda d: d.item)
-    slices = grouping.write_decisions(work, batch, by_chunk)
-    grouping.write_lines(work, batch, lines)
-    grouping.write_rejects(work, batch, [d.reject for ds in by_chunk.values() for d in ds if d.reject is not None])
+    slices = dedupe_files.write_decisions(work, batch, by_chunk)
+    dedupe_files.write_lines(work, batch, lines)
+    dedupe_files.write_rejects(work, batch, [d.reject for ds in by_chunk.values() for d in ds if d.reject is not None])
     for chunk, slice_ in slices.items():
         yield DecidedSlice(chunk, slice_)
     yield BatchLines(batch)
@@ -105,7 +105,7 @@ def write_report(element, output: str, work: WorkDir, fractions):
     """(None, [BatchLines | ScanStats]) -> writes OUTPUT/duplicates.jsonl when a group was found (or a
     comparison or a union left out), and yields `ReportWritten`, which regroup waits on, and the `GroupNotes`.
     Under --split, first picks the split of each group no user group pins (`balance_pins`, recorded for
-    regroup: `grouping.write_choices`). The lines are read from the batches' files, merged in order, twice:
+    regroup: `dedupe_files.write_choices`). The lines are read from the batches' files, merged in order, twice:
     for the header's counts, then to write them."""
     _, values = element
     values = list(values)
@@ -118,13 +118,13 @@ def write_report(element, output: str, work: WorkDir, fractions):
     pins: dict[str, str] = {}
     if fractions:
         movable = [(line["_movable"], _kept_labels(line))
-                   for line in grouping.merged_lines(work, batches) if line["_movable"]]
+                   for line in dedupe_files.merged_lines(work, batches) if line["_movable"]]
         if movable:
             pins = balance_pins(movable, fractions)
-            grouping.write_choices(work, "duplicates", pins)
+            dedupe_files.write_choices(work, "duplicates", pins)
 
     def lines():
-        for line in grouping.merged_lines(work, batches):
+        for line in dedupe_files.merged_lines(work, batches):
             key = line.pop("_movable")
             if key:
                 for m in line["members"]:
@@ -134,10 +134,10 @@ def write_report(element, output: str, work: WorkDir, fractions):
     header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines(), refused, skipped)}
     text = (json.dumps(x, sort_keys=True, ensure_ascii=True).encode() + b"\n"
             for x in itertools.chain([header], lines()))
-    storage.write_streamed(storage.join(output, grouping.DUPLICATES_FILE), text)
+    storage.write_streamed(storage.join(output, dedupe_files.DUPLICATES_FILE), text)
     release_free_memory()
     yield ReportWritten()
-    yield grouping.report_notes(header, batches)
+    yield dedupe_files.report_notes(header, batches)
 
 
 def _kept_labels(line: dict) -> dict[str, int]:
@@ -151,23 +151,23 @@ def _kept_labels(line: dict) -> dict[str, int]:
 def regroup(element, work: WorkDir, settings: DedupeSettings):
     """(chunk, [ChunkCounts | DecidedSlice | UnitsReady | ReportWritten]) -> the chunk's ChunkCounts by planner
     group (its policy rejects left out), and a GroupNotes of its pinned images; records the chunk's placements
-    for rank_task (`grouping.write_groups`)."""
+    for rank_task (`dedupe_files.write_groups`)."""
     chunk, values = element
     values = list(values)
     counts = [v for v in values if isinstance(v, ChunkCounts)]
     if not counts:
         return  # the report's marker (ReportWritten): waited for, nothing to plan
     options, seed, fractions = settings.options, settings.seed, settings.fractions
-    decisions = {d.item: d for v in values if isinstance(v, DecidedSlice) for d in grouping.read_decisions(v.where)}
-    user = grouping.user_keys(work, chunk, options) if fractions and options.user_groups else None
+    decisions = {d.item: d for v in values if isinstance(v, DecidedSlice) for d in dedupe_files.read_decisions(v.where)}
+    user = dedupe_files.user_keys(work, chunk, options) if fractions and options.user_groups else None
     units_ready = any(isinstance(v, UnitsReady) for v in values)
-    merged = grouping.read_units(work) if units_ready else {}
-    user_pins = grouping.read_choices(work, "users") if units_ready else {}
+    merged = dedupe_files.read_units(work) if units_ready else {}
+    user_pins = dedupe_files.read_choices(work, "users") if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
-    pins = grouping.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
+    pins = dedupe_files.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
     placed = {}
     refs = read_prepared(work, chunk) if decisions or user else []
-    first = grouping.item_id(chunk, 0)
+    first = dedupe_files.item_id(chunk, 0)
     for item, d in decisions.items():
         ref = refs[item - first]
         if d.reject is not None:  # listed by decide_batch's rejects file, which publish reads
@@ -180,11 +180,11 @@ def regroup(element, work: WorkDir, settings: DedupeSettings):
             unit = merged.get(unit, unit)
             if unit is not None:
                 placed[ref.place] = user_pins.get(unit) or pin_split(seed, unit, fractions)
-    grouping.write_groups(work, chunk, placed)
+    dedupe_files.write_groups(work, chunk, placed)
     pinned = sum(1 for pin in placed.values() if pin)
     if pinned:
-        yield grouping.GroupNotes((("pinned_images", pinned),))
+        yield dedupe_files.GroupNotes((("pinned_images", pinned),))
     if not placed:
         yield from counts
-    else:  # the placements just written, as grouping.placer gives them to rank_task
+    else:  # the placements just written, as dedupe_files.placer gives them to rank_task
         yield ChunkCounts(chunk, chunk_counts(refs, placed))

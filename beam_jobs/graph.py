@@ -4,7 +4,7 @@ What each PCollection holds (the types say it; see each step's module):
 
     chunks   = Create | Reshuffle           chunk id; its listing waits in the work directory
     outcomes = ParDo(PrepareChunk)          ChunkCounts | RejectedInputs | ReusedChunk       prepare.py
-    ranked   = PlanShards                   PartEntries | Capped                          plan_shards.py
+    ranked   = PlanShards                   PartEntries | Capped                          plan.py
     parts    = GroupByKey                   (write task, [(PartKey, Section)])
     written  = ParDo(WriteParts)            WrittenShard | WrittenPart                          write.py
     joined   = GroupByKey | ParDo(ConcatParts)   WrittenShard, for shards cut into parts
@@ -15,7 +15,7 @@ What each PCollection holds (the types say it; see each step's module):
 Invariants. References never travel as elements (a chunk's wait in its index, a rank
 task's in its entry file) and image bytes never pass through a shuffle (they wait in
 spill files, or in the source for images kept as they are). No task holds more than
-about `plan_shards.GROUP_TARGET` references, a write task `MAX_WRITE_WIDTH` times that;
+about `plan.GROUP_TARGET` references, a write task `MAX_WRITE_WIDTH` times that;
 only the final summary group grows with the shard count. Every file appears under its
 final name only by a rename once complete, and manifest.json last (checkpoints.py says
 what a resumed run reuses). Only Create, ParDo, GroupByKey, Flatten and composites of
@@ -32,16 +32,16 @@ import os
 import apache_beam as beam
 
 from beam_jobs import prepare, write
-from beam_jobs.checkpoints import StepHook
 from beam_jobs.dedupe import Dedupe
-from beam_jobs.dedupe_types import DedupeSettings
-from beam_jobs.grouping import GroupNotes
-from beam_jobs.plan_shards import GROUP_TARGET, Capped, PartEntries, PlanShards
+from beam_jobs.plan import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import PublishInputs, publish
-from beam_jobs.spill import PrepareOptions
-from beam_jobs.stage import Staged
-from beam_jobs.task_records import TaskSpec
 from prep.core.config import ConvertConfig
+from prep.core.run.checkpoints import StepHook
+from prep.core.run.dedupe_files import GroupNotes
+from prep.core.run.dedupe_types import DedupeSettings
+from prep.core.run.spill import PrepareOptions
+from prep.core.run.start import Staged
+from prep.core.run.task_build import TaskSpec
 from prep.core.run_record import tool_info
 from prep.core.workdir import WorkDir
 
@@ -67,11 +67,11 @@ def _of(kind):
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """How this run of a conversion goes, besides its ConvertConfig (execute.py decides them)."""
+    """How this run of a conversion goes, besides its ConvertConfig (_execute.py decides them)."""
 
     num_chunks: int  # of the staged listing
     info: dict  # the manifest's `run`: runner, workers, source, start time, and `resumed` after --resume
-    group_target: int = GROUP_TARGET  # references per rank task and part (plan_shards.py); tests lower it
+    group_target: int = GROUP_TARGET  # references per rank task and part (plan.py); tests lower it
     lookahead: bool = False  # PrepareChunk may emit from finish_bundle: the runner keeps what it emits
     suspects: frozenset = frozenset()  # after --resume: the inputs the killed run was reading, for the sandbox
 

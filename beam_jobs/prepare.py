@@ -9,7 +9,7 @@ chunk's index. Only the chunk's counts per (split, class) travel on, to the plan
 the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`, and for detection `BoxNotes`
 (the chunk's dropped and clipped boxes and its box tally). For multi-label, detection and
 segmentation (`task`), the groups are the listing's strata (prep/core/task_inputs.py) and each
-record is a TaskRecord (task_records.py); a reference then also holds its rank key and `tags`.
+record is a TaskRecord (task_build.py); a reference then also holds its rank key and `tags`.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from threadpoolctl import threadpool_limits
 
-from beam_jobs import checkpoints
-from beam_jobs.checkpoints import StepHook
-from beam_jobs.grouping import KEY_ROWS, item_id, write_chunk_keys, write_rows
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.sandbox import Sandbox
-from beam_jobs.spill import PrepareOptions, prepare_batch
 from prep.core import storage
 from prep.core.content_keys import hash_waiting
 from prep.core.image_rules import quiet_pillow
 from prep.core.listing import Reject
+from prep.core.run import checkpoints
+from prep.core.run.checkpoints import StepHook
+from prep.core.run.dedupe_files import KEY_ROWS, item_id, write_chunk_keys, write_rows
+from prep.core.run.sandbox import Sandbox
+from prep.core.run.spill import PrepareOptions, prepare_batch
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import BATCH, WorkDir, spill_id
 
@@ -50,7 +50,7 @@ class GroupCount(typing.NamedTuple):
     label: int
     refs: int
     bytes: int  # of their framed records
-    pin: str = ""  # the split its duplicate or user group is pinned to (beam_jobs/grouping.py), or ""
+    pin: str = ""  # the split its duplicate or user group is pinned to (prep/core/run/dedupe_files.py), or ""
 
 
 def plan_group(split: str, label: int, pin: str = "") -> tuple:
@@ -108,7 +108,7 @@ class PreparedRef(typing.NamedTuple):
     @property
     def place(self) -> tuple[int, int]:
         """(spill, offset): where its record waits, which names it in a chunk's placements (`chunk_counts`,
-        grouping.write_groups)."""
+        dedupe_files.write_groups)."""
         return self.spill, self.offset
 
 
@@ -155,7 +155,7 @@ class PrepareChunk(PooledDoFn):
     def __init__(self, work: WorkDir, labels: tuple[str, ...], options: PrepareOptions, workers: int | None,
                  reuse: bool = False, lookahead: bool = False, on_step: StepHook | None = None):
         super().__init__(workers)
-        # options.keys: record content keys for the dedupe stage (beam_jobs/grouping.py); with options.task,
+        # options.keys: record content keys for the dedupe stage (prep/core/run/dedupe_files.py); with options.task,
         # `labels` are the planner's groups
         self._options = options
         self._work = work
@@ -244,7 +244,7 @@ class PrepareChunk(PooledDoFn):
                     split=ref.split or "", spill=spill, offset=offset, length=length, converted=converted, cut=cut,
                     image=image, rank=ref.key or "", tags=info.tags if info is not None else ())))
                 good += 1
-        if self._options.keys:  # before the index: a chunk with an index has its keys (grouping.read_rows)
+        if self._options.keys:  # before the index: a chunk with an index has its keys (dedupe_files.read_rows)
             self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
@@ -254,8 +254,8 @@ class PrepareChunk(PooledDoFn):
 
     def _record_keys(self, chunk: int, keyed) -> None:
         """Hashes the chunk's waiting images (content_keys.hash_waiting), then records the keys of its good
-        inputs in one file (grouping.write_rows), and their item ids and hashes in the scan's key file
-        (grouping.write_chunk_keys)."""
+        inputs in one file (dedupe_files.write_rows), and their item ids and hashes in the scan's key file
+        (dedupe_files.write_chunk_keys)."""
         hash_waiting([(keys.hashes, keys.waiting) for _, _, keys in keyed])
         has = np.concatenate([keys.has for _, _, keys in keyed] or [np.zeros(0, bool)])
         items = np.concatenate([item_id(chunk, first) + np.arange(len(keys.has)) for _, first, keys in keyed]
@@ -275,7 +275,7 @@ class PrepareChunk(PooledDoFn):
 def chunk_counts(refs: typing.Iterable[PreparedRef], placed: dict | None = None) -> tuple[GroupCount, ...]:
     """The PreparedRefs of one chunk -> a `GroupCount` per group, in order of appearance.
 
-    `placed`, if given, says what becomes of a ref in a duplicate or user group (beam_jobs/grouping.py):
+    `placed`, if given, says what becomes of a ref in a duplicate or user group (prep/core/run/dedupe_files.py):
     keyed by (spill, offset), None leaves it out, else the split it is pinned to; any other ref gets "".
     """
     counts: dict[tuple, list] = {}

@@ -13,16 +13,16 @@ import collections
 import dataclasses
 import time
 
-from beam_jobs import checkpoints, grouping, keys_join
-from beam_jobs.heap import release_free_memory
-from beam_jobs.checkpoints import StepHook
-from beam_jobs.output_dir import delete_unplanned_shards
-from beam_jobs.grouping import GroupNotes
-from beam_jobs.plan_shards import Capped
+from beam_jobs.plan import Capped
 from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
 from prep.core.layout import parse_split_fractions
+from prep.core.run import checkpoints, dedupe_files, publish_keys
+from prep.core.run.checkpoints import StepHook
+from prep.core.run.dedupe_files import GroupNotes
+from prep.core.run.heap import release_free_memory
+from prep.core.run.output_dir import delete_unplanned_shards
 from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, Extras, GroupCounts, InFlight,
                                 Manifest, Resumed, Run)
 from prep.core.task_inputs import BoxTally
@@ -93,7 +93,7 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
 
     # The group policies' rejects are read from their batches' files as they are written out, never held.
     merged = accounting.merged_rejects([accounting.sort_rejects(rejects),
-                                        *(grouping.read_rejects(work, b) for b in sorted(reject_batches))])
+                                        *(dedupe_files.read_rejects(work, b) for b in sorted(reject_batches))])
     rejects_path = storage.join(output, REJECTS)
     storage.write_streamed(rejects_path, accounting.rejects_lines(accounting.with_box_notes(counted(merged), notes)))
     accounting.check_group_rejects(groups, by_reason)
@@ -125,8 +125,8 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     if facts.keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
         release_free_memory()  # what the write stage freed, before the sidecar's join
-        keys_join.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
-                                               for s in split.shards])
+        publish_keys.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
+                                                  for s in split.shards])
     # Before the manifest, so that a folder with manifest.json is complete for tfds too.
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)

@@ -3,7 +3,7 @@ partitions, the pipeline options, and the runner object itself (`make_runner`).
 
 `local` is Beam's embedded FnApiRunner, chosen explicitly: DirectRunner would first try
 to download Prism, so its behaviour would depend on the network. Staging our code for
-runners whose workers do not share this environment is staging.py's.
+runners whose workers do not share this environment is worker_setup.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.runner import PipelineRunner, create_runner
 
-from beam_jobs import staging
+from beam_jobs import worker_setup
 from prep.core.config import RUNNERS_LOCAL
 from prep.core.convert_options import OPTIONS
 from prep.core.errors import OptionsError
@@ -126,7 +126,7 @@ def dask_partition_args(runner: str, beam_args: list[str], num_chunks: int) -> l
     one partition on one worker; every partition also costs a lot on its own, so not
     one per chunk (docs/design.md, bench/runner_scaling.py).
     """
-    if staging.runner_class_name(runner) != "DaskRunner":
+    if worker_setup.runner_class_name(runner) != "DaskRunner":
         return beam_args
     client_options = _dask_client_options(beam_args)
     if "npartitions" in client_options or "partition_size" in client_options:
@@ -177,7 +177,7 @@ def submits_job(runner: str) -> bool:
     Flink, Spark, Prism, Dataflow), rather than running our code where its
     exceptions reach us as they are (local, Direct, Dask): there, an exception that
     is not a PrepError is a bug, and keeps its traceback."""
-    return staging.runner_class_name(runner) in staging.STAGING_RUNNERS
+    return worker_setup.runner_class_name(runner) in worker_setup.STAGING_RUNNERS
 
 
 def job_service(options: PipelineOptions) -> tuple[str | None, object]:

@@ -2,11 +2,11 @@
 with kept images read from the source again (spill.read_record); image bytes
 never pass through a shuffle, and entries do not either: they wait in the
 rank tasks' entry files, and a part's sections of them are read here
-(plan_shards.py).
+(plan.py).
 
 A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about
-`plan_shards.GROUP_TARGET` records), the part is written straight to its shard.
+`plan.GROUP_TARGET` records), the part is written straight to its shard.
 Otherwise parts go to part files, and `ConcatParts` joins them in part order.
 Every file appears under its final name only by a rename once complete, and
 then gets a sidecar in .prep-tmp (see checkpoints.py). With `reuse` (a resumed
@@ -34,14 +34,14 @@ import typing
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_jobs import checkpoints, grouping
-from beam_jobs.checkpoints import StepHook
-from beam_jobs.plan_shards import PartKey, Section, read_section
+from beam_jobs.plan import PartKey, Section, read_section
 from beam_jobs.pooled import PooledDoFn
-from beam_jobs.spill import read_record
 from prep.core import storage
 from prep.core.manifest import IndexFile, ShardInfo
 from prep.core.naming import ShardName
+from prep.core.run import checkpoints, dedupe_files
+from prep.core.run.checkpoints import StepHook
+from prep.core.run.spill import read_record
 from prep.core.schema import relabel, relabelled_size
 from prep.core.tfrecord import FOOTER, HEADER, frame, record_index
 from prep.core.workdir import WorkDir
@@ -64,7 +64,7 @@ class WriteOptions:
     groups: tuple[str, ...] | None = None  # the planner's groups (strata), for a task's counts
     reuse: bool = False  # keep a complete shard or part of an interrupted run (see checkpoints.py)
     index: bool = False  # --index: write each shard's record index
-    keys: bool = False  # record each part's content keys, for OUTPUT/content_keys.jsonl (grouping.py)
+    keys: bool = False  # record each part's content keys, for OUTPUT/content_keys.jsonl (dedupe_files.py)
 
 
 class WrittenShard(typing.NamedTuple):
@@ -258,7 +258,7 @@ class WriteParts(PooledDoFn):
     """(write task, [(PartKey, Section)]) -> per part, a `WrittenShard` or a `WrittenPart`.
 
     A part's entries wait in sections of entry files, one per rank task that sent
-    some (see plan_shards.py). A task holds up
+    some (see plan.py). A task holds up
     to `width` parts (`write_task`), written at once on as many threads: each
     part file is a stream of page-cache writes and a SHA-256 that one thread
     cannot overlap with another file's.
@@ -323,9 +323,9 @@ class WriteParts(PooledDoFn):
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
         if self._options.keys:
-            grouping.write_part_order(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
+            dedupe_files.write_part_order(self._work, name.filename, key.part if key.num_parts > 1 else 0, entries)
             if key.num_parts == 1:
-                grouping.write_shard_parts(self._work, name.filename, [0])
+                dedupe_files.write_shard_parts(self._work, name.filename, [0])
         if key.num_parts > 1:
             return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
                                sizes, extra), 0, 0
@@ -373,7 +373,7 @@ class ConcatParts(beam.DoFn):
             if self._on_step is not None:
                 self._on_step("shard")
         if self._options.keys:
-            grouping.write_shard_parts(self._work, filename, [p.part for p in parts])
+            dedupe_files.write_shard_parts(self._work, filename, [p.part for p in parts])
         class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._options.labels}
         index_file = write_index(self._options.output, self._work, name,
                                  [n for p in parts for n in p.record_sizes]) if self._options.index else None

@@ -5,7 +5,7 @@
 
 A child process stages what PrepareChunk leaves for the planner: chunk indexes
 in .prep-tmp, in `ordering.listing_order`, chunks of `ordering.MAX_CHUNK`, with one
-reference in `--reject-every` rejected. Then `beam_jobs.plan_shards.PlanShards`
+reference in `--reject-every` rejected. Then `beam_jobs.plan.PlanShards`
 runs on the embedded in-memory runner (no images) from the chunks' counts,
 the shard parts' sections are grouped as the real pipeline groups them, and
 the balance promise is checked exactly from per-(split, shard, label) counts
@@ -28,11 +28,12 @@ import time
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs import checkpoints, prepare
-from beam_jobs.plan_shards import GROUP_TARGET, PartEntries, PlanShards, read_section
+from beam_jobs import prepare
+from beam_jobs.plan import GROUP_TARGET, PartEntries, PlanShards, read_section
 from prep.core.layout import PlanOptions, parse_split_fractions
 from prep.core.listing import InputRef, Reject
 from prep.core.ordering import chunk_size, listing_order, make_chunks
+from prep.core.run import checkpoints
 from prep.core.workdir import WorkDir
 
 HERE = pathlib.Path(__file__).parent
@@ -159,7 +160,7 @@ def main(argv=None) -> None:
         seconds = time.perf_counter() - start
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result = json.loads(pathlib.Path(out_path).read_text())
-        from beam_jobs.plan_shards import layout_tasks
+        from beam_jobs.plan import layout_tasks
 
         tasks = list(layout_tasks((None, elements), args.classes, options, WorkDir(work), GROUP_TARGET))
         largest_task = max(sum(held[chunk] for chunk, _ in task.chunks) for _, task in tasks)

@@ -8,9 +8,9 @@ import os
 import loaders.epoch as plan
 from loaders.load_options import LoadOptions
 from loaders.source import open_split
+from loaders.weights import balanced_weights
 from prep.core import storage
 from prep.core.errors import LoaderError
-from loaders.weights import balanced_weights
 
 
 def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224), training: bool = True, *,

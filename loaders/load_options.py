@@ -8,8 +8,8 @@ import numbers
 import os
 from typing import Callable
 
-from prep.core.errors import LoaderError
 from loaders.epoch import REMAINDERS
+from prep.core.errors import LoaderError
 
 ON_CORRUPT = ("error", "skip")
 

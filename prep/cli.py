@@ -3,7 +3,7 @@ turns every `PrepError` into a one-line `Error: ...` with a non-zero exit.
 
 `main` takes an optional `CliHooks` as click's context object (`main(args, obj=...)`):
 the one way tests inject a hook into a conversion (`on_step`, see
-`beam_jobs.checkpoints`); the console script passes none.
+`prep.core.run.checkpoints`); the console script passes none.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     Beam pipeline options go after `--`, e.g.
     `prep convert SRC gs://bucket/out --runner DataflowRunner -- --project=p --region=r`.
     """
-    from beam_jobs import launch  # installs Beam's FileSystems for a remote SOURCE or label file
+    from beam_jobs import convert as conversion  # installs Beam's FileSystems for a remote SOURCE or label file
     from prep.core.convert_options import build_config, check_beam_args
     from prep.core.inputs import list_inputs
 
@@ -92,7 +92,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     if write_report and "://" in output:
         raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
-    listing = [list_inputs(config)]  # handed over below: launch.convert lets go of it once staged
+    listing = [list_inputs(config)]  # handed over below: conversion.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
     # Beam logs failures with tracebacks, and warnings about optional cloud
     # clients; our errors reach the user as one line instead.
@@ -107,8 +107,8 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     hooks = ctx.obj if isinstance(ctx.obj, CliHooks) else CliHooks()
-    manifest = launch.convert(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show,
-                              on_step=hooks.on_step)
+    manifest = conversion.convert(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show,
+                                  on_step=hooks.on_step)
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))

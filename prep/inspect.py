@@ -77,7 +77,7 @@ def summary(manifest: Manifest, output: str) -> dict:
     } | ({} if manifest.groups is None else {"groups": manifest.groups.to_json()})
 
 
-DUPLICATES = "duplicates.jsonl"  # beam_jobs/grouping.DUPLICATES_FILE: the duplicate groups a conversion found
+DUPLICATES = "duplicates.jsonl"  # prep/core/run/dedupe_files.DUPLICATES_FILE: the duplicate groups a conversion found
 GROUPS_SHOWN = 10  # groups listed by inspect (the file, sorted by first path, has them all)
 MEMBERS_SHOWN = 5  # members listed per group
 

@@ -25,12 +25,11 @@ from typing import Callable, TypeVar
 
 from threadpoolctl import threadpool_limits
 
-from prep.core import content_keys as ck
-from prep.core import keys_sidecar, storage
-from prep.core.keys_sidecar import RecordKeys
-from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
+from prep.core import content_keys as ck, keys_sidecar, storage
 from prep.core.errors import RecordError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS, bomb_limit
+from prep.core.keys_sidecar import RecordKeys
+from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import read_records

@@ -12,7 +12,7 @@ Checks, in order (docs/verify.md lists them with their messages):
    sums, `labels` against `class_counts`, the input accounting.
 3. Every shard it names is a file in OUTPUT; no other ``*.tfrecord`` (or record
    index) is there.
-4. Each shard, read once (`prep.shard_scan`): size and sha256 as recorded, every
+4. Each shard, read once (`prep.shard_checks`): size and sha256 as recorded, every
    record's framing and CRCs, every record parses with our schema and its label
    and class text agree with `labels`; with `deep`, every image decodes to its
    stored format, height, width and channels.
@@ -44,7 +44,7 @@ from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
 from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
-from prep.shard_scan import DEFAULT_MAX_PIXELS, ScanOptions, ShardScan, scan_shard
+from prep.shard_checks import DEFAULT_MAX_PIXELS, ScanOptions, ShardScan, scan_shard
 
 JSON_VERSION = 1
 

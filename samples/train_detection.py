@@ -200,7 +200,7 @@ def main(argv=None) -> None:
         help="converted dataset (made if missing; default out/shapes-detection, or "
         "out/detection-shapes with --synthetic)",
     )
-    parser.add_argument("--synthetic", action="store_true", help="train on a generated set (task_records.py)")
+    parser.add_argument("--synthetic", action="store_true", help="train on a generated set (task_build.py)")
     parser.add_argument("--train-images", type=int, default=800, help="--synthetic: training images")
     parser.add_argument("--validation-images", type=int, default=200, help="--synthetic: validation images")
     parser.add_argument("--epochs", type=int, help="default 150 (the sample's 96 training images), 40 (--synthetic)")

@@ -8,6 +8,9 @@ and whether it is consistent (`manifest`, `manifest_checks`), how SOURCE is list
 options (`config`, `convert_options`), where every path of the work directory is
 (`workdir`) and how local and remote paths are reached (`storage`).
 
+`run/` holds the conversion's work that needs no Beam, on OUTPUT and its work
+directory (see its docstring).
+
 Invariant: nothing here imports Beam, TensorFlow, click, `beam_jobs`, `loaders` or
 prep's command-line modules, not even lazily (`../shared/tools/structure.py` checks).
 """

@@ -2,7 +2,7 @@
 
 `--isolate auto` prepares an image in the calling thread only when `predictable` says its
 header promises a decode within --max-image-memory and a quarter of --image-timeout;
-everything else goes to a sandboxed process (beam_jobs/sandbox.py). Pure functions over bytes.
+everything else goes to a sandboxed process (prep/core/run/sandbox.py). Pure functions over bytes.
 """
 
 from __future__ import annotations

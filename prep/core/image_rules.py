@@ -69,7 +69,7 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_image_memory: int = DEFAULT_MAX_IMAGE_MEMORY  # bytes one image's decode may allocate
     image_timeout: float = DEFAULT_IMAGE_TIMEOUT  # seconds one image may take
-    isolate: str = "auto"  # which images are prepared in a sandboxed process (beam_jobs/sandbox.py)
+    isolate: str = "auto"  # which images are prepared in a sandboxed process (prep/core/run/sandbox.py)
 
     def __post_init__(self) -> None:
         for name in ("resize", "max_side"):

@@ -14,7 +14,7 @@ group sizes alone, `make_layout` decides:
    between any two shards.
 
 Inside a shard, records are written in `sort_key(seed, path, "order")` order, so
-reading one shard does not give one class at a time. `beam_jobs.plan_shards`
+reading one shard does not give one class at a time. `beam_jobs.plan`
 applies the layout to ranked references; tests/support/reference_plan.py is the
 whole plan in memory, the tests' oracle.
 """

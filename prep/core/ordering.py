@@ -1,6 +1,6 @@
 """The order of examples: the seeded sort key, the order the listing is staged in, and its chunks.
 
-The contract, written once here and relied on by `beam_jobs.plan_shards`:
+The contract, written once here and relied on by `beam_jobs.plan`:
 
 - An example's rank in its group (split given by SOURCE, class) is its place in
   ``(rank_key(seed, path, key), path)`` order: `sort_key` for single-label classification,

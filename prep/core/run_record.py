@@ -14,7 +14,7 @@ written, so a resumed run may change them and plan the prepared images anew
 
 What the listing cannot show, a file changed in place, is caught by the
 per-input signatures that each prepared chunk records (see
-`beam_jobs.checkpoints`).
+`prep.core.run.checkpoints`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from prep.core.listing import InputRef, Listing, printable
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
 # 4: the listing is staged in `ordering.listing_order`, which the planner relies on.
 # 5: a spill's key rows hold each input's path, and keys come from the check's own decode (content keys v2).
-# 6: a spill's key rows are packed binary (beam_jobs/grouping.encode_keys).
-# 7: they end the spill file (grouping.spill_trailer), from a luma decode (content keys v3).
-# 8: keys are hashed a chunk at a time and recorded per chunk (grouping.write_rows), not after each batch's records.
+# 6: a spill's key rows are packed binary (prep/core/run/dedupe_files.encode_keys).
+# 7: they end the spill file (dedupe_files.spill_trailer), from a luma decode (content keys v3).
+# 8: keys are hashed a chunk at a time and recorded per chunk (dedupe_files.write_rows), not after each batch's records.
 # 9: chunk indexes record outcomes by field name (checkpoints.INDEX_VERSION 2), key files are versioned .npy.
 RUN_VERSION = 9
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}

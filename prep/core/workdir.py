@@ -17,7 +17,7 @@
                                            id written included), size, SHA-256
     .prep-tmp/parts/<shard>/part-NNNNNN    a part of a multi-part shard, and its sidecar ``part-NNNNNN.json``
 
-The dedupe stage's files (what they hold: beam_jobs/grouping.py), and the content keys' of the shards:
+The dedupe stage's files (what they hold: prep/core/run/dedupe_files.py), and the content keys' of the shards:
 
     .prep-tmp/groups/rows-NNNNNN.npy       the content keys of the good inputs chunk NNNNNN prepared
     .prep-tmp/groups/keys-NNNNNN.npy       a chunk's item ids and hashes, for the scan
@@ -30,11 +30,11 @@ The dedupe stage's files (what they hold: beam_jobs/grouping.py), and the conten
     .prep-tmp/groups/chunk-NNNNNN.json     what becomes of a chunk's grouped inputs (the planner reads it)
     .prep-tmp/keys/<shard>.part-NNNNN.npy  where a shard part's records came from, in record order
     .prep-tmp/keys/<shard>.parts.json      a shard's parts, in order
-    .prep-tmp/keys/join/<kind>-NNNNN.bin   the run files of the join that writes content_keys.jsonl (keys_join.py)
+    .prep-tmp/keys/join/<kind>-NNNNN.bin   the run files of the join that writes content_keys.jsonl (publish_keys.py)
 
 A spill file is named by one int, its spill id (`spill_id`): chunk * `BATCHES_PER_CHUNK`
 + batch. A chunk's inputs are prepared in batches of `BATCH`, one spill file each.
-What may be reused from these files, and when, is `beam_jobs.checkpoints`'s concern.
+What may be reused from these files, and when, is `prep.core.run.checkpoints`'s concern.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class WorkDir:
     def part_sidecar(self, filename: str, part: int) -> str:
         return self.part(filename, part) + ".json"
 
-    # The dedupe stage's files (beam_jobs/grouping.py).
+    # The dedupe stage's files (prep/core/run/dedupe_files.py).
 
     @property
     def groups_folder(self) -> str:
@@ -181,7 +181,7 @@ class WorkDir:
     def placements(self, chunk: int) -> str:
         return self._path("groups", f"chunk-{chunk:06d}.json")
 
-    # The shards' content keys (beam_jobs/grouping.py, keys_join.py).
+    # The shards' content keys (prep/core/run/dedupe_files.py, publish_keys.py).
 
     def part_order(self, filename: str, part: int) -> str:
         return self._path("keys", f"{filename}.part-{part:05d}.npy")

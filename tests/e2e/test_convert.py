@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from prep.cli import CliHooks, main
-
 from tests.support.imagegen import image_bytes, write_class_tree
 from tests.support.shards import manifest_without_run, read_dataset, shard_bytes
 
@@ -373,7 +372,7 @@ def _fail_at_manifest(point):
 
 
 def test_an_in_process_conversion_leaves_the_collector_unfrozen(small, tmp_path, run_cli):
-    """The heap is frozen while the pipeline runs (execute.py); a caller in process, a notebook or a test,
+    """The heap is frozen while the pipeline runs (_execute.py); a caller in process, a notebook or a test,
     must get its garbage collected again afterwards, after a run that failed too."""
     convert(run_cli, small, tmp_path / "a")
     assert gc.get_freeze_count() == 0

@@ -4,8 +4,8 @@ process tree stays under the memory bound of docs/benchmarks.md."""
 
 import json
 
-from tests.support.hostile_corpus import write_corpus
 from tests.e2e.test_sandbox import MiB, run_cli_process, tree_bound
+from tests.support.hostile_corpus import write_corpus
 
 REASONS = {"empty", "undecodable", "too_large", "image_memory", "image_timeout", "crashed_decoder"}
 

@@ -9,11 +9,11 @@ import random
 
 import pytest
 
+from prep.core.manifest import Manifest
+from prep.core.schema import ImageRecord
 from tests.support import datasets
 from tests.support.photos import EDITS, jpeg, photo
-from prep.core.schema import ImageRecord
 from tests.support.shards import shard_bytes
-from prep.core.manifest import Manifest
 
 SIZE = (96, 72)
 KINDS = ("copy", "reencode_q60", "resize_75", "crop_5")  # brightness is checked by the keys' own tests

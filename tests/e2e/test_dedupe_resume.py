@@ -1,4 +1,4 @@
-"""A conversion stopped between the dedupe stage's work files (beam_jobs/grouping.py) resumes to the
+"""A conversion stopped between the dedupe stage's work files (prep/core/run/dedupe_files.py) resumes to the
 same bytes: members recorded, lines not; files an earlier, larger run left are never read."""
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def test_resume_reuses_prepared_detection_chunks_and_gives_the_same_dataset(shap
 
 
 def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path, run_cli):
-    from beam_jobs import launch
+    from beam_jobs import convert as conversion
     from prep.core.convert_options import build_config
     from prep.core.inputs import list_inputs
     from tests.support.shards import assert_same_dataset
@@ -301,7 +301,7 @@ def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path,
     out = tmp_path / "out"
     config = build_config(to_url(str(source)), to_url(str(out)), {"annotations": to_url(str(path)), "num_shards": 2,
                                                                    "seed": 4})
-    launch.convert(config, list_inputs(config))
+    conversion.convert(config, list_inputs(config))
     assert_same_dataset(out, reference, shards=2)
 
 

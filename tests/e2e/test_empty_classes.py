@@ -10,9 +10,9 @@ import pytest
 
 import loaders
 from prep import render
-from prep.core.manifest import Manifest
 from prep.core.errors import ManifestError, PlanError
 from prep.core.layout import check_empty_classes, empty_labels, label_ids
+from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord, relabel, relabelled_size
 from prep.verify import check_manifest
 from tests.support.imagegen import image_bytes, write_class_tree
@@ -171,13 +171,13 @@ def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_
 
 def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
     """group_target=3 cuts every shard into parts, written apart and joined (write.ConcatParts)."""
-    from beam_jobs import launch
+    from beam_jobs import convert as conversion
     from prep.core.convert_options import build_config
     from prep.core.inputs import list_inputs
 
     options = {"num_shards": 2, "workers": 2, "index": True, "empty_classes": "drop"}
     config = build_config(str(sources / "mixed"), str(tmp_path / "out"), options)
-    manifest = launch.convert(config, list_inputs(config), group_target=3)
+    manifest = conversion.convert(config, list_inputs(config), group_target=3)
     assert manifest.labels == ("ant", "cat", "dog")
     convert(run_cli, sources / "clean", tmp_path / "clean")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from beam_jobs import launch
+from beam_jobs import convert as conversion
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from prep.core.tfrecord import record_index
@@ -33,7 +33,7 @@ def dataset(tmp_path_factory):
     write_class_tree(root / "src", {"ant": 9, "bee": 14, "cat": 5}, size=(22, 14), png_every=3)
     (root / "src" / "cat" / "gray.jpg").write_bytes(image_bytes("JPEG", size=(17, 11), mode="L"))
     config = build_config(str(root / "src"), str(root / "out"), OPTIONS)
-    launch.convert(config, list_inputs(config), group_target=4)
+    conversion.convert(config, list_inputs(config), group_target=4)
     return root / "out"
 
 
@@ -78,7 +78,7 @@ def test_every_offset_matches_the_framing_and_the_manifest_records_each_index(da
 def test_without_index_nothing_is_written(tmp_path):
     write_class_tree(tmp_path / "src", {"a": 3, "b": 3})
     config = build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"num_shards": 2})
-    launch.convert(config, list_inputs(config))
+    conversion.convert(config, list_inputs(config))
     assert not list((tmp_path / "out").glob("*.idx"))
     assert all("index_file" not in shard for shard in shards(tmp_path / "out"))
 
@@ -197,9 +197,9 @@ def test_overwrite_replaces_indexes_and_tfds_files_but_not_foreign_files(dataset
     (out / "dataset_info.json.0a1b2c3d.part").write_bytes(b"{")  # a kill while writing it (storage.temp_path)
     config = build_config(str(tmp_path / "src"), str(out), {"num_shards": 1, "overwrite": True})
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
-    launch.convert(config, list_inputs(config))
+    conversion.convert(config, list_inputs(config))
     assert not list(out.glob("*.idx")) and not list(out.glob("*.part")) and (out / "dataset_info.json").exists()
     assert verify(str(out)).ok
     (out / "notes.idx.txt").write_text("mine")
     with pytest.raises(OutputError, match="holds files prep did not write \\(e.g. notes.idx.txt\\)"):
-        launch.convert(config, list_inputs(config))
+        conversion.convert(config, list_inputs(config))

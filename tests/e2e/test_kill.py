@@ -7,7 +7,7 @@ without "run", rejects.jsonl), and reused what was complete: prepared chunks and
 shard files, whose inode and mtime show they were not written again.
 
 To hit each point on a machine of any speed, the child runs the CLI through
-tests/support/paused_cli.py, which injects a step hook (`beam_jobs.checkpoints.StepHook`)
+tests/support/paused_cli.py, which injects a step hook (`prep.core.run.checkpoints.StepHook`)
 that sleeps at that point as PREP_TEST_PAUSE says; the test waits for the file-system
 state it wants, then kills.
 """
@@ -22,9 +22,8 @@ import time
 
 import pytest
 
+from prep.core import keys_sidecar, storage, tfds_meta
 from tests.support.imagegen import write_dirty_tree
-from prep.core import storage
-from prep.core import keys_sidecar, tfds_meta
 from tests.support.shards import convert_with_cli, manifest_without_run, other_files, shard_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from prep.core import keys_sidecar
-from prep.leakage import compare, dataset_keys
 from prep.core.schema import ImageRecord
+from prep.leakage import compare, dataset_keys
 from tests.support import datasets
 from tests.support.photos import write_leaky_pair
 
@@ -268,7 +268,7 @@ def test_convert_records_the_keys_leakage_would_compute(tmp_path, options):
     too), `image_keys` of its stored image, whether the keys came from the check's own decode (kept
     JPEGs of 256 px a side or more at 1/8 scale, smaller ones larger, PNGs) or from the stored bytes
     (converted: --resize); so `prep leakage` decodes nothing."""
-    from beam_jobs import launch
+    from beam_jobs import convert as conversion
     from prep.core import content_keys as ck
     from prep.core.convert_options import build_config
     from prep.core.inputs import list_inputs
@@ -279,7 +279,7 @@ def test_convert_records_the_keys_leakage_would_compute(tmp_path, options):
     write_class_tree(src, {"cat": 6}, size=(90, 70), png_every=4)
     config = build_config(str(src), str(out), {"split": "train=0.7,validation=0.3", "num_shards": 2, "seed": 3,
                                                "workers": 2, **options})
-    launch.convert(config, list_inputs(config), group_target=4)
+    conversion.convert(config, list_inputs(config), group_target=4)
     manifest = datasets.load(out)
     digests = {s["file"]: s["sha256"] for split in manifest["splits"].values() for s in split["shards"]}
     cached = keys_sidecar.loads((out / keys_sidecar.FILENAME).read_bytes(), digests)

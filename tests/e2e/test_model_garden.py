@@ -15,8 +15,8 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from prep.core import schema
 from prep.cli import main
+from prep.core import schema
 from tests.support.datasets import convert, copy, records
 from tests.support.imagegen import image_bytes, write_class_tree
 

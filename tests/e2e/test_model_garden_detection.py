@@ -18,8 +18,7 @@ from PIL import Image
 
 from prep.core.task_record import TaskRecord
 from prep.verify import verify
-from tests.support import datasets
-from tests.support import task_datasets as td
+from tests.support import datasets, task_datasets as td
 
 tf = pytest.importorskip("tensorflow")
 # Not importorskip: without Model Garden these tests would pass having checked nothing.

@@ -8,11 +8,12 @@ import os
 
 import pytest
 
-from beam_jobs import checkpoints, prepare
+from beam_jobs import prepare
+from prep.core.run import checkpoints
 from prep.core.workdir import WorkDir
+from tests.e2e.test_resume import FullDisk, fail_writes
 from tests.support.imagegen import write_class_tree, write_dirty_tree
 from tests.support.shards import assert_same_dataset, convert_with_cli
-from tests.e2e.test_resume import FullDisk, fail_writes
 
 # The bundled sample's class sizes (samples/shapes: 204 images in 5 uneven classes).
 SHAPES = {"circle": 60, "square": 48, "triangle": 40, "star": 32, "cross": 24}

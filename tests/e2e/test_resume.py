@@ -12,9 +12,8 @@ import shutil
 
 import pytest
 
-from prep.core import storage
-from beam_jobs import launch
-from prep.core import keys_sidecar, tfds_meta
+from beam_jobs import convert as conversion
+from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.support.imagegen import image_bytes, write_dirty_tree
@@ -212,7 +211,7 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
     with monkeypatch.context() as patch:
         fail_writes(patch, "manifest.json.", FullDisk)
         with pytest.raises(Exception, match="No space left on device"):
-            launch.convert(config, list_inputs(config), group_target=3)
+            conversion.convert(config, list_inputs(config), group_target=3)
     assert list((out / ".prep-tmp" / "parts").iterdir())
     shards = sorted(out.glob("*.tfrecord"))
     damaged = bytearray(shards[0].read_bytes())
@@ -220,7 +219,7 @@ def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, referenc
     shards[0].write_bytes(bytes(damaged))
     shards[3].unlink()
     resume = build_config(str(source), str(out), dict(OPTIONS, resume=True))
-    manifest = launch.convert(resume, list_inputs(resume), group_target=3)
+    manifest = conversion.convert(resume, list_inputs(resume), group_target=3)
     assert manifest.run.resumed.to_json() == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 4}
     assert_same(out, reference)
 
@@ -291,10 +290,10 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
         patch.setattr(storage, "open_write", lambda p: (_ for _ in ()).throw(
             OSError(errno.ENOSPC, "No space left on device")) if storage.is_temp_of(os.path.basename(p), "manifest.json") else real(p))
         with pytest.raises(Exception, match="No space left on device"):
-            launch.convert(config, list_inputs(config))
+            conversion.convert(config, list_inputs(config))
     shutil.rmtree(out / ".prep-tmp" / "done")  # no sidecars: every shard is written again
     resume = build_config(to_url(str(source)), to_url(str(out)), dict(OPTIONS, resume=True))
-    manifest = launch.convert(resume, list_inputs(resume))
+    manifest = conversion.convert(resume, list_inputs(resume))
     assert manifest.run.resumed.to_json() == {"chunks": 5, "chunks_reused": 5, "shards": 6, "shards_reused": 0}
     assert_same(out, reference)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from beam_jobs import launch
+from beam_jobs import convert as conversion
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.support.imagegen import write_dirty_tree
@@ -32,7 +32,7 @@ def source(tmp_path_factory):
 def convert(source, out, runner="local", beam_args=(), group_target=None):
     config = build_config(str(source), str(out), OPTIONS)
     kwargs = {} if group_target is None else {"group_target": group_target}
-    launch.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
+    conversion.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
     return out
 
 
@@ -154,8 +154,8 @@ def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_
         convert(source, tmp_path / "out", runner="PortableRunner", group_target=5,
                 beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker])
     config = build_config(str(source), str(tmp_path / "out"), dict(OPTIONS, resume=True))
-    launch.convert(config, list_inputs(config), runner="PortableRunner", group_target=5,
-                   beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
+    conversion.convert(config, list_inputs(config), runner="PortableRunner", group_target=5,
+                       beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
     assert_same(tmp_path / "out", reference)
 
 
@@ -208,7 +208,7 @@ def test_object_store_paths_go_through_beam_filesystems(source, reference, tmp_p
     convert(to_url(str(source)), to_url(str(tmp_path / "out")))
     assert_same(tmp_path / "out", reference)
     config = build_config(str(source), to_url(str(tmp_path / "out2")), dict(OPTIONS, labels=to_url(str(labels))))
-    launch.convert(config, list_inputs(config))
+    conversion.convert(config, list_inputs(config))
     assert shard_bytes(tmp_path / "out2") == shard_bytes(reference)
 
 
@@ -230,7 +230,7 @@ def convert_detection(root, out, runner="local", beam_args=(), group_target=None
     config = build_config(str(root / "images"), str(out), dict(DETECTION, annotations=str(root / "instances.json"),
                                                                 bad_boxes="clip"))
     kwargs = {} if group_target is None else {"group_target": group_target}
-    launch.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
+    conversion.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
     return out
 
 

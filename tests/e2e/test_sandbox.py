@@ -1,4 +1,4 @@
-"""Every image bounded in memory and time (beam_jobs/sandbox.py, --isolate): each kind of
+"""Every image bounded in memory and time (prep/core/run/sandbox.py, --isolate): each kind of
 offender is rejected with its reason, the rest of the run is byte-identical to a run
 without them, the process tree stays under the memory bound of docs/benchmarks.md, and a run killed
 while reading a batch prepares that batch in the sandbox on --resume."""
@@ -16,9 +16,9 @@ import time
 import pytest
 from PIL import Image
 
-from beam_jobs.sandbox import Sandbox
 from prep.core.headers import predictable, read_header
 from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
+from prep.core.run.sandbox import Sandbox
 from tests.support.imagegen import (damaged_deflate_tiff, gray_png, huge_j2k, icns, ico, image_bytes, rgba_png,
                             write_class_tree)
 from tests.support.proctree import TreePeak

@@ -10,20 +10,21 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 SCRIPT = """
 import importlib.abc, sys, weakref
+from beam_jobs import convert as conversion
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
-from beam_jobs import launch, output_dir, stage
+from prep.core.run import output_dir, start
 
 config = build_config(sys.argv[1], sys.argv[2], {"num_shards": 1})
-stage.ready_output(config, list_inputs(config))
+start.ready_output(config, list_inputs(config))
 print("beam imported while starting:", "apache_beam" in sys.modules)
-output_dir.prepare_output(config.output, overwrite=True)  # start over, this time through launch.convert
+output_dir.prepare_output(config.output, overwrite=True)  # start over, this time through conversion.convert
 
 alive, seen = None, []
 
 class Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "beam_jobs.execute":
+        if name == "beam_jobs._execute":
             seen.append(alive() is not None)
         return None
 
@@ -34,7 +35,7 @@ def listed():  # the caller keeps no reference, as prep convert does
     return listing
 
 sys.meta_path.insert(0, Hook())
-manifest = launch.convert(config, listed())
+manifest = conversion.convert(config, listed())
 print("listing alive when the pipeline was imported:", seen)
 print("examples:", manifest.splits["train"].examples)
 """

@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
+from prep.cli import main
 from prep.core import schema, targets
 from prep.core.manifest import Inputs, Manifest, Run
-from prep.cli import main
 from tests.support.datasets import convert, load, records, save
 from tests.support.imagegen import write_class_tree
 

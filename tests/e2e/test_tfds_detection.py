@@ -18,8 +18,7 @@ from PIL import Image
 from prep.core import schema, tfds_meta
 from prep.core.task_record import TaskRecord
 from prep.verify import verify
-from tests.support import datasets
-from tests.support import task_datasets as td
+from tests.support import datasets, task_datasets as td
 
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")

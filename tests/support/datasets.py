@@ -8,10 +8,9 @@ import shutil
 
 from click.testing import CliRunner
 
-from prep.core import manifest as manifest_lib
-from prep.core import tfds_meta
-from prep.core.errors import ManifestError
 from prep.cli import main
+from prep.core import manifest as manifest_lib, tfds_meta
+from prep.core.errors import ManifestError
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import frame, read_records
 

@@ -2,7 +2,7 @@
 
 `Pauses.parse("chunk=0.3,shard=1,manifest=60")` sleeps that many seconds before preparing
 each chunk, after completing each shard, and between writing the manifest's temporary
-file and renaming it (the points of `beam_jobs.checkpoints.StepHook`), so that a test
+file and renaming it (the points of `prep.core.run.checkpoints.StepHook`), so that a test
 can kill the conversion there. Picklable: Beam ships it inside the DoFns.
 """
 

@@ -1,5 +1,5 @@
 """The reference planner: the whole plan in memory, from the same `make_layout` and
-`sort_key` as the pipeline. The tests' oracle for `beam_jobs.plan_shards`; not product code."""
+`sort_key` as the pipeline. The tests' oracle for `beam_jobs.plan`; not product code."""
 
 from __future__ import annotations
 

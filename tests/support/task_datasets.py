@@ -21,8 +21,7 @@ import pathlib
 import numpy as np
 from PIL import Image, ImageDraw
 
-from prep.core import manifest as m
-from prep.core import tfds_meta
+from prep.core import manifest as m, tfds_meta
 from prep.core.naming import ShardName
 from prep.core.schema import IGNORE_VALUE
 from prep.core.task_record import BoxObject, TaskRecord

@@ -10,15 +10,16 @@ import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs import checkpoints, prepare
-from beam_jobs.plan_shards import (Capped, Entry, PartEntries, PlanShards, layout_tasks, pack_entry,
+from beam_jobs import prepare
+from prep.core.run import checkpoints
+from beam_jobs.plan import (Capped, Entry, PartEntries, PlanShards, layout_tasks, pack_entry,
                                    prefix_bits, rank_task, read_section, unpack_entries)
-from prep.core.ordering import listing_order
-from prep.core.workdir import WorkDir
 from prep.core.errors import PlanError
 from prep.core.layout import PlanOptions, parse_split_fractions
-from tests.support.reference_plan import Example, make_plan
 from prep.core.listing import InputRef, Reject
+from prep.core.ordering import listing_order
+from prep.core.workdir import WorkDir
+from tests.support.reference_plan import Example, make_plan
 
 CHUNK = 37
 

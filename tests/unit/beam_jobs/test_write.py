@@ -9,9 +9,9 @@ import os
 import random
 
 from beam_jobs import write
-from beam_jobs.plan_shards import Entry
-from prep.core.workdir import WorkDir
+from beam_jobs.plan import Entry
 from prep.core.tfrecord import frame
+from prep.core.workdir import WorkDir
 
 
 def _entry(spill: int, offset: int, length: int) -> Entry:

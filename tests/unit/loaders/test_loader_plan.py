@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.core.errors import LoaderError
-from loaders.load_options import LoadOptions
 from loaders.epoch import Range, bucketed_steps, epoch_size, pipeline_ranges, records_per_pipeline, shard_order
+from loaders.load_options import LoadOptions
 from loaders.weights import acceptance_probabilities, balanced_weights
+from prep.core.errors import LoaderError
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[3])
 

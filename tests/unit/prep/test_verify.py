@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prep.core.schema import ImageRecord
-from prep.shard_scan import HashingReader
 from prep.core.tfrecord import frame
+from prep.shard_checks import HashingReader
 from prep.verify import Problem, balance_problems, verify
 from tests.support import datasets
 from tests.support.imagegen import image_bytes, write_class_tree

@@ -11,8 +11,7 @@ from prep.core import schema as s
 from prep.core.manifest import NO_STRATUM
 from prep.core.task_record import TaskRecord
 from prep.verify import verify
-from tests.support import datasets
-from tests.support import task_datasets as td
+from tests.support import datasets, task_datasets as td
 
 DET = td.DETECTION_LABELS
 

@@ -14,7 +14,7 @@ from prep.core.workdir import TMP_DIR, WorkDir, parse_scan_keys_name, parse_spil
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 PRODUCT = ("prep", "beam_jobs", "loaders")
 # (file, function) that may join a name onto the work directory's root: deleting all of it
-ALLOWED = {("beam_jobs/checkpoints.py", "delete_work")}
+ALLOWED = {("prep/core/run/checkpoints.py", "delete_work")}
 
 
 def every_path(work: WorkDir) -> list[str]:

@@ -32,8 +32,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from beam_jobs.sandbox_wire import Answer, Kind, read_answer, read_request, send_answer, send_request
 from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
+from prep.core.run.sandbox_wire import Answer, Kind, read_answer, read_request, send_answer, send_request
 
 _READY = b"ready"
 # A worker whose RSS stays this far above its start after an image (heap fragments) is
@@ -54,7 +54,7 @@ class _Worker:
 
     def __init__(self):
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        code = f"import sys; sys.path.insert(0, {root!r}); from beam_jobs.sandbox import serve; serve()"
+        code = f"import sys; sys.path.insert(0, {root!r}); from prep.core.run.sandbox import serve; serve()"
         # One BLAS thread: numpy's default pool reserves address space per core.
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,

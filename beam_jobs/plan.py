@@ -39,12 +39,12 @@ import typing
 
 import apache_beam as beam
 
-from beam_jobs import grouping
 from beam_jobs.prepare import PreparedRef, plan_group, read_prepared
 from prep.core import storage
 from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
 from prep.core.ordering import rank_key, sort_key
+from prep.core.run import dedupe_files
 from prep.core.run_record import REPLAN_HINT
 from prep.core.workdir import WorkDir
 
@@ -208,7 +208,7 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
 
     Writes the task's entries to its entry file, grouped by part. They are held
     packed (about 100 bytes each), one chunk's index parsed at a time. `grouped`: the run
-    has a dedupe stage, whose placements (beam_jobs/grouping.py) pin or leave out refs.
+    has a dedupe stage, whose placements (prep/core/run/dedupe_files.py) pin or leave out refs.
     """
     task, info = element
     parts: dict[PartKey, bytearray] = {}  # its packed entries
@@ -216,7 +216,7 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
     last: dict[tuple, tuple] = {}
     for chunk, firsts in info.chunks:
         next_rank = dict(firsts)
-        place = grouping.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
+        place = dedupe_files.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
         for r in map(PreparedRef._make, read_prepared(work, chunk)):
             pin = place(r)
             if pin is None:

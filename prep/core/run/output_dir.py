@@ -11,9 +11,9 @@ import os
 
 from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.errors import OutputError
-from beam_jobs.grouping import DUPLICATES_FILE
 from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, REPORT, Manifest
 from prep.core.naming import ShardName
+from prep.core.run.dedupe_files import DUPLICATES_FILE
 from prep.core.workdir import TMP_DIR
 
 

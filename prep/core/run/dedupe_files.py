@@ -18,7 +18,7 @@ object read back by name; a run writes them before it reads them, so they need n
     units.json, <kind>_pins.json   merged user groups ({user group: unit}), the splits chosen ({unit: split})
     chunk-NNNNNN.json     what becomes of a chunk's grouped inputs: [{"spill", "offset", "pin"}], pin null when a
                           group policy rejected it (dedupe_decide.regroup; the planner reads it: `placer`)
-    keys/<shard>.part-NNNNN.npy, <shard>.parts.json   where each shard's records came from (keys_join.py)
+    keys/<shard>.part-NNNNN.npy, <shard>.parts.json   where each shard's records came from (publish_keys.py)
 
 An input is known by (spill, offset), which stays its own when --resume restages chunks in another order;
 its id for the union-find is `item_id` (dense: the chunk whose index holds it now, and its place there). A
@@ -41,13 +41,13 @@ import typing
 
 import numpy as np
 
-from beam_jobs import checkpoints
 from prep.core import content_keys, storage
 from prep.core.accounting import sort_rejects
 from prep.core.errors import ResumeError
 from prep.core.groups import Decision, DedupeOptions, Member, user_group
 from prep.core.listing import Reject
 from prep.core.ordering import MAX_CHUNK
+from prep.core.run import checkpoints
 from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir, parse_scan_keys_name
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
@@ -238,7 +238,7 @@ class RowTable:
 
 def write_part_order(work: WorkDir, filename: str, part: int, entries) -> None:
     """Records where a shard part's records came from, in the order written: (spill, offset) each. The
-    sidecar is made from these and the spills' key rows at the end (`keys_join`), so no part reads
+    sidecar is made from these and the spills' key rows at the end (`publish_keys`), so no part reads
     every spill's keys."""
     _write_arrays(work.part_order(filename, part), np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE))
 
@@ -285,7 +285,7 @@ def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | 
 def placer(work: WorkDir, chunk: int, grouped: bool):
     """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
 
-    The placements that rank its refs (plan_shards.rank_task) are the ones that counted them
+    The placements that rank its refs (plan.rank_task) are the ones that counted them
     (prepare.chunk_counts in dedupe_decide.regroup), read back, so the two agree. `grouped` False: no
     grouping in this run.
     """

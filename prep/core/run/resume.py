@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from beam_jobs import checkpoints, replan
 from prep.core import storage
 from prep.core.errors import ManifestError, ResumeError
 from prep.core.listing import Listing, printable
 from prep.core.manifest import FILENAME, Manifest
+from prep.core.run import checkpoints, replan
 from prep.core.run_record import differences, listing_change, replanned
 from prep.core.workdir import TMP_DIR, WorkDir
 

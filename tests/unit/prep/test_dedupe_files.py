@@ -13,11 +13,11 @@ import typing
 import numpy as np
 import pytest
 
-from beam_jobs import grouping
 from prep.core import storage
 from prep.core.errors import ResumeError
 from prep.core.groups import Decision, Member
 from prep.core.listing import Reject
+from prep.core.run import dedupe_files
 from prep.core.workdir import WorkDir
 
 
@@ -32,30 +32,30 @@ def member(item: int, path: str) -> Member:
 
 def test_members_round_trip_by_batch_and_rewrite_the_same_bytes(work):
     rows = {0: [(5, member(5, "a.jpg")), (5, member(6, "b\udcff.jpg"))], 3: [(9, member(9, "c.jpg"))]}
-    slices = grouping.write_members(work, 2, rows)
+    slices = dedupe_files.write_members(work, 2, rows)
     assert sorted(slices) == [0, 3]
-    assert {b: grouping.read_members(s) for b, s in slices.items()} == rows
+    assert {b: dedupe_files.read_members(s) for b, s in slices.items()} == rows
     path = work.members(2)
     first = open(path, "rb").read()
-    assert grouping.write_members(work, 2, dict(reversed(rows.items()))) == slices
+    assert dedupe_files.write_members(work, 2, dict(reversed(rows.items()))) == slices
     assert open(path, "rb").read() == first
 
 
 def test_decisions_round_trip_by_chunk(work):
     kept = Decision(7, None, "train", "a.jpg")
     rejected = Decision(8, Reject("b.jpg", "duplicate_of", "a.jpg"), "", "")
-    slices = grouping.write_decisions(work, 1, {4: [kept], 0: [rejected]})
-    assert grouping.read_decisions(slices[4]) == [kept]
-    assert grouping.read_decisions(slices[0]) == [rejected]
+    slices = dedupe_files.write_decisions(work, 1, {4: [kept], 0: [rejected]})
+    assert dedupe_files.read_decisions(slices[4]) == [kept]
+    assert dedupe_files.read_decisions(slices[0]) == [rejected]
 
 
 def test_lines_merge_in_order_of_first_path(work):
     def line(*paths):
         return {"members": [{"path": p} for p in paths], "_movable": ""}
 
-    grouping.write_lines(work, 0, [line("d.jpg", "e.jpg"), line("a.jpg")])
-    grouping.write_lines(work, 1, [line("c.jpg"), line("b.jpg", "z.jpg")])
-    merged = [grouping.first_path(x) for x in grouping.merged_lines(work, [1, 0, 1])]
+    dedupe_files.write_lines(work, 0, [line("d.jpg", "e.jpg"), line("a.jpg")])
+    dedupe_files.write_lines(work, 1, [line("c.jpg"), line("b.jpg", "z.jpg")])
+    merged = [dedupe_files.first_path(x) for x in dedupe_files.merged_lines(work, [1, 0, 1])]
     assert merged == ["a.jpg", "b.jpg", "c.jpg", "d.jpg"]
 
 
@@ -76,24 +76,24 @@ def test_an_interrupted_streamed_write_leaves_no_file(tmp_path):
 def test_rejects_round_trip_in_rejects_order_whatever_order_they_come_in(work):
     rejects = [Reject("b.jpg", "label_conflict", "others: a.jpg"), Reject("a\udcff.jpg", "duplicate_of", "c.jpg"),
                Reject("a.jpg", "label_conflict", "others: b.jpg")]
-    grouping.write_rejects(work, 3, rejects)
+    dedupe_files.write_rejects(work, 3, rejects)
     first = open(work.policy_rejects(3), "rb").read()
-    assert list(grouping.read_rejects(work, 3)) == sorted(rejects)
-    grouping.write_rejects(work, 3, list(reversed(rejects)))  # a retried batch writes the same bytes
+    assert list(dedupe_files.read_rejects(work, 3)) == sorted(rejects)
+    dedupe_files.write_rejects(work, 3, list(reversed(rejects)))  # a retried batch writes the same bytes
     assert open(work.policy_rejects(3), "rb").read() == first
 
 
 def test_work_files_are_json_objects_by_name(work):
     rows = {0: [(5, member(5, "a.jpg"))]}
-    grouping.write_members(work, 2, rows)
+    dedupe_files.write_members(work, 2, rows)
     [record] = [json.loads(line) for line in open(work.members(2), "rb")]
     assert record == {"group": 5, **member(5, "a.jpg")._asdict()}
     rejected = Decision(8, Reject("b.jpg", "duplicate_of", "a.jpg"), "", "")
-    grouping.write_decisions(work, 1, {0: [rejected]})
+    dedupe_files.write_decisions(work, 1, {0: [rejected]})
     [record] = [json.loads(line) for line in open(work.decisions(1), "rb")]
     assert record == {"item": 8, "reject": {"path": "b.jpg", "reason": "duplicate_of", "detail": "a.jpg"},
                       "pin": "", "movable": ""}
-    grouping.write_groups(work, 3, {(2, 10): "train", (1, 0): None})
+    dedupe_files.write_groups(work, 3, {(2, 10): "train", (1, 0): None})
     assert json.loads(open(work.placements(3), "rb").read()) == [{"spill": 1, "offset": 0, "pin": None},
                                                                  {"spill": 2, "offset": 10, "pin": "train"}]
 
@@ -101,45 +101,45 @@ def test_work_files_are_json_objects_by_name(work):
         spill: int
         offset: int
 
-    place = grouping.placer(work, 3, grouped=True)
+    place = dedupe_files.placer(work, 3, grouped=True)
     assert [place(Ref(1, 0)), place(Ref(2, 10)), place(Ref(2, 11))] == [None, "train", ""]
 
 
 def test_key_files_are_versioned_npy_that_numpy_reads_without_pickle(work):
     items = np.arange(3, dtype=np.int64)
-    hashes = np.array([[0x5555_5555_5555_5555 << s & (2**64 - 1) | 1 for s in range(grouping.NUM_HASHES)]] * 3,
+    hashes = np.array([[0x5555_5555_5555_5555 << s & (2**64 - 1) | 1 for s in range(dedupe_files.NUM_HASHES)]] * 3,
                       np.uint64)
-    n = grouping.write_chunk_keys(work, 4, items, hashes)
-    assert grouping.chunk_keys_count(work, 4) == n
+    n = dedupe_files.write_chunk_keys(work, 4, items, hashes)
+    assert dedupe_files.chunk_keys_count(work, 4) == n
     with open(work.scan_keys(4), "rb") as f:
-        assert np.load(f, allow_pickle=False) == grouping.FILE_VERSION
-        assert np.load(f, allow_pickle=False).dtype == grouping.KEY_DTYPE
-    assert grouping.chunk_keys_count(work, 5) is None
-    rows = np.zeros(2, grouping.KEY_ROWS)
+        assert np.load(f, allow_pickle=False) == dedupe_files.FILE_VERSION
+        assert np.load(f, allow_pickle=False).dtype == dedupe_files.KEY_DTYPE
+    assert dedupe_files.chunk_keys_count(work, 5) is None
+    rows = np.zeros(2, dedupe_files.KEY_ROWS)
     rows["spill"], rows["offset"] = 7, [0, 40]
-    grouping.write_rows(work, 0, rows, ["a.jpg", "b\udcff.jpg"])
-    got, block = grouping.read_rows(work, 0)
+    dedupe_files.write_rows(work, 0, rows, ["a.jpg", "b\udcff.jpg"])
+    got, block = dedupe_files.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes() and block == "a.jpg\0b\udcff.jpg".encode("utf-8", "surrogateescape")
 
 
 @pytest.mark.parametrize("damage", ["version", "layout", "not npy"])
 def test_a_key_file_of_another_version_is_refused(work, damage):
-    rows = np.zeros(2, grouping.KEY_ROWS)
-    grouping.write_rows(work, 0, rows, ["a.jpg", "b.jpg"])
+    rows = np.zeros(2, dedupe_files.KEY_ROWS)
+    dedupe_files.write_rows(work, 0, rows, ["a.jpg", "b.jpg"])
     with open(work.key_rows(0), "wb") as f:
         if damage == "not npy":
             f.write(len(rows).to_bytes(4, "little") + rows.tobytes())  # RUN_VERSION 8's rows file
         else:
-            np.save(f, np.array(grouping.FILE_VERSION + (damage == "version"), "<u4"))
+            np.save(f, np.array(dedupe_files.FILE_VERSION + (damage == "version"), "<u4"))
             np.save(f, rows[["spill", "offset"]] if damage == "layout" else rows)
             np.save(f, np.zeros(3, np.uint8))
     with pytest.raises(ResumeError, match="written by another version of tfrecord-prep"):
-        grouping.read_rows(work, 0)
+        dedupe_files.read_rows(work, 0)
 
 
-DEDUPE_MODULES = ("beam_jobs/dedupe.py", "beam_jobs/dedupe_types.py", "beam_jobs/dedupe_decide.py",
-                  "beam_jobs/grouping.py", "beam_jobs/scan_tasks.py", "beam_jobs/keys_join.py", "beam_jobs/prepare.py",
-                  "beam_jobs/checkpoints.py", "prep/core/workdir.py", "prep/core/groups.py")
+DEDUPE_MODULES = ("beam_jobs/dedupe.py", "prep/core/run/dedupe_types.py", "beam_jobs/dedupe_decide.py",
+                  "prep/core/run/dedupe_files.py", "beam_jobs/dedupe_scan.py", "prep/core/run/publish_keys.py", "beam_jobs/prepare.py",
+                  "prep/core/run/checkpoints.py", "prep/core/workdir.py", "prep/core/groups.py")
 
 
 @pytest.mark.parametrize("module", DEDUPE_MODULES)

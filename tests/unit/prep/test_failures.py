@@ -4,8 +4,8 @@ import errno
 
 import pytest
 
-from beam_jobs.failures import find_prep_error
 from prep.core.errors import OutputError, PlanError, SourceError
+from prep.core.run.failures import find_prep_error
 
 
 @pytest.mark.parametrize("module", ["prep.core.errors", "prep.core.errors"])  # this version's workers, and older ones

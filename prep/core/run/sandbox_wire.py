@@ -1,4 +1,4 @@
-"""The messages between `Sandbox` and its worker processes (beam_jobs/sandbox.py), and the answer kinds.
+"""The messages between `Sandbox` and its worker processes (prep/core/run/sandbox.py), and the answer kinds.
 
 Each message is two `multiprocessing.connection` frames: a header, then the raw bytes
 it carries (the image in, the prepared image out; empty for a rejection). Reading one

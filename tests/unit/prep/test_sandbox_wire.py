@@ -1,4 +1,4 @@
-"""The sandbox's messages (beam_jobs/sandbox_wire.py): what goes in comes out, and an answer that is not
+"""The sandbox's messages (prep/core/run/sandbox_wire.py): what goes in comes out, and an answer that is not
 one reads as MALFORMED, never as code or a half-built image."""
 
 import pickle
@@ -7,8 +7,8 @@ from multiprocessing import Pipe
 
 import pytest
 
-from beam_jobs.sandbox_wire import Answer, Kind, read_answer, read_request, send_answer, send_request
 from prep.core.image_rules import ImageOptions, PreparedImage
+from prep.core.run.sandbox_wire import Answer, Kind, read_answer, read_request, send_answer, send_request
 
 
 @pytest.fixture

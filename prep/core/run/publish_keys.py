@@ -1,7 +1,7 @@
 """OUTPUT/content_keys.jsonl from the work directory's key files, in memory bounded by a chunk and a shard. No Beam.
 
-A record's keys are in the rows file of the chunk that prepared it (`grouping.write_rows`), and a shard's
-records are (spill, offset) places in its part files (`grouping.write_part_order`); a shard draws from every
+A record's keys are in the rows file of the chunk that prepared it (`dedupe_files.write_rows`), and a shard's
+records are (spill, offset) places in its part files (`dedupe_files.write_part_order`); a shard draws from every
 chunk. An external join matches the two without holding either whole:
 
 1. the shards' places, each with where it goes (shard, record), are bucketed by the chunk holding its keys;
@@ -23,8 +23,8 @@ import typing
 
 import numpy as np
 
-from beam_jobs import grouping
 from prep.core import keys_sidecar, storage
+from prep.core.run import dedupe_files
 from prep.core.workdir import WorkDir
 
 RUN_BYTES = 1 << 20  # what a step gathers before writing a run (it holds 2-3 times that while sorting)
@@ -33,7 +33,7 @@ LINES_AT_ONCE = 1024  # records of a shard formatted into one piece of the file 
 _HEAD = np.dtype([("bucket", "<u8"), ("size", "<u8")])
 _WANT = np.dtype([("key", "<u8"), ("shard", "<u4"), ("record", "<u4")])  # a record to find, and where it goes
 _JOINED = np.dtype([("shard", "<u4"), ("record", "<u4"), ("sha256", "u1", (32,)),
-                    ("hashes", "<u8", (grouping.NUM_HASHES,)), ("path", "<u4")])  # path: its length in bytes
+                    ("hashes", "<u8", (dedupe_files.NUM_HASHES,)), ("path", "<u4")])  # path: its length in bytes
 
 
 def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES) -> None:
@@ -67,7 +67,7 @@ def _place_runs(work: WorkDir, shards, run_bytes: int) -> list[str]:
     """Step 1: run files of every shard's records as _WANT rows, bucketed by the chunk holding their keys."""
     def wants():
         for shard, (_, filename, _) in enumerate(shards):
-            places = grouping.read_shard_order(work, filename)
+            places = dedupe_files.read_shard_order(work, filename)
             want = np.zeros(len(places), _WANT)
             want["key"], want["shard"], want["record"] = _key(places), shard, np.arange(len(places))
             yield want
@@ -79,7 +79,7 @@ def _place_runs(work: WorkDir, shards, run_bytes: int) -> list[str]:
 def _write_places(path: str, want: np.ndarray) -> str:
     """Writes a run of _WANT rows by chunk; returns its path."""
     order = np.argsort(want["key"], kind="stable")
-    chunks = grouping.rows_chunk(want["key"][order] >> np.uint64(32))
+    chunks = dedupe_files.rows_chunk(want["key"][order] >> np.uint64(32))
     return _write_run(path, ((chunk, want[order[a:b]].tobytes()) for chunk, a, b in _cuts(chunks)))
 
 
@@ -91,7 +91,7 @@ def _joined_runs(work: WorkDir, places: list[str], run_bytes: int) -> tuple[list
     def chunks():
         for chunk, payloads in _merged(places):
             want = np.frombuffer(b"".join(payloads), _WANT)
-            found, joined, paths = _join(want, *grouping.read_rows(work, chunk))
+            found, joined, paths = _join(want, *dedupe_files.read_rows(work, chunk))
             unkeyed.update(want["shard"][~found].tolist())
             yield joined, paths
 
@@ -114,7 +114,7 @@ def _join(want: np.ndarray, rows: np.ndarray, block: bytes) -> tuple[np.ndarray,
     joined = np.zeros(len(row), _JOINED)
     joined["shard"], joined["record"] = want["shard"][found], want["record"][found]
     joined["sha256"], joined["hashes"] = rows["sha256"][row], rows["hashes"][row]
-    starts, ends = (a[row] for a in grouping.split_paths(block))
+    starts, ends = (a[row] for a in dedupe_files.split_paths(block))
     joined["path"] = ends - starts
     return found, joined, _gather(block, starts, ends)
 

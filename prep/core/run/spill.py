@@ -19,13 +19,13 @@ import typing
 
 import numpy as np
 
-from beam_jobs.task_records import TaskSpec, build_record, rejected_info
 from prep.core import storage, targets
 from prep.core.content_keys import KeyBatch
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
 from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
 from prep.core.listing import InputRef, Reject, printable
+from prep.core.run.task_build import TaskSpec, build_record, rejected_info
 from prep.core.schema import ENCODED, ImageRecord, encode_example_around
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.workdir import BATCH, WorkDir
@@ -84,7 +84,7 @@ class PrepareOptions:
     image: ImageOptions = ImageOptions()
     source_ids: bool = False  # write image/source_id from the input's place (--target model-garden)
     task: TaskSpec | None = None  # None: single-label classification; else the record is a TaskRecord
-    keys: bool = False  # hash the content keys of good inputs, for the dedupe stage (beam_jobs/grouping.py)
+    keys: bool = False  # hash the content keys of good inputs, for the dedupe stage (prep/core/run/dedupe_files.py)
     suspects: frozenset = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
 
     @classmethod
@@ -97,7 +97,7 @@ class PrepareOptions:
 
 def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool,
              keys: bool = False):
-    """prepare_image, in the calling thread or in `sandbox` (see beam_jobs/sandbox.py): there go
+    """prepare_image, in the calling thread or in `sandbox` (see prep/core/run/sandbox.py): there go
     suspects of a killed run, and under --isolate auto every input whose header does not promise
     a decode within the bounds (`predictable`), under --isolate all every input. `keys`: see
     prepare_image (a sandbox's image comes without its gray pixels)."""
@@ -123,7 +123,7 @@ def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer:
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox`: see `_prepare`. With `options.task` (multi-label, detection, segmentation),
-    the record is a TaskRecord (beam_jobs/task_records.py) and the TaskInfo gives its counts.
+    the record is a TaskRecord (prep/core/run/task_build.py) and the TaskInfo gives its counts.
     `keys`, when given, gets the prepared image added (content_keys.KeyBatch).
     """
     task = options.task

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from beam_jobs import checkpoints, prepare
+from beam_jobs import prepare
 from prep.core.errors import ResumeError
 from prep.core.listing import Reject
+from prep.core.run import checkpoints
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import WorkDir
 

@@ -8,13 +8,13 @@ import random
 import numpy as np
 import pytest
 
-from beam_jobs import grouping
-from beam_jobs.dedupe_types import BandPairs, KeyFile
-from beam_jobs.scan_tasks import Scan, scan_tasks
-from prep.core.content_keys import distance, ContentKeys
+from beam_jobs.dedupe_scan import Scan, scan_tasks
+from prep.core.content_keys import ContentKeys, distance
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import BandPairs, KeyFile
 from prep.core.workdir import WorkDir
 
-SCALES = grouping.NUM_HASHES
+SCALES = dedupe_files.NUM_HASHES
 
 
 def balanced(rnd: random.Random) -> int:
@@ -39,21 +39,21 @@ def work(tmp_path):
     work = WorkDir(str(tmp_path))
     keys: dict[int, tuple[int, ...]] = {}
     for n in range(900):
-        keys[grouping.item_id(n % 3, n // 3)] = tuple(balanced(rnd) for _ in range(SCALES))
+        keys[dedupe_files.item_id(n % 3, n // 3)] = tuple(balanced(rnd) for _ in range(SCALES))
     originals = list(keys)
     for n, item in enumerate(originals[::4]):
-        chunk = (grouping.item_chunk(item) + 1) % 3
+        chunk = (dedupe_files.item_chunk(item) + 1) % 3
         scale = rnd.randrange(SCALES)
         copy = tuple(h if n % 4 == 0 else swapped(h, rnd, rnd.randint(1, 3) if s == scale else 10)
                      for s, h in enumerate(keys[item]))
-        keys[grouping.item_id(chunk, 300 + n)] = copy
+        keys[dedupe_files.item_id(chunk, 300 + n)] = copy
     by_chunk: dict[int, list] = {}
     for item, hashes in sorted(keys.items()):
-        by_chunk.setdefault(grouping.item_chunk(item), []).append((item, hashes))
+        by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, hashes))
     counts = []
     for chunk, rows in sorted(by_chunk.items()):
-        n = grouping.write_chunk_keys(work, chunk, np.array([i for i, _ in rows], np.int64),
-                                      np.array([h for _, h in rows], np.uint64))
+        n = dedupe_files.write_chunk_keys(work, chunk, np.array([i for i, _ in rows], np.int64),
+                                          np.array([h for _, h in rows], np.uint64))
         counts.append(KeyFile(chunk, n))
     return work, keys, counts
 

@@ -4,13 +4,13 @@ import os
 
 import pytest
 
-from beam_jobs.spill import PrepareOptions, prepare_batch, read_record
-from prep.core.workdir import WorkDir
 from prep.core.errors import SourceError
 from prep.core.image_rules import ImageOptions
-from prep.core.schema import ImageRecord
 from prep.core.listing import InputRef
+from prep.core.run.spill import PrepareOptions, prepare_batch, read_record
+from prep.core.schema import ImageRecord
 from prep.core.tfrecord import frame
+from prep.core.workdir import WorkDir
 from tests.support.imagegen import image_bytes
 
 
@@ -73,7 +73,7 @@ def _finishes(fn, seconds: float = 10):
 
 
 def test_an_input_swapped_for_a_fifo_after_its_stat_is_rejected_not_waited_on(tmp_path, monkeypatch):
-    from beam_jobs import spill
+    from prep.core.run import spill
 
     regular = tmp_path / "regular.jpg"
     regular.write_bytes(b"x")
@@ -161,7 +161,7 @@ def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monk
     import io
     import types
 
-    from beam_jobs import spill
+    from prep.core.run import spill
 
     class Trickle(io.FileIO):
         def read(self, size=-1):
@@ -181,7 +181,7 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     that wants keys refuses it)."""
     import numpy as np
 
-    from beam_jobs import grouping
+    from prep.core.run import dedupe_files
     from prep.core import content_keys as ck
     from prep.core.errors import ResumeError
 
@@ -213,12 +213,12 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     assert [ck.ContentKeys(keyed.sha256[32 * i:32 * (i + 1)].hex(), tuple(h)) for i, h in enumerate(keyed.hashes.tolist())] \
         == [ck.image_keys(data) for data in stored]
 
-    rows = np.zeros(3, grouping.KEY_ROWS)
+    rows = np.zeros(3, dedupe_files.KEY_ROWS)
     rows["spill"], rows["offset"], rows["hashes"] = 3, keyed.offsets, keyed.hashes
-    grouping.write_rows(work, 0, rows, keyed.paths)
-    got, block = grouping.read_rows(work, 0)
+    dedupe_files.write_rows(work, 0, rows, keyed.paths)
+    got, block = dedupe_files.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes()
     assert block.split(b"\0") == [p.encode("utf-8", "surrogateescape") for p in keyed.paths]
-    assert grouping.RowTable(work).get(3, keyed.offsets[2]).tobytes() == rows[2].tobytes()
+    assert dedupe_files.RowTable(work).get(3, keyed.offsets[2]).tobytes() == rows[2].tobytes()
     with pytest.raises(ResumeError, match="without computing their content keys"):
-        grouping.read_rows(work, 1)
+        dedupe_files.read_rows(work, 1)

@@ -1,8 +1,8 @@
 """The dedupe stage's scan: near pairs of every crop scale, from the chunks' packed key files (dedupe.py).
 
 A task holds every crop scale's hashes of every image (48 bytes an image: id and hashes), read once
-from the chunk key files (grouping.read_scales); its scales' bands are sorted and probed on a thread
-pool (prep.core.band_scan), all inside process(), as every runner needs. One task rather than one a
+from the chunk key files (dedupe_files.read_scales); its scales' bands are sorted and probed on a thread
+pool (prep.core.near_bands), all inside process(), as every runner needs. One task rather than one a
 scale: the pool's threads are then the only ones scanning, so the sorted copies and candidate blocks
 held at once are one band's per thread, not one per thread of every bundle the runner runs at once.
 """
@@ -14,11 +14,11 @@ import typing
 
 import numpy as np
 
-from beam_jobs import grouping
-from beam_jobs.dedupe_types import BandPairs, KeyFile
-from beam_jobs.heap import release_free_memory
 from beam_jobs.pooled import PooledDoFn
-from prep.core import band_scan
+from prep.core import near_bands
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import BandPairs, KeyFile
+from prep.core.run.heap import release_free_memory
 from prep.core.workdir import WorkDir
 
 
@@ -40,15 +40,15 @@ def scan_tasks(element: tuple[None, typing.Iterable[KeyFile]], part_target: int)
     files = list(files)
     total = sum(f.items for f in files)
     chunks = tuple(sorted(f.chunk for f in files if f.items))
-    bits = min(band_scan.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(tuple(range(grouping.NUM_HASHES)), tuple(range(band_scan.BANDS)), sub, bits, chunks)
+    bits = min(near_bands.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
+    tasks = (ScanTask(tuple(range(dedupe_files.NUM_HASHES)), tuple(range(near_bands.BANDS)), sub, bits, chunks)
              for sub in range(1 << bits))
     yield from enumerate(tasks)
 
 
 class Scan(PooledDoFn):
     """(n, ScanTask) -> `BandPairs` per scale and band with near pairs or with an oversized run's uncompared
-    pairs (prep.core.band_scan). The bands run on the pool's threads
+    pairs (prep.core.near_bands). The bands run on the pool's threads
     (numpy's sorts and comparisons release the GIL), all of them inside process()."""
 
     def __init__(self, work: WorkDir, cap: int, workers: int | None):
@@ -57,12 +57,12 @@ class Scan(PooledDoFn):
 
     def process(self, element):
         _, task = element
-        items, hashes = grouping.read_scales(self._work, task.chunks, task.scales)
-        hashes = np.asfortranarray(band_scan.spread_bits(hashes))  # every task alike: see spread_bits
+        items, hashes = dedupe_files.read_scales(self._work, task.chunks, task.scales)
+        hashes = np.asfortranarray(near_bands.spread_bits(hashes))  # every task alike: see spread_bits
 
         def one(job):
             column, band = job  # hashes' column `column` holds crop scale task.scales[column]
-            return band_scan.scan_band(items, hashes[:, column], band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
+            return near_bands.scan_band(items, hashes[:, column], band, self._cap, sub=task.sub, sub_bits=task.sub_bits)
 
         jobs = [(column, band) for column in range(len(task.scales)) for band in task.bands]
         for pairs, skipped in self._pool.map(one, jobs):

@@ -1,7 +1,7 @@
 """`--resume` with other planning options: plan the prepared images anew instead of reading them again.
 
 The planning options (`prep.core.run_record.PLANNING_OPTIONS`) act after every image is
-prepared: `layout_tasks` and `rank_task` (plan_shards.py) read only the chunk
+prepared: `layout_tasks` and `rank_task` (plan.py) read only the chunk
 indexes. So a resumed run that changes them needs only a new run record; the
 entries are planned again by every run, and a shard the old plan completed
 is reused only if its sidecar's digest of planned entries is the new plan's
@@ -19,8 +19,8 @@ same order under any seed, so only about one group's outcomes are held at once.
 
 Crash safety: run.json is deleted first and written last, so a kill in
 between leaves a work directory that `--resume` starts over from (no run.json:
-interrupted.FRESH), never chunks of two orders under one record. The new record
-says `restaged`: interrupted.py then refuses to prepare any chunk again, since
+resume.FRESH), never chunks of two orders under one record. The new record
+says `restaged`: resume.py then refuses to prepare any chunk again, since
 preparing writes the chunk's own spill files, which other chunks may now use.
 """
 
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import json
 
-from beam_jobs import checkpoints, grouping
 from prep.core import storage, targets
 from prep.core.errors import ResumeError
+from prep.core.run import checkpoints, dedupe_files
 from prep.core.workdir import WorkDir
 
 
@@ -63,7 +63,7 @@ def replan(work: WorkDir, old: dict, record: dict, staged: list[list], chunks: l
                           "every image yet, and the order of another seed needs them all; resume with "
                           f"--seed {then}, or run with --overwrite instead to start over")
     storage.delete(work.run_record)
-    grouping.forget_chunk_keys(work)  # their item ids name the chunks of the old order
+    dedupe_files.forget_chunk_keys(work)  # their item ids name the chunks of the old order
     restage(work, staged, chunks)
     checkpoints.write_run(work, dict(record, restaged=True))
 

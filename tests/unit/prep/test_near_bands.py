@@ -1,4 +1,4 @@
-"""prep.core.band_scan: the convert pipeline's near-pair scan finds what near_pairs finds, with the true distance."""
+"""prep.core.near_bands: the convert pipeline's near-pair scan finds what near_pairs finds, with the true distance."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import random
 
 import numpy as np
 
-from prep.core import band_scan
-from prep.core.band_scan import scan_band
+from prep.core import near_bands
 from prep.core.content_keys import ContentKeys, distance
-from prep.core.band_scan import BANDS
+from prep.core.near_bands import BANDS, scan_band
 from prep.core.near_pairs import near_pairs
 
 SHA = "0" * 64
@@ -122,8 +121,8 @@ def test_probing_in_blocks_and_comparing_in_small_batches_lists_the_same_pairs(m
     keys.update({len(keys) + i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES)))
                  for i in range(60)})  # one band shared by all: a run over the cap
     whole = scan_all(keys, cap=16)
-    monkeypatch.setattr(band_scan, "BLOCK", 37)
-    monkeypatch.setattr(band_scan, "LIMIT", 5)
+    monkeypatch.setattr(near_bands, "BLOCK", 37)
+    monkeypatch.setattr(near_bands, "LIMIT", 5)
     assert scan_all(keys, cap=16) == whole
     assert whole[1] > 0 and len(whole[0]) > 300
 
@@ -136,14 +135,14 @@ def test_spread_hashes_keep_their_distances_and_give_the_same_pairs_from_fewer_c
     common = rnd.getrandbits(16) << 48
     hashes = np.array([common | rnd.getrandbits(48) for _ in range(300)], np.uint64)
     hashes[1::10] = hashes[::10] ^ np.uint64(0b1010011 << 20)  # planted: 4 bits apart
-    spread = band_scan.spread_bits(hashes)
+    spread = near_bands.spread_bits(hashes)
     anything = np.array([rnd.getrandbits(64) for _ in range(300)], np.uint64)
-    for made, spread_ in ((hashes, spread), (anything, band_scan.spread_bits(anything))):
+    for made, spread_ in ((hashes, spread), (anything, near_bands.spread_bits(anything))):
         x, y = made[:, None] ^ made[None, :], spread_[:, None] ^ spread_[None, :]
         assert (np.bitwise_count(x) == np.bitwise_count(y)).all()
     items = np.arange(len(hashes), dtype=np.int64)
     as_made = sorted(p for band in range(BANDS) for p in scan_band(items, hashes, band)[0])
     assert sorted(p for band in range(BANDS) for p in scan_band(items, spread, band)[0]) == as_made
     assert {(a, b) for d, a, b in as_made if d == 4} >= {(i, i + 1) for i in range(0, 300, 10)}
-    shared = [len(np.unique(band_scan.band_fields(h, 0))) for h in (hashes, spread)]
+    shared = [len(np.unique(near_bands.band_fields(h, 0))) for h in (hashes, spread)]
     assert shared[0] == 1 and shared[1] > 200

@@ -1,7 +1,7 @@
 """Readying OUTPUT for the pipeline and staging the listing in the work directory. Imports no Beam.
 
 `ready_output` checks the options against the listing, decides what `--resume` may
-reuse (interrupted.py), clears or refuses OUTPUT (output_dir.py), and stages the
+reuse (resume.py), clears or refuses OUTPUT (output_dir.py), and stages the
 listing: its inputs in chunk files, in `prep.core.ordering.listing_order` (which the
 planner relies on), its early rejects, and the run record. From then on the staged
 chunk files stand for the listing.
@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import typing
 
-from beam_jobs import checkpoints, interrupted
-from beam_jobs.failures import describe_os_error
-from beam_jobs.output_dir import delete_leftovers, prepare_output
 from prep.core import storage
 from prep.core.config import ConvertConfig
 from prep.core.errors import OutputError, PlanError
@@ -21,6 +18,9 @@ from prep.core.layout import check_empty_classes, check_split_source
 from prep.core.listing import InputRef, Listing
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.ordering import listing_chunks
+from prep.core.run import checkpoints, resume
+from prep.core.run.failures import describe_os_error
+from prep.core.run.output_dir import delete_leftovers, prepare_output
 from prep.core.run_record import run_record, tool_info
 from prep.core.workdir import WorkDir
 
@@ -72,17 +72,17 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
                     listing.task, listing.groups, listing.categories, listing.masks)
     sizes = [len(c) for c in chunks]
     try:
-        state = interrupted.open_interrupted(config.output, config.source, record, listing, chunks,
-                                             lambda seed: listing_chunks(listing, seed)) if config.resume else None
-        if state in (interrupted.FINISHED, interrupted.RESUME):
+        state = resume.open_interrupted(config.output, config.source, record, listing, chunks,
+                                        lambda seed: listing_chunks(listing, seed)) if config.resume else None
+        if state in (resume.FINISHED, resume.RESUME):
             delete_leftovers(config.output)
-        if state == interrupted.FINISHED:
+        if state == resume.FINISHED:
             path = storage.join(config.output, FILENAME)
             return Ready(staged, sizes, Manifest.from_json(storage.read_bytes(path), path))
-        if state != interrupted.RESUME:
+        if state != resume.RESUME:
             if state is None:
                 prepare_output(config.output, config.overwrite)
-            else:  # FRESH: what an earlier, interrupted run wrote goes, as with --overwrite
+            else:  # FRESH: what an earlier, resume run wrote goes, as with --overwrite
                 prepare_output(config.output, overwrite=True)
             stage_listing(work, chunks, listing.rejects,
                           None if listing.boxes is None else (listing.box_notes, listing.boxes))

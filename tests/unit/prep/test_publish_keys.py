@@ -1,4 +1,4 @@
-"""content_keys.jsonl from the work files (beam_jobs/keys_join.py): the same bytes as the in-memory table it
+"""content_keys.jsonl from the work files (prep/core/run/publish_keys.py): the same bytes as the in-memory table it
 replaced, whatever the run size, multi-part shards and a shard with a record without keys included; no run
 file left behind; object-store paths; a chunk prepared without keys is refused as before."""
 
@@ -11,9 +11,9 @@ import types
 import numpy as np
 import pytest
 
-from beam_jobs import grouping, keys_join
 from prep.core import keys_sidecar, storage
 from prep.core.errors import ResumeError
+from prep.core.run import dedupe_files, publish_keys
 from prep.core.workdir import BATCH, BATCHES_PER_CHUNK, WorkDir
 
 CHUNKS = 5
@@ -22,7 +22,7 @@ CHUNKS = 5
 def _part_order(work: WorkDir, filename: str, part: int) -> np.ndarray:
     """A part's order file read by numpy alone (no pickle): the file's version, then the (spill, offset) rows."""
     with open(work.part_order(filename, part), "rb") as f:
-        assert np.load(f) == grouping.FILE_VERSION
+        assert np.load(f) == dedupe_files.FILE_VERSION
         return np.load(f)
 
 
@@ -37,11 +37,11 @@ def reference_sidecar(output: str, work: WorkDir, shards) -> None:
     ids, shas, hashes = [], [], []
     paths, starts, ends = bytearray(), [], []
     for chunk in np.unique(spills // np.uint64(BATCHES_PER_CHUNK)).tolist():
-        rows, block = grouping.read_rows(work, chunk)
+        rows, block = dedupe_files.read_rows(work, chunk)
         ids.append((rows["spill"] << np.uint64(32)) | rows["offset"])
         shas.append(rows["sha256"])
         hashes.append(rows["hashes"])
-        first, last = grouping.split_paths(block)
+        first, last = dedupe_files.split_paths(block)
         starts.append(len(paths) + first)
         ends.append(len(paths) + last)
         paths += block
@@ -49,14 +49,14 @@ def reference_sidecar(output: str, work: WorkDir, shards) -> None:
     ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
     table = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
     shas = np.concatenate(shas) if shas else np.zeros((0, 32), np.uint8)
-    hashes = np.concatenate(hashes) if hashes else np.zeros((0, grouping.NUM_HASHES), np.uint64)
+    hashes = np.concatenate(hashes) if hashes else np.zeros((0, dedupe_files.NUM_HASHES), np.uint64)
     order = np.argsort(table, kind="stable")
     table = table[order]
 
     def lines():
         yield keys_sidecar.header_line()
         for split, filename, digest in shards:
-            wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, grouping._PLACE)
+            wanted = np.concatenate(orders[filename]) if orders[filename] else np.zeros(0, dedupe_files._PLACE)
             key = (wanted["spill"] << np.uint64(32)) | wanted["offset"]
             at = np.minimum(np.searchsorted(table, key), max(len(table) - 1, 0))
             if len(key) and not (len(table) and np.array_equal(table[at], key)):
@@ -79,15 +79,15 @@ def write_work(work: WorkDir, seed: int = 0) -> list[tuple[str, str, str]]:
     places = []
     for chunk in range(CHUNKS):
         n = int(rng.integers(500, 900))
-        rows = np.zeros(n, grouping.KEY_ROWS)
+        rows = np.zeros(n, dedupe_files.KEY_ROWS)
         rows["spill"] = chunk * BATCHES_PER_CHUNK + np.arange(n) // BATCH
         rows["offset"] = (np.arange(n) % BATCH) * 50_000 + rng.integers(0, 1000, n)
         rows["sha256"] = rng.integers(0, 256, (n, 32), dtype=np.uint8)
-        rows["hashes"] = rng.integers(0, 2**64 - 1, (n, grouping.NUM_HASHES), dtype=np.uint64)
+        rows["hashes"] = rng.integers(0, 2**64 - 1, (n, dedupe_files.NUM_HASHES), dtype=np.uint64)
         rows = rows[rng.permutation(n)]  # written in an order of their own
         names = [f"class{i % 7}/img_{chunk}_{i:05d}.jpg" for i in range(n)]
         names[:3] = ["ünïcode/é.png", "bad\udcffname.jpg", 'quote"and\\slash.jpg']
-        grouping.write_rows(work, chunk, rows, names)
+        dedupe_files.write_rows(work, chunk, rows, names)
         places.append(rows[["spill", "offset"]][: n - 20].copy())  # 20 rows a chunk in no shard
     places = np.concatenate(places)
     places = places[rng.permutation(len(places))]
@@ -102,8 +102,8 @@ def write_work(work: WorkDir, seed: int = 0) -> list[tuple[str, str, str]]:
             entries[len(entries) // 2] = types.SimpleNamespace(spill=entries[0].spill, offset=999_999_999)
         parts = [0, 0, len(entries) // 3, len(entries)] if s % 2 else [0, len(entries)]  # 3 parts, the first empty
         for p in range(len(parts) - 1):
-            grouping.write_part_order(work, filename, p, entries[parts[p]:parts[p + 1]])
-        grouping.write_shard_parts(work, filename, list(range(len(parts) - 1)))
+            dedupe_files.write_part_order(work, filename, p, entries[parts[p]:parts[p + 1]])
+        dedupe_files.write_shard_parts(work, filename, list(range(len(parts) - 1)))
         shards.append(("train" if s < 5 else "test", filename, f"{s:064x}"))
     return shards
 
@@ -116,10 +116,10 @@ def generated(tmp_path):
     return work, shards, (tmp_path / "reference" / keys_sidecar.FILENAME).read_bytes()
 
 
-@pytest.mark.parametrize("run_bytes", [keys_join.RUN_BYTES, 64 << 10, 1000])
+@pytest.mark.parametrize("run_bytes", [publish_keys.RUN_BYTES, 64 << 10, 1000])
 def test_the_same_bytes_as_one_table_of_every_key(generated, tmp_path, run_bytes):
     work, shards, expected = generated
-    keys_join.write_sidecar(work.output, work, shards, run_bytes=run_bytes)
+    publish_keys.write_sidecar(work.output, work, shards, run_bytes=run_bytes)
     got = (tmp_path / "out" / keys_sidecar.FILENAME).read_bytes()
     assert got == expected
     lines = got.decode().splitlines()
@@ -136,7 +136,7 @@ def test_runs_left_by_a_killed_publish_are_replaced(generated, tmp_path):
     stale = tmp_path / "out" / ".prep-tmp" / "keys" / "join"
     stale.mkdir()
     (stale / "joined-00000.bin").write_bytes(b"\x07" * 100)
-    keys_join.write_sidecar(work.output, work, shards, run_bytes=4096)
+    publish_keys.write_sidecar(work.output, work, shards, run_bytes=4096)
     assert (tmp_path / "out" / keys_sidecar.FILENAME).read_bytes() == expected
     assert not stale.exists()
 
@@ -145,7 +145,7 @@ def test_object_store_paths(generated, tmp_path):
     from tests.support.testfs import to_url
 
     work, shards, expected = generated
-    keys_join.write_sidecar(to_url(work.output), WorkDir(to_url(work.output)), shards, run_bytes=8192)
+    publish_keys.write_sidecar(to_url(work.output), WorkDir(to_url(work.output)), shards, run_bytes=8192)
     assert (tmp_path / "out" / keys_sidecar.FILENAME).read_bytes() == expected
     assert not (tmp_path / "out" / ".prep-tmp" / "keys" / "join").exists()
 
@@ -154,15 +154,15 @@ def test_a_chunk_prepared_without_keys_is_refused_and_nothing_written(generated,
     work, shards, _ = generated
     os.remove(work.key_rows(2))
     with pytest.raises(ResumeError, match="without computing their content keys"):
-        keys_join.write_sidecar(work.output, work, shards, run_bytes=4096)
+        publish_keys.write_sidecar(work.output, work, shards, run_bytes=4096)
     assert not (tmp_path / "out" / keys_sidecar.FILENAME).exists()
     assert not (tmp_path / "out" / ".prep-tmp" / "keys" / "join").exists()
 
 
 def test_no_shards_and_empty_shards_give_the_header_alone(tmp_path):
     work = WorkDir(str(tmp_path))
-    grouping.write_shard_parts(work, "train.tfrecord-00000-of-00001", [0])
-    grouping.write_part_order(work, "train.tfrecord-00000-of-00001", 0, [])
+    dedupe_files.write_shard_parts(work, "train.tfrecord-00000-of-00001", [0])
+    dedupe_files.write_part_order(work, "train.tfrecord-00000-of-00001", 0, [])
     for shards in ([], [("train", "train.tfrecord-00000-of-00001", "0" * 64)]):
-        keys_join.write_sidecar(str(tmp_path), work, shards)
+        publish_keys.write_sidecar(str(tmp_path), work, shards)
         assert (tmp_path / keys_sidecar.FILENAME).read_bytes() == keys_sidecar.header_line()

@@ -1,6 +1,6 @@
 """Running the pipeline of a staged conversion, `execute`, and turning its failures into user errors.
 
-Imports Beam; `launch.py` imports this module only once the listing is staged.
+Imports Beam; `convert.py` imports this module only once the listing is staged.
 """
 
 from __future__ import annotations
@@ -12,26 +12,27 @@ import time
 
 import apache_beam as beam
 
-from beam_jobs import checkpoints, runners, staging
-from beam_jobs.checkpoints import StepHook
-from beam_jobs.failures import find_prep_error, runner_failure, with_resume_hint
+from beam_jobs import runners, worker_setup
 from beam_jobs.graph import RunSettings, build
-from beam_jobs.plan_shards import GROUP_TARGET
+from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
-from beam_jobs.stage import Ready
 from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.errors import OutputError, RunnerError
 from prep.core.manifest import FILENAME, Manifest
+from prep.core.run import checkpoints
+from prep.core.run.checkpoints import StepHook
+from prep.core.run.failures import find_prep_error, runner_failure, with_resume_hint
+from prep.core.run.start import Ready
 from prep.core.workdir import WorkDir
 
 
 def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, beam_args: list[str] | None = None,
             progress: bool = False, group_target: int = GROUP_TARGET, on_step: StepHook | None = None) -> Manifest:
-    """Runs the pipeline of a conversion `stage.ready_output` readied (not a finished one);
-    returns the manifest it wrote. Callers go through `launch.convert`.
+    """Runs the pipeline of a conversion `start.ready_output` readied (not a finished one);
+    returns the manifest it wrote. Callers go through `convert.convert`.
 
-    `group_target` bounds the references per task and part (see plan_shards.py);
+    `group_target` bounds the references per task and part (see plan.py);
     tests lower it to exercise many rank tasks and multi-part shards on small
     inputs. `on_step` is the test hook of checkpoints.py.
 
@@ -49,8 +50,8 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
         # Inputs the killed run was reading may be what killed it: never read in this thread again.
         suspects = checkpoints.read_in_flight(work)
         run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
-    beam_args, staged = staging.staging_args(runner, runners.dask_partition_args(runner, list(beam_args or []),
-                                                                                 num_chunks))
+    beam_args, staged = worker_setup.staging_args(runner, runners.dask_partition_args(runner, list(beam_args or []),
+                                                                                      num_chunks))
     options = runners.pipeline_options(runner, beam_args)
     try:
         with Progress(config.output, ready.chunk_sizes, progress):

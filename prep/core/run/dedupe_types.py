@@ -1,6 +1,6 @@
 """What the dedupe stage (dedupe.py) is given, and what travels between its steps: one NamedTuple per kind of
 element, so that a step with several kinds of output is split by type (`only`), never by a tag. Elements are
-small: chunk ids, counts, and `grouping.Slice`s of work files, never images or their members."""
+small: chunk ids, counts, and `dedupe_files.Slice`s of work files, never images or their members."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from beam_jobs.grouping import Slice
-from prep.core import band_scan
+from prep.core import near_bands
 from prep.core.groups import DedupeOptions
+from prep.core.run.dedupe_files import Slice
 from prep.core.union_find import DEFAULT_MAX_SIZE
 
 PART_TARGET = 1_000_000  # images per scan task, about (48 bytes each: id and hashes)
@@ -27,7 +27,7 @@ class DedupeSettings:
     seed: int
     fractions: tuple[tuple[str, Fraction], ...] | None  # --split fractions; None when SOURCE names the splits
     single_label: bool  # labels can conflict: single-label classification
-    cap: int = band_scan.SCAN_CAP  # distinct hashes of a band value probed into (band_scan)
+    cap: int = near_bands.SCAN_CAP  # distinct hashes of a band value probed into (near_bands)
     max_size: int = DEFAULT_MAX_SIZE  # members of a duplicate group at most (union_find)
     part_target: int = PART_TARGET  # images a scan task takes, about
     workers: int | None = None  # the scan's threads; None: every core
@@ -50,7 +50,7 @@ def only(*kinds: type):
 
 
 class KeyFile(typing.NamedTuple):
-    """A prepared chunk's key file for the scan (grouping.write_chunk_keys), and how many items it holds."""
+    """A prepared chunk's key file for the scan (dedupe_files.write_chunk_keys), and how many items it holds."""
 
     chunk: int
     items: int

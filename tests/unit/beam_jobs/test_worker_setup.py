@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from beam_jobs.staging import needs_staging, staging_args, write_setup_folder
+from beam_jobs.worker_setup import needs_staging, staging_args, write_setup_folder
 
 
 @pytest.mark.parametrize("runner, args, expected", [
