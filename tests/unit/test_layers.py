@@ -65,6 +65,10 @@ def _is_core(module: str) -> bool:
     return module == "prep.core" or module.startswith("prep.core.")
 
 
+def _is_run(module: str) -> bool:
+    return module == "prep.core.run" or module.startswith("prep.core.run.")
+
+
 def _is_prep_edge(module: str) -> bool:
     return module.startswith("prep.") and not _is_core(module)
 
@@ -85,6 +89,8 @@ def _breaks(module: str) -> list[str]:
         if _is_core(module):
             if target is not None and not _is_core(target) and target != "prep":
                 found.append(f"{name}: the core imports nothing outside prep.core")
+            elif target is not None and _is_run(target) and not _is_run(module):
+                found.append(f"{name}: only prep.core.run and the edges import prep.core.run")
             elif target is None and not _stdlib(name) and _top(name) not in CORE_THIRD_PARTY:
                 found.append(f"{name}: the core imports only the standard library, {sorted(CORE_THIRD_PARTY)}")
         elif _top(module) == "beam_jobs":
@@ -157,9 +163,10 @@ def test_no_module_over_the_size_limit():
 def test_the_checks_see_a_broken_layer(tmp_path):
     # The reading itself must be able to fail: a core module importing Beam lazily, inside a function.
     path = tmp_path / "bad.py"
-    path.write_text("def f():\n    from apache_beam import Map\n    import beam_jobs.graph\n")
+    path.write_text("def f():\n    from apache_beam import Map\n    import beam_jobs.graph\n"
+                    "    from prep.core.run import spill\n")
     IMPORTS["prep.core.bad"] = _imports("prep.core.bad", path)
     try:
-        assert len(_breaks("prep.core.bad")) == 3
+        assert len(_breaks("prep.core.bad")) == 5  # prep.core.run and prep.core.run.spill both named
     finally:
         del IMPORTS["prep.core.bad"]
