@@ -33,7 +33,7 @@ GOLDEN = {
             "dataset_info.json": "21c05d40a2bab214b9e905598bbcdc28f7582b38fec282bf67508f035126c615",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",
-            "manifest.json": "674f06803d9b309e22f1295a143ea1c0afc2b4f540ca5d4363766104cf3fd52c",
+            "manifest.json": "0e3de994902c8d17025d5cad1a9f2ff0a3570d7582131ee8d13f713c7a0599e6",
             "rejects.jsonl": "477ad144afc5f205f62c0c05276cc9e713bb4a5a3551fe2e0f72ff5abcfc8bb5",
             "test-00000-of-00002.tfrecord": "c8170590f21d2cfe456ab581a8eb52b3bfff5f72d4fe39d8492e9bd7d0653889",
             "test-00000-of-00002.tfrecord.idx": "96600afc451d38ea001298da0f735dec77f3cca04dfcf3bd43c9975d64e7c2dc",

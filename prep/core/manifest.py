@@ -102,9 +102,11 @@ class Manifest:
         """
         splits: dict[str, dict] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
-            split = splits.setdefault(name.split, {"examples": 0, "bytes": 0, "num_shards": name.count,
-                                                   "class_counts": {label: 0 for label in labels}, "shards": [],
-                                                   "box_counts": {label: 0 for label in labels}})
+            if name.split not in splits:  # not setdefault: its dense default would be built for every shard
+                splits[name.split] = {"examples": 0, "bytes": 0, "num_shards": name.count, "shards": [],
+                                      "class_counts": {label: 0 for label in labels},
+                                      "box_counts": {label: 0 for label in labels}}
+            split = splits[name.split]
             split["examples"] += shard.examples
             split["bytes"] += shard.bytes
             for label, n in shard.class_counts.items():

@@ -121,12 +121,24 @@ class GroupCounts:
 
 def deviation(split_counts: dict[str, int], examples: int, shards) -> float:
     """The largest deviation of a shard's count of a class from its proportional share of the split's
-    (class count x shard examples / split examples), over shards and classes, rounded to 1/1000."""
+    (class count x shard examples / split examples), over shards and classes, rounded to 1/1000.
+
+    Sparse: a shard's deviation is exact for the classes it holds; for all the classes it lacks
+    (count 0) it is their share, largest for the class with most records, so one is enough. The
+    shares are computed as `total * examples / split examples`, so the float is the dense one's.
+    """
+    ranked = sorted(((total, name) for name, total in split_counts.items() if total), reverse=True)
     worst = 0.0
     for shard in shards:
-        for name, total in split_counts.items():
-            share = total * shard.examples / examples if examples else 0.0
-            worst = max(worst, abs(shard.class_counts.get(name, 0) - share))
+        held = shard.class_counts
+        for name, n in held.items():
+            if name in split_counts:
+                share = split_counts[name] * shard.examples / examples if examples else 0.0
+                worst = max(worst, abs(n - share))
+        for total, name in ranked:  # the largest share among the classes this shard lacks
+            if not held.get(name):
+                worst = max(worst, total * shard.examples / examples if examples else 0.0)
+                break
     return round(worst, 3)
 
 
