@@ -112,19 +112,37 @@ def strata_unbalanced(manifest: Manifest) -> list[tuple[str, str]]:
 
 def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> list[tuple[str, str]]:
     """(file, message) for each shard of one split that breaks the balance rule, given what
-    each holds per class (see the module docstring)."""
-    problems = []
+    each holds per class (see the module docstring). A class a shard does not name holds 0 there.
 
-    def check(values: list[int], what: str, of: str):
-        n, shards = sum(values), len(values)
+    Sparse: each class is checked on the shards that hold it; the others hold 0, which breaks
+    the rule only when ⌊n/N⌋ > 0. Work grows with the non-zero counts, not shards x classes.
+    """
+    problems = []
+    shards = len(files)
+
+    def message(value: int, what: str, n: int) -> str:
         low, high = n // shards, -(-n // shards)
         allowed = f"{low}" if low == high else f"{low} or {high}"
-        for file, value in zip(files, values):
-            if value not in (low, high):
-                problems.append((file, f"unbalanced: holds {value} {what}; split {split} has {n} {of} "
-                                       f"in {shards} shards, so each must hold {allowed}"))
+        return (f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
+                f"so each must hold {allowed}")
 
-    check([sum(c.values()) for c in counts], "records", "records")
-    for name in sorted(set().union(*counts)):
-        check([c.get(name, 0) for c in counts], f"of class {name!r}", f"of class {name!r}")
+    records = [sum(c.values()) for c in counts]
+    n = sum(records)
+    if shards:
+        low, high = n // shards, -(-n // shards)
+        problems += [(f, message(v, "records", n)) for f, v in zip(files, records) if v not in (low, high)]
+    held: dict[str, list[tuple[int, int]]] = {}  # class -> [(shard position, count > 0)]
+    for i, c in enumerate(counts):
+        for name, v in c.items():
+            if v:
+                held.setdefault(name, []).append((i, v))
+    for name in sorted(held):
+        pairs = held[name]
+        n = sum(v for _, v in pairs)
+        low, high = n // shards, -(-n // shards)
+        bad = [(i, v) for i, v in pairs if v not in (low, high)]
+        if low > 0 and len(pairs) < shards:  # the shards that do not name the class hold 0 < low
+            present = {i for i, _ in pairs}
+            bad += [(i, 0) for i in range(shards) if i not in present]
+        problems += [(files[i], message(v, f"of class {name!r}", n)) for i, v in sorted(bad)]
     return problems
