@@ -1,4 +1,5 @@
-"""The last step, `publish`: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
+"""The last step, `publish`: rejects.jsonl, the shard counts, the tfds metadata, then the manifest, written last
+and atomically.
 
 Order matters for crash safety: the manifest is written in full under a temporary
 name (`storage.temp_path`), then renamed to manifest.json, and only then is the work
@@ -22,8 +23,8 @@ from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
 from prep.core.layout import parse_split_fractions
-from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, GroupCounts, InFlight, Manifest,
-                                Resumed, Run)
+from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, GroupCounts,
+                                InFlight, Manifest, Resumed, Run)
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
@@ -112,12 +113,16 @@ def publish(element, *, output: str, work: WorkDir, labels, options: dict, found
         release_free_memory()  # what the write stage freed, before the sidecar's join
         keys_join.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
                                                for s in split.shards])
-    # Before the manifest, so that a folder with manifest.json is complete for tfds too.
+    document, counts = manifest.documents()
+    # The shards' counts (shard_counts.jsonl, which manifest.json names by size and SHA-256), then the tfds
+    # files, all before the manifest, so that a folder with manifest.json is complete for every reader.
+    if counts is not None:
+        storage.write_atomic(storage.join(output, SHARD_COUNTS), counts)
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)
     staged = storage.temp_path(storage.join(output, FILENAME))
     with storage.open_write(staged) as f:
-        f.write(manifest.dumps())
+        f.write(document)
     if on_step is not None:
         on_step("manifest")
     storage.rename(staged, storage.join(output, FILENAME))

@@ -27,8 +27,19 @@ def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return dict(total)
 
 
+def require_shard_counts(manifest: Manifest) -> None:
+    """Refuses a version-2 manifest read without its sidecar, whose shards' counts are None rather than empty.
+
+    Raises:
+        ValueError: (an internal error) the counts were not read: `Manifest.load(..., shard_counts=True)`.
+    """
+    if any(shard.class_counts is None for _, shard in manifest.shards()):
+        raise ValueError("internal error: the shards' counts were not read (Manifest.load(..., shard_counts=True))")
+
+
 def contradictions(manifest: Manifest) -> list[str]:
     """Where a well-shaped manifest contradicts itself, one message each."""
+    require_shard_counts(manifest)
     labels = manifest.labels
     messages = []
     if len(set(labels)) != len(labels):
@@ -98,6 +109,7 @@ def strata_unbalanced(manifest: Manifest) -> list[tuple[str, str]]:
     records only. (file, message) for each shard that breaks it."""
     if manifest.task == "classification":
         return []
+    require_shard_counts(manifest)
     problems = []
     for split, info in manifest.splits.items():
         files = [s.file for s in info.shards]

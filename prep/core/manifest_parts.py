@@ -29,14 +29,18 @@ class ShardInfo:
     examples: int
     bytes: int
     sha256: str
-    class_counts: dict[str, int]  # records per class; multilabel and detection: images containing the class
+    # records per class; multilabel and detection: images containing the class. A class not named holds
+    # none. None: in the sidecar of a version-2 manifest, not read (`Manifest.with_shard_counts`).
+    class_counts: dict[str, int] | None
     index_file: IndexFile | None = None  # only with --index
     box_counts: dict[str, int] | None = None  # detection: objects per class
     stratum_counts: dict[str, int] | None = None  # multilabel, detection: images per stratum (NO_STRATUM: none)
 
     def to_json(self) -> dict:
         out = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
-               "sha256": self.sha256, "class_counts": dict(self.class_counts)}
+               "sha256": self.sha256}
+        if self.class_counts is not None:
+            out["class_counts"] = dict(self.class_counts)
         if self.index_file is not None:
             out["index_file"] = self.index_file.to_json()
         for key in ("box_counts", "stratum_counts"):
