@@ -241,7 +241,7 @@ class Manifest:
             raw = read.get(data, "shard_counts", dict, "shard_counts")
             ref = sidecar.SidecarRef(*(read.get(raw, key, kind, f"shard_counts.{key}")
                                        for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
-            if ref.file != os.path.basename(ref.file) or ref.file.startswith(".") or "\\" in ref.file:
+            if not ref.file or ref.file != os.path.basename(ref.file) or ref.file[0] == "." or "\\" in ref.file:
                 raise ManifestError(f"{where} is malformed: shard_counts.file must be a file name beside it, "
                                     f"got {ref.file!r}")
         splits = {name: _split(read, name, info, version) for name, info in

@@ -125,7 +125,7 @@ def test_a_sidecar_that_is_not_the_one_written_is_a_manifest_error_naming_the_li
 
 def test_a_version_2_manifest_must_name_a_sidecar_beside_it():
     document = built().to_json()
-    for bad in ("../x.jsonl", "/etc/passwd", ".hidden", "a\\b"):
+    for bad in ("../x.jsonl", "/etc/passwd", ".hidden", "a\\b", ""):
         document["shard_counts"]["file"] = bad
         with pytest.raises(ManifestError, match="shard_counts.file must be a file name beside it"):
             Manifest.from_json(document)
