@@ -119,7 +119,7 @@ class Manifest:
             split = splits[name.split]
             split["examples"] += shard.examples
             split["bytes"] += shard.bytes
-            for label, n in shard.class_counts.items():
+            for label, n in (shard.class_counts or {}).items():  # the writer's shards always carry them
                 split["class_counts"][label] += n
             for label, n in (shard.box_counts or {}).items():
                 split["box_counts"][label] += n
@@ -141,7 +141,7 @@ class Manifest:
     def to_json(self) -> dict:
         return self._documents()[0]
 
-    def _documents(self) -> tuple[dict, bytes | None]:
+    def _documents(self) -> tuple[dict[str, Any], bytes | None]:
         """The manifest document and, version 2 with the shards' counts at hand, the sidecar's bytes."""
         out = {
             "format": FORMAT,
@@ -184,8 +184,13 @@ class Manifest:
             return self
         placed = [(name, shard.file) for name, split in self.splits.items() for shard in split.shards]
         counts = iter(sidecar.read(data, self.shard_counts, placed, where))
-        splits = {name: dataclasses.replace(split, shards=tuple(dataclasses.replace(shard, **next(counts))
-                                                                 for shard in split.shards))
+
+        def counted(shard: ShardInfo) -> ShardInfo:
+            found = next(counts)
+            return dataclasses.replace(shard, class_counts=found["class_counts"], box_counts=found.get("box_counts"),
+                                       stratum_counts=found.get("stratum_counts"))
+
+        splits = {name: dataclasses.replace(split, shards=tuple(counted(shard) for shard in split.shards))
                   for name, split in self.splits.items()}
         return dataclasses.replace(self, splits=splits)
 

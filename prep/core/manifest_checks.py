@@ -53,7 +53,7 @@ def contradictions(manifest: Manifest) -> list[str]:
             if (shard.file, shard.index) != (name, i):
                 messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
                                 f"not {shard.file} with index {shard.index}")
-            in_classes = sum(shard.class_counts.values())
+            in_classes = sum((shard.class_counts or {}).values())  # (read: require_shard_counts)
             # Only single-label records: multilabel, detection and segmentation count images containing a class.
             if manifest.task == "classification" and in_classes != shard.examples:
                 messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum "
@@ -67,7 +67,7 @@ def contradictions(manifest: Manifest) -> list[str]:
             summed = sum(getattr(s, key) for s in shards)
             if getattr(info, key) != summed:
                 messages.append(f"split {split}: {key} is {getattr(info, key)} but its shards sum to {summed}")
-        summed = sum_counts(s.class_counts for s in shards)
+        summed = sum_counts(s.class_counts or {} for s in shards)
         for name in sorted(set(summed) | set(info.class_counts)):
             claimed = info.class_counts.get(name, 0)
             if claimed != summed.get(name, 0):

@@ -19,9 +19,11 @@ sidecar against the manifest's shards, naming the line at fault.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
 from prep.core.errors import ManifestError
 
@@ -38,14 +40,14 @@ class SidecarRef:
     sha256: str
 
     @classmethod
-    def of(cls, data: bytes) -> SidecarRef:
+    def of(cls, data: builtins.bytes) -> SidecarRef:
         return cls(FILENAME, len(data), hashlib.sha256(data).hexdigest())
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "bytes": self.bytes, "sha256": self.sha256}
 
 
-def line(split: str, file: str, counts: dict) -> bytes:
+def line(split: str, file: str | None, counts: dict[str, Any]) -> bytes:
     """One shard's line: its split, file and counts (zeros left out)."""
     entry = {key: ({k: v for k, v in value.items() if v} if isinstance(value, dict) else value)
              for key, value in counts.items()}
@@ -53,14 +55,15 @@ def line(split: str, file: str, counts: dict) -> bytes:
                        ensure_ascii=True) + "\n").encode()
 
 
-def split_out(document: dict, ref: SidecarRef | None = None) -> tuple[dict, bytes | None]:
+def split_out(document: dict[str, Any], ref: SidecarRef | None = None) -> tuple[dict[str, Any], bytes | None]:
     """A manifest document with the counts inline in its shards (version 1's form) as version 2: the
     document without them, naming the sidecar, and the sidecar's bytes.
 
     When no shard holds counts (a version-2 manifest read without its sidecar), the document names
     `ref` and no bytes are returned.
     """
-    lines, found, splits = [], False, {}
+    lines: list[bytes] = []
+    found, splits = False, {}
     for name, info in document["splits"].items():
         shards = []
         for shard in info["shards"]:
@@ -71,13 +74,14 @@ def split_out(document: dict, ref: SidecarRef | None = None) -> tuple[dict, byte
             shards.append(shard)
         splits[name] = {**info, "shards": shards}
     data = b"".join(lines) if found else None
-    if data is None and ref is None:
+    if data is not None:
+        ref = SidecarRef.of(data)
+    elif ref is None:
         raise ValueError("internal error: a version-2 manifest without shard counts nor a sidecar to name")
-    ref = SidecarRef.of(data) if data is not None else ref
     return {**document, "version": 2, "splits": splits, "shard_counts": ref.to_json()}, data
 
 
-def inline(document: dict, data: bytes) -> dict:
+def inline(document: dict[str, Any], data: bytes) -> dict[str, Any]:
     """A version-2 document and its sidecar's bytes as one version-1-form document (counts in the
     shards, no `shard_counts`): what a tool that edits a whole manifest works on. Unchecked."""
     entries = iter(json.loads(text) for text in data.decode().splitlines())
@@ -93,7 +97,7 @@ def inline(document: dict, data: bytes) -> dict:
     return out
 
 
-def read(data: bytes, ref: SidecarRef, shards: list[tuple[str, str]], where: str) -> list[dict[str, dict]]:
+def read(data: bytes, ref: SidecarRef, shards: list[tuple[str, str]], where: str) -> list[dict[str, dict[str, int]]]:
     """The counts of each shard ((split, file), in manifest order), read from the sidecar's `data`.
 
     Raises:
@@ -124,7 +128,7 @@ def read(data: bytes, ref: SidecarRef, shards: list[tuple[str, str]], where: str
     return out
 
 
-def _counts(value, field: str) -> dict[str, int]:
+def _counts(value: object, field: str) -> dict[str, int]:
     if not isinstance(value, dict):
         raise ManifestError(f"{field} must be an object, got {value!r}")
     for name, n in value.items():
