@@ -1,4 +1,5 @@
-"""The last step, `publish`: rejects.jsonl, the tfds metadata, then the manifest, written last and atomically.
+"""The last step, `publish`: rejects.jsonl, the shard counts, the tfds metadata, then the manifest, written last
+and atomically.
 
 Order matters for crash safety: the manifest is written in full under a temporary
 name (`storage.temp_path`), then renamed to manifest.json, and only then is the work
@@ -23,8 +24,8 @@ from prep.core.run.checkpoints import StepHook
 from prep.core.run.dedupe_files import GroupNotes
 from prep.core.run.heap import release_free_memory
 from prep.core.run.output_dir import delete_unplanned_shards
-from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, Extras, GroupCounts, InFlight,
-                                Manifest, Resumed, Run)
+from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, Extras, GroupCounts,
+                                InFlight, Manifest, Resumed, Run)
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
@@ -127,12 +128,16 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
         release_free_memory()  # what the write stage freed, before the sidecar's join
         publish_keys.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
                                                   for s in split.shards])
-    # Before the manifest, so that a folder with manifest.json is complete for tfds too.
+    document, counts = manifest.documents()
+    # The shards' counts (shard_counts.jsonl, which manifest.json names by size and SHA-256), then the tfds
+    # files, all before the manifest, so that a folder with manifest.json is complete for every reader.
+    if counts is not None:
+        storage.write_atomic(storage.join(output, SHARD_COUNTS), counts)
     for name, data in tfds_meta.files(manifest).items():
         storage.write_atomic(storage.join(output, name), data)
     staged = storage.temp_path(storage.join(output, FILENAME))
     with storage.open_write(staged) as f:
-        f.write(manifest.dumps())
+        f.write(document)
     if on_step is not None:
         on_step("manifest")
     storage.rename(staged, storage.join(output, FILENAME))

@@ -101,37 +101,47 @@ class ShardCounts(typing.NamedTuple):
 
 def task_counts(entries, labels: tuple[str, ...], groups: tuple[str, ...] | None, task: str) -> ShardCounts:
     """The counts of `entries`: records per class (classification), else images containing each class
-    (`Entry.tags`), with objects per class, images per stratum (the planner's group) and max objects."""
+    (`Entry.tags`), with objects per class, images per stratum (the planner's group) and max objects.
+
+    Only the classes and strata the entries hold are named (a missing one holds 0), so a shard's
+    counts grow with what it holds, never with the number of classes.
+    """
     if task == "classification":
-        counts = collections.Counter(labels[e.label] for e in entries)
-        return ShardCounts({label: counts.get(label, 0) for label in labels}, {})
-    images = collections.Counter(labels[i] for e in entries for i, _ in e.tags)
+        return ShardCounts(_named(collections.Counter(e.label for e in entries), labels), {})
+    images = collections.Counter(i for e in entries for i, _ in e.tags)
     extra: dict = {}
     if task in ("multilabel", "detection"):
-        strata = collections.Counter(groups[e.label] for e in entries)
-        extra["stratum_counts"] = {name: strata.get(name, 0) for name in groups}
+        extra["stratum_counts"] = _named(collections.Counter(e.label for e in entries), groups)
     if task == "detection":
-        boxes = collections.Counter()
+        boxes: collections.Counter = collections.Counter()
         for e in entries:
             for i, n in e.tags:
-                boxes[labels[i]] += n
-        extra["box_counts"] = {label: boxes.get(label, 0) for label in labels}
+                boxes[i] += n
+        extra["box_counts"] = _named(boxes, labels)
         extra["max_boxes"] = max((sum(n for _, n in e.tags) for e in entries), default=0)
-    return ShardCounts({label: images.get(label, 0) for label in labels}, extra)
+    return ShardCounts(_named(images, labels), extra)
+
+
+def _named(counts: collections.Counter, names) -> dict[str, int]:
+    """{name: n} of the non-zero counts by id, in id order."""
+    return {names[i]: n for i, n in sorted(counts.items()) if n}
 
 
 def add_counts(parts) -> dict:
-    """The `extra` counts of several parts of one shard, added up (max_boxes: the largest)."""
+    """The `extra` counts of several parts of one shard, added up (max_boxes: the largest); the
+    names no part holds stay absent."""
     out: dict = {}
     for extra in parts:
         for key, value in extra.items():
             if key == "max_boxes":
                 out[key] = max(out.get(key, 0), value)
             else:
-                total = out.setdefault(key, {name: 0 for name in value})
-                for name, n in value.items():
-                    total[name] += n
-    return out
+                out.setdefault(key, collections.Counter()).update(value)
+    return {key: value if key == "max_boxes" else _nonzero(value) for key, value in out.items()}
+
+
+def _nonzero(counts) -> dict[str, int]:
+    return {name: n for name, n in counts.items() if n}
 
 
 def shard_info(file: str, index: int, examples: int, size: int, sha: str, class_counts: dict, index_file,
@@ -374,7 +384,10 @@ class ConcatParts(beam.DoFn):
                 self._on_step("shard")
         if self._options.keys:
             dedupe_files.write_shard_parts(self._work, filename, [p.part for p in parts])
-        class_counts = {label: sum(p.class_counts[label] for p in parts) for label in self._options.labels}
+        summed: collections.Counter = collections.Counter()
+        for p in parts:
+            summed.update(p.class_counts)
+        class_counts = _nonzero(summed)  # held classes only, whatever the number of labels
         index_file = write_index(self._options.output, self._work, name,
                                  [n for p in parts for n in p.record_sizes]) if self._options.index else None
         extra = add_counts(p.counts for p in parts)

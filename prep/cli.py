@@ -204,7 +204,7 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     from prep.core.manifest import Manifest
 
     _existing_folder(output)
-    manifest = Manifest.load(output)
+    manifest = Manifest.load(output, shard_counts=True)  # the per-shard spreads read every shard's counts
     if split is not None and split not in manifest.splits:
         raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest.splits)})",
                                  param_hint="'--split'")

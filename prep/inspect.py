@@ -42,11 +42,19 @@ def summary(manifest: Manifest, output: str) -> dict:
     splits: dict[str, dict[str, Any]] = {}
     for name, info in manifest.splits.items():
         shards = info.shards
+        held: dict[str, list[int]] = {}  # class -> its non-zero counts, one per shard holding it
+        for s in shards:
+            for label, n in s.class_counts.items():
+                if n:
+                    held.setdefault(label, []).append(n)
         classes = {}
         for label in labels:
             count = info.class_counts.get(label, 0)
-            classes[label] = {"count": count, "share": _share(count, info.examples),
-                              "per_shard": _spread([s.class_counts.get(label, 0) for s in shards])}
+            counts = held.get(label, [])
+            # a shard that does not name a class holds none of it
+            per_shard = {"min": min(counts) if len(counts) == len(shards) and counts else 0,
+                         "max": max(counts, default=0)}
+            classes[label] = {"count": count, "share": _share(count, info.examples), "per_shard": per_shard}
             if info.box_counts is not None:  # detection
                 classes[label]["boxes"] = info.box_counts.get(label, 0)
         extra = {} if info.max_boxes is None else {"max_boxes": info.max_boxes,

@@ -210,9 +210,11 @@ def manifest_issues(manifest: Manifest) -> list[str]:
     if task == "segmentation" and manifest.ignore_value not in (None, IGNORE_VALUE):
         messages.append(f"ignore_value is {manifest.ignore_value}, records of this version mark ignored "
                         f"pixels with {IGNORE_VALUE}")
+    rank = {name: i for i, name in enumerate(labels)}  # looked up per shard: never a scan of the labels
+    exact = exact_strata(manifest)
     for split, info in manifest.splits.items():
         for shard in info.shards:
-            messages += _shard_fields(task, labels, shard, exact_strata(manifest))
+            messages += _shard_fields(task, rank, shard, exact)
         if task == "detection":
             summed: collections.Counter[str] = collections.Counter()
             for shard in info.shards:
@@ -250,7 +252,9 @@ def exact_strata(manifest: Manifest) -> bool:
     return manifest.task == "detection" and boxes is not None and boxes.dropped == 0
 
 
-def _shard_fields(task: str, labels: list[str], shard, exact_strata: bool) -> list[str]:
+def _shard_fields(task: str, labels: dict[str, int], shard, exact_strata: bool) -> list[str]:
+    """What a shard's task fields break; `labels` gives each label's id. Only the classes and strata the
+    shard names are looked at (one it does not name holds 0), so the work grows with what it holds."""
     messages = []
     where = shard.file
     if task in STRATIFIED:
@@ -258,7 +262,7 @@ def _shard_fields(task: str, labels: list[str], shard, exact_strata: bool) -> li
         if strata is None:
             return [f"{where}: a {task} shard without stratum_counts"]
         # (that they sum to examples is manifest_checks.contradictions')
-        unknown = sorted(set(strata) - set(labels) - {NO_STRATUM})
+        unknown = sorted(name for name in strata if name not in labels and name != NO_STRATUM)
         if unknown:
             messages.append(f"{where}: stratum_counts name strata that are not labels: {', '.join(map(repr, unknown))}")
         # An image's stratum comes from its annotations before boxes are dropped (box_outside, crowd, ...), so
@@ -272,7 +276,8 @@ def _shard_fields(task: str, labels: list[str], shard, exact_strata: bool) -> li
         if shard.box_counts is None:
             messages.append(f"{where}: a detection shard without box_counts")
         else:
-            fewer = [name for name in labels if shard.box_counts.get(name, 0) < shard.class_counts.get(name, 0)]
+            fewer = sorted((name for name, n in shard.class_counts.items()
+                            if name in labels and shard.box_counts.get(name, 0) < n), key=labels.__getitem__)
             if fewer:
                 messages.append(f"{where}: box_counts below class_counts for {', '.join(map(repr, fewer))}: "
                                 "each image containing a class holds at least one of its boxes")

@@ -248,12 +248,15 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         OSError: a file cannot be read (other than a missing shard, which is a problem).
     """
     started = time.perf_counter()
+    file = FILENAME  # the file a ManifestError is about
     try:
         manifest = Manifest.load(output)
+        if manifest.shard_counts is not None:  # version 2: every shard's counts, from the sidecar it names
+            file = manifest.shard_counts.file
+            manifest = manifest.read_shard_counts(output)
     except ManifestError as exc:
-        path = os.path.join(output, FILENAME)
-        message = str(exc).removeprefix(path).removeprefix(" ").removeprefix(": ")
-        return Report(output, deep, (Problem(FILENAME, None, message),), {}, 0,
+        message = str(exc).removeprefix(os.path.join(output, file)).removeprefix(" ").removeprefix(": ")
+        return Report(output, deep, (Problem(file, None, message),), {}, 0,
                       time.perf_counter() - started)
     problems = check_manifest(manifest)
     recorded = manifest.options.get("target", targets.NONE)

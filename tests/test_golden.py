@@ -7,7 +7,8 @@ manifest.json the "run" object (times, the source's absolute path) is cut out fi
 is pinned byte for byte.
 
 content_keys.jsonl (the records' content keys, docs/leakage.md) came in with the keys written by
-convert; no other file changed then. A change that alters these bytes on purpose (a new manifest
+convert; no other file changed then. Issue 37 changed manifest.json twice and only it: shard counts
+lost their zero entries, then version 2 moved them to shard_counts.jsonl (new here). A change that alters these bytes on purpose (a new manifest
 field, another encoder setting)
 updates the digests here in the same commit and says why; any other change must keep them.
 """
@@ -33,8 +34,9 @@ GOLDEN = {
             "dataset_info.json": "21c05d40a2bab214b9e905598bbcdc28f7582b38fec282bf67508f035126c615",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",
-            "manifest.json": "674f06803d9b309e22f1295a143ea1c0afc2b4f540ca5d4363766104cf3fd52c",
+            "manifest.json": "5f9f2cebffb63fd97692354d830297c07e178ed0a33c34362739ed1e0afc2089",
             "rejects.jsonl": "477ad144afc5f205f62c0c05276cc9e713bb4a5a3551fe2e0f72ff5abcfc8bb5",
+            "shard_counts.jsonl": "f3b698b72a3d247c50a01ac688b9bf6d20b294f9c8cf9aaec90f4837d2de17fb",
             "test-00000-of-00002.tfrecord": "c8170590f21d2cfe456ab581a8eb52b3bfff5f72d4fe39d8492e9bd7d0653889",
             "test-00000-of-00002.tfrecord.idx": "96600afc451d38ea001298da0f735dec77f3cca04dfcf3bd43c9975d64e7c2dc",
             "test-00001-of-00002.tfrecord": "24758897fecca3d6039702ebaecbeccfb6f25581fff945e4bed480d404d33f7e",
@@ -55,8 +57,9 @@ GOLDEN = {
             "dataset_info.json": "fdda61093c8a0fc00cce58f31b6826c9b04b24a0f65eda132d1c288b843e5243",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
             "image.class.label.labels.txt": "f6ce6a2d26de106475a885c1030dcf58de90919bdcb80dc07327901a68c523c2",
-            "manifest.json": "1a77ba554e7ea5e58da30135caddf0b915997469e3a8a7b21f6df90a019d6924",
+            "manifest.json": "843a375207bb93f75dfe057fef86dec665a8814dbe4184fb0ec9895f64e33266",
             "rejects.jsonl": "477ad144afc5f205f62c0c05276cc9e713bb4a5a3551fe2e0f72ff5abcfc8bb5",
+            "shard_counts.jsonl": "85e0a29b5fb86051d7a75be1c2c7afe3abc8edb0d224bc59effe3745ddbe8bbc",
             "train-00000-of-00003.tfrecord": "358c6dddd3cd9265f71a71ba371a78461d97e6449daa1c10edd20a127cdb4843",
             "train-00001-of-00003.tfrecord": "5dbb91683e86a8625a1837f8331f11a88790d8e87829ffc70b4dcda5eca17c2f",
             "train-00002-of-00003.tfrecord": "bc64e1a7c0131a75851636d042373e42b8996172c2475f07619f332c0543d618",

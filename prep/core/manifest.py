@@ -3,8 +3,14 @@
 `Manifest.from_json` is the one reader: it checks the format, the version and the
 shape (every key and type that a reader relies on), so a hand-edited manifest gives a
 `ManifestError` naming the bad field, never a KeyError or TypeError later.
-`Manifest.to_json` gives back exactly the version-1 document (`dumps`: sorted keys,
-indent 2, ASCII), so the bytes of a manifest are the same as before it was typed.
+`Manifest.to_json` gives back exactly the document read (`dumps`: sorted keys, indent 2,
+ASCII), so the bytes of a manifest are the same as before it was typed.
+
+Version 2 (written since issue 37) moves the per-shard counts to `shard_counts.jsonl` beside
+the manifest (`prep.core.shard_counts`), so that manifest.json grows with shards + classes,
+never shards x classes. `from_json` reads version 1 as it always did; a version-2 manifest's
+shards then hold `class_counts` (`box_counts`, `stratum_counts`) None until `with_shard_counts`
+(or `load(..., shard_counts=True)`) reads the sidecar. A reader that needs them must ask.
 
 The manifest is written last, atomically; its presence means every shard it names was
 complete when it was written. Everything except `run` is a function of the inputs and
@@ -18,6 +24,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping
 
+from prep.core import shard_counts as sidecar
 from prep.core.errors import ManifestError
 from prep.core.naming import ShardName, check_split_name
 from prep.core.schema import IGNORE_VALUE, TASKS
@@ -32,7 +39,9 @@ LABEL_MAP_CSV = "label_map.csv"  # detection: id,name (Model Garden)
 REPORT = "report.html"  # `prep report`'s page, written into OUTPUT by `prep convert --report`
 FORMAT = "tfrecord-prep"
 NO_STRATUM = "(none)"  # the stratum of an image without labels or objects (stratum_counts)
-VERSION = 1
+VERSION = 2  # what this tool writes
+READABLE = (1, 2)  # what it reads
+SHARD_COUNTS = sidecar.FILENAME
 
 
 def _kind_name(kind: type) -> str:
@@ -88,6 +97,7 @@ class Manifest:
     categories: tuple[Category, ...] | None = None  # detection
     ignore_value: int | None = None  # segmentation: the mask value that marks pixels to ignore
     groups: GroupCounts | None = None  # only when a duplicate group was found or a group decided a split
+    shard_counts: sidecar.SidecarRef | None = None  # version 2 as read: the sidecar manifest.json names
 
     @property
     def examples(self) -> int:
@@ -111,12 +121,14 @@ class Manifest:
         task, max_boxes, fractions = extras.task, extras.max_boxes, extras.fractions
         splits: dict[str, dict] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
-            split = splits.setdefault(name.split, {"examples": 0, "bytes": 0, "num_shards": name.count,
-                                                   "class_counts": {label: 0 for label in labels}, "shards": [],
-                                                   "box_counts": {label: 0 for label in labels}})
+            if name.split not in splits:  # not setdefault: its dense default would be built for every shard
+                splits[name.split] = {"examples": 0, "bytes": 0, "num_shards": name.count, "shards": [],
+                                      "class_counts": {label: 0 for label in labels},
+                                      "box_counts": {label: 0 for label in labels}}
+            split = splits[name.split]
             split["examples"] += shard.examples
             split["bytes"] += shard.bytes
-            for label, n in shard.class_counts.items():
+            for label, n in (shard.class_counts or {}).items():  # the writer's shards always carry them
                 split["class_counts"][label] += n
             for label, n in (shard.box_counts or {}).items():
                 split["box_counts"][label] += n
@@ -136,6 +148,10 @@ class Manifest:
                    ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=extras.groups or None)
 
     def to_json(self) -> dict:
+        return self._documents()[0]
+
+    def _documents(self) -> tuple[dict[str, Any], bytes | None]:
+        """The manifest document and, version 2 with the shards' counts at hand, the sidecar's bytes."""
         out = {
             "format": FORMAT,
             "version": self.version,
@@ -154,10 +170,38 @@ class Manifest:
             out["ignore_value"] = self.ignore_value
         if self.groups is not None:
             out["groups"] = self.groups.to_json()
-        return out
+        if self.version >= 2:
+            return sidecar.split_out(out, self.shard_counts)
+        return out, None
 
     def dumps(self) -> bytes:
         return dumps(self.to_json())
+
+    def documents(self) -> tuple[bytes, bytes | None]:
+        """The bytes of manifest.json and, version 2, of the sidecar it names (`SHARD_COUNTS`), which
+        is written first. None for version 1, or for a version-2 manifest read without its sidecar."""
+        document, data = self._documents()
+        return dumps(document), data
+
+    def with_shard_counts(self, data: bytes, where: str = SHARD_COUNTS) -> Manifest:
+        """This manifest with its shards' counts read from the sidecar's bytes (version 1: itself).
+
+        Raises:
+            ManifestError: the sidecar is not the one manifest.json names, or is malformed (the line named).
+        """
+        if self.shard_counts is None:
+            return self
+        placed = [(name, shard.file) for name, split in self.splits.items() for shard in split.shards]
+        counts = iter(sidecar.read(data, self.shard_counts, placed, where))
+
+        def counted(shard: ShardInfo) -> ShardInfo:
+            found = next(counts)
+            return dataclasses.replace(shard, class_counts=found["class_counts"], box_counts=found.get("box_counts"),
+                                       stratum_counts=found.get("stratum_counts"))
+
+        splits = {name: dataclasses.replace(split, shards=tuple(counted(shard) for shard in split.shards))
+                  for name, split in self.splits.items()}
+        return dataclasses.replace(self, splits=splits)
 
     @classmethod
     def from_json(cls, data: bytes | str | dict, where: str = FILENAME) -> "Manifest":
@@ -174,8 +218,10 @@ class Manifest:
                 raise ManifestError(f"{where} is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ManifestError(f"{where} is not a tfrecord-prep manifest")
-        if data.get("version") != VERSION:
-            raise ManifestError(f"{where} has version {data.get('version')!r}; this tool reads version {VERSION}")
+        version = data.get("version")
+        if version not in READABLE or isinstance(version, bool):
+            raise ManifestError(f"{where} has version {version!r}; this tool reads versions "
+                                f"{', '.join(map(str, READABLE))}")
         for key in ("labels", "splits", "inputs", "options"):
             if key not in data:
                 raise ManifestError(f"{where} lacks {key!r}")
@@ -204,7 +250,16 @@ class Manifest:
         inputs = Inputs(**counts, converted=raw_inputs.get("converted"),
                         rejected_by_reason=raw_inputs.get("rejected_by_reason"),
                         capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty, boxes=boxes)
-        splits = {name: _split(read, name, info) for name, info in read.get(data, "splits", dict, "splits").items()}
+        ref = None
+        if version >= 2:
+            raw = read.get(data, "shard_counts", dict, "shard_counts")
+            ref = sidecar.SidecarRef(*(read.get(raw, key, kind, f"shard_counts.{key}")
+                                       for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
+            if not ref.file or ref.file != os.path.basename(ref.file) or ref.file.startswith(".") or "\\" in ref.file:
+                raise ManifestError(f"{where} is malformed: shard_counts.file must be a file name beside it, "
+                                    f"got {ref.file!r}")
+        splits = {name: _split(read, name, info, version) for name, info in
+                  read.get(data, "splits", dict, "splits").items()}
         tool = data.get("tool")
         task = data.get("task", "classification")
         if task not in TASKS:
@@ -229,27 +284,44 @@ class Manifest:
                                     for f in dataclasses.fields(GroupCounts)})
         return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,
                    tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")),
-                   task=task, categories=categories, ignore_value=ignore_value, groups=groups)
+                   task=task, categories=categories, ignore_value=ignore_value, groups=groups, version=version,
+                   shard_counts=ref)
 
     @classmethod
-    def load(cls, output: str) -> "Manifest":
-        """Reads and checks OUTPUT/manifest.json of a local folder.
+    def load(cls, output: str, shard_counts: bool = False) -> "Manifest":
+        """Reads and checks OUTPUT/manifest.json of a local folder; with `shard_counts`, also the
+        sidecar of a version-2 manifest, so that every shard's counts are at hand.
 
         Raises:
-            ManifestError: missing, unreadable, not ours, an unknown version, or malformed.
+            ManifestError: missing, unreadable, not ours, an unknown version, or malformed (the sidecar too).
         """
         path = os.path.join(output, FILENAME)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise ManifestError(f"{path} does not exist: {output} is not a finished dataset") from None
-        except OSError as exc:
-            raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
-        return cls.from_json(data, path)
+        manifest = cls.from_json(_read(path, f"{output} is not a finished dataset"), path)
+        return manifest.read_shard_counts(output) if shard_counts else manifest
+
+    def read_shard_counts(self, output: str) -> Manifest:
+        """This manifest, read from the local folder `output`, with its sidecar's counts (version 1: itself).
+
+        Raises:
+            ManifestError: the sidecar is missing, unreadable, not the one manifest.json names, or malformed.
+        """
+        if self.shard_counts is None:
+            return self
+        path = os.path.join(output, self.shard_counts.file)
+        return self.with_shard_counts(_read(path, "manifest.json names it"), path)
 
 
-def _split(read: _Reader, name: str, info) -> SplitInfo:
+def _read(path: str, missing: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ManifestError(f"{path} does not exist: {missing}") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _split(read: _Reader, name: str, info, version: int = 1) -> SplitInfo:
     try:
         check_split_name(name)
     except ValueError as exc:
@@ -266,7 +338,10 @@ def _split(read: _Reader, name: str, info) -> SplitInfo:
         read.check(shard, dict, where)
         values = {key: read.get(shard, key, kind, f"{where}.{key}") for key, kind in
                   (("file", str), ("index", int), ("examples", int), ("bytes", int), ("sha256", str))}
-        counts = read.counts(read.get(shard, "class_counts", dict, f"{where}.class_counts"), f"{where}.class_counts")
+        counts = None  # version 2: in the sidecar
+        if version == 1 or "class_counts" in shard:
+            counts = read.counts(read.get(shard, "class_counts", dict, f"{where}.class_counts"),
+                                 f"{where}.class_counts")
         index_file = None
         if "index_file" in shard:  # written with --index
             raw = read.get(shard, "index_file", dict, f"{where}.index_file")

@@ -27,8 +27,19 @@ def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return dict(total)
 
 
+def require_shard_counts(manifest: Manifest) -> None:
+    """Refuses a version-2 manifest read without its sidecar, whose shards' counts are None rather than empty.
+
+    Raises:
+        ValueError: (an internal error) the counts were not read: `Manifest.load(..., shard_counts=True)`.
+    """
+    if any(shard.class_counts is None for _, shard in manifest.shards()):
+        raise ValueError("internal error: the shards' counts were not read (Manifest.load(..., shard_counts=True))")
+
+
 def contradictions(manifest: Manifest) -> list[str]:
     """Where a well-shaped manifest contradicts itself, one message each."""
+    require_shard_counts(manifest)
     labels = manifest.labels
     messages = []
     if len(set(labels)) != len(labels):
@@ -42,7 +53,7 @@ def contradictions(manifest: Manifest) -> list[str]:
             if (shard.file, shard.index) != (name, i):
                 messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
                                 f"not {shard.file} with index {shard.index}")
-            in_classes = sum(shard.class_counts.values())
+            in_classes = sum((shard.class_counts or {}).values())  # (read: require_shard_counts)
             # Only single-label records: multilabel, detection and segmentation count images containing a class.
             if manifest.task == "classification" and in_classes != shard.examples:
                 messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum "
@@ -56,7 +67,7 @@ def contradictions(manifest: Manifest) -> list[str]:
             summed = sum(getattr(s, key) for s in shards)
             if getattr(info, key) != summed:
                 messages.append(f"split {split}: {key} is {getattr(info, key)} but its shards sum to {summed}")
-        summed = sum_counts(s.class_counts for s in shards)
+        summed = sum_counts(s.class_counts or {} for s in shards)
         for name in sorted(set(summed) | set(info.class_counts)):
             claimed = info.class_counts.get(name, 0)
             if claimed != summed.get(name, 0):
@@ -98,6 +109,7 @@ def strata_unbalanced(manifest: Manifest) -> list[tuple[str, str]]:
     records only. (file, message) for each shard that breaks it."""
     if manifest.task == "classification":
         return []
+    require_shard_counts(manifest)
     problems = []
     for split, info in manifest.splits.items():
         files = [s.file for s in info.shards]
@@ -112,19 +124,37 @@ def strata_unbalanced(manifest: Manifest) -> list[tuple[str, str]]:
 
 def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> list[tuple[str, str]]:
     """(file, message) for each shard of one split that breaks the balance rule, given what
-    each holds per class (see the module docstring)."""
-    problems = []
+    each holds per class (see the module docstring). A class a shard does not name holds 0 there.
 
-    def check(values: list[int], what: str, of: str) -> None:
-        n, shards = sum(values), len(values)
+    Sparse: each class is checked on the shards that hold it; the others hold 0, which breaks
+    the rule only when ⌊n/N⌋ > 0. Work grows with the non-zero counts, not shards x classes.
+    """
+    problems = []
+    shards = len(files)
+
+    def message(value: int, what: str, n: int) -> str:
         low, high = n // shards, -(-n // shards)
         allowed = f"{low}" if low == high else f"{low} or {high}"
-        for file, value in zip(files, values):
-            if value not in (low, high):
-                problems.append((file, f"unbalanced: holds {value} {what}; split {split} has {n} {of} "
-                                       f"in {shards} shards, so each must hold {allowed}"))
+        return (f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
+                f"so each must hold {allowed}")
 
-    check([sum(c.values()) for c in counts], "records", "records")
-    for name in sorted(set().union(*counts)):
-        check([c.get(name, 0) for c in counts], f"of class {name!r}", f"of class {name!r}")
+    records = [sum(c.values()) for c in counts]
+    n = sum(records)
+    if shards:
+        low, high = n // shards, -(-n // shards)
+        problems += [(f, message(v, "records", n)) for f, v in zip(files, records) if v not in (low, high)]
+    held: dict[str, list[tuple[int, int]]] = {}  # class -> [(shard position, count > 0)]
+    for i, c in enumerate(counts):
+        for name, v in c.items():
+            if v:
+                held.setdefault(name, []).append((i, v))
+    for name in sorted(held):
+        pairs = held[name]
+        n = sum(v for _, v in pairs)
+        low, high = n // shards, -(-n // shards)
+        bad = [(i, v) for i, v in pairs if v not in (low, high)]
+        if low > 0 and len(pairs) < shards:  # the shards that do not name the class hold 0 < low
+            present = {i for i, _ in pairs}
+            bad += [(i, 0) for i in range(shards) if i not in present]
+        problems += [(files[i], message(v, f"of class {name!r}", n)) for i, v in sorted(bad)]
     return problems

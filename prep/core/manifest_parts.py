@@ -31,14 +31,18 @@ class ShardInfo:
     examples: int
     bytes: int
     sha256: str
-    class_counts: dict[str, int]  # records per class; multilabel and detection: images containing the class
+    # records per class; multilabel and detection: images containing the class. A class not named holds
+    # none. None: in the sidecar of a version-2 manifest, not read (`Manifest.with_shard_counts`).
+    class_counts: dict[str, int] | None
     index_file: IndexFile | None = None  # only with --index
     box_counts: dict[str, int] | None = None  # detection: objects per class
     stratum_counts: dict[str, int] | None = None  # multilabel, detection: images per stratum (NO_STRATUM: none)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, "index": self.index, "examples": self.examples, "bytes": self.bytes,
-               "sha256": self.sha256, "class_counts": dict(self.class_counts)}
+        out: dict[str, Any] = {"file": self.file, "index": self.index, "examples": self.examples,
+                               "bytes": self.bytes, "sha256": self.sha256}
+        if self.class_counts is not None:
+            out["class_counts"] = dict(self.class_counts)
         if self.index_file is not None:
             out["index_file"] = self.index_file.to_json()
         for key in ("box_counts", "stratum_counts"):
@@ -123,12 +127,24 @@ class GroupCounts:
 
 def deviation(split_counts: dict[str, int], examples: int, shards: Iterable[ShardInfo]) -> float:
     """The largest deviation of a shard's count of a class from its proportional share of the split's
-    (class count x shard examples / split examples), over shards and classes, rounded to 1/1000."""
+    (class count x shard examples / split examples), over shards and classes, rounded to 1/1000.
+
+    Sparse: a shard's deviation is exact for the classes it holds; for all the classes it lacks
+    (count 0) it is their share, largest for the class with most records, so one is enough. The
+    shares are computed as `total * examples / split examples`, so the float is the dense one's.
+    """
+    ranked = sorted(((total, name) for name, total in split_counts.items() if total), reverse=True)
     worst = 0.0
     for shard in shards:
-        for name, total in split_counts.items():
-            share = total * shard.examples / examples if examples else 0.0
-            worst = max(worst, abs(shard.class_counts.get(name, 0) - share))
+        held = shard.class_counts
+        for name, n in held.items():
+            if name in split_counts:
+                share = split_counts[name] * shard.examples / examples if examples else 0.0
+                worst = max(worst, abs(n - share))
+        for total, name in ranked:  # the largest share among the classes this shard lacks
+            if not held.get(name):
+                worst = max(worst, total * shard.examples / examples if examples else 0.0)
+                break
     return round(worst, 3)
 
 

@@ -138,6 +138,53 @@ def heat_map(matrix: np.ndarray, rows: int, columns: int) -> HeatMap:
     return HeatMap(np.where(-low > high, low, high), r, c, None)
 
 
+@dataclasses.dataclass(frozen=True)
+class SplitHeat:
+    """A split's heat map with what its title and legend say: classes x shards, fewest and most records
+    of a class in a shard."""
+
+    heat: HeatMap
+    classes: int
+    shards: int
+    low: int
+    high: int
+
+
+def split_heat_map(manifest, split: str, rows: int, columns: int) -> SplitHeat | None:
+    """The heat map of a split (`heat_map` of its `count_matrix`; None without shards), built from the
+    non-zero counts when binned, so that memory and time grow with classes x `columns` and the counts the
+    manifest holds, never with classes x shards."""
+    shards = manifest.splits[split].shards
+    classes, width = len(manifest.labels), len(shards)
+    if not width:
+        return None
+    row = {name: i for i, name in enumerate(manifest.labels)}
+    cells = [(row[name], j, n) for j, s in enumerate(shards) for name, n in s.class_counts.items()
+             if n and name in row]
+    label, column, value = np.array(cells, dtype=np.int64).reshape(-1, 3).T
+    low = int(value.min()) if len(value) == classes * width else 0
+    high = int(value.max(initial=0))
+    r, c = bin_edges(classes, rows), bin_edges(width, columns)
+    if len(r) - 1 == classes and len(c) - 1 == width:  # small: the matrix itself, exact
+        matrix = np.zeros((classes, width), np.int64)
+        matrix[label, column] = value
+        return SplitHeat(heat_map(matrix, rows, columns), classes, width, low, high)
+    mean = np.bincount(label, weights=value, minlength=classes) / width
+    row_block, column_block = np.repeat(np.arange(len(r) - 1), np.diff(r)), np.repeat(np.arange(len(c) - 1), np.diff(c))
+    top, bottom = np.full((len(r) - 1, len(c) - 1), -np.inf), np.full((len(r) - 1, len(c) - 1), np.inf)
+    deviation = value - mean[label]
+    np.maximum.at(top, (row_block[label], column_block[column]), deviation)
+    np.minimum.at(bottom, (row_block[label], column_block[column]), deviation)
+    # A cell the manifest does not name holds 0, so its deviation is -mean: for each class and column block
+    # that has such cells (fewer named than the block's width), fold -mean into the block's extremes.
+    named = np.zeros((classes, len(c) - 1), np.int64)
+    np.add.at(named, (label, column_block[column]), 1)
+    zero = np.where(named < np.diff(c)[None, :], -mean[:, None], np.nan)
+    top = np.maximum(top, np.fmax.reduceat(np.where(np.isnan(zero), -np.inf, zero), r[:-1], axis=0))
+    bottom = np.minimum(bottom, np.fmin.reduceat(np.where(np.isnan(zero), np.inf, zero), r[:-1], axis=0))
+    return SplitHeat(HeatMap(np.where(-bottom > top, bottom, top), r, c, None), classes, width, low, high)
+
+
 def balance_verdict(manifest, split: str) -> list[str]:
     """Where the manifest's per-shard counts break the balance rule (empty: balanced)."""
     shards = manifest.splits[split].shards

@@ -21,12 +21,13 @@ from prep.core.tfrecord import read_records
 
 
 def load_manifest(output: str) -> Manifest:
-    """The manifest of OUTPUT (`prep.core.manifest.Manifest`).
+    """The manifest of OUTPUT (`prep.core.manifest.Manifest`), with every shard's counts (the heat maps
+    and the balance verdict read them).
 
     Raises:
-        ManifestError: missing, not ours, of an unknown version, or malformed.
+        ManifestError: missing, not ours, of an unknown version, or malformed (its shard counts too).
     """
-    return Manifest.load(output)
+    return Manifest.load(output, shard_counts=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,16 +78,16 @@ def _grid(output: str, manifest, limits: content.Limits):
 def _heat_maps(manifest, limits: content.Limits):
     maps = []
     for split in manifest.splits:
-        matrix = content.count_matrix(manifest, split)
-        if matrix.size == 0:
+        found = content.split_heat_map(manifest, split, limits.heat_rows, limits.heat_columns)
+        if found is None:
             continue
-        heat = content.heat_map(matrix, limits.heat_rows, limits.heat_columns)
-        title = f"{split}: {matrix.shape[0]} classes x {matrix.shape[1]} shards"
+        heat = found.heat
+        title = f"{split}: {found.classes} classes x {found.shards} shards"
         if heat.binned:
             title += f", in {heat.cells.shape[0]} x {heat.cells.shape[1]} cells"
         problems = content.balance_verdict(manifest, split)
         maps.append({"split": split, "binned": heat.binned, "problem_count": len(problems),
-                     "problems": problems[:limits.problems_listed], "min": int(matrix.min()), "max": int(matrix.max()),
+                     "problems": problems[:limits.problems_listed], "min": found.low, "max": found.high,
                      "svg": charts.heat_map(heat, list(manifest.labels), title, salt=f"heat-{split}")})
     return maps
 

@@ -110,7 +110,7 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     present = shard_bytes(out)
     expected = shard_bytes(reference)
     assert all(data == expected[name] for name, data in present.items())
-    allowed = {".prep-tmp", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()}
+    allowed = {".prep-tmp", "rejects.jsonl", "shard_counts.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()}
     assert {p.name for p in out.iterdir() if not storage.is_temp_of(p.name, "manifest.json")} - set(present) <= allowed
     chunks_done, shards_done = chunk_indexes(out), sidecars(out)
     before = {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in present}
@@ -133,7 +133,7 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     assert manifest_without_run(out) == manifest_without_run(reference)
     assert other_files(out) == other_files(reference)
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
-        ["manifest.json", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()])
+        ["manifest.json", "shard_counts.jsonl", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()])
 
     resumed = json.loads((out / "manifest.json").read_text())["run"]["resumed"]
     total = resumed["chunks"]

@@ -235,7 +235,7 @@ def test_clear_errors(broken, tmp_path):
         loaders.load(broken)
     manifest["version"] = 99
     (broken / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ManifestError, match="has version 99; this tool reads version 1"):
+    with pytest.raises(ManifestError, match="has version 99; this tool reads versions 1, 2"):
         loaders.load(broken)
 
 

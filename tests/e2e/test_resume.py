@@ -42,7 +42,8 @@ def assert_same(out, reference):
     assert_same_dataset(out, reference, shards=6)
     indexes = [p.name + ".idx" for p in out.glob("*.tfrecord")]
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
-        ["manifest.json", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names(), *indexes])
+        ["manifest.json", "shard_counts.jsonl", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names(),
+         *indexes])
 
 
 def resumed(out) -> dict:

@@ -54,7 +54,7 @@ def test_multilabel_records_counts_and_strata(multilabel, tmp_path, run_cli, kin
     out = tmp_path / "out"
     result = run_cli("convert", root, out, "--labels", labels, "--num-shards", 4, "--split", "train=0.75,test=0.25")
     assert result.exit_code == 0, result.output
-    m = Manifest.load(str(out))
+    m = Manifest.load(str(out), shard_counts=True)
     assert m.task == "multilabel" and m.labels == ("cat", "dog", "owl", "rare")
     assert contradictions(m) == [] and strata_unbalanced(m) == []
     got = records(out, "multilabel")
@@ -79,7 +79,7 @@ def test_multilabel_with_unknown_class_is_rejected_by_name(multilabel, tmp_path,
     out = tmp_path / "out"
     result = run_cli("convert", root, out, "--labels", labels, "--classes", classes, "--num-shards", 2)
     assert result.exit_code == 0, result.output
-    m = Manifest.load(str(out))
+    m = Manifest.load(str(out), shard_counts=True)
     assert m.inputs.rejected_by_reason == {"unknown_label": 5} and m.inputs.reconciles
 
 
@@ -108,7 +108,7 @@ def test_segmentation_masks_equal_the_drawn_shapes(segmentation, tmp_path, run_c
     result = run_cli("convert", root / "images", out, "--masks", root / "masks", "--classes", root / "classes.txt",
                      "--num-shards", 3, *extra)
     assert result.exit_code == 0, result.output
-    m = Manifest.load(str(out))
+    m = Manifest.load(str(out), shard_counts=True)
     assert m.task == "segmentation" and m.ignore_value == 255 and m.labels == SEG_CLASSES
     assert m.inputs.rejected_by_reason == {"missing_mask": 1} and m.inputs.reconciles
     assert contradictions(m) == [] and strata_unbalanced(m) == []

@@ -9,7 +9,7 @@ import shutil
 from click.testing import CliRunner
 
 from prep.cli import main
-from prep.core import manifest as manifest_lib, tfds_meta
+from prep.core import manifest as manifest_lib, shard_counts, tfds_meta
 from prep.core.errors import ManifestError
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import frame, read_records
@@ -27,12 +27,33 @@ def copy(dataset: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
 
 
 def load(out: pathlib.Path) -> dict:
-    return json.loads((out / manifest_lib.FILENAME).read_text())
+    """The manifest as one document to edit: a version-2 manifest's shard counts put back in its shards
+    (`shard_counts.inline`, version 1's form), which `save` moves out again."""
+    document = json.loads((out / manifest_lib.FILENAME).read_text())
+    if document.get("version") == 2 and isinstance(document.get("shard_counts"), dict):
+        return shard_counts.inline(document, (out / document["shard_counts"]["file"]).read_bytes())
+    return document
+
+
+def inline_v1(out: pathlib.Path) -> bool:
+    """Whether `out` holds a version-1 manifest (counts inline), which `save` then keeps as it is."""
+    return json.loads((out / manifest_lib.FILENAME).read_text()).get("version") == 1
 
 
 def save(out: pathlib.Path, manifest: dict) -> None:
-    """Writes `manifest`, and the tfds metadata that follows from it, so only what a test breaks is wrong
-    (a manifest broken beyond reading leaves the tfds metadata as it was)."""
+    """Writes `manifest` (as `load` gives it), and the tfds metadata that follows from it, so only what a
+    test breaks is wrong (a manifest broken beyond reading leaves the tfds metadata as it was).
+
+    A dataset written with a version-2 manifest gets one again: the shard counts go to its sidecar, which
+    the manifest names with its new size and SHA-256, so the counts a test changes are what verify reads.
+    """
+    if manifest.get("version") == 1 and not inline_v1(out):
+        try:
+            manifest, data = shard_counts.split_out(manifest)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            data = None  # too broken to split: written as it is
+        if data is not None:
+            (out / shard_counts.FILENAME).write_bytes(data)
     try:
         typed = manifest_lib.Manifest.from_json(manifest)
     except ManifestError:

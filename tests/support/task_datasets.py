@@ -140,7 +140,9 @@ def write(out: pathlib.Path, task: str, labels: list[str], splits: dict[str, lis
         (out / "label_map.pbtxt").write_text("".join(f"item {{\n  id: {i}\n  name: '{n}'\n}}\n"
                                                      for i, n in enumerate(labels, 1)))
         (out / "label_map.csv").write_text("id,name\n" + "".join(f"{i},{n}\n" for i, n in enumerate(labels, 1)))
-    (out / m.FILENAME).write_bytes(manifest.dumps())
+    document, counts = manifest.documents()
+    (out / m.SHARD_COUNTS).write_bytes(counts)
+    (out / m.FILENAME).write_bytes(document)
     return out
 
 

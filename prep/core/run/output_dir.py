@@ -1,7 +1,7 @@
 """OUTPUT itself: refusing or clearing it before a conversion, removing what a killed run was writing,
 and the shards an earlier plan wrote that a resumed run's plan does not name.
 
-Only files prep writes are ever deleted: shards, record indexes, manifest.json,
+Only files prep writes are ever deleted: shards, record indexes, manifest.json, shard_counts.jsonl,
 rejects.jsonl, the tfds metadata, their temporary names, and the work directory.
 """
 
@@ -11,7 +11,7 @@ import os
 
 from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.errors import OutputError
-from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, REPORT, Manifest
+from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, REPORT, SHARD_COUNTS, Manifest
 from prep.core.naming import ShardName
 from prep.core.run.dedupe_files import DUPLICATES_FILE
 from prep.core.workdir import TMP_DIR
@@ -50,8 +50,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
 def _written_names() -> tuple[str, ...]:
     """The files other than shards and indexes that prep writes in OUTPUT (`prep leakage` its key
     sidecar, `prep report` its page)."""
-    return (FILENAME, REJECTS, *tfds_meta.all_file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT, LABEL_MAP_CSV,
-            DUPLICATES_FILE)
+    return (FILENAME, SHARD_COUNTS, REJECTS, *tfds_meta.all_file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT,
+            LABEL_MAP_CSV, DUPLICATES_FILE)
 
 
 def _is_leftover(name: str, written: tuple[str, ...]) -> bool:

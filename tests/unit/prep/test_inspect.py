@@ -54,7 +54,7 @@ def test_summary_text(dataset, run_cli):
     result = run_cli("inspect", dataset)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"{dataset}: manifest version 1, written by tfrecord-prep ")
+    assert lines[0].startswith(f"{dataset}: manifest version 2, written by tfrecord-prep ")
     assert lines[1].startswith("24 records in 4 shards (") and lines[1].endswith("), 3 classes, 2 splits")
     assert lines[2].startswith("seed 5; options: ") and "num_shards=2" in lines[2] and "resize" not in lines[2]
     assert lines[3] == "inputs: found 25  written 24  rejected 1  capped 0  converted 0"

@@ -40,7 +40,8 @@ def test_optional_fields_stay_absent():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: d.update(version=2), "has version 2; this tool reads version 1"),
+    (lambda d: d.update(version=3), "has version 3; this tool reads versions 1, 2"),
+    (lambda d: d.update(version=2), "is malformed: shard_counts must be an object, got None"),
     (lambda d: d.pop("splits"), "lacks 'splits'"),
     (lambda d: d.update(labels=[]), "is malformed: labels is empty"),
     (lambda d: d["inputs"].update(found=-1), "inputs.found must be an integer >= 0, got -1"),
@@ -83,8 +84,10 @@ def test_task_fields_round_trip_and_classification_bytes_stay_as_they_were():
     m = Manifest(labels=("cat", "dog"), options={}, splits={"train": split},
                  inputs=Inputs(2, 2, 0, 0, boxes=boxes), tool={}, task="detection",
                  categories=(Category(1, "cat", 17), Category(2, "dog", "n02")), ignore_value=None)
-    back = Manifest.from_json(m.dumps())
-    assert back == m and back.dumps() == m.dumps() and back.inputs.boxes.reconciles
+    document, counts = m.documents()  # version 2: the shard's counts in the sidecar
+    back = Manifest.from_json(document).with_shard_counts(counts)
+    assert dataclasses.replace(back, shard_counts=None) == m and back.documents() == (document, counts)
+    assert back.inputs.boxes.reconciles
     plain = Manifest.from_json(m.dumps().replace(b'"task": "detection"', b'"task": "classification"'))
     assert b'"task"' not in dataclasses.replace(plain, categories=None).dumps()
 

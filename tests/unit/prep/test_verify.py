@@ -311,8 +311,8 @@ def test_deep_keeps_to_the_datasets_max_pixels(out):
     (lambda o: (o / "manifest.json").unlink(), "manifest.json: does not exist: {o} is not a finished dataset"),
     (lambda o: (o / "manifest.json").write_text("{"), "manifest.json: is not valid JSON: Expecting property name "
                                                        "enclosed in double quotes: line 1 column 2 (char 1)"),
-    (lambda o: datasets.save(o, {**datasets.load(o), "version": 2}),
-     "manifest.json: has version 2; this tool reads version 1"),
+    (lambda o: datasets.save(o, {**datasets.load(o), "version": 3}),
+     "manifest.json: has version 3; this tool reads versions 1, 2"),
     (lambda o: datasets.save(o, {**datasets.load(o), "format": "tfds"}),
      "manifest.json: is not a tfrecord-prep manifest"),
     (lambda o: datasets.save(o, {**datasets.load(o), "labels": "cat"}),
