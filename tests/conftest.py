@@ -1,9 +1,28 @@
 import logging
+import os
+import pathlib
 
 import pytest
 from click.testing import CliRunner
 
 from prep.cli import main
+
+
+MAX_WORKERS = 4  # each worker imports TensorFlow and Beam (~1 GB); some tests start 4 TensorFlow processes more
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker a core, at most MAX_WORKERS, or PYTEST_XDIST_AUTO_NUM_WORKERS;
+    none when the arguments name a single test file: `--dist loadfile` runs a file on one worker anyway, so
+    workers would only add their start-up to `python -m pytest tests/unit/prep/test_plan.py`."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    files = {pathlib.Path(arg.split("::")[0]).resolve() for arg in config.args}
+    if len(files) == 1 and next(iter(files)).is_file():
+        return 0
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
 
 
 @pytest.fixture
