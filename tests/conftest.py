@@ -1,9 +1,59 @@
+import contextlib
+import fcntl
 import logging
+import os
+import pathlib
+import tempfile
 
 import pytest
 from click.testing import CliRunner
 
 from prep.cli import main
+
+
+MAX_WORKERS = 4  # each worker imports TensorFlow and Beam (~1 GB); some tests start 4 TensorFlow processes more
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker a core, at most MAX_WORKERS, or PYTEST_XDIST_AUTO_NUM_WORKERS;
+    none when the arguments name a single test file: `--dist loadfile` runs a file on one worker anyway, so
+    workers would only add their start-up to `python -m pytest tests/unit/prep/test_plan.py`."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    files = {pathlib.Path(arg.split("::")[0]).resolve() for arg in config.args}
+    if len(files) == 1 and next(iter(files)).is_file():
+        return 0
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+@contextlib.contextmanager
+def _alone(exclusive: bool):
+    """Under xdist: a test marked `alone` runs while no other worker runs a test; the others wait for it.
+    A readers-writer lock on files the run's workers share (flock): a test holds `lock` shared, an `alone`
+    test exclusive; `turn` keeps tests from starting while an `alone` test waits for the running ones."""
+    base = pathlib.Path(tempfile.gettempdir()) / f"tfrecord-prep-tests-{os.environ['PYTEST_XDIST_TESTRUNUID']}"
+    with open(f"{base}.turn", "a") as turn, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if not exclusive:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if exclusive:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2 or "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+        yield
+        return
+    with _alone(item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture
