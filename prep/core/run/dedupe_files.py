@@ -39,9 +39,10 @@ import json
 import math
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from prep.core import content_keys, storage
 from prep.core.accounting import sort_rejects
@@ -60,6 +61,7 @@ KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
 KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 _PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
 _VERSION = np.dtype("<u4")
+_Spills = TypeVar("_Spills", int, npt.NDArray[np.uint64])  # a spill id, or an array of them
 
 
 class GroupNotes(typing.NamedTuple):
@@ -191,7 +193,7 @@ def read_scales(work: WorkDir, chunks: Iterable[int], scales: Sequence[int]) -> 
     return np.concatenate(items), np.asfortranarray(np.concatenate(hashes))
 
 
-def rows_chunk(spill: int) -> int:
+def rows_chunk(spill: _Spills) -> _Spills:
     """The chunk whose key rows file holds the keys of spill `spill`'s images: the chunk that prepared it
     (a resume with another seed stages inputs in other chunks, never in other spills)."""
     return spill // BATCHES_PER_CHUNK
