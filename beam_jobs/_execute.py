@@ -45,7 +45,8 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
     manifest_path = storage.join(config.output, FILENAME)
     num_chunks = len(ready.chunk_sizes)
     runners.skip_ipython_probe()
-    run_info: dict[str, Any] = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
+    run_info: dict[str, Any] = {"runner": runner, "workers": config.workers, "source": config.source,
+                                "started": time.time()}
     suspects: frozenset[str] = frozenset()
     if config.resume:
         # Inputs the killed run was reading may be what killed it: never read in this thread again.

@@ -38,7 +38,8 @@ INDEX_VERSION = 2  # of a chunk's index; 2: each outcome recorded as an object o
 
 
 class ChunkIndex(typing.NamedTuple):
-    outcomes: list[tuple[str, dict[str, Any]]]  # [(kind, {field: value})] as PrepareChunk recorded them (prepare._recorded reads them)
+    # [(kind, {field: value})] as PrepareChunk recorded them (prepare._recorded reads them)
+    outcomes: list[tuple[str, dict[str, Any]]]
     inputs: list[str]  # storage.signature of each listed input, in listing order
 
 
