@@ -9,6 +9,7 @@ import contextlib
 import gc
 import shutil
 import time
+from typing import Any
 
 import apache_beam as beam
 
@@ -44,8 +45,9 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
     manifest_path = storage.join(config.output, FILENAME)
     num_chunks = len(ready.chunk_sizes)
     runners.skip_ipython_probe()
-    run_info = {"runner": runner, "workers": config.workers, "source": config.source, "started": time.time()}
-    suspects = frozenset()
+    run_info: dict[str, Any] = {"runner": runner, "workers": config.workers, "source": config.source,
+                                "started": time.time()}
+    suspects: frozenset[str] = frozenset()
     if config.resume:
         # Inputs the killed run was reading may be what killed it: never read in this thread again.
         suspects = checkpoints.read_in_flight(work)

@@ -165,7 +165,7 @@ def regroup(element, work: WorkDir, settings: DedupeSettings):
     user_pins = dedupe_files.read_choices(work, "users") if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = dedupe_files.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
-    placed = {}
+    placed: dict[tuple[int, int], str | None] = {}  # {(spill, offset): pin, None if rejected}
     refs = read_prepared(work, chunk) if decisions or user else []
     first = dedupe_files.item_id(chunk, 0)
     for item, d in decisions.items():
@@ -174,11 +174,11 @@ def regroup(element, work: WorkDir, settings: DedupeSettings):
             placed[ref.place] = None
         elif d.pin:
             placed[ref.place] = pins.get(d.movable, d.pin) if d.movable else d.pin
-    if user:
+    if user is not None and fractions:  # (`user` only with fractions)
         for position, ref in enumerate(refs):
             unit = None if first + position in decisions else user(_path(ref))
-            unit = merged.get(unit, unit)
             if unit is not None:
+                unit = merged.get(unit, unit)
                 placed[ref.place] = user_pins.get(unit) or pin_split(seed, unit, fractions)
     dedupe_files.write_groups(work, chunk, placed)
     pinned = sum(1 for pin in placed.values() if pin)

@@ -80,7 +80,7 @@ class Capped(typing.NamedTuple):
     """Inputs of class `label` left out by --max-per-class."""
 
     label: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which NamedTuple permits
 
 
 def prefix_bits(count: int, target: int = GROUP_TARGET) -> int:

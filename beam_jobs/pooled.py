@@ -20,7 +20,7 @@ class PooledDoFn(beam.DoFn):
     def __init__(self, workers: int | None):
         super().__init__()
         self._workers = workers
-        self._pool = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self):
         self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1,

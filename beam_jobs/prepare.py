@@ -216,6 +216,7 @@ class PrepareChunk(PooledDoFn):
         refs = checkpoints.read_listing(self._work, chunk)
         batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
+        assert self._pool is not None  # made in setup()
         tasks = [self._pool.submit(prepare_batch, self._options, self._work, spill_id(chunk, b), batch,
                                    self._label_ids, self._sandbox, pause)
                  for b, batch in enumerate(batches)]
@@ -223,7 +224,9 @@ class PrepareChunk(PooledDoFn):
 
     def _complete(self, chunk: int, batches, tasks):
         """Waits for a chunk's tasks, records its index and returns its outputs."""
-        outcomes, signatures, spills = [], [], {}
+        outcomes: list[tuple[str, object]] = []  # (kind, Reject, PreparedRef or BoxNotes)
+        signatures: list[str] = []
+        spills: dict[int, int] = {}
         keyed, good = [], 0  # (spill, its first good input's place in the chunk, BatchKeys); good inputs so far
         for b, (batch, task) in enumerate(zip(batches, tasks)):
             spill = spill_id(chunk, b)

@@ -8,6 +8,7 @@ runners whose workers do not share this environment is worker_setup.py's.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import io
@@ -57,7 +58,8 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
             raise OptionsError(f"unknown --runner {runner}: give local, a runner Beam names (DirectRunner, "
                                "PortableRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) or the full "
                                "name of a PipelineRunner class")
-    parsers, said = [], io.StringIO()
+    parsers: list[argparse.ArgumentParser] = []
+    said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):  # argparse prints its usage, then exits
             PipelineOptions(beam_args).get_all_options(add_extra_args_fn=parsers.append)
@@ -159,7 +161,7 @@ def skip_ipython_probe() -> None:
 
     for module in (interactive_utils, apache_beam.pipeline):
         if hasattr(module, "is_in_ipython"):
-            module.is_in_ipython = lambda: False
+            module.is_in_ipython = lambda: False  # type: ignore[attr-defined]  # where hasattr found it
 
 
 def make_runner(runner: str):

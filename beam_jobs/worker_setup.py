@@ -64,7 +64,9 @@ def needs_staging(runner: str, beam_args: list[str]) -> bool:
 def write_setup_folder(folder: str) -> str:
     """Copies our packages into `folder` with a setup.py; returns the setup.py path."""
     for name in PACKAGES:
-        source = os.path.dirname(__import__(name).__file__)
+        init = __import__(name).__file__
+        assert init is not None  # our packages are regular ones, each with its __init__.py
+        source = os.path.dirname(init)
         shutil.copytree(source, os.path.join(folder, name),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     path = os.path.join(folder, "setup.py")

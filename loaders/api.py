@@ -91,7 +91,7 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
     _check_buckets(opts, pipelines)
     # Check sizes now, so a batch too large fails here with our message, not in a worker thread.
     plan.epoch_size(source.records, global_batch_size // replicas, pipelines, replicas // pipelines,
-                    opts.resolved().drop_remainder, opts.remainder)
+                    bool(opts.resolved().drop_remainder), opts.remainder)  # resolved: a bool, not None
 
     def dataset_fn(context: tf.distribute.InputContext):
         per_replica = context.get_per_replica_batch_size(global_batch_size)

@@ -16,7 +16,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import io
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, cast
 
 from prep import task_checks
 from prep.core import targets
@@ -247,7 +247,8 @@ def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futu
     with open(path, "rb", buffering=0) as raw:
         stream = HashingReader(raw, on_block)
         try:
-            for index, offset, data in read_records(stream, name):
+            # read_records only calls read(n), which HashingReader serves
+            for index, offset, data in read_records(cast(BinaryIO, stream), name):
                 count, end = index + 1, offset + HEADER + len(data) + FOOTER
                 sizes.append(end - offset)
                 try:
@@ -257,10 +258,12 @@ def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futu
                     issues.append((index, f"does not parse as {schema}: {exc}"))
                     continue
                 if tally is None:
+                    assert isinstance(record, ImageRecord)  # parsed as one without a tally, above
                     counts[_label_name(record.label, labels)] += 1
                     issues.extend((index, message) for message in record_issues(record, labels))
                     failed = targets.record_failures(target, record.encoded, record.source_id)
                 else:
+                    assert isinstance(record, TaskRecord)
                     issues.extend((index, m) for m in common_issues(record) + task_checks.record_issues(record, labels))
                     if not task_checks.source_id_ok(record):
                         bad_ids += 1
@@ -289,6 +292,7 @@ def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futu
         for item in pending:
             collect(*_done(item))
     if failures[targets.NO_SOURCE_ID]:
+        assert first_without_id is not None  # set with the first NO_SOURCE_ID failure
         issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
     if bad_ids:
         issues.append((None, f"{bad_ids} of {count} {task} records have no decimal image/source_id, which every "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from fractions import Fraction
+from typing import Any
 
 from prep.core import targets
 from prep.core.errors import OptionsError
@@ -32,7 +33,7 @@ class TaskOptions:
     unannotated: str = "skip"  # images under SOURCE the annotations never name
     masks: str | None = None  # folder of single-channel PNG class maps
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, value, allowed in (("annotation-format", self.annotation_format, ANNOTATION_FORMATS),
                                      ("bad-boxes", self.bad_boxes, BOX_POLICIES),
                                      ("crowd", self.crowd, CROWD_POLICIES),
@@ -55,7 +56,7 @@ class TaskOptions:
         """The task these options make, or "classification" (which a label file may make multilabel)."""
         return "detection" if self.annotations else "segmentation" if self.masks else "classification"
 
-    def manifest_options(self) -> dict:
+    def manifest_options(self) -> dict[str, Any]:
         """The options recorded in the manifest: none for classification, whose manifest stays as it was."""
         if self.annotations:
             return {"annotations": os.path.basename(self.annotations.rstrip("/")),
@@ -86,7 +87,7 @@ class ConvertConfig:
     tasks: TaskOptions = TaskOptions()
     dedupe: DedupeOptions = DedupeOptions()  # duplicate and user groups (prep.core.groups)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         wanted = targets.get(self.target).image_format
         if wanted is not None and self.image.image_format != wanted:
             raise OptionsError(f"--target {self.target} stores every image as {wanted}, "
@@ -112,7 +113,7 @@ class ConvertConfig:
         if task == "segmentation" and self.classes is None:
             raise OptionsError("--masks needs --classes FILE naming the mask values 0, 1, ... in order")
 
-    def manifest_options(self) -> dict:
+    def manifest_options(self) -> dict[str, Any]:
         """The options that decide the output bytes, as recorded in the manifest."""
         split = self.plan.split_fractions
         return {

@@ -7,10 +7,13 @@ into argparse ones, so both entry points take the same names, defaults and help.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import decimal
 import os
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from prep.core import targets
 from prep.core.config import (ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig,
@@ -136,7 +139,7 @@ def parse_size(text: str, flag: str = "--shard-size") -> int:
     return int(size)
 
 
-def check_beam_args(beam_args) -> None:
+def check_beam_args(beam_args: Sequence[str]) -> None:
     """Refuses Beam arguments that are ours or no option at all: Beam ignores what it cannot
     parse, so `-- --num-shards 3` or a stray `3` would otherwise change nothing, silently.
 
@@ -156,13 +159,13 @@ def check_beam_args(beam_args) -> None:
                                f"write it as {name}, before any Beam options (for prep convert, before the --)")
 
 
-def build_config(source: str, output: str, values: dict) -> ConvertConfig:
+def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertConfig:
     """A checked ConvertConfig from option values keyed by `Option.dest`.
 
     Raises:
         OptionsError, SourceError: a bad value or an unreadable --classes file.
     """
-    v = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
+    v: dict[str, Any] = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
     for name in ("split", "labels", "classes", "annotations", "masks"):
         if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
             raise OptionsError(f"--{name} is empty; leave the option out instead")
@@ -187,7 +190,7 @@ def build_config(source: str, output: str, values: dict) -> ConvertConfig:
                              group_pattern=v["group_pattern"], group_by=v["group_by"]))
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options to an argparse parser (Beam's idiom)."""
     for o in OPTIONS:
         if o.flag:

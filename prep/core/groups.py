@@ -34,6 +34,7 @@ import hashlib
 import re
 import typing
 from fractions import Fraction
+from typing import Any
 
 from prep.core.errors import OptionsError
 from prep.core.listing import Reject
@@ -55,7 +56,7 @@ class DedupeOptions:
     group_pattern: str | None = None
     group_by: str | None = None  # a column of the label file (ConvertConfig checks there is one)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, value, allowed in (("duplicates", self.duplicates, DUPLICATES),
                                      ("conflicts", self.conflicts, CONFLICTS),
                                      ("cross-split", self.cross_split, CROSS_SPLIT)):
@@ -88,13 +89,13 @@ class DedupeOptions:
         """Whether content keys are computed (and duplicate groups made)."""
         return self.duplicates != "off"
 
-    def manifest_options(self) -> dict:
+    def manifest_options(self) -> dict[str, str]:
         """Only what differs from the defaults, so that earlier manifests stay as they were."""
-        out = {}
+        out: dict[str, str] = {}
         for name, value, default in (("duplicates", self.duplicates, "keep"), ("conflicts", self.conflicts, "reject"),
                                      ("cross_split", self.cross_split, "report"),
                                      ("group_pattern", self.group_pattern, None), ("group_by", self.group_by, None)):
-            if value != default:
+            if value is not None and value != default:  # None is a default
                 out[name] = value
         return out
 
@@ -122,7 +123,7 @@ def pin_split(seed: int, unit: str, fractions: tuple[tuple[str, Fraction], ...])
     return fractions[-1][0]
 
 
-def split_order(split: str) -> tuple:
+def split_order(split: str) -> tuple[bool, str]:
     """Which split of a group counts as first (kept by --cross-split remove): train, then by name."""
     return (split != TRAIN, split)
 
@@ -185,7 +186,7 @@ def merge_units(links: typing.Iterable[typing.Iterable[str]]) -> dict[str, str]:
 
 def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
            fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool,
-           unit: str | None = None, unit_split: str | None = None) -> tuple[list[Decision], dict]:
+           unit: str | None = None, unit_split: str | None = None) -> tuple[list[Decision], dict[str, Any]]:
     """The decisions for one duplicate group, and its line of duplicates.jsonl.
 
     Args:
@@ -254,7 +255,7 @@ def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
 
         def lack(i: int) -> Fraction:
             f, have = fractions[i][1], pinned[names[i]]
-            return sum(n * (f * (total.get(lab, 0) + n) - have.get(lab, 0)) for lab, n in labels.items())
+            return sum((n * (f * (total.get(lab, 0) + n) - have.get(lab, 0)) for lab, n in labels.items()), Fraction(0))
 
         best = max(range(len(names)), key=lambda i: (lack(i), -i))
         out[unit] = names[best]
@@ -264,7 +265,7 @@ def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
     return out
 
 
-def summarize(lines: typing.Iterable[dict], refused: int = 0, skipped: int = 0) -> dict:
+def summarize(lines: typing.Iterable[dict[str, Any]], refused: int = 0, skipped: int = 0) -> dict[str, int]:
     """The counts of duplicates.jsonl's header (and the CLI's warning) from its group lines."""
     out = {"groups": 0, "images": 0, "exact_groups": 0, "near_groups": 0, "conflict_groups": 0,
            "cross_split_groups": 0, "cross_split_images": 0, "rejected": 0,

@@ -97,7 +97,7 @@ class ImageRecord:
                    hashlib.sha256(encoded).hexdigest())
 
     def features(self) -> dict[str, bytes | int]:
-        optional = {} if self.source_id is None else {SOURCE_ID: self.source_id.encode()}
+        optional: dict[str, bytes | int] = {} if self.source_id is None else {SOURCE_ID: self.source_id.encode()}
         return optional | {
             ENCODED: self.encoded,
             FORMAT: self.format.encode(),

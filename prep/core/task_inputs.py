@@ -22,6 +22,8 @@ import json
 import os
 import posixpath
 import typing
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 from prep.core import storage
 from prep.core.errors import SourceError
@@ -30,12 +32,15 @@ from prep.core.manifest_parts import Category
 
 if typing.TYPE_CHECKING:
     from prep.core.config import TaskOptions
+    from prep.core.layout import PlanOptions
 
 NO_STRATUM = "(none)"  # as prep.core.manifest.NO_STRATUM (not imported: manifest imports the schema)
 ALL = "(all)"  # segmentation's one group
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
                               ".ppm", ".pgm", ".pbm", ".pnm", ".ico", ".mpo"})
 BOX_REJECTED_IMAGE = "image_rejected"  # a box of an image that is not written
+# (path, split, label ids from 0, extra): an input before `strata_refs` makes it an InputRef
+Item = tuple[str, str | None, list[int], dict[str, Any]]
 
 
 class BoxNote(typing.NamedTuple):
@@ -47,7 +52,7 @@ class BoxNote(typing.NamedTuple):
     detail: str
     clipped: bool = False  # written, clipped to the image; else dropped
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"path": printable(self.path), "box": self.box, "reason": self.reason,
                 "detail": printable(self.detail), "action": "clipped" if self.clipped else "dropped"}
 
@@ -58,7 +63,7 @@ class BoxTally(typing.NamedTuple):
     read: int = 0
     written: int = 0
     clipped: int = 0
-    dropped: tuple = ()  # ((reason, count), ...) sorted
+    dropped: tuple[tuple[str, int], ...] = ()  # ((reason, count), ...) sorted
 
     def plus(self, other: "BoxTally") -> "BoxTally":
         dropped = dict(self.dropped)
@@ -68,7 +73,7 @@ class BoxTally(typing.NamedTuple):
                         tuple(sorted(dropped.items())))
 
 
-def dropped_tally(read: int, reasons) -> BoxTally:
+def dropped_tally(read: int, reasons: Iterable[str]) -> BoxTally:
     """A tally of `read` boxes none of which was written, dropped for `reasons` (one per box)."""
     counts: dict[str, int] = {}
     for reason in reasons:
@@ -103,7 +108,7 @@ def image_files(root: str) -> tuple[list[str], list[Reject]]:
     return images, rejects
 
 
-def folder_split(paths, layout: str) -> dict[str, str] | None:
+def folder_split(paths: Collection[str], layout: str) -> dict[str, str] | None:
     """{path: split} when the images sit in split folders (every top folder a split name), else None."""
     if layout == "classes":
         return None
@@ -113,8 +118,8 @@ def folder_split(paths, layout: str) -> dict[str, str] | None:
     return {p: p.split("/")[0] for p in paths}
 
 
-def strata_refs(items, classes: tuple[str, ...], seed: int, plan=None, source: str | None = None
-                ) -> list[InputRef]:
+def strata_refs(items: Iterable[Item], classes: tuple[str, ...], seed: int, plan: PlanOptions | None = None,
+                source: str | None = None) -> list[InputRef]:
     """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys.
 
     With `plan` (the conversion's PlanOptions), the keys are dealt for the layout the planner will make
@@ -123,7 +128,7 @@ def strata_refs(items, classes: tuple[str, ...], seed: int, plan=None, source: s
     """
     from prep.core.annotations import stratify
 
-    by_split: dict[str | None, list] = {}
+    by_split: dict[str | None, list[Item]] = {}
     for item in items:
         by_split.setdefault(item[1], []).append(item)
     refs = []
@@ -138,14 +143,15 @@ def strata_refs(items, classes: tuple[str, ...], seed: int, plan=None, source: s
     return refs
 
 
-def _locate(images, split: str | None, num_classes: int, plan, source: str | None):
+def _locate(images: list[tuple[str, tuple[int, ...]]], split: str | None, num_classes: int, plan: PlanOptions,
+            source: str | None) -> Callable[[int | None, int], tuple[str, int] | None] | None:
     """(stratum, rank) -> (split, shard) as `layout.make_layout` places the strata of `images` (all of
     one split SOURCE gives, or None), or None when no layout can be made yet (the planner says why)."""
     from prep.core.annotations.strata import strata_of
     from prep.core.errors import PlanError
-    from prep.core.layout import make_layout
+    from prep.core.layout import Group, make_layout
 
-    sizes: dict[tuple, int] = {}
+    sizes: dict[Group, int] = {}
     for stratum in strata_of(images, num_classes):
         group = (split, num_classes if stratum is None else stratum)
         sizes[group] = sizes.get(group, 0) + 1
@@ -172,7 +178,7 @@ def _mean_size(source: str | None, paths: list[str], sample: int = 256) -> float
 
 
 def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] | None, layout: str, seed: int,
-                   skip: frozenset = frozenset(), plan=None) -> Listing:
+                   skip: frozenset[str] = frozenset(), plan: PlanOptions | None = None) -> Listing:
     """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
     with the images they do not name as `options.unannotated` says.
 
@@ -187,6 +193,7 @@ def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] |
     from prep.core.annotations import read_annotations
 
     annotations, unannotated = options.annotations, options.unannotated
+    assert annotations is not None  # the caller lists detection only with --annotations
     found = read_annotations(source, annotations, options.annotation_format, classes)
     if not found.categories:
         raise SourceError(f"--annotations {annotations} names no class")
@@ -195,7 +202,8 @@ def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] |
     on_disk, rejects = image_files(source)
     on_disk = [p for p in on_disk if p not in skip]
     present = set(on_disk)
-    notes, tally = [], BoxTally()
+    notes: list[BoxNote] = []
+    tally = BoxTally()
     for p in found.problems:
         if p.box is None:
             rejects.append(Reject(p.path, p.reason, p.detail))
@@ -206,7 +214,7 @@ def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] |
     annotated = {a.path for a in found.images}
     ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
     next_id = max(max(ids_used, default=0), len(found.images)) + 1  # after every COCO id and every index
-    items = []
+    items: list[Item] = []
     splits = folder_split(sorted(annotated | (present if unannotated == "keep" else set())), layout)
     for i, ann in enumerate(found.images):
         if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
@@ -276,7 +284,8 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
     return Listing(tuple(refs), tuple(rejects), tuple(classes), task="segmentation", groups=(ALL,))
 
 
-def multilabel_listing(listing: Listing, seed: int, plan=None, source: str | None = None) -> Listing:
+def multilabel_listing(listing: Listing, seed: int, plan: PlanOptions | None = None,
+                       source: str | None = None) -> Listing:
     """A label file's listing whose labels are '|'-joined names -> a multilabel listing in strata.
 
     The refs' labels are checked against the classes by the caller (`label_file`).

@@ -24,7 +24,8 @@ import hashlib
 import json
 import struct
 import typing
-from typing import Callable
+from collections.abc import Iterable
+from typing import Any, Callable, Protocol
 
 from prep.core import storage
 from prep.core.errors import ResumeError
@@ -37,22 +38,49 @@ INDEX_VERSION = 2  # of a chunk's index; 2: each outcome recorded as an object o
 
 
 class ChunkIndex(typing.NamedTuple):
-    outcomes: list  # [(kind, {field: value})] as PrepareChunk recorded them (prepare._recorded reads them)
+    # [(kind, {field: value})] as PrepareChunk recorded them (prepare._recorded reads them)
+    outcomes: list[tuple[str, dict[str, Any]]]
     inputs: list[str]  # storage.signature of each listed input, in listing order
 
 
-def write_run(work: WorkDir, record: dict) -> None:
+class PlannedEntry(Protocol):
+    """What `entries_digest` reads of a planned entry (beam_jobs.plan.Entry)."""
+
+    @property
+    def order(self) -> bytes: ...
+    @property
+    def spill(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def label(self) -> int: ...
+    @property
+    def converted(self) -> bool: ...
+    @property
+    def source(self) -> bytes: ...
+    @property
+    def cut(self) -> int: ...
+    @property
+    def image(self) -> int: ...
+    @property
+    def relabel(self) -> int: ...
+
+
+def write_run(work: WorkDir, record: dict[str, Any]) -> None:
     storage.write_atomic(work.run_record, json.dumps(record, sort_keys=True, indent=1).encode())
 
 
-def read_run(work: WorkDir) -> dict | None:
+def read_run(work: WorkDir) -> dict[str, Any] | None:
     """The interrupted run's record, or None if it never got that far."""
     if not storage.exists(work.run_record):
         return None
     try:
-        return json.loads(storage.read_bytes(work.run_record))
+        record: dict[str, Any] = json.loads(storage.read_bytes(work.run_record))
     except ValueError:
         return None
+    return record
 
 
 def delete_work(work: WorkDir) -> None:
@@ -64,7 +92,7 @@ def delete_work(work: WorkDir) -> None:
     storage.delete(work.root)
 
 
-def write_listing(work: WorkDir, chunk: int, refs) -> None:
+def write_listing(work: WorkDir, chunk: int, refs: Iterable[InputRef]) -> None:
     storage.write_atomic(work.listing_chunk(chunk), json.dumps([r.fields() for r in refs]).encode())
 
 
@@ -72,7 +100,7 @@ def read_listing(work: WorkDir, chunk: int) -> list[InputRef]:
     return [InputRef(*r) for r in json.loads(storage.read_bytes(work.listing_chunk(chunk)))]
 
 
-def write_listing_rejects(work: WorkDir, rejects) -> None:
+def write_listing_rejects(work: WorkDir, rejects: Iterable[Reject]) -> None:
     storage.write_atomic(work.listing_rejects, json.dumps([list(r) for r in rejects]).encode())
 
 
@@ -80,7 +108,7 @@ def read_listing_rejects(work: WorkDir) -> list[Reject]:
     return [Reject(*r) for r in json.loads(storage.read_bytes(work.listing_rejects))]
 
 
-def write_listing_boxes(work: WorkDir, notes, tally) -> None:
+def write_listing_boxes(work: WorkDir, notes: Iterable[BoxNote], tally: BoxTally) -> None:
     storage.write_atomic(work.listing_boxes, json.dumps([[list(n) for n in notes], list(tally)]).encode())
 
 
@@ -89,10 +117,11 @@ def read_listing_boxes(work: WorkDir) -> tuple[list[BoxNote], BoxTally] | None:
     if not storage.exists(work.listing_boxes):
         return None
     notes, tally = json.loads(storage.read_bytes(work.listing_boxes))
-    return [BoxNote(*n) for n in notes], BoxTally(*tally[:3], tuple(map(tuple, tally[3])))
+    return [BoxNote(*n) for n in notes], BoxTally(tally[0], tally[1], tally[2], tuple(map(tuple, tally[3])))
 
 
-def write_chunk_index(work: WorkDir, chunk: int, outcomes, spills: dict[int, int], inputs: list[str]) -> None:
+def write_chunk_index(work: WorkDir, chunk: int, outcomes: Iterable[tuple[str, object]], spills: dict[int, int],
+                      inputs: list[str]) -> None:
     """Records a prepared chunk: outcomes ([(kind, NamedTuple)], or as an index holds them), {spill id: bytes}
     of its spill files, input signatures."""
     data = {"version": INDEX_VERSION, "spills": sorted(spills.items()),
@@ -103,7 +132,7 @@ def write_chunk_index(work: WorkDir, chunk: int, outcomes, spills: dict[int, int
 _PLAIN = {str, int, bool, float, type(None)}  # as JSON holds them
 
 
-def _by_name(value):
+def _by_name(value: object) -> object:
     """A recorded value as JSON: a NamedTuple as an object of its fields by name (nested ones too), bytes as
     text (UTF-8, undecodable bytes kept: surrogateescape); one read back from an index as it is."""
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -115,7 +144,7 @@ def _by_name(value):
     return value
 
 
-def check_index_version(data: dict, path: str) -> None:
+def check_index_version(data: dict[str, Any], path: str) -> None:
     """Raises ResumeError unless `data`, a chunk index read from `path`, is of INDEX_VERSION."""
     if data.get("version") != INDEX_VERSION:
         raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to "
@@ -157,7 +186,7 @@ def read_in_flight(work: WorkDir) -> frozenset[str]:
     return frozenset(paths)
 
 
-def entries_digest(entries) -> str:
+def entries_digest(entries: Iterable[PlannedEntry]) -> str:
     """Digest of a shard's (or part's) planned entries, in write order."""
     digest = hashlib.sha256()
     for e in entries:

@@ -38,8 +38,11 @@ import io
 import json
 import math
 import typing
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from prep.core import content_keys, storage
 from prep.core.accounting import sort_rejects
@@ -58,17 +61,25 @@ KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
 KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 _PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
 _VERSION = np.dtype("<u4")
+_Spills = TypeVar("_Spills", int, npt.NDArray[np.uint64])  # a spill id, or an array of them
 
 
 class GroupNotes(typing.NamedTuple):
     """Counts for the manifest's `groups` (prep.core.manifest_parts.GroupCounts), added up by publish, and the
     group batches whose policy rejects publish reads (`read_rejects`)."""
 
-    counts: tuple  # ((GroupCounts field, n), ...)
-    reject_batches: tuple = ()
+    counts: tuple[tuple[str, int], ...]  # ((GroupCounts field, n), ...)
+    reject_batches: tuple[int, ...] = ()
 
 
-def report_notes(header: dict, batches=()) -> GroupNotes:
+class Place(Protocol):  # where a prepared record waits (a PreparedRef, a plan Entry): spill file, offset there
+    @property
+    def spill(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+
+
+def report_notes(header: dict[str, Any], batches: Iterable[int] = ()) -> GroupNotes:
     """The manifest's counts of duplicates.jsonl's header (`groups.summarize`), and its group batches."""
     names = {"groups": "duplicate_groups", "images": "duplicate_images"}
     return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")),
@@ -107,14 +118,14 @@ def _write_arrays(path: str, *arrays: np.ndarray) -> None:
     storage.write_atomic(path, out.getvalue())
 
 
-def _read_arrays(f, path: str, *dtypes: np.dtype, read: bool = True) -> list:
+def _read_arrays(f: BinaryIO, path: str, *dtypes: np.dtype[Any], read: bool = True) -> list[Any]:
     """The arrays `_write_arrays` wrote, from open file `f`, each of its dtype; without `read`, only the last
     one's length (its bytes are not read).
 
     Raises:
         ResumeError: the file is of another version or layout (an interrupted run of another tfrecord-prep).
     """
-    out = []
+    out: list[Any] = []  # the arrays, or the last one's length
     for n, dtype in enumerate((_VERSION, *dtypes)):
         try:
             major, _ = np.lib.format.read_magic(f)
@@ -155,7 +166,8 @@ def chunk_keys_count(work: WorkDir, chunk: int) -> int | None:
     if not storage.exists(path):
         return None
     with storage.open_read(path) as f:
-        return _read_arrays(f, path, KEY_DTYPE, read=False)[0]
+        count: int = _read_arrays(f, path, KEY_DTYPE, read=False)[0]
+    return count
 
 
 def forget_chunk_keys(work: WorkDir) -> None:
@@ -165,10 +177,11 @@ def forget_chunk_keys(work: WorkDir) -> None:
             storage.delete(storage.join(work.groups_folder, name))
 
 
-def read_scales(work: WorkDir, chunks, scales) -> tuple[np.ndarray, np.ndarray]:
+def read_scales(work: WorkDir, chunks: Iterable[int], scales: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(item ids, hashes of crop scales `scales`, a contiguous column each) of the chunks' items, one chunk
     file at a time."""
-    items, hashes = [], []
+    items: list[np.ndarray] = []
+    hashes: list[np.ndarray] = []
     for chunk in chunks:
         path = work.scan_keys(chunk)
         with storage.open_read(path) as f:
@@ -180,7 +193,7 @@ def read_scales(work: WorkDir, chunks, scales) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(items), np.asfortranarray(np.concatenate(hashes))
 
 
-def rows_chunk(spill: int) -> int:
+def rows_chunk(spill: _Spills) -> _Spills:
     """The chunk whose key rows file holds the keys of spill `spill`'s images: the chunk that prepared it
     (a resume with another seed stages inputs in other chunks, never in other spills)."""
     return spill // BATCHES_PER_CHUNK
@@ -220,11 +233,11 @@ def split_paths(block: bytes) -> tuple[np.ndarray, np.ndarray]:
 class RowTable:
     """The key row of any prepared input by (spill, offset), reading each chunk's rows file once."""
 
-    def __init__(self, work: WorkDir):
+    def __init__(self, work: WorkDir) -> None:
         self._work = work
-        self._chunks: dict[int, tuple[dict, np.ndarray]] = {}
+        self._chunks: dict[int, tuple[dict[tuple[int, int], int], np.ndarray]] = {}
 
-    def get(self, spill: int, offset: int):
+    def get(self, spill: int, offset: int) -> np.void | None:
         """The input's KEY_ROWS row, or None if it has no keys (it did not decode again: not expected)."""
         chunk = rows_chunk(spill)
         if chunk not in self._chunks:
@@ -236,7 +249,7 @@ class RowTable:
         return None if at is None else rows[at]
 
 
-def write_part_order(work: WorkDir, filename: str, part: int, entries) -> None:
+def write_part_order(work: WorkDir, filename: str, part: int, entries: Iterable[Place]) -> None:
     """Records where a shard part's records came from, in the order written: (spill, offset) each. The
     sidecar is made from these and the spills' key rows at the end (`publish_keys`), so no part reads
     every spill's keys."""
@@ -263,7 +276,8 @@ def write_units(work: WorkDir, units: dict[str, str]) -> None:
 
 
 def read_units(work: WorkDir) -> dict[str, str]:
-    return json.loads(storage.read_bytes(work.units))
+    units: dict[str, str] = json.loads(storage.read_bytes(work.units))
+    return units
 
 
 def write_choices(work: WorkDir, kind: str, pins: dict[str, str]) -> None:
@@ -273,7 +287,8 @@ def write_choices(work: WorkDir, kind: str, pins: dict[str, str]) -> None:
 
 
 def read_choices(work: WorkDir, kind: str) -> dict[str, str]:
-    return json.loads(storage.read_bytes(work.pins(kind)))
+    pins: dict[str, str] = json.loads(storage.read_bytes(work.pins(kind)))
+    return pins
 
 
 def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | None]) -> None:
@@ -282,7 +297,7 @@ def write_groups(work: WorkDir, chunk: int, placed: dict[tuple[int, int], str | 
     storage.write_atomic(work.placements(chunk), json.dumps(rows).encode())
 
 
-def placer(work: WorkDir, chunk: int, grouped: bool):
+def placer(work: WorkDir, chunk: int, grouped: bool) -> Callable[[Place], str | None]:
     """ref -> None (rejected by a group policy), the split it is pinned to, or "" (the planner's own).
 
     The placements that rank its refs (plan.rank_task) are the ones that counted them
@@ -291,11 +306,12 @@ def placer(work: WorkDir, chunk: int, grouped: bool):
     """
     if not grouped:
         return lambda ref: ""
-    placed = {(r["spill"], r["offset"]): r["pin"] for r in json.loads(storage.read_bytes(work.placements(chunk)))}
+    rows = json.loads(storage.read_bytes(work.placements(chunk)))
+    placed: dict[tuple[int, int], str | None] = {(r["spill"], r["offset"]): r["pin"] for r in rows}
     return lambda ref: placed.get((ref.spill, ref.offset), "")
 
 
-def user_keys(work: WorkDir, chunk: int, options: DedupeOptions):
+def user_keys(work: WorkDir, chunk: int, options: DedupeOptions) -> Callable[[str], str | None]:
     """path -> the user group of that input of chunk `chunk`, or None: its --group-by value, which the staged
     listing chunk holds (the chunk index holds the same inputs), or its --group-pattern match."""
     if options.group_by is not None:
@@ -304,13 +320,15 @@ def user_keys(work: WorkDir, chunk: int, options: DedupeOptions):
     return lambda path: user_group(path, pattern)
 
 
-def _line(record: dict) -> str:
+def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, ensure_ascii=True) + "\n"
 
 
-def _write_slices(path: str, parts: dict[int, list[dict]]) -> dict[int, Slice]:
+def _write_slices(path: str, parts: dict[int, list[dict[str, Any]]]) -> dict[int, Slice]:
     """Writes each key's records as JSON lines, keys in order; -> {key: the Slice of its lines}."""
-    blobs, out, offset = [], {}, 0
+    blobs: list[bytes] = []
+    out: dict[int, Slice] = {}
+    offset = 0
     for key in sorted(parts):
         blob = "".join(map(_line, parts[key])).encode()
         out[key] = Slice(path, offset, len(blob))
@@ -320,7 +338,7 @@ def _write_slices(path: str, parts: dict[int, list[dict]]) -> dict[int, Slice]:
     return out
 
 
-def _read_slice(where: Slice) -> list[dict]:
+def _read_slice(where: Slice) -> list[dict[str, Any]]:
     with storage.open_read(where.path) as f:
         f.seek(where.offset)
         return [json.loads(line) for line in storage.read_exact(f, where.length).splitlines()]
@@ -346,22 +364,23 @@ def read_decisions(where: Slice) -> list[Decision]:
     return [Decision(**{**r, "reject": r["reject"] and Reject(**r["reject"])}) for r in _read_slice(where)]
 
 
-def write_lines(work: WorkDir, batch: int, lines: list[dict]) -> None:
+def write_lines(work: WorkDir, batch: int, lines: list[dict[str, Any]]) -> None:
     """Records a group batch's lines of duplicates.jsonl, sorted as the report lists them."""
     storage.write_atomic(work.report_lines(batch), "".join(map(_line, sorted(lines, key=first_path))).encode())
 
 
-def first_path(line: dict) -> str:
-    return line["members"][0]["path"]
+def first_path(line: dict[str, Any]) -> str:
+    path: str = line["members"][0]["path"]
+    return path
 
 
-def _read_lines(path: str) -> typing.Iterator[dict]:
+def _read_lines(path: str) -> typing.Iterator[dict[str, Any]]:
     with storage.open_read(path) as f:
         for raw in f:
             yield json.loads(raw)
 
 
-def merged_lines(work: WorkDir, batches: typing.Iterable[int]) -> typing.Iterator[dict]:
+def merged_lines(work: WorkDir, batches: typing.Iterable[int]) -> typing.Iterator[dict[str, Any]]:
     """Every batch's lines in the report's order (by first path), one line of each batch held at a time."""
     return heapq.merge(*(_read_lines(work.report_lines(b)) for b in sorted(set(batches))), key=first_path)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -32,7 +33,7 @@ class DedupeSettings:
     part_target: int = PART_TARGET  # images a scan task takes, about
     workers: int | None = None  # the scan's threads; None: every core
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(self.labels))
         for name in ("cap", "max_size", "part_target"):
             if getattr(self, name) < 1:
@@ -44,7 +45,7 @@ class DedupeSettings:
         return bool(self.options.user_groups and self.fractions)
 
 
-def only(*kinds: type):
+def only(*kinds: type) -> Callable[[object], list[object]]:
     """A FlatMap function keeping the elements of types `kinds`."""
     return lambda item: [item] if isinstance(item, kinds) else []
 
@@ -67,7 +68,7 @@ class GroupedItems(typing.NamedTuple):
     """A chunk's items in some duplicate group (`components`)."""
 
     chunk: int
-    rows: tuple  # ((item, group id, group batch), ...)
+    rows: tuple[tuple[int, int, int], ...]  # ((item, group id, group batch), ...)
 
 
 class ScanStats(typing.NamedTuple):

@@ -31,7 +31,9 @@ def describe_os_error(exc: OSError, output: str | None = None) -> str:
 
 def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError | None:
     """The PrepError behind a runner's exception, if any (see the module docstring)."""
-    seen, current, os_error = set(), exc, None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    os_error: OSError | None = None
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, PrepError):
@@ -51,7 +53,8 @@ def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError 
     return None
 
 
-def runner_failure(runner: str, job_endpoint: str | None, job_server_timeout, exc: BaseException) -> str:
+def runner_failure(runner: str, job_endpoint: str | None, job_server_timeout: object,
+                   exc: BaseException) -> str:
     """One line for what stopped a run on a runner that submits a job (`runners.submits_job`)."""
     if type(exc).__name__ == "FutureTimeoutError":  # grpc's, while Beam waits for the job service
         where = f" at --job_endpoint {job_endpoint}" if job_endpoint else ""

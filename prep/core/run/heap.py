@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 
 
 @functools.cache
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to call

@@ -20,6 +20,8 @@ appended to: an object store cannot append.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -32,11 +34,14 @@ LINES_AT_ONCE = 1024  # records of a shard formatted into one piece of the file 
 
 _HEAD = np.dtype([("bucket", "<u8"), ("size", "<u8")])
 _WANT = np.dtype([("key", "<u8"), ("shard", "<u4"), ("record", "<u4")])  # a record to find, and where it goes
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+ShardRef = tuple[str, str, str]  # (split, shard file name, the shard's sha256)
 _JOINED = np.dtype([("shard", "<u4"), ("record", "<u4"), ("sha256", "u1", (32,)),
                     ("hashes", "<u8", (dedupe_files.NUM_HASHES,)), ("path", "<u4")])  # path: its length in bytes
 
 
-def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES) -> None:
+def write_sidecar(output: str, work: WorkDir, shards: Sequence[ShardRef], run_bytes: int = RUN_BYTES) -> None:
     """Writes OUTPUT/content_keys.jsonl (prep.core.keys_sidecar) for `shards`, in that order.
 
     A shard holding a record without keys is left out (`prep leakage` then hashes it itself).
@@ -52,7 +57,7 @@ def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES
         places = _place_runs(work, shards, run_bytes)
         joined, unkeyed = _joined_runs(work, places, run_bytes)
 
-        def lines():
+        def lines() -> Iterator[bytes]:
             yield keys_sidecar.header_line()
             for shard, payloads in _merged(joined):  # a shard without records has no bucket, nor lines
                 if shard not in unkeyed:
@@ -63,9 +68,9 @@ def write_sidecar(output: str, work: WorkDir, shards, run_bytes: int = RUN_BYTES
         storage.delete(work.join_folder)
 
 
-def _place_runs(work: WorkDir, shards, run_bytes: int) -> list[str]:
+def _place_runs(work: WorkDir, shards: Sequence[ShardRef], run_bytes: int) -> list[str]:
     """Step 1: run files of every shard's records as _WANT rows, bucketed by the chunk holding their keys."""
-    def wants():
+    def wants() -> Iterator[np.ndarray]:
         for shard, (_, filename, _) in enumerate(shards):
             places = dedupe_files.read_shard_order(work, filename)
             want = np.zeros(len(places), _WANT)
@@ -86,16 +91,16 @@ def _write_places(path: str, want: np.ndarray) -> str:
 def _joined_runs(work: WorkDir, places: list[str], run_bytes: int) -> tuple[list[str], set[int]]:
     """Step 2: run files of the records joined with their key rows, bucketed by shard (`_pack`); and the
     shards that hold a record without a key row."""
-    unkeyed = set()
+    unkeyed: set[int] = set()
 
-    def chunks():
+    def chunks() -> Iterator[tuple[np.ndarray, bytes]]:
         for chunk, payloads in _merged(places):
             want = np.frombuffer(b"".join(payloads), _WANT)
             found, joined, paths = _join(want, *dedupe_files.read_rows(work, chunk))
             unkeyed.update(want["shard"][~found].tolist())
             yield joined, paths
 
-    def concat(held):
+    def concat(held: list[tuple[np.ndarray, bytes]]) -> tuple[np.ndarray, bytes]:
         return np.concatenate([joined for joined, _ in held]), b"".join(paths for _, paths in held)
 
     runs = [_write_joined(work.join_run("joined", n), *held)
@@ -143,7 +148,7 @@ def _unpack(payloads: list[bytes]) -> tuple[np.ndarray, bytes]:
     return np.concatenate(rows), b"".join(paths)
 
 
-def _shard_lines(shard, payloads: list[bytes]) -> typing.Iterator[bytes]:
+def _shard_lines(shard: ShardRef, payloads: list[bytes]) -> typing.Iterator[bytes]:
     """Step 3: a shard's lines, in record order, LINES_AT_ONCE at a time."""
     split, filename, digest = shard
     joined, paths = _unpack(payloads)
@@ -160,17 +165,20 @@ def _shard_lines(shard, payloads: list[bytes]) -> typing.Iterator[bytes]:
 
 def _key(places: np.ndarray) -> np.ndarray:
     """One uint64 per (spill, offset), ordered as they are."""
-    return (places["spill"] << np.uint64(32)) | places["offset"]
+    key: np.ndarray = (places["spill"] << np.uint64(32)) | places["offset"]
+    return key
 
 
 def _gather(block: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
     return b"".join(block[a:b] for a, b in zip(starts.tolist(), ends.tolist()))
 
 
-def _batched(items, run_bytes: int, size, concat):
+def _batched(items: Iterable[_T], run_bytes: int, size: Callable[[_T], int], concat: Callable[[list[_T]], _U]
+             ) -> Iterator[_U]:
     """`concat` of consecutive items whose `size` adds up to `run_bytes` (the last one less), the items
     let go before it is handed on."""
-    held, total = [], 0
+    held: list[_T] = []
+    total = 0
     for item in items:
         held.append(item)
         total += size(item)
@@ -200,9 +208,9 @@ def _write_run(path: str, buckets: typing.Iterable[tuple[int, bytes]]) -> str:
 class _Run:
     """A run file read a bucket at a time, in order; `bucket` is the next one's, None past the last."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self._path, self._at, self._size = path, 0, 0
-        self.bucket = None
+        self.bucket: int | None = None
         self._head(self._read(_HEAD.itemsize))
 
     def take(self) -> bytes:
@@ -226,6 +234,6 @@ class _Run:
 def _merged(paths: list[str]) -> typing.Iterator[tuple[int, list[bytes]]]:
     """(bucket, its payloads from each run holding it) for every bucket of the runs, ascending."""
     runs = [_Run(path) for path in paths]
-    while live := [r for r in runs if r.bucket is not None]:
-        bucket = min(r.bucket for r in live)
-        yield bucket, [r.take() for r in live if r.bucket == bucket]
+    while buckets := [r.bucket for r in runs if r.bucket is not None]:
+        bucket = min(buckets)
+        yield bucket, [r.take() for r in runs if r.bucket == bucket]

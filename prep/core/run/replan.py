@@ -27,9 +27,11 @@ preparing writes the chunk's own spill files, which other chunks may now use.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from prep.core import storage, targets
 from prep.core.errors import ResumeError
+from prep.core.listing import InputRef
 from prep.core.run import checkpoints, dedupe_files
 from prep.core.workdir import WorkDir
 
@@ -39,7 +41,8 @@ def all_prepared(work: WorkDir, num_chunks: int) -> bool:
     return all(checkpoints.read_chunk_index(work, chunk) is not None for chunk in range(num_chunks))
 
 
-def replan(work: WorkDir, old: dict, record: dict, staged: list[list], chunks: list[list]) -> None:
+def replan(work: WorkDir, old: dict[str, Any], record: dict[str, Any], staged: list[list[InputRef]],
+           chunks: list[list[InputRef]]) -> None:
     """Makes the work directory plan as `record` says: `staged` are the interrupted run's chunks,
     `chunks` this run's.
 
@@ -68,13 +71,14 @@ def replan(work: WorkDir, old: dict, record: dict, staged: list[list], chunks: l
     checkpoints.write_run(work, dict(record, restaged=True))
 
 
-def restage(work: WorkDir, staged: list[list], chunks: list[list]) -> None:
+def restage(work: WorkDir, staged: list[list[InputRef]], chunks: list[list[InputRef]]) -> None:
     """Writes `chunks` (the same inputs as `staged`, in another order) as the staged listing, each
     with an index of its inputs' outcomes taken from the indexes of `staged`."""
-    waiting: dict[tuple, list] = {}  # input -> [(outcome, signature, {spill: bytes})], read but not placed yet
+    # input -> [(outcome as an index holds it, signature, {spill: bytes})], read but not placed yet
+    waiting: dict[tuple[object, ...], list[tuple[Any, str, dict[int, int]]]] = {}
     read = 0
 
-    def read_next():
+    def read_next() -> None:
         nonlocal read
         data = json.loads(storage.read_bytes(work.chunk_index(read)))
         spills = dict(data["spills"])
@@ -86,7 +90,9 @@ def restage(work: WorkDir, staged: list[list], chunks: list[list]) -> None:
         # Chunk `chunk`'s own files are about to be replaced: read them first.
         while read <= chunk or any(tuple(r) not in waiting for r in refs):
             read_next()
-        outcomes, signatures, spills = [], [], {}
+        outcomes: list[Any] = []
+        signatures: list[str] = []
+        spills: dict[int, int] = {}
         for ref in refs:
             found = waiting[tuple(ref)]
             outcome, signature, chunk_spills = found.pop(0)

@@ -8,10 +8,12 @@ this module only refuses when reuse would be wrong, with a message that says why
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable
+from typing import Any, cast
 
 from prep.core import storage
 from prep.core.errors import ManifestError, ResumeError
-from prep.core.listing import Listing, printable
+from prep.core.listing import InputRef, Listing, printable
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints, replan
 from prep.core.run_record import differences, listing_change, replanned
@@ -21,8 +23,8 @@ FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
 _START_OVER = "run with --overwrite instead to start over"
 
 
-def open_interrupted(output: str, source: str, record: dict, listing: Listing, chunks: list[list],
-                     chunks_for=None) -> str:
+def open_interrupted(output: str, source: str, record: dict[str, Any], listing: Listing, chunks: list[list[InputRef]],
+                     chunks_for: Callable[[int], list[list[InputRef]]] | None = None) -> str:
     """Checks OUTPUT for an interrupted conversion that this one may finish.
 
     Returns FINISHED when OUTPUT already holds this finished dataset (a leftover
@@ -57,7 +59,7 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
         storage.delete(work.root)
         return FRESH
     _refuse_if_different(old, record, work, listing, planning=False)
-    old_seed = (old.get("options") or {}).get("seed")
+    old_seed = cast(int, (old.get("options") or {}).get("seed"))  # every record of this RUN_VERSION holds one
     staged = chunks if old_seed == record["options"]["seed"] or chunks_for is None else chunks_for(old_seed)
     changed = changed_input(source, work, staged)
     if changed is not None:
@@ -72,7 +74,7 @@ def open_interrupted(output: str, source: str, record: dict, listing: Listing, c
     return RESUME
 
 
-def _record_from_manifest(path: str, record: dict) -> dict:
+def _record_from_manifest(path: str, record: dict[str, Any]) -> dict[str, Any]:
     """A finished run's record rebuilt from its manifest: options, tool and classes
     (the listing's digest is only in run.json, so it is taken as unchanged)."""
     try:
@@ -82,7 +84,8 @@ def _record_from_manifest(path: str, record: dict) -> dict:
     return dict(record, options=manifest.options, tool=manifest.tool, labels=list(manifest.labels))
 
 
-def _refuse_if_different(old: dict, record: dict, work: WorkDir, listing: Listing, planning: bool = True) -> None:
+def _refuse_if_different(old: dict[str, Any], record: dict[str, Any], work: WorkDir, listing: Listing,
+                         planning: bool = True) -> None:
     found = differences(old, record, planning)
     if not found:
         return
@@ -95,13 +98,14 @@ def _refuse_if_different(old: dict, record: dict, work: WorkDir, listing: Listin
                       f"{'; '.join(found)}; {_START_OVER}")
 
 
-def current_entries(listing: Listing) -> list[tuple]:
-    return [tuple(r) for r in listing.refs] + [tuple(r) for r in listing.rejects]
+def current_entries(listing: Listing) -> list[tuple[object, ...]]:
+    entries: list[tuple[object, ...]] = [tuple(r) for r in listing.refs]
+    return entries + [tuple(r) for r in listing.rejects]
 
 
-def staged_entries(work: WorkDir, old: dict) -> list[tuple]:
+def staged_entries(work: WorkDir, old: dict[str, Any]) -> list[tuple[object, ...]]:
     """The interrupted run's listing, read back from the work directory."""
-    entries = [tuple(r) for r in checkpoints.read_listing_rejects(work)]
+    entries: list[tuple[object, ...]] = [tuple(r) for r in checkpoints.read_listing_rejects(work)]
     chunk = 0
     while len(entries) < old["listing"]["inputs"] + old["listing"]["rejected"]:
         if not storage.exists(work.listing_chunk(chunk)):
@@ -111,9 +115,9 @@ def staged_entries(work: WorkDir, old: dict) -> list[tuple]:
     return entries
 
 
-def changed_input(source: str, work: WorkDir, chunks: list[list]) -> str | None:
+def changed_input(source: str, work: WorkDir, chunks: list[list[InputRef]]) -> str | None:
     """The first input of a reusable chunk whose file changed since it was prepared, if any."""
-    jobs = []
+    jobs: list[tuple[str, str]] = []  # (path, its signature when it was prepared)
     for chunk, refs in enumerate(chunks):
         index = checkpoints.read_chunk_index(work, chunk)
         if index is not None:
@@ -121,7 +125,7 @@ def changed_input(source: str, work: WorkDir, chunks: list[list]) -> str | None:
     if not jobs:
         return None
 
-    def now(job):
+    def now(job: tuple[str, str]) -> str:
         return storage.signature(storage.input_path(source, job[0]))
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from multiprocessing.connection import Connection
 
 from prep.core.image_rules import ImageOptions, ImageRejected, PreparedImage
@@ -52,13 +53,14 @@ class SandboxError(RuntimeError):
 class _Worker:
     """One worker process and its two pipe ends."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = f"import sys; sys.path.insert(0, {root!r}); from prep.core.run.sandbox import serve; serve()"
         # One BLAS thread: numpy's default pool reserves address space per core.
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None  # PIPEs
         self._send = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self._recv = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
         self.proc.stdin.close()
@@ -117,7 +119,7 @@ class Sandbox:
     """
 
     def __init__(self, size: int):
-        self._idle: queue.Queue = queue.Queue()
+        self._idle: queue.Queue[_Worker | None] = queue.Queue()
         for _ in range(size):
             self._idle.put(None)  # a slot whose worker is not started yet
         self._workers: set[_Worker] = set()
@@ -143,6 +145,7 @@ class Sandbox:
                 self._discard(worker)
                 worker = None
             if answer.kind is Kind.OK:
+                assert answer.image is not None  # an OK answer carries its image (read_answer)
                 return answer.image, answer.message
             if answer.kind is Kind.REJECTED:
                 detail = answer.detail
@@ -264,7 +267,7 @@ def serve() -> None:
         send_answer(send, answer._replace(message=_message(capture, caught)))
 
 
-def _message(capture: int, caught) -> str:
+def _message(capture: int, caught: list[warnings.WarningMessage]) -> str:
     """The first line a codec printed, or the first Python warning, for the image's record."""
     size = os.lseek(capture, 0, os.SEEK_END)
     if size:

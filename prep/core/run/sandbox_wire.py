@@ -80,6 +80,7 @@ def _options_from(header: bytes) -> ImageOptions:
 def send_answer(conn: Connection, answer: Answer) -> None:
     if answer.kind is Kind.OK:
         image = answer.image
+        assert image is not None  # an OK answer carries its image
         header = _OK.pack(Kind.OK.value, image.converted, image.channels, image.orientation, image.height,
                           image.width, *image.stored) + _texts(image.format, answer.message)
         payload = image.encoded

@@ -16,20 +16,31 @@ import os
 import stat
 import threading
 import typing
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from prep.core import storage, targets
-from prep.core.content_keys import KeyBatch
+from prep.core.content_keys import KeyBatch, Waiting
 from prep.core.errors import SourceError
 from prep.core.headers import predictable
-from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, prepare_image
+from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, PreparedImage, prepare_image
 from prep.core.listing import InputRef, Reject, printable
-from prep.core.run.task_build import TaskSpec, build_record, rejected_info
-from prep.core.schema import ENCODED, ImageRecord, encode_example_around
+from prep.core.run.task_build import TaskInfo, TaskSpec, build_record, rejected_info
+from prep.core.schema import ENCODED, ImageRecord
+from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
+from prep.core.wire import encode_example_around
 from prep.core.workdir import BATCH, WorkDir
 
+if typing.TYPE_CHECKING:
+    from prep.core.config import ConvertConfig
+    from prep.core.run.sandbox import Sandbox
+
+Spilled = tuple[bytes, int, int, bool]  # read_and_prepare's (spilled bytes, cut, image bytes, converted)
+Prepared = tuple[int, int, bool, int, int]  # prepare_batch's (offset, length, converted, cut, image)
+# prepare_batch's per input: (Prepared or Reject, input signature), the TaskInfo third when there is a task
+Outcome = tuple[Prepared | Reject, str] | tuple[Prepared | Reject, str, TaskInfo | None]
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
 
@@ -85,31 +96,31 @@ class PrepareOptions:
     source_ids: bool = False  # write image/source_id from the input's place (--target model-garden)
     task: TaskSpec | None = None  # None: single-label classification; else the record is a TaskRecord
     keys: bool = False  # hash the content keys of good inputs, for the dedupe stage (prep/core/run/dedupe_files.py)
-    suspects: frozenset = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
+    suspects: frozenset[str] = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
 
     @classmethod
-    def from_config(cls, config, task: TaskSpec | None = None, suspects: frozenset = frozenset()
-                    ) -> "PrepareOptions":
+    def from_config(cls, config: ConvertConfig, task: TaskSpec | None = None,
+                    suspects: Iterable[str] = frozenset()) -> "PrepareOptions":
         """`config`'s (a prep.core.config.ConvertConfig), for the listing's `task` and a resumed run's `suspects`."""
         return cls(config.source, config.image, targets.get(config.target).source_id, task, config.dedupe.keys,
                    frozenset(suspects))
 
 
-def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox, suspect: bool,
-             keys: bool = False):
+def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox: Sandbox | None,
+             suspect: bool, keys: bool = False) -> PreparedImage:
     """prepare_image, in the calling thread or in `sandbox` (see prep/core/run/sandbox.py): there go
     suspects of a killed run, and under --isolate auto every input whose header does not promise
     a decode within the bounds (`predictable`), under --isolate all every input. `keys`: see
     prepare_image (a sandbox's image comes without its gray pixels)."""
-    isolate = sandbox is not None and (suspect or options.isolate == "all" or (
-        options.isolate == "auto" and not predictable(data, options)))
-    if isolate:
+    if sandbox is not None and (suspect or options.isolate == "all" or (
+            options.isolate == "auto" and not predictable(data, options))):
         return sandbox.prepare(data, options)[0]
     return prepare_image(data, options, buffer, keys)
 
 
 def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None, sandbox=None, keys: KeyBatch | None = None):
+                     source_id: str | None = None, sandbox: Sandbox | None = None, keys: KeyBatch | None = None
+                     ) -> tuple[Spilled | Reject, str, TaskInfo | None]:
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -138,15 +149,17 @@ def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer:
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), sig, task and rejected_info(task, ref)
     info = None
+    record: ImageRecord | TaskRecord
     if task is None:
         record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
                                    label, ref.label, ref.path)
         if source_id is not None:
             record = dataclasses.replace(record, source_id=source_id)
     else:
-        record, info = build_record(task, ref, image, read_input)
-        if isinstance(record, Reject):
-            return record, sig, info
+        built, info = build_record(task, ref, image, read_input)
+        if isinstance(built, Reject):
+            return built, sig, info
+        record = built
     if keys is not None:
         keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
     if image.converted:
@@ -165,7 +178,7 @@ class BatchKeys(typing.NamedTuple):
     sha256: bytes  # 32 bytes each
     hashes: np.ndarray  # (inputs, hashes) uint64; the rows of `waiting` are zeros until content_keys.hash_waiting
     has: np.ndarray  # whether each has keys (one whose image did not decode again has none)
-    waiting: list  # KeyBatch.take()'s: the small images' pixels, hashed with the chunk's
+    waiting: list[Waiting]  # KeyBatch.take()'s: the small images' pixels, hashed with the chunk's
 
 
 def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) -> list[bytes]:
@@ -208,7 +221,8 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 
 def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  sandbox=None, pause=None) -> tuple[list, int, object]:
+                  sandbox: Sandbox | None = None, pause: Callable[[], object] | None = None
+                  ) -> tuple[list[Outcome], int, BatchKeys | None]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
@@ -230,23 +244,30 @@ def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list
     _write_small(in_flight, json.dumps([ref.path for ref in refs]).encode())
     if pause is not None:
         pause()
-    results, offset = [], 0
+    results: list[Outcome] = []
+    offset = 0
     task, keys = options.task, options.keys
-    batch, offsets, names, keyed = (KeyBatch(), [], [], None) if keys else (None, None, None, None)
+    batch = KeyBatch() if keys else None
+    offsets: list[int] = []  # with `keys`, of the good inputs
+    names: list[str] = []
+    keyed = None
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if options.source_ids and task is None else None
             result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox,
                                                        batch)
-            if not isinstance(result, Reject):
+            outcome: Prepared | Reject
+            if isinstance(result, Reject):
+                outcome = result
+            else:
                 if keys:
                     offsets.append(offset)
                     names.append(ref.path)
                 data, cut, image, converted = result
                 f.write(data)
-                result = (offset, len(data) + image, converted, cut, image)
+                outcome = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
-            results.append((result, signature) if task is None else (result, signature, info))
+            results.append((outcome, signature) if task is None else (outcome, signature, info))
     storage.rename(tmp, path)
     if storage.is_remote(in_flight):
         storage.delete(in_flight)
@@ -255,7 +276,7 @@ def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list
             os.unlink(in_flight)
         except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
             pass
-    if keys:  # an input without keys (it did not decode again: not expected) is in no duplicate group
+    if batch is not None:  # `keys`; an input without keys (it did not decode again: not expected) is in no group
         digests, hashes, has, waiting = batch.take()
         keyed = BatchKeys(offsets, names, bytes.fromhex("".join(digests)), hashes, has, waiting)
     return results, offset, keyed

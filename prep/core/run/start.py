@@ -10,18 +10,21 @@ chunk files stand for the listing.
 from __future__ import annotations
 
 import typing
+from collections.abc import Iterable
 
 from prep.core import storage
 from prep.core.config import ConvertConfig
 from prep.core.errors import OutputError, PlanError
 from prep.core.layout import check_empty_classes, check_split_source
-from prep.core.listing import InputRef, Listing
+from prep.core.listing import InputRef, Listing, Reject
 from prep.core.manifest import FILENAME, Manifest
+from prep.core.manifest_parts import Category
 from prep.core.ordering import listing_chunks
 from prep.core.run import checkpoints, resume
 from prep.core.run.failures import describe_os_error
 from prep.core.run.output_dir import delete_leftovers, prepare_output
 from prep.core.run_record import run_record, tool_info
+from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import WorkDir
 
 
@@ -33,7 +36,7 @@ class Staged(typing.NamedTuple):
     splits: tuple[str, ...]  # the splits SOURCE names, if any
     task: str = "classification"
     groups: tuple[str, ...] | None = None  # the planner's groups when not the classes (Listing.groups)
-    categories: tuple = ()  # detection: manifest Categories
+    categories: tuple[Category, ...] = ()  # detection: manifest Categories
     masks: bool = False  # detection: records get instance masks
 
 
@@ -45,7 +48,8 @@ class Ready(typing.NamedTuple):
     finished: Manifest | None  # when OUTPUT already holds this finished dataset
 
 
-def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects, boxes=None) -> None:
+def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects: Iterable[Reject],
+                  boxes: tuple[Iterable[BoxNote], BoxTally] | None = None) -> None:
     """Writes the listing's chunks (`ordering.listing_chunks`), early rejects and, for detection,
     `boxes` (the listing's box notes and tally) for the pipeline to read."""
     for i, refs in enumerate(chunks):

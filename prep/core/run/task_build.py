@@ -13,12 +13,19 @@ from __future__ import annotations
 import io
 import json
 import typing
+from collections.abc import Callable
+from typing import Any
 
 from prep.core import storage
 from prep.core.image_rules import ImageRejected, PreparedImage
 from prep.core.listing import InputRef, Reject
 from prep.core.task_inputs import BOX_REJECTED_IMAGE, BoxNote, BoxTally, dropped_tally
 from prep.core.task_record import BoxObject, TaskRecord
+
+if typing.TYPE_CHECKING:
+    from prep.core.annotations.model import Problem
+
+ReadInput = Callable[[str], bytes | tuple[str, str]]  # spill.read_input: a file's bytes or (reason, detail)
 
 
 class TaskSpec(typing.NamedTuple):
@@ -36,8 +43,8 @@ class TaskSpec(typing.NamedTuple):
 class TaskInfo(typing.NamedTuple):
     """What one input adds to the counts: ((class id, objects), ...), box notes, box tally."""
 
-    tags: tuple = ()
-    notes: tuple = ()
+    tags: tuple[tuple[int, int], ...] = ()
+    notes: tuple[BoxNote, ...] = ()
     tally: BoxTally | None = None
 
 
@@ -49,14 +56,15 @@ def rejected_info(spec: TaskSpec, ref: InputRef) -> TaskInfo | None:
     return TaskInfo(tally=dropped_tally(n, [BOX_REJECTED_IMAGE] * n))
 
 
-def build_record(spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input
+def build_record(spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input: ReadInput
                  ) -> tuple[TaskRecord | Reject, TaskInfo]:
     """The record of `ref` around `image`, or a Reject, and the input's counts.
 
     `read_input(path)` gives a file's bytes or (reason, detail) (segmentation reads masks with it).
     """
+    assert ref.extra is not None  # task_inputs gives every input of a task its extra
     extra = json.loads(ref.extra)
-    common = dict(format=image.format, height=image.height, width=image.width, channels=image.channels,
+    common: dict[str, Any] = dict(format=image.format, height=image.height, width=image.width, channels=image.channels,
                   filename=ref.path, source_id=extra.get("s"))
     if spec.task == "multilabel":
         ids = tuple(extra["l"])
@@ -68,7 +76,8 @@ def build_record(spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input
     return _detection(spec, ref, image, extra, common)
 
 
-def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict, common: dict):
+def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
+               ) -> tuple[TaskRecord | Reject, TaskInfo]:
     from prep.core.annotations import BoxPolicy, ImageAnnotation, place_objects
 
     ann = ImageAnnotation.from_json(extra["a"])
@@ -79,8 +88,8 @@ def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict,
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
             tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read))
-    notes = tuple(BoxNote(ref.path, p.box, p.reason, p.detail) for p in placed.dropped) + tuple(
-        BoxNote(ref.path, p.box, p.reason, p.detail, clipped=True) for p in placed.clipped)
+    notes = tuple(_note(ref.path, p) for p in placed.dropped) + tuple(
+        _note(ref.path, p, clipped=True) for p in placed.clipped)
     dropped: dict[str, int] = {}
     for p in placed.dropped:
         dropped[p.reason] = dropped.get(p.reason, 0) + 1
@@ -103,12 +112,19 @@ def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict,
     return record, TaskInfo(tags=tuple(sorted(counts.items())), notes=notes, tally=tally)
 
 
-def _segmentation(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict, common: dict, read_input):
+def _note(path: str, p: Problem, clipped: bool = False) -> BoxNote:
+    assert p.box is not None  # place_objects' problems are each of one box
+    return BoxNote(path, p.box, p.reason, p.detail, clipped)
+
+
+def _segmentation(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any],
+                  read_input: ReadInput) -> tuple[TaskRecord | Reject, TaskInfo]:
     import numpy as np
     from PIL import Image
 
     from prep.core.annotations import prepare_mask
 
+    assert spec.mask_dir is not None  # segmentation's TaskSpec names --masks
     data = read_input(storage.join(spec.mask_dir, extra["m"]))
     if isinstance(data, tuple):
         return Reject(ref.path, "unreadable_mask", f"mask {extra['m']}: {data[1]}"), TaskInfo()
