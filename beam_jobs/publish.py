@@ -24,8 +24,8 @@ from prep.core.run.checkpoints import StepHook
 from prep.core.run.dedupe_files import GroupNotes
 from prep.core.run.heap import release_free_memory
 from prep.core.run.output_dir import delete_unplanned_shards
-from prep.core.manifest import (FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, Extras, GroupCounts,
-                                InFlight, Manifest, Resumed, Run)
+from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, Extras, Manifest
+from prep.core.manifest_parts import GroupCounts, InFlight, Resumed, Run
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
@@ -83,7 +83,8 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
             raise TypeError(f"internal error: publish got {item!r}")
     # what the killed run was reading: see sandbox.py
     in_flight = set(run["resumed"].get("in_flight", ())) if "resumed" in run else set()
-    by_reason, in_flight_reasons = collections.Counter(), collections.Counter()
+    by_reason: collections.Counter[str] = collections.Counter()
+    in_flight_reasons: collections.Counter[str] = collections.Counter()
 
     def counted(stream):
         for r in stream:
@@ -122,6 +123,7 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
     if task == "detection":  # the label maps the Object Detection API and Model Garden read
         from prep.core.annotations import label_map_csv, label_map_pbtxt
 
+        assert manifest.categories is not None  # Manifest.build gives a detection manifest its categories
         storage.write_atomic(storage.join(output, LABEL_MAP_PBTXT), label_map_pbtxt(manifest.categories).encode())
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     if facts.keys:  # the content keys of every record, so that `prep leakage` need not decode the images again

@@ -37,7 +37,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs.plan import PartKey, Section, read_section
 from beam_jobs.pooled import PooledDoFn
 from prep.core import storage
-from prep.core.manifest import IndexFile, ShardInfo
+from prep.core.manifest_parts import IndexFile, ShardInfo
 from prep.core.naming import ShardName
 from prep.core.run import checkpoints, dedupe_files
 from prep.core.run.checkpoints import StepHook
@@ -155,7 +155,7 @@ class _SpillReader:
 
     def __init__(self, work: WorkDir):
         self._work = work
-        self._handles = collections.OrderedDict()
+        self._handles: collections.OrderedDict[int, typing.Any] = collections.OrderedDict()
 
     def read_batch(self, entries, source: str) -> list[bytes]:
         """The entries' framed records, in pieces to join; images left in the source are read
@@ -221,7 +221,8 @@ def _copy_records(entries, out, work: WorkDir, source: str, pool) -> tuple[int, 
             reader.close()
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
-        reading, hashing = collections.deque(), collections.deque()
+        reading: collections.deque[concurrent.futures.Future[bytes]] = collections.deque()
+        hashing: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         for i, batch in enumerate(batches):
             reading.append(pool.submit(read, batch))
             last = i == len(batches) - 1
@@ -237,7 +238,9 @@ def _copy_records(entries, out, work: WorkDir, source: str, pool) -> tuple[int, 
 
 def blocks(entries, limit: int) -> list[list]:
     """`entries` cut in order into lists of at most `limit` framed bytes (at least one entry each)."""
-    out, current, size = [], [], 0
+    out: list[list] = []
+    current: list = []
+    size = 0
     for entry in entries:
         if current and size + entry.length > limit:
             out.append(current)

@@ -44,7 +44,7 @@ def summary(manifest: Manifest, output: str) -> dict:
         shards = info.shards
         held: dict[str, list[int]] = {}  # class -> its non-zero counts, one per shard holding it
         for s in shards:
-            for label, n in s.class_counts.items():
+            for label, n in s.held.items():
                 if n:
                     held.setdefault(label, []).append(n)
         classes = {}

@@ -146,7 +146,7 @@ def manifest_balance_problems(manifest: Manifest, split: str) -> list[Problem]:
     (single-label), per stratum (multi-label, detection), on records (segmentation). For `prep report`."""
     shards = manifest.splits[split].shards
     if manifest.task == "classification":
-        return balance_problems(split, [s.file for s in shards], [s.class_counts for s in shards])
+        return balance_problems(split, [s.file for s in shards], [s.held for s in shards])
     files = {s.file for s in shards}
     return [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
 
@@ -163,10 +163,10 @@ def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan, exact: bool = T
         problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry.examples}"))
     tally = scan.tally
     if tally is None:
-        problems += _count_problems(file, "records per class", scan.class_counts, entry.class_counts)
+        problems += _count_problems(file, "records per class", scan.class_counts, entry.held)
         return problems
     if tally.classes_read:
-        problems += _count_problems(file, "images containing each class", scan.class_counts, entry.class_counts)
+        problems += _count_problems(file, "images containing each class", scan.class_counts, entry.held)
     if entry.box_counts is not None:
         problems += _count_problems(file, "boxes per class", dict(tally.boxes), entry.box_counts)
     strata = entry.stratum_counts

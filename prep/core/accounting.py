@@ -121,7 +121,7 @@ def settle_empty_classes(labels: Sequence[str], written: list[tuple[ShardName, S
     if policy != "drop":
         return tuple(labels), written, inputs
     gone = set(empty)
-    written = [(name, dataclasses.replace(shard, class_counts={k: v for k, v in shard.class_counts.items()
+    written = [(name, dataclasses.replace(shard, class_counts={k: v for k, v in shard.held.items()
                                                                 if k not in gone}))
                for name, shard in written]
     inputs = dataclasses.replace(inputs, capped_by_class={k: v for k, v in (inputs.capped_by_class or {}).items()

@@ -22,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
 
 from prep.core import shard_counts as sidecar
 from prep.core.errors import ManifestError
@@ -54,10 +56,10 @@ class _Reader:
     def __init__(self, where: str):
         self.where = where
 
-    def get(self, obj: Mapping, key: str, kind: type, field: str):
+    def get(self, obj: Mapping[str, Any], key: str, kind: type, field: str) -> Any:
         return self.check(obj.get(key), kind, field)
 
-    def check(self, value, kind: type, field: str):
+    def check(self, value: Any, kind: type, field: str) -> Any:
         ok = isinstance(value, kind) and not isinstance(value, bool)
         if ok and kind is int:
             ok = value >= 0
@@ -65,7 +67,7 @@ class _Reader:
             raise ManifestError(f"{self.where} is malformed: {field} must be {_kind_name(kind)}, got {value!r}")
         return value
 
-    def counts(self, counts: Mapping, field: str) -> dict[str, int]:
+    def counts(self, counts: Mapping[str, Any], field: str) -> dict[str, int]:
         for name, n in counts.items():
             self.check(n, int, f"{field}[{name!r}]")
         return dict(counts)
@@ -79,7 +81,7 @@ class Extras:
     categories: tuple[Category, ...] | None = None  # detection
     max_boxes: dict[str, int] | None = None  # detection: {split: the most objects of one image}; absent: none
     groups: GroupCounts | None = None  # written when they say something
-    fractions: dict | None = None  # {split: --split fraction}, given when groups decided splits
+    fractions: Mapping[str, float | Fraction] | None = None  # {split: --split fraction}, given when groups decided splits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +112,8 @@ class Manifest:
                 yield split, shard
 
     @classmethod
-    def build(cls, labels, options: dict, written: Iterable[tuple[ShardName, ShardInfo]], inputs: Inputs,
-              tool: dict, run: Run, extras: Extras = Extras()) -> "Manifest":
+    def build(cls, labels: Sequence[str], options: dict[str, Any], written: Iterable[tuple[ShardName, ShardInfo]],
+              inputs: Inputs, tool: dict[str, Any], run: Run, extras: Extras = Extras()) -> Manifest:
         """Assembles the manifest from the shards written, each with its name (split and shard count).
 
         Detection (`extras.task`) adds `categories`, and per split the box counts of its shards and
@@ -119,7 +121,7 @@ class Manifest:
         written; `extras.fractions` add each split's `fraction_deviation`.
         """
         task, max_boxes, fractions = extras.task, extras.max_boxes, extras.fractions
-        splits: dict[str, dict] = {}
+        splits: dict[str, dict[str, Any]] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
             if name.split not in splits:  # not setdefault: its dense default would be built for every shard
                 splits[name.split] = {"examples": 0, "bytes": 0, "num_shards": name.count, "shards": [],
@@ -147,7 +149,7 @@ class Manifest:
                    inputs=inputs, tool=dict(tool), run=run, task=task, categories=extras.categories,
                    ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=extras.groups or None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return self._documents()[0]
 
     def _documents(self) -> tuple[dict[str, Any], bytes | None]:
@@ -204,7 +206,7 @@ class Manifest:
         return dataclasses.replace(self, splits=splits)
 
     @classmethod
-    def from_json(cls, data: bytes | str | dict, where: str = FILENAME) -> "Manifest":
+    def from_json(cls, data: bytes | str | dict[str, Any], where: str = FILENAME) -> "Manifest":
         """Parses and checks a manifest (bytes, text, or the parsed JSON).
 
         Raises:
@@ -264,18 +266,18 @@ class Manifest:
         task = data.get("task", "classification")
         if task not in TASKS:
             raise ManifestError(f"{where} is malformed: task must be one of {', '.join(TASKS)}, got {task!r}")
-        categories = None
+        categories: tuple[Category, ...] | None = None
         if "categories" in data:
-            categories = []
+            found: list[Category] = []
             for i, c in enumerate(read.get(data, "categories", list, "categories")):
                 read.check(c, dict, f"categories[{i}]")
                 source_id = c.get("source_id")
                 if source_id is not None and not isinstance(source_id, (int, str)):
                     raise ManifestError(f"{where} is malformed: categories[{i}].source_id must be an integer, "
                                         f"a string or null, got {source_id!r}")
-                categories.append(Category(read.get(c, "id", int, f"categories[{i}].id"),
-                                           read.get(c, "name", str, f"categories[{i}].name"), source_id))
-            categories = tuple(categories)
+                found.append(Category(read.get(c, "id", int, f"categories[{i}].id"),
+                                      read.get(c, "name", str, f"categories[{i}].name"), source_id))
+            categories = tuple(found)
         ignore_value = read.get(data, "ignore_value", int, "ignore_value") if "ignore_value" in data else None
         groups = None
         if "groups" in data:
@@ -321,7 +323,7 @@ def _read(path: str, missing: str) -> bytes:
         raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _split(read: _Reader, name: str, info, version: int = 1) -> SplitInfo:
+def _split(read: _Reader, name: str, info: Any, version: int = 1) -> SplitInfo:
     try:
         check_split_name(name)
     except ValueError as exc:
@@ -349,7 +351,9 @@ def _split(read: _Reader, name: str, info, version: int = 1) -> SplitInfo:
                                      for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
         extra = {key: read.counts(read.get(shard, key, dict, f"{where}.{key}"), f"{where}.{key}")
                  for key in ("box_counts", "stratum_counts") if key in shard}
-        shards.append(ShardInfo(**values, class_counts=counts, index_file=index_file, **extra))
+        shards.append(ShardInfo(values["file"], values["index"], values["examples"], values["bytes"],
+                                values["sha256"], class_counts=counts, index_file=index_file,
+                                box_counts=extra.get("box_counts"), stratum_counts=extra.get("stratum_counts")))
     box_counts = (read.counts(read.get(info, "box_counts", dict, f"{field}.box_counts"), f"{field}.box_counts")
                   if "box_counts" in info else None)
     max_boxes = read.get(info, "max_boxes", int, f"{field}.max_boxes") if "max_boxes" in info else None
@@ -372,6 +376,6 @@ def _split(read: _Reader, name: str, info, version: int = 1) -> SplitInfo:
                      fraction_deviation=fraction_dev)
 
 
-def dumps(document: dict) -> bytes:
+def dumps(document: dict[str, Any]) -> bytes:
     """The bytes of a manifest document: sorted keys, indent 2, ASCII, a final newline."""
     return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode()

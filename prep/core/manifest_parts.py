@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from fractions import Fraction
 from typing import Any
 
 
@@ -37,6 +38,18 @@ class ShardInfo:
     index_file: IndexFile | None = None  # only with --index
     box_counts: dict[str, int] | None = None  # detection: objects per class
     stratum_counts: dict[str, int] | None = None  # multilabel, detection: images per stratum (NO_STRATUM: none)
+
+    @property
+    def held(self) -> dict[str, int]:
+        """`class_counts`, which a version-2 manifest read without shard_counts.jsonl does not have.
+
+        Raises:
+            ValueError: (an internal error) the counts were not read: `Manifest.load(..., shard_counts=True)`.
+        """
+        if self.class_counts is None:
+            raise ValueError(f"internal error: the counts of {self.file} were not read "
+                             "(Manifest.load(..., shard_counts=True))")
+        return self.class_counts
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "index": self.index, "examples": self.examples,
@@ -83,7 +96,7 @@ class SplitInfo:
         return out
 
 
-def fraction_deviation(class_counts: dict[str, int], fraction: float, totals: dict[str, int]) -> dict[str, float]:
+def fraction_deviation(class_counts: dict[str, int], fraction: float | Fraction, totals: dict[str, int]) -> dict[str, float]:
     """{class: the split's count of it - `fraction` x its count over all splits}, to 1/1000: how far a split is
     from its fraction, per class, once groups are kept whole."""
     return {name: round(float(n - fraction * totals.get(name, 0)), 3) or 0.0 for name, n in class_counts.items()}
@@ -136,7 +149,7 @@ def deviation(split_counts: dict[str, int], examples: int, shards: Iterable[Shar
     ranked = sorted(((total, name) for name, total in split_counts.items() if total), reverse=True)
     worst = 0.0
     for shard in shards:
-        held = shard.class_counts
+        held = shard.held
         for name, n in held.items():
             if name in split_counts:
                 share = split_counts[name] * shard.examples / examples if examples else 0.0

@@ -73,7 +73,9 @@ def delete_unplanned_shards(output: str, manifest: Manifest) -> None:
     planned = set()
     for _, shard in manifest.shards():
         planned.add(shard.file)
-        planned.add(ShardName.parse(shard.file).index_filename)
+        parsed = ShardName.parse(shard.file)
+        if parsed is not None:  # always, in a manifest that was read: its shard names are checked
+            planned.add(parsed.index_filename)
     for name in storage.list_names(output):
         if name not in planned and (ShardName.parse(name) is not None or ShardName.parse_index(name) is not None):
             storage.delete(storage.join(output, name))
