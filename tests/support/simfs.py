@@ -25,7 +25,7 @@ a list page per 1,000 keys returned (`list`); `exists`, `size`, `metadata`, `las
 `create` (`write`, one upload); `copy`; `rename` (one per object; a copy and a delete on a real store,
 so two requests in `requests()`); `delete` (one per object). Bytes read and written are counted too.
 
-With `$SIMFS_COUNTS` set to a folder, each process writes its counts to `<folder>/<pid>.json` at most
+With `$SIMFS_COUNTS` set to a folder (or `start_counting(folder)`), each process writes its counts to `<folder>/<pid>.json` at most
 once a second while it makes requests, at exit, and on `flush()` (call it on Dask workers before they are
 closed: `client.run(simfs.flush)`); `load_counts(folder)` sums them. A forked child starts from zero.
 `$SIMFS_LATENCY_MS` adds that much sleep to every request, in the process that makes it.
@@ -204,6 +204,18 @@ def flush() -> None:
 
 
 atexit.register(flush)
+
+
+def start_counting(folder: str | None) -> None:
+    """From now on, counts start from zero and go to `folder` (None: kept in memory only); for a process
+    that outlives one run, such as a Dask worker: `client.run(simfs.start_counting, folder)`."""
+    with _lock:
+        _counts.clear()
+        _bytes.clear()
+    if folder is None:
+        os.environ.pop("SIMFS_COUNTS", None)
+    else:
+        os.environ["SIMFS_COUNTS"] = folder
 
 
 def local_counts() -> tuple[collections.Counter, collections.Counter]:
