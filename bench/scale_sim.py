@@ -12,10 +12,12 @@ single-threaded worker processes that this script starts first (they import simf
 
 Printed per run: wall time of the `prep convert` process; driver peak RSS (its own ru_maxrss, read at its
 exit); worker peak RSS (Dask workers' ru_maxrss, or the largest child process of the driver on the embedded
-runner); requests per kept image by kind as the simulated store counted them in every process (a `rename` is a
-copy and a delete on GCS and S3: 2 in "all"); the dedupe stage's share: of requests, those made from its modules
-(DEDUPE_MODULES), and of wall time, 1 - (time with --duplicates off) / (time with keep) when both ran. Then the
-requests per kept image by calling function (file:function), largest first, for the last run.
+runner); CPU seconds of the driver, its children and the Dask workers during the run; requests per kept image by kind as
+the simulated store counted them in every process (a `rename` is a copy and a delete on GCS and S3: 2 in "all");
+the dedupe stage's share: of requests, those made from its modules (DEDUPE_MODULES), and of CPU time,
+1 - (CPU with --duplicates off) / (CPU with keep) when both ran (CPU rather than wall time: on a machine shared
+with other work, wall time moves more than CPU time). Then the requests per kept image by calling function
+(file:function), largest first, for the last run.
 
 Goal of issue #37: at most 3 requests per kept pass-through image all told, and a driver whose memory stays
 flat in the number of inputs. Image sizes here are tiny, so bytes and CPU per image are not those of photos;
@@ -49,8 +51,9 @@ DRIVER = """import atexit, json, os, resource, sys
 from tests.support import simfs
 def _rss():
     with open(os.environ["SCALE_SIM_RSS"], "w") as f:
-        json.dump({"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                   "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}, f)
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        json.dump({"self": me.ru_maxrss, "children": kids.ru_maxrss,
+                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}, f)
 atexit.register(_rss)
 from prep.cli import run
 sys.argv = ["prep", *sys.argv[1:]]
@@ -67,12 +70,13 @@ def start_cluster(workers: int):
     return cluster, Client(cluster)
 
 
-def worker_peak_rss_mb(client) -> float:
+def worker_usage(client) -> tuple[float, float]:
+    """(peak RSS of the largest worker in MB, CPU seconds of all workers so far); flushes their counts."""
     import resource
 
     client.run(simfs.flush)
-    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return max(peaks.values()) / 1024
+    usage = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF)[:3])  # utime, stime, maxrss
+    return max(u[2] for u in usage.values()) / 1024, sum(u[0] + u[1] for u in usage.values())
 
 
 def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
@@ -88,14 +92,19 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
         cmd += ["--runner", DASK, "--", f"--dask_client_address={client.scheduler.address}"]
     env = dict(os.environ, SIMFS_COUNTS=str(counts_dir), SCALE_SIM_RSS=str(rss_file),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    worker_cpu = 0.0
     if client is not None:
         client.run(simfs.start_counting, str(counts_dir))  # the workers' counts start from zero, for this run
+        worker_cpu = -worker_usage(client)[1]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode:
         sys.exit(f"prep convert failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    worker_rss = worker_peak_rss_mb(client) if client is not None else None
+    worker_rss = None
+    if client is not None:
+        worker_rss, cpu_now = worker_usage(client)
+        worker_cpu += cpu_now
     rss = json.loads(rss_file.read_text())
     manifest = json.loads((pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}" /
                            "manifest.json").read_text())
@@ -103,7 +112,7 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     if client is None:
         worker_rss = rss["children"] / 1024 if rss["children"] else None
     return {"inputs": manifest["inputs"]["found"], "kept": manifest["inputs"]["written"], "duplicates": duplicates,
-            "runner": args.runner, "wall": wall, "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
+            "runner": args.runner, "wall": wall, "cpu": rss["cpu"] + worker_cpu, "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
             "counts": counts}
 
 
@@ -120,19 +129,19 @@ def per_kept(counts: collections.Counter, kept: int) -> dict[str, float]:
 
 
 def print_table(rows: list[dict]) -> None:
-    walls = {r["duplicates"]: r["wall"] for r in rows}
-    head = (f"{'inputs':>9} {'runner':>8} {'dups':>5} {'wall s':>7} {'driver MB':>9} {'worker MB':>9} "
-            + " ".join(f"{k:>6}" for k in (*SHOWN, "all")) + f" {'dedupe req':>10} {'dedupe wall':>11}")
+    cpus = {r["duplicates"]: r["cpu"] for r in rows}
+    head = (f"{'inputs':>9} {'runner':>8} {'dups':>5} {'wall s':>7} {'CPU s':>7} {'driver MB':>9} {'worker MB':>9} "
+            + " ".join(f"{k:>6}" for k in (*SHOWN, "all")) + f" {'dedupe req':>10} {'dedupe CPU':>10}")
     print(head)
     for r in rows:
         p = per_kept(r["counts"], r["kept"])
         share = ""
-        if r["duplicates"] == "keep" and "off" in walls:
-            share = f"{1 - walls['off'] / r['wall']:.0%}"
+        if r["duplicates"] == "keep" and "off" in cpus:
+            share = f"{1 - cpus['off'] / r['cpu']:.0%}"
         worker = "-" if r["worker_mb"] is None else f"{r['worker_mb']:.0f}"
         print(f"{r['inputs']:>9,} {r['runner']:>8} {('on' if r['duplicates'] == 'keep' else 'off'):>5} "
-              f"{r['wall']:>7.1f} {r['driver_mb']:>9.0f} {worker:>9} "
-              + " ".join(f"{p[k]:>6.2f}" for k in (*SHOWN, "all")) + f" {p['dedupe_requests']:>10.0%} {share:>11}")
+              f"{r['wall']:>7.1f} {r['cpu']:>7.1f} {r['driver_mb']:>9.0f} {worker:>9} "
+              + " ".join(f"{p[k]:>6.2f}" for k in (*SHOWN, "all")) + f" {p['dedupe_requests']:>10.0%} {share:>10}")
     print("(requests per kept image; all: a rename counted as a copy and a delete)")
 
 
