@@ -88,6 +88,8 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     shutil.rmtree(pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}", ignore_errors=True)
     cmd = [sys.executable, "-c", DRIVER, "convert", source, out, "--no-progress", "--split",
            "train=0.9,validation=0.1", "--duplicates", duplicates]
+    if args.prep_workers:
+        cmd += ["--workers", str(args.prep_workers)]
     if client is not None:
         cmd += ["--runner", DASK, "--", f"--dask_client_address={client.scheduler.address}"]
     env = dict(os.environ, SIMFS_COUNTS=str(counts_dir), SCALE_SIM_RSS=str(rss_file),
@@ -112,7 +114,8 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     if client is None:
         worker_rss = rss["children"] / 1024 if rss["children"] else None
     return {"inputs": manifest["inputs"]["found"], "kept": manifest["inputs"]["written"], "duplicates": duplicates,
-            "runner": args.runner, "wall": wall, "cpu": rss["cpu"] + worker_cpu, "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
+            "runner": args.runner, "wall": wall, "cpu": rss["cpu"] + worker_cpu,
+            "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
             "counts": counts}
 
 
@@ -164,6 +167,7 @@ def main() -> None:
     parser.add_argument("--duplicates", choices=("on", "off", "both"), default="both",
                         help="--duplicates keep (on), off, or off then keep (both: gives dedupe's share of wall time)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="sleep added to every request")
+    parser.add_argument("--prep-workers", type=int, help="prep convert --workers (threads per pipeline worker)")
     parser.add_argument("--top", type=int, default=15, help="callers listed")
     parser.add_argument("--json", type=pathlib.Path, help="also write the rows here")
     args = parser.parse_args()

@@ -2,251 +2,53 @@
 
 Importing this module registers the scheme (Beam finds FileSystem subclasses by their scheme()).
 
-**Source side, virtual.** `simfs://src/<C>x<P>[d<K>]/class-CCCC/img-NNNNNNN.jpg` is one of C classes
-of P images each; nothing is on disk: a listing is generated from the name, and each image is a small
-JPEG drawn from its (class, number) with a seeded generator, padded with a JPEG comment to IMAGE_BYTES so
-that a listing knows every size without drawing anything. Images differ in their pixels (random 8x8
-grey blocks; their pHashes are far apart), so dedupe does not group them. With `d<K>`, every K-th image
-of a class (number % K == K - 1) repeats the picture of the one before it, byte for byte: an exact
-duplicate. The source is read-only.
+**Source side, virtual** (tests/support/simsource.py): `simfs://src/<C>x<P>[d<K>]/class-CCCC/img-NNNNNNN.jpg`,
+C classes of P distinct generated JPEGs (every K-th an exact copy of the one before), listed and served
+from their names with no disk. The source is read-only.
 
 **Everything else is stored** in a local folder, `$SIMFS_STORE` (default /tmp/simfs-store):
 `simfs://out/a/b` is `$SIMFS_STORE/out/a/b`. The semantics are an object store's: no folders
 (`mkdirs` does nothing, `exists` is true for objects only, `match` lists keys by prefix), an object
 appears whole when its writer closes, and `rename` is a copy and a delete, object by object.
 
-**Counting.** Every request is counted per process by (kind, what, caller): kind is one of KINDS; what
-is "src" for a source image, else the key with digit runs and hex tokens replaced by `#` (so that
-`chunk-000012-0003.bin` counts as `chunk-#-#.bin`); caller is the first frame of project code
-(`prep/`, `beam_jobs/`, `loaders/`) on the stack, as `file:function`, skipping `prep/core/storage.py`
-and `beam_jobs/beam_fs.py`, which only pass calls on. Request kinds follow what GCS or S3 would be asked:
+**Counting** (tests/support/simcounts.py): every request, by kind (KINDS), key pattern and the calling
+function of project code, per process, summed over processes through `$SIMFS_COUNTS`; `$SIMFS_LATENCY_MS`
+adds that much sleep to every request. What counts as one request follows what GCS or S3 would be asked:
 a list page per 1,000 keys returned (`list`); `exists`, `size`, `metadata`, `last_updated`, `checksum`
 (`stat`); an opened reader's first read, and each read after a seek elsewhere (`read`, a ranged GET);
 `create` (`write`, one upload); `copy`; `rename` (one per object; a copy and a delete on a real store,
-so two requests in `requests()`); `delete` (one per object). Bytes read and written are counted too.
-
-With `$SIMFS_COUNTS` set to a folder (or `start_counting(folder)`), each process writes its counts to `<folder>/<pid>.json` at most
-once a second while it makes requests, at exit, and on `flush()` (call it on Dask workers before they are
-closed: `client.run(simfs.flush)`); `load_counts(folder)` sums them. A forked child starts from zero.
-`$SIMFS_LATENCY_MS` adds that much sleep to every request, in the process that makes it.
+so two in `requests()`); `delete` (one per object).
 """
 
 from __future__ import annotations
 
-import atexit
-import collections
-import functools
 import io
-import json
 import os
-import re
 import shutil
-import sys
-import threading
-import time
 import uuid
 
-import numpy as np
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata, FileSystem
+
+from tests.support.simcounts import KINDS, flush, load_counts, local_counts, requests, start_counting  # noqa: F401
+from tests.support.simcounts import count as _count
+from tests.support.simcounts import count_bytes as _count_bytes
+from tests.support.simsource import IMAGE_BYTES, image_bytes, parse_source, source_image, source_names
+from tests.support.simsource import ROOT as SOURCE_ROOT
 
 SCHEME = "simfs"
 PREFIX = SCHEME + "://"
-SOURCE_BUCKET = "src"
-IMAGE_BYTES = 2048  # every source image, padded: a listing needs no drawing
-IMAGE_SIDE = 64
 LIST_PAGE = 1000  # keys per list request, as GCS and S3 return them
-KINDS = ("list", "stat", "read", "write", "copy", "rename", "delete")
-_SPEC = re.compile(r"(\d+)x(\d+)(?:d(\d+))?")
-_IMAGE = re.compile(r"class-(\d{4})/img-(\d{7})\.jpg")
-_VARYING = re.compile(r"[0-9a-f]{6,}|\d+")
 
 
 def source_url(classes: int, per_class: int, duplicate_every: int | None = None) -> str:
     """The SOURCE folder of `classes` x `per_class` generated images (with an exact duplicate every K)."""
     dup = f"d{duplicate_every}" if duplicate_every else ""
-    return f"{PREFIX}{SOURCE_BUCKET}/{classes}x{per_class}{dup}"
+    return f"{SOURCE_ROOT}/{classes}x{per_class}{dup}"
 
 
 def store_root() -> str:
     return os.environ.get("SIMFS_STORE", "/tmp/simfs-store")
 
-
-# ---- the generated source -------------------------------------------------------------------------------
-
-def _parse_source(path: str) -> tuple[str, int, int, int | None, str]:
-    """(spec folder URL, classes, per_class, duplicate_every, rest of the key) of a source path."""
-    key = path[len(PREFIX) + len(SOURCE_BUCKET) + 1:]
-    spec, _, rest = key.partition("/")
-    m = _SPEC.fullmatch(spec)
-    if not m:
-        raise BeamIOError(f"not a simfs source folder: {path}", {})
-    dup = int(m.group(3)) if m.group(3) else None
-    return f"{PREFIX}{SOURCE_BUCKET}/{spec}", int(m.group(1)), int(m.group(2)), dup, rest
-
-
-def _source_image(path: str) -> tuple[int, int] | None:
-    """(class, number of the picture drawn) of an existing source image, or None."""
-    _, classes, per_class, dup, rest = _parse_source(path)
-    m = _IMAGE.fullmatch(rest)
-    if not m:
-        return None
-    c, n = int(m.group(1)), int(m.group(2))
-    if c >= classes or n >= per_class:
-        return None
-    if dup and n % dup == dup - 1:
-        n -= 1
-    return c, n
-
-
-def source_names(classes: int, per_class: int) -> list[str]:
-    """Keys under a source folder, in key order."""
-    return [f"class-{c:04d}/img-{n:07d}.jpg" for c in range(classes) for n in range(per_class)]
-
-
-@functools.lru_cache(maxsize=4096)
-def image_bytes(c: int, n: int) -> bytes:
-    """The JPEG of picture n of class c: 8x8 random grey blocks, tinted by class, padded to IMAGE_BYTES."""
-    from PIL import Image
-
-    rng = np.random.default_rng([c, n, 7919])
-    blocks = rng.integers(0, 256, size=(8, 8), dtype=np.uint8)
-    grey = np.kron(blocks, np.ones((IMAGE_SIDE // 8, IMAGE_SIDE // 8), dtype=np.uint8))
-    tint = np.array([(c * 53) % 256, (c * 97) % 256, (c * 29) % 256], dtype=np.uint16)
-    rgb = ((grey[..., None].astype(np.uint16) * 3 + tint) // 4).astype(np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(rgb, "RGB").save(out, "JPEG", quality=90)
-    data = out.getvalue()
-    pad = IMAGE_BYTES - len(data) - 4  # a COM segment: FF FE, 2-byte length, payload
-    if pad < 0:
-        raise ValueError(f"image {c}/{n} encodes to {len(data)} bytes, more than IMAGE_BYTES")
-    comment = b"\xff\xfe" + (pad + 2).to_bytes(2, "big") + b"\0" * pad
-    return data[:2] + comment + data[2:]
-
-
-# ---- counting ---------------------------------------------------------------------------------------------
-
-_lock = threading.Lock()
-_counts: collections.Counter = collections.Counter()  # (kind, what, caller) -> requests
-_bytes: collections.Counter = collections.Counter()  # ("read"|"write", what) -> bytes
-_last_flush = [0.0]
-_SKIP_FILES = ("/prep/core/storage.py", "/beam_jobs/beam_fs.py")
-_PROJECT = re.compile(r".*/((?:prep|beam_jobs|loaders)/.*)\.py$")
-
-
-def _reset_after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()
-    _counts.clear()
-    _bytes.clear()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-@functools.lru_cache(maxsize=None)
-def _frame_label(filename: str, name: str) -> str | None:
-    if filename.endswith(_SKIP_FILES) or "site-packages" in filename:
-        return None
-    m = _PROJECT.match(filename)
-    return f"{m.group(1)}:{name}" if m else None
-
-
-def _caller() -> str:
-    frame = sys._getframe(2)
-    for _ in range(40):
-        if frame is None:
-            break
-        label = _frame_label(frame.f_code.co_filename, frame.f_code.co_name)
-        if label:
-            return label
-        frame = frame.f_back
-    return "other"
-
-
-def what(path: str) -> str:
-    """How a request's object is counted: "src", or its key with varying parts as #."""
-    if path.startswith(PREFIX + SOURCE_BUCKET + "/"):
-        return "src"
-    return _VARYING.sub("#", path[len(PREFIX):] if path.startswith(PREFIX) else path)
-
-
-def _count(kind: str, path: str, n: int = 1, nbytes: int = 0) -> None:
-    latency = float(os.environ.get("SIMFS_LATENCY_MS") or 0)
-    if latency:
-        time.sleep(latency * n / 1000)
-    key = (kind, what(path), _caller())
-    with _lock:
-        _counts[key] += n
-        if nbytes:
-            _bytes[(kind, key[1])] += nbytes
-    if time.monotonic() - _last_flush[0] > 1.0:
-        flush()
-
-
-def _count_bytes(kind: str, path: str, nbytes: int) -> None:
-    with _lock:
-        _bytes[(kind, what(path))] += nbytes
-
-
-def flush() -> None:
-    """Writes this process's counts to $SIMFS_COUNTS/<pid>.json (if set), replacing its previous ones."""
-    folder = os.environ.get("SIMFS_COUNTS")
-    _last_flush[0] = time.monotonic()
-    if not folder:
-        return
-    with _lock:
-        doc = {"counts": [[*k, v] for k, v in _counts.items()], "bytes": [[*k, v] for k, v in _bytes.items()]}
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.getpid()}.{uuid.uuid4().hex}")
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, os.path.join(folder, f"{os.getpid()}.json"))
-
-
-atexit.register(flush)
-
-
-def start_counting(folder: str | None) -> None:
-    """From now on, counts start from zero and go to `folder` (None: kept in memory only); for a process
-    that outlives one run, such as a Dask worker: `client.run(simfs.start_counting, folder)`."""
-    with _lock:
-        _counts.clear()
-        _bytes.clear()
-    if folder is None:
-        os.environ.pop("SIMFS_COUNTS", None)
-    else:
-        os.environ["SIMFS_COUNTS"] = folder
-
-
-def local_counts() -> tuple[collections.Counter, collections.Counter]:
-    """This process's (requests by (kind, what, caller), bytes by (kind, what)), copies."""
-    with _lock:
-        return collections.Counter(_counts), collections.Counter(_bytes)
-
-
-def load_counts(folder: str) -> tuple[collections.Counter, collections.Counter]:
-    """The counts every process wrote to `folder`, summed."""
-    counts: collections.Counter = collections.Counter()
-    nbytes: collections.Counter = collections.Counter()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".json"):
-            with open(os.path.join(folder, name)) as f:
-                doc = json.load(f)
-            for kind, obj, caller, n in doc["counts"]:
-                counts[(kind, obj, caller)] += n
-            for kind, obj, n in doc["bytes"]:
-                nbytes[(kind, obj)] += n
-    return counts, nbytes
-
-
-def requests(counts: collections.Counter, kind: str | None = None) -> int:
-    """Requests a real object store would serve: a rename is a copy and a delete there."""
-    weight = {"rename": 2}
-    return sum(n * (weight.get(k, 1) if kind is None else 1) for (k, _, _), n in counts.items()
-               if kind is None or k == kind)
-
-
-# ---- the file system --------------------------------------------------------------------------------------
 
 class _Reader(io.RawIOBase):
     """A seekable reader that counts a ranged GET for its first read and for each read after a seek away."""
@@ -334,7 +136,7 @@ class SimFileSystem(FileSystem):
 
     @staticmethod
     def _is_source(path: str) -> bool:
-        return path.startswith(PREFIX + SOURCE_BUCKET + "/")
+        return path.startswith(SOURCE_ROOT + "/")
 
     @staticmethod
     def _local(path: str) -> str:
@@ -350,7 +152,7 @@ class SimFileSystem(FileSystem):
         return iter(found)
 
     def _list_source(self, prefix: str) -> list[FileMetadata]:
-        folder, classes, per_class, _, _ = _parse_source(prefix.rstrip("/") + "/")
+        folder, classes, per_class, _, _ = parse_source(prefix.rstrip("/") + "/")
         return [FileMetadata(url, IMAGE_BYTES, 0.0) for url in
                 (f"{folder}/{name}" for name in source_names(classes, per_class)) if url.startswith(prefix)]
 
@@ -371,12 +173,12 @@ class SimFileSystem(FileSystem):
     def exists(self, path):
         _count("stat", path)
         if self._is_source(path):
-            return _source_image(path) is not None
+            return source_image(path) is not None
         return os.path.isfile(self._local(path))
 
     def _stat(self, path) -> os.stat_result | None:
         if self._is_source(path):
-            if _source_image(path) is None:
+            if source_image(path) is None:
                 raise BeamIOError(f"no such object: {path}", {path: FileNotFoundError(path)})
             return None
         try:
@@ -407,7 +209,7 @@ class SimFileSystem(FileSystem):
     # read and write
     def open(self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO):
         if self._is_source(path):
-            found = _source_image(path)
+            found = source_image(path)
             if found is None:
                 raise BeamIOError(f"no such object: {path}", {path: FileNotFoundError(path)})
             inner = io.BytesIO(image_bytes(*found))
@@ -430,7 +232,7 @@ class SimFileSystem(FileSystem):
         local = self._local(dst)
         os.makedirs(os.path.dirname(local), exist_ok=True)
         if self._is_source(src):
-            found = _source_image(src)
+            found = source_image(src)
             if found is None:
                 raise FileNotFoundError(src)
             with open(local, "wb") as f:
