@@ -147,14 +147,22 @@ class SimFileSystem(FileSystem):
 
     # listing
     def _list(self, dir_or_prefix):
+        """Yields the objects under a prefix a page at a time, counting a request per page, as GCS's does:
+        the simulator holds no listing of its own beside what its caller keeps."""
         found = self._list_source(dir_or_prefix) if self._is_source(dir_or_prefix) else self._list_store(dir_or_prefix)
-        _count("list", dir_or_prefix, max(1, -(-len(found) // LIST_PAGE)))
-        return iter(found)
+        pages = 0
+        for n, metadata in enumerate(found):
+            if n % LIST_PAGE == 0:
+                pages += 1
+                _count("list", dir_or_prefix)
+            yield metadata
+        if not pages:
+            _count("list", dir_or_prefix)  # an empty page
 
-    def _list_source(self, prefix: str) -> list[FileMetadata]:
+    def _list_source(self, prefix: str):
         folder, classes, per_class, _, _ = parse_source(prefix.rstrip("/") + "/")
-        return [FileMetadata(url, IMAGE_BYTES, 0.0) for url in
-                (f"{folder}/{name}" for name in source_names(classes, per_class)) if url.startswith(prefix)]
+        return (FileMetadata(url, IMAGE_BYTES, 0.0) for url in
+                (f"{folder}/{name}" for name in source_names(classes, per_class)) if url.startswith(prefix))
 
     def _list_store(self, prefix: str) -> list[FileMetadata]:
         key = prefix[len(PREFIX):]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+from collections.abc import Iterator
 
 import numpy as np
 from apache_beam.io.filesystem import BeamIOError
@@ -48,9 +49,9 @@ def source_image(path: str) -> tuple[int, int] | None:
     return c, n
 
 
-def source_names(classes: int, per_class: int) -> list[str]:
+def source_names(classes: int, per_class: int) -> Iterator[str]:
     """Keys under a source folder, in key order."""
-    return [f"class-{c:04d}/img-{n:07d}.jpg" for c in range(classes) for n in range(per_class)]
+    return (f"class-{c:04d}/img-{n:07d}.jpg" for c in range(classes) for n in range(per_class))
 
 
 @functools.lru_cache(maxsize=4096)
