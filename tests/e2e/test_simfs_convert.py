@@ -71,7 +71,8 @@ def test_counts_reach_the_counts_folder_from_a_child_process(store, tmp_path, mo
     import sys
 
     folder = tmp_path / "counts"
-    env = dict(os.environ, SIMFS_COUNTS=str(folder), PYTHONPATH=os.getcwd())
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, SIMFS_COUNTS=str(folder), PYTHONPATH=root)
     code = ("import sys; from tests.support import simfs; from prep.cli import main; "
             "sys.argv = ['prep', *sys.argv[1:]]; main()")
     proc = subprocess.run([sys.executable, "-c", code, "convert", simfs.source_url(2, 5), "simfs://out/child",
