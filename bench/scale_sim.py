@@ -1,0 +1,198 @@
+"""A whole conversion from and to a simulated object store: time, memory and requests per image.
+
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 2000                       # embedded, dedupe off then on
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 2000 --runner dask         # a LocalCluster of 2 workers
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 100000 --duplicates on --latency-ms 1
+
+SOURCE is `simfs://src/<C>x<P>d100` (tests/support/simfs.py): C classes of P generated 64x64 JPEGs of 2 KB,
+every 100th an exact copy of the one before, served from their names with no disk; OUTPUT is `simfs://out/...`,
+objects kept in a scratch folder. Each run is a fresh `prep convert` process (the driver) with
+`--split train=0.9,validation=0.1`; with `--runner dask` it submits to a `dask.distributed.LocalCluster` of 2
+single-threaded worker processes that this script starts first (they import simfs at start-up, `preload`).
+
+Printed per run: wall time of the `prep convert` process; driver peak RSS (its own ru_maxrss, read at its
+exit); worker peak RSS (Dask workers' ru_maxrss, or the largest child process of the driver on the embedded
+runner); CPU seconds of the driver, its children and the Dask workers during the run; requests per kept image by kind as
+the simulated store counted them in every process (a `rename` is a copy and a delete on GCS and S3: 2 in "all");
+the dedupe stage's share: of requests, those made from its modules (DEDUPE_MODULES), and of CPU time,
+1 - (CPU with --duplicates off) / (CPU with keep) when both ran (CPU rather than wall time: on a machine shared
+with other work, wall time moves more than CPU time). Then the requests per kept image by calling function
+(file:function), largest first, for the last run.
+
+Goal of issue #37: at most 3 requests per kept pass-through image all told, and a driver whose memory stays
+flat in the number of inputs. Image sizes here are tiny, so bytes and CPU per image are not those of photos;
+requests are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.support import simfs  # noqa: E402  (bench/ scripts run as files)
+
+DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
+DEDUPE_MODULES = ("beam_jobs/dedupe", "beam_jobs/dedupe_decide", "beam_jobs/grouping", "beam_jobs/group_batches",
+                  "beam_jobs/keys_join")
+SHOWN = ("list", "stat", "read", "write", "rename", "delete")
+# The driver: prep's CLI in a process that registered simfs, leaving its peak RSS (KiB) in a file at exit.
+DRIVER = """import atexit, json, os, resource, sys
+from tests.support import simfs
+def _rss():
+    with open(os.environ["SCALE_SIM_RSS"], "w") as f:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        json.dump({"self": me.ru_maxrss, "children": kids.ru_maxrss,
+                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}, f)
+atexit.register(_rss)
+from prep.cli import run
+sys.argv = ["prep", *sys.argv[1:]]
+run()
+"""
+
+
+def start_cluster(workers: int):
+    from dask.distributed import Client, LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           preload=["tests.support.simfs"])
+    return cluster, Client(cluster)
+
+
+def worker_usage(client) -> tuple[float, float]:
+    """(peak RSS of the largest worker in MB, CPU seconds of all workers so far); flushes their counts."""
+    import resource
+
+    client.run(simfs.flush)
+    usage = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF)[:3])  # utime, stime, maxrss
+    return max(u[2] for u in usage.values()) / 1024, sum(u[0] + u[1] for u in usage.values())
+
+
+def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
+    counts_dir, rss_file = scratch / f"counts-{duplicates}", scratch / f"rss-{duplicates}.json"
+    shutil.rmtree(counts_dir, ignore_errors=True)
+    per_class = args.count // args.classes
+    source = simfs.source_url(args.classes, per_class, 100)
+    out = f"simfs://out/run-{duplicates}"
+    shutil.rmtree(pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}", ignore_errors=True)
+    cmd = [sys.executable, "-c", DRIVER, "convert", source, out, "--no-progress", "--split",
+           "train=0.9,validation=0.1", "--duplicates", duplicates]
+    if args.prep_workers:
+        cmd += ["--workers", str(args.prep_workers)]
+    if client is not None:
+        cmd += ["--runner", DASK, "--", f"--dask_client_address={client.scheduler.address}"]
+    env = dict(os.environ, SIMFS_COUNTS=str(counts_dir), SCALE_SIM_RSS=str(rss_file),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    worker_cpu = 0.0
+    if client is not None:
+        client.run(simfs.start_counting, str(counts_dir))  # the workers' counts start from zero, for this run
+        worker_cpu = -worker_usage(client)[1]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        sys.exit(f"prep convert failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    worker_rss = None
+    if client is not None:
+        worker_rss, cpu_now = worker_usage(client)
+        worker_cpu += cpu_now
+    rss = json.loads(rss_file.read_text())
+    manifest = json.loads((pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}" /
+                           "manifest.json").read_text())
+    counts, _ = simfs.load_counts(str(counts_dir))
+    if client is None:
+        worker_rss = rss["children"] / 1024 if rss["children"] else None
+    return {"inputs": manifest["inputs"]["found"], "kept": manifest["inputs"]["written"], "duplicates": duplicates,
+            "runner": args.runner, "wall": wall, "cpu": rss["cpu"] + worker_cpu,
+            "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
+            "counts": counts}
+
+
+def per_kept(counts: collections.Counter, kept: int) -> dict[str, float]:
+    kinds: collections.Counter = collections.Counter()
+    for (kind, _, _), n in counts.items():
+        kinds[kind] += n
+    row = {k: kinds[k] / kept for k in SHOWN}
+    row["all"] = simfs.requests(counts) / kept
+    dedupe = sum(n * (2 if kind == "rename" else 1) for (kind, _, caller), n in counts.items()
+                 if caller.split(":")[0] in DEDUPE_MODULES)
+    row["dedupe_requests"] = dedupe / max(1, simfs.requests(counts))
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    cpus = {r["duplicates"]: r["cpu"] for r in rows}
+    head = (f"{'inputs':>9} {'runner':>8} {'dups':>5} {'wall s':>7} {'CPU s':>7} {'driver MB':>9} {'worker MB':>9} "
+            + " ".join(f"{k:>6}" for k in (*SHOWN, "all")) + f" {'dedupe req':>10} {'dedupe CPU':>10}")
+    print(head)
+    for r in rows:
+        p = per_kept(r["counts"], r["kept"])
+        share = ""
+        if r["duplicates"] == "keep" and "off" in cpus:
+            share = f"{1 - cpus['off'] / r['cpu']:.0%}"
+        worker = "-" if r["worker_mb"] is None else f"{r['worker_mb']:.0f}"
+        print(f"{r['inputs']:>9,} {r['runner']:>8} {('on' if r['duplicates'] == 'keep' else 'off'):>5} "
+              f"{r['wall']:>7.1f} {r['cpu']:>7.1f} {r['driver_mb']:>9.0f} {worker:>9} "
+              + " ".join(f"{p[k]:>6.2f}" for k in (*SHOWN, "all")) + f" {p['dedupe_requests']:>10.0%} {share:>10}")
+    print("(requests per kept image; all: a rename counted as a copy and a delete)")
+
+
+def print_callers(r: dict, top: int) -> None:
+    by_caller: collections.Counter = collections.Counter()
+    for (kind, obj, caller), n in r["counts"].items():
+        where = "source image" if obj == "src" else obj.split("/", 2)[-1]
+        by_caller[(caller, kind, where)] += n * (2 if kind == "rename" else 1)
+    print(f"\nrequests per kept image by caller, duplicates {r['duplicates']} (rename = 2), top {top}:")
+    for (caller, kind, where), n in by_caller.most_common(top):
+        print(f"  {n / r['kept']:6.3f}  {kind:<6} {caller:<45} {where}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=2000, help="inputs (rounded down to a multiple of --classes)")
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--runner", choices=("embedded", "dask"), default="embedded")
+    parser.add_argument("--dask-workers", type=int, default=2)
+    parser.add_argument("--duplicates", choices=("on", "off", "both"), default="both",
+                        help="--duplicates keep (on), off, or off then keep (both: gives dedupe's share of wall time)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="sleep added to every request")
+    parser.add_argument("--prep-workers", type=int, help="prep convert --workers (threads per pipeline worker)")
+    parser.add_argument("--top", type=int, default=15, help="callers listed")
+    parser.add_argument("--json", type=pathlib.Path, help="also write the rows here")
+    args = parser.parse_args()
+
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="scale-sim-"))
+    os.environ["SIMFS_STORE"] = str(scratch / "store")
+    os.environ["SIMFS_LATENCY_MS"] = str(args.latency_ms)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cluster = client = None
+    try:
+        if args.runner == "dask":
+            cluster, client = start_cluster(args.dask_workers)
+        modes = {"on": ["keep"], "off": ["off"], "both": ["off", "keep"]}[args.duplicates]
+        rows = [run_once(args, scratch, mode, client) for mode in modes]
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print_table(rows)
+    print_callers(rows[-1], args.top)
+    if args.json:
+        args.json.write_text(json.dumps([{**{k: v for k, v in r.items() if k != "counts"},
+                                          **per_kept(r["counts"], r["kept"])} for r in rows], indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The simulated object store behaves like one and counts what a real one would be asked."""
+
+import collections
+
+import pytest
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+
+from tests.support import simfs
+
+
+@pytest.fixture
+def fs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMFS_STORE", str(tmp_path))
+    simfs.start_counting(None)
+    return FileSystems
+
+
+def kinds() -> collections.Counter:
+    counts, _ = simfs.local_counts()
+    out = collections.Counter()
+    for (kind, _, _), n in counts.items():
+        out[kind] += n
+    return out
+
+
+def test_a_source_is_listed_by_pages_and_served_from_names(fs):
+    src = simfs.source_url(3, 700, 4)
+    listed = fs.match([src + "/**"])[0].metadata_list
+    assert len(listed) == 2100 and {m.size_in_bytes for m in listed} == {simfs.IMAGE_BYTES}
+    assert kinds()["list"] == 3  # 1,000 keys a page
+    assert fs.match([src + "/class-0001/**"])[0].metadata_list[0].path == src + "/class-0001/img-0000000.jpg"
+    read = [fs.open(f"{src}/class-0002/img-{n:07d}.jpg").read() for n in range(4)]
+    assert [len(b) for b in read] == [simfs.IMAGE_BYTES] * 4
+    assert len(set(read)) == 3 and read[3] == read[2]  # number 3 repeats number 2 (d4)
+    assert not fs.exists(src + "/class-0003/img-0000000.jpg") and not fs.exists(src + "/class-0000")
+    with pytest.raises(BeamIOError):
+        fs.create(src + "/class-0000/new.jpg")
+
+
+def test_generated_pictures_do_not_look_alike():
+    from prep.core import content_keys
+
+    hashes = [content_keys.image_keys(simfs.image_bytes(c, n)).hashes[0] for c in range(2) for n in range(40)]
+    nearest = min(bin(int(a) ^ int(b)).count("1") for i, a in enumerate(hashes) for b in hashes[i + 1:])
+    assert nearest > content_keys.NEAR_DISTANCE
+
+
+def test_the_output_side_has_objects_not_folders(fs, tmp_path):
+    with fs.create("simfs://out/a/b.bin") as f:
+        f.write(b"x" * 10)
+    assert fs.exists("simfs://out/a/b.bin") and not fs.exists("simfs://out/a")
+    fs.rename(["simfs://out/a/b.bin"], ["simfs://out/c.bin"])
+    assert not fs.exists("simfs://out/a/b.bin") and fs.open("simfs://out/c.bin").read() == b"x" * 10
+    assert [m.path for m in fs.match(["simfs://out/**"])[0].metadata_list] == ["simfs://out/c.bin"]
+    counts, _ = simfs.local_counts()
+    assert kinds()["write"] == 1 and kinds()["rename"] == 1 and simfs.requests(counts, "rename") == 1
+    assert simfs.requests(counts) == sum(kinds().values()) + 1  # a rename is a copy and a delete
+
+
+def test_a_reader_counts_a_ranged_read_per_seek_elsewhere(fs):
+    with fs.create("simfs://out/r.bin") as f:
+        f.write(bytes(range(256)) * 8192)  # 2 MiB: more than the reader's buffer
+    simfs.start_counting(None)
+    with fs.open("simfs://out/r.bin") as f:
+        f.read(10)
+        f.read(10)  # from the buffer
+        f.seek(1_500_000)
+        f.read(10)
+    assert kinds()["read"] == 2
