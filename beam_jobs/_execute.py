@@ -28,8 +28,15 @@ from prep.core.run.start import Ready
 from prep.core.workdir import WorkDir
 
 
-def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, beam_args: list[str] | None = None,
-            progress: bool = False, group_target: int = GROUP_TARGET, on_step: StepHook | None = None) -> Manifest:
+def execute(
+    config: ConvertConfig,
+    ready: Ready,
+    runner: str = RUNNERS_LOCAL,
+    beam_args: list[str] | None = None,
+    progress: bool = False,
+    group_target: int = GROUP_TARGET,
+    on_step: StepHook | None = None,
+) -> Manifest:
     """Runs the pipeline of a conversion `start.ready_output` readied (not a finished one);
     returns the manifest it wrote. Callers go through `convert.convert`.
 
@@ -45,22 +52,31 @@ def execute(config: ConvertConfig, ready: Ready, runner: str = RUNNERS_LOCAL, be
     manifest_path = storage.join(config.output, FILENAME)
     num_chunks = len(ready.chunk_sizes)
     runners.skip_ipython_probe()
-    run_info: dict[str, Any] = {"runner": runner, "workers": config.workers, "source": config.source,
-                                "started": time.time()}
+    run_info: dict[str, Any] = {
+        "runner": runner,
+        "workers": config.workers,
+        "source": config.source,
+        "started": time.time(),
+    }
     suspects: frozenset[str] = frozenset()
     if config.resume:
         # Inputs the killed run was reading may be what killed it: never read in this thread again.
         suspects = checkpoints.read_in_flight(work)
         run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
-    beam_args, staged = worker_setup.staging_args(runner, runners.dask_partition_args(runner, list(beam_args or []),
-                                                                                      num_chunks))
+    beam_args, staged = worker_setup.staging_args(
+        runner, runners.dask_partition_args(runner, list(beam_args or []), num_chunks)
+    )
     options = runners.pipeline_options(runner, beam_args)
     try:
         with Progress(config.output, ready.chunk_sizes, progress):
             p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
-            build(p, config, ready.staged, RunSettings(num_chunks, run_info, group_target,
-                                                       lookahead=runner == RUNNERS_LOCAL, suspects=suspects),
-                  on_step=on_step)
+            build(
+                p,
+                config,
+                ready.staged,
+                RunSettings(num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL, suspects=suspects),
+                on_step=on_step,
+            )
             with _frozen_heap():
                 result = p.run()
                 try:

@@ -31,9 +31,15 @@ from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import ready_output
 
 
-def convert(config: ConvertConfig, listing: Listing, runner: str = RUNNERS_LOCAL,
-            beam_args: list[str] | None = None, progress: bool = False, group_target: int | None = None,
-            on_step: StepHook | None = None) -> Manifest:
+def convert(
+    config: ConvertConfig,
+    listing: Listing,
+    runner: str = RUNNERS_LOCAL,
+    beam_args: list[str] | None = None,
+    progress: bool = False,
+    group_target: int | None = None,
+    on_step: StepHook | None = None,
+) -> Manifest:
     """Runs the conversion and returns the manifest it wrote (see the module docstring).
 
     `group_target`: see `_execute.execute`; `on_step`: the test hook of checkpoints.py.

@@ -37,14 +37,27 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
-from prep.core.run import dedupe_files
-from prep.core.run.dedupe_types import (BandPairs, BatchLines, ChunkId, DecidedSlice, DedupeSettings, GroupedItems,
-                                    KeyFile, MemberSlice, ReportWritten, ScanStats, UnitChoice, UnitsReady,
-                                    UserLink, only)
 from beam_jobs.dedupe_scan import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
 from prep.core.groups import Member
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import (
+    BandPairs,
+    BatchLines,
+    ChunkId,
+    DecidedSlice,
+    DedupeSettings,
+    GroupedItems,
+    KeyFile,
+    MemberSlice,
+    ReportWritten,
+    ScanStats,
+    UnitChoice,
+    UnitsReady,
+    UserLink,
+    only,
+)
 from prep.core.union_find import UnionFind
 from prep.core.workdir import WorkDir
 
@@ -68,9 +81,12 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
     n = dedupe_files.chunk_keys_count(work, counts.chunk)
     if n is None:
         rows = [(item, row["hashes"]) for item, _, row in chunk_items(work, counts.chunk) if row is not None]
-        n = dedupe_files.write_chunk_keys(work, counts.chunk, np.array([item for item, _ in rows], np.int64),
-                                          np.array([hashes for _, hashes in rows], np.uint64).reshape(
-                                          len(rows), dedupe_files.NUM_HASHES))
+        n = dedupe_files.write_chunk_keys(
+            work,
+            counts.chunk,
+            np.array([item for item, _ in rows], np.int64),
+            np.array([hashes for _, hashes in rows], np.uint64).reshape(len(rows), dedupe_files.NUM_HASHES),
+        )
     yield KeyFile(counts.chunk, n)
 
 
@@ -96,8 +112,10 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
     for item in items:
         root = uf.find(index[item])
         sizes[root] = sizes.get(root, 0) + 1
-    batch = {group: dedupe_files.batch_of(rank)
-             for rank, group in enumerate(sorted(least[root] for root, n in sizes.items() if n > 1))}
+    batch = {
+        group: dedupe_files.batch_of(rank)
+        for rank, group in enumerate(sorted(least[root] for root, n in sizes.items() if n > 1))
+    }
     by_chunk: dict[int, list] = {}
     for item in items:
         group = least[uf.find(index[item])]
@@ -118,9 +136,20 @@ def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings
     for item, ref, row in chunk_items(work, chunk, wanted=where):
         group, batch = where[item]
         path = ref.path.decode("utf-8", "surrogateescape")
-        by_batch.setdefault(batch, []).append((group, Member(
-            item, path, ref.label, settings.labels[ref.label], ref.split or "",
-            "" if row is None else row["sha256"].tobytes().hex(), user(path) or "")))
+        by_batch.setdefault(batch, []).append(
+            (
+                group,
+                Member(
+                    item,
+                    path,
+                    ref.label,
+                    settings.labels[ref.label],
+                    ref.split or "",
+                    "" if row is None else row["sha256"].tobytes().hex(),
+                    user(path) or "",
+                ),
+            )
+        )
     for batch, slice_ in dedupe_files.write_members(work, chunk, by_batch).items():
         yield MemberSlice(batch, slice_)
     if settings.merging:
@@ -140,17 +169,23 @@ def duplicates_summary(output: str) -> list[str]:
         return []
     with storage.open_read(path) as f:
         h = json.loads(f.readline())
-    lines = [f"duplicates: {h['groups']} group(s) of {h['images']} images ({h['exact_groups']} exact, "
-             f"{h['near_groups']} near), {h['rejected']} rejected by the group policies (see {REPORT})"]
+    lines = [
+        f"duplicates: {h['groups']} group(s) of {h['images']} images ({h['exact_groups']} exact, "
+        f"{h['near_groups']} near), {h['rejected']} rejected by the group policies (see {REPORT})"
+    ]
     if h["conflict_groups"]:
         lines.append(f"Warning: {h['conflict_groups']} duplicate group(s) carry different labels (label_conflict)")
     if h["cross_split_groups"]:
-        lines.append(f"Warning: {h['cross_split_groups']} duplicate group(s) span splits SOURCE gives "
-                     f"({h['cross_split_images']} images outside their group's first split; --cross-split remove "
-                     "takes them out of the evaluation splits)")
+        lines.append(
+            f"Warning: {h['cross_split_groups']} duplicate group(s) span splits SOURCE gives "
+            f"({h['cross_split_images']} images outside their group's first split; --cross-split remove "
+            "takes them out of the evaluation splits)"
+        )
     if h["refused_unions"] or h["skipped_comparisons"]:
-        lines.append(f"Warning: {h['refused_unions']} union(s) refused by the group size bound and "
-                     f"{h['skipped_comparisons']} comparison(s) left out in oversized hash buckets")
+        lines.append(
+            f"Warning: {h['refused_unions']} union(s) refused by the group size bound and "
+            f"{h['skipped_comparisons']} comparison(s) left out in oversized hash buckets"
+        )
     return lines
 
 
@@ -168,10 +203,12 @@ class _Gathered(beam.PTransform):
 
     def expand(self, pcolls):
         together = pcolls if isinstance(pcolls, beam.PCollection) else pcolls | "Together" >> beam.Flatten()
-        return (together
-                | "Key" >> beam.Map(_key, self._field)
-                | "Gather" >> beam.GroupByKey()
-                | "Apply" >> beam.FlatMap(self._fn, *self._args))
+        return (
+            together
+            | "Key" >> beam.Map(_key, self._field)
+            | "Gather" >> beam.GroupByKey()
+            | "Apply" >> beam.FlatMap(self._fn, *self._args)
+        )
 
 
 class _FindPairs(beam.PTransform):
@@ -183,11 +220,13 @@ class _FindPairs(beam.PTransform):
 
     def expand(self, counts):
         s = self._settings
-        pairs = (counts
-                 | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
-                 | "ScanTasks" >> _Gathered(None, scan_tasks, s.part_target)
-                 | "SpreadScans" >> beam.Reshuffle()
-                 | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers)))
+        pairs = (
+            counts
+            | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
+            | "ScanTasks" >> _Gathered(None, scan_tasks, s.part_target)
+            | "SpreadScans" >> beam.Reshuffle()
+            | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers))
+        )
         none = counts.pipeline | "NoPairs" >> beam.Create([BandPairs(np.zeros((0, 3), np.int64), 0)])
         return (pairs, none) | "AllPairs" >> beam.Flatten()
 
@@ -206,20 +245,24 @@ class Dedupe(beam.PTransform):
         by_chunk, by_batch, notes = [counts], [], []  # what Regroup gathers by chunk, and Decide by group batch
         if keys:
             # GroupedItems | ScanStats
-            found = (counts
-                     | "FindPairs" >> _FindPairs(work, s)
-                     | "Components" >> _Gathered(None, components, s.max_size))
+            found = (
+                counts | "FindPairs" >> _FindPairs(work, s) | "Components" >> _Gathered(None, components, s.max_size)
+            )
             # MemberSlice | UserLink
-            members = (found
-                       | "Grouped" >> beam.FlatMap(only(GroupedItems))
-                       | "RecordMembers" >> _Gathered("chunk", member_info, work, s))
+            members = (
+                found
+                | "Grouped" >> beam.FlatMap(only(GroupedItems))
+                | "RecordMembers" >> _Gathered("chunk", member_info, work, s)
+            )
             by_batch.append(members | "MemberSlices" >> beam.FlatMap(only(MemberSlice)))
         if s.merging:
             links = [members | "UserLinks" >> beam.FlatMap(only(UserLink))] if keys else []
             # UnitChoice | UnitsReady
-            units = ((counts | "UnitSizes" >> beam.FlatMap(unit_labels, work, s),
-                      counts | "ChunkIds" >> beam.Map(lambda c: ChunkId(c.chunk)), *links)
-                     | "MergeUserGroups" >> _Gathered(None, merge_user_groups, work, s.fractions))
+            units = (
+                counts | "UnitSizes" >> beam.FlatMap(unit_labels, work, s),
+                counts | "ChunkIds" >> beam.Map(lambda c: ChunkId(c.chunk)),
+                *links,
+            ) | "MergeUserGroups" >> _Gathered(None, merge_user_groups, work, s.fractions)
             by_chunk.append(units | "UnitsReady" >> beam.FlatMap(only(UnitsReady)))
             if keys:
                 by_batch.append(units | "UnitChoices" >> beam.FlatMap(only(UnitChoice)))
@@ -227,11 +270,14 @@ class Dedupe(beam.PTransform):
             # DecidedSlice | BatchLines
             decided = tuple(by_batch) | "Decide" >> _Gathered("batch", decide_batch, work, s)
             # ReportWritten | GroupNotes
-            report = ((decided | "Lines" >> beam.FlatMap(only(BatchLines)),
-                       found | "Stats" >> beam.FlatMap(only(ScanStats)))
-                      | "WriteReport" >> _Gathered(None, write_report, self._output, work, s.fractions))
-            by_chunk += [decided | "Decided" >> beam.FlatMap(only(DecidedSlice)),
-                         report | "ReportDone" >> beam.FlatMap(only(ReportWritten))]
+            report = (
+                decided | "Lines" >> beam.FlatMap(only(BatchLines)),
+                found | "Stats" >> beam.FlatMap(only(ScanStats)),
+            ) | "WriteReport" >> _Gathered(None, write_report, self._output, work, s.fractions)
+            by_chunk += [
+                decided | "Decided" >> beam.FlatMap(only(DecidedSlice)),
+                report | "ReportDone" >> beam.FlatMap(only(ReportWritten)),
+            ]
             notes.append(report | "Notes" >> beam.FlatMap(only(dedupe_files.GroupNotes)))
         # ChunkCounts | GroupNotes (of pinned images)
         regrouped = tuple(by_chunk) | "Regroup" >> _Gathered("chunk", regroup, work, s)

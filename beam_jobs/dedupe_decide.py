@@ -12,12 +12,23 @@ from __future__ import annotations
 import itertools
 import json
 
-from prep.core.run import dedupe_files
-from prep.core.run.dedupe_types import (BatchLines, ChunkId, DecidedSlice, DedupeSettings, MemberSlice, ReportWritten,
-                                        ScanStats, UnitChoice, UnitSize, UnitsReady, UserLink)
 from beam_jobs.prepare import ChunkCounts, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import balance_pins, decide, merge_units, pin_split, summarize
+from prep.core.run import dedupe_files
+from prep.core.run.dedupe_types import (
+    BatchLines,
+    ChunkId,
+    DecidedSlice,
+    DedupeSettings,
+    MemberSlice,
+    ReportWritten,
+    ScanStats,
+    UnitChoice,
+    UnitSize,
+    UnitsReady,
+    UserLink,
+)
 from prep.core.run.heap import release_free_memory
 from prep.core.workdir import WorkDir
 
@@ -86,8 +97,9 @@ def decide_batch(element, work: WorkDir, settings: DedupeSettings):
     for group in sorted(groups):
         choice = units.get(group)
         unit, unit_split = (choice.unit, choice.split) if choice else (None, None)
-        decisions, line = decide(groups[group], settings.options, settings.seed, settings.fractions,
-                                 settings.single_label, unit, unit_split)
+        decisions, line = decide(
+            groups[group], settings.options, settings.seed, settings.fractions, settings.single_label, unit, unit_split
+        )
         for d in decisions:
             by_chunk.setdefault(dedupe_files.item_chunk(d.item), []).append(d)
         lines.append({**line, "_movable": decisions[0].movable})  # write_report balances those groups' splits
@@ -117,8 +129,11 @@ def write_report(element, output: str, work: WorkDir, fractions):
         return
     pins: dict[str, str] = {}
     if fractions:
-        movable = [(line["_movable"], _kept_labels(line))
-                   for line in dedupe_files.merged_lines(work, batches) if line["_movable"]]
+        movable = [
+            (line["_movable"], _kept_labels(line))
+            for line in dedupe_files.merged_lines(work, batches)
+            if line["_movable"]
+        ]
         if movable:
             pins = balance_pins(movable, fractions)
             dedupe_files.write_choices(work, "duplicates", pins)
@@ -132,8 +147,9 @@ def write_report(element, output: str, work: WorkDir, fractions):
             yield line
 
     header = {"format": "tfrecord-prep-duplicates", "version": 1, **summarize(lines(), refused, skipped)}
-    text = (json.dumps(x, sort_keys=True, ensure_ascii=True).encode() + b"\n"
-            for x in itertools.chain([header], lines()))
+    text = (
+        json.dumps(x, sort_keys=True, ensure_ascii=True).encode() + b"\n" for x in itertools.chain([header], lines())
+    )
     storage.write_streamed(storage.join(output, dedupe_files.DUPLICATES_FILE), text)
     release_free_memory()
     yield ReportWritten()
@@ -164,7 +180,11 @@ def regroup(element, work: WorkDir, settings: DedupeSettings):
     merged = dedupe_files.read_units(work) if units_ready else {}
     user_pins = dedupe_files.read_choices(work, "users") if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
-    pins = dedupe_files.read_choices(work, "duplicates") if fractions and any(d.movable for d in decisions.values()) else {}
+    pins = (
+        dedupe_files.read_choices(work, "duplicates")
+        if fractions and any(d.movable for d in decisions.values())
+        else {}
+    )
     placed: dict[tuple[int, int], str | None] = {}  # {(spill, offset): pin, None if rejected}
     refs = read_prepared(work, chunk) if decisions or user else []
     first = dedupe_files.item_id(chunk, 0)

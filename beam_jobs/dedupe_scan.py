@@ -41,8 +41,10 @@ def scan_tasks(element: tuple[None, typing.Iterable[KeyFile]], part_target: int)
     total = sum(f.items for f in files)
     chunks = tuple(sorted(f.chunk for f in files if f.items))
     bits = min(near_bands.WIDTH, math.ceil(math.log2(total / part_target))) if total > part_target else 0
-    tasks = (ScanTask(tuple(range(dedupe_files.NUM_HASHES)), tuple(range(near_bands.BANDS)), sub, bits, chunks)
-             for sub in range(1 << bits))
+    tasks = (
+        ScanTask(tuple(range(dedupe_files.NUM_HASHES)), tuple(range(near_bands.BANDS)), sub, bits, chunks)
+        for sub in range(1 << bits)
+    )
     yield from enumerate(tasks)
 
 

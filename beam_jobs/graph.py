@@ -76,8 +76,9 @@ class RunSettings:
     suspects: frozenset = frozenset()  # after --resume: the inputs the killed run was reading, for the sandbox
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSettings,
-          on_step: StepHook | None = None) -> None:
+def build(
+    p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSettings, on_step: StepHook | None = None
+) -> None:
     """Adds the conversion steps to pipeline `p` (the listing must be staged).
 
     With `config.resume`, complete chunks and shards of the interrupted run are reused, and
@@ -96,16 +97,31 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSett
         p
         | "ListChunks" >> beam.Create(list(range(run.num_chunks)))
         | "SpreadChunks" >> beam.Reshuffle()
-        | "PrepareImages" >> beam.ParDo(
-            prepare.PrepareChunk(work, groups, PrepareOptions.from_config(config, task, run.suspects),
-                                 config.workers, reuse, lookahead=run.lookahead, on_step=on_step))
+        | "PrepareImages"
+        >> beam.ParDo(
+            prepare.PrepareChunk(
+                work,
+                groups,
+                PrepareOptions.from_config(config, task, run.suspects),
+                config.workers,
+                reuse,
+                lookahead=run.lookahead,
+                on_step=on_step,
+            )
+        )
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))
     rejects = outcomes | "Rejected" >> beam.FlatMap(_of(prepare.RejectedInputs))
     grouped = grouping_stage(config)
     if grouped:  # duplicate and user groups (dedupe.py): counts by planner group, policy rejects
-        settings = DedupeSettings(groups, config.dedupe, config.plan.seed, config.plan.split_fractions,
-                                  listing.task == "classification", workers=config.workers)
+        settings = DedupeSettings(
+            groups,
+            config.dedupe,
+            config.plan.seed,
+            config.plan.split_fractions,
+            listing.task == "classification",
+            workers=config.workers,
+        )
         regrouped = counts | "Dedupe" >> Dedupe(work, config.output, settings)
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))
     notes = []
@@ -115,12 +131,22 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSett
     boxes = outcomes | "Boxes" >> beam.FlatMap(_of(prepare.BoxNotes))
     ranked = counts | "PlanShards" >> PlanShards(len(groups), config.plan, work, run.group_target, groups, grouped)
     width = write_width(config.workers)
-    writing = write.WriteOptions(config.output, config.source, labels, task=listing.task, groups=groups, reuse=reuse,
-                                 index=config.index, keys=config.dedupe.keys)
+    writing = write.WriteOptions(
+        config.output,
+        config.source,
+        labels,
+        task=listing.task,
+        groups=groups,
+        reuse=reuse,
+        index=config.index,
+        keys=config.dedupe.keys,
+    )
     written = (
         ranked
-        | "Entries" >> beam.FlatMap(
-            lambda r: [(write.write_task(r.key, width), (r.key, r.section))] if isinstance(r, PartEntries) else [])
+        | "Entries"
+        >> beam.FlatMap(
+            lambda r: [(write.write_task(r.key, width), (r.key, r.section))] if isinstance(r, PartEntries) else []
+        )
         | "GroupParts" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(write.WriteParts(work, writing, config.workers, width, on_step=on_step))
     )
@@ -142,8 +168,22 @@ def build(p: beam.Pipeline, config: ConvertConfig, listing: Staged, run: RunSett
         | "Summary" >> beam.Flatten()
         | "OneKey" >> beam.Map(lambda item: (None, item))
         | "GatherSummary" >> beam.GroupByKey()
-        | "WriteManifest" >> beam.FlatMap(publish, PublishInputs(
-            config.output, labels, config.manifest_options(), found=listing.found, tool=tool_info(), run=run.info,
-            splits=listing.splits, task=listing.task, categories=listing.categories, keys=config.dedupe.keys),
-            work, on_step)
+        | "WriteManifest"
+        >> beam.FlatMap(
+            publish,
+            PublishInputs(
+                config.output,
+                labels,
+                config.manifest_options(),
+                found=listing.found,
+                tool=tool_info(),
+                run=run.info,
+                splits=listing.splits,
+                task=listing.task,
+                categories=listing.categories,
+                keys=config.dedupe.keys,
+            ),
+            work,
+            on_step,
+        )
     )

@@ -113,8 +113,23 @@ _TAG = struct.Struct(">II")
 
 
 def pack_entry(e: Entry) -> bytes:
-    return (_ENTRY.pack(e.order, e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel,
-                        len(e.source), len(e.tags)) + e.source + b"".join(_TAG.pack(*t) for t in e.tags))
+    return (
+        _ENTRY.pack(
+            e.order,
+            e.spill,
+            e.offset,
+            e.length,
+            e.label,
+            e.converted,
+            e.cut,
+            e.image,
+            e.relabel,
+            len(e.source),
+            len(e.tags),
+        )
+        + e.source
+        + b"".join(_TAG.pack(*t) for t in e.tags)
+    )
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
@@ -122,7 +137,7 @@ def unpack_entries(data: bytes) -> list[Entry]:
     while pos < len(data):
         order, spill, offset, length, label, converted, cut, image, relabel, n, t = _ENTRY.unpack_from(data, pos)
         pos += size
-        source = data[pos:pos + n]
+        source = data[pos : pos + n]
         pos += n
         tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t))
         pos += t * _TAG.size
@@ -151,8 +166,14 @@ class RankTask:
     ids: tuple = ()  # the label id each class is written with, by prepared id (`prep.core.layout.label_ids`)
 
 
-def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int,
-                 labels: tuple[str, ...] | None = None):
+def layout_tasks(
+    element,
+    num_classes: int,
+    options: PlanOptions,
+    work: WorkDir,
+    group_target: int,
+    labels: tuple[str, ...] | None = None,
+):
     """(None, [ChunkCounts]) -> (task, RankTask) for runs of consecutive chunks of about `group_target` refs.
 
     Every image is prepared by now, so this is where classes left with no example
@@ -176,15 +197,16 @@ def layout_tasks(element, num_classes: int, options: PlanOptions, work: WorkDir,
     try:
         check_empty_classes(names, empty, options.empty_classes)
     except PlanError as exc:
-        raise PlanError(f"{exc}; the images read so far are kept: to write the dataset, run the same command "
-                        "again with --empty-classes keep (or drop) and --resume") from None
+        raise PlanError(
+            f"{exc}; the images read so far are kept: to write the dataset, run the same command "
+            "again with --empty-classes keep (or drop) and --resume"
+        ) from None
     try:
         layout = make_layout(groups, num_classes, options, total_bytes / max(1, total_refs))
     except PlanError as exc:
         raise PlanError(f"{exc}; {REPLAN_HINT}") from None
     ids = label_ids(num_classes, empty, options.empty_classes)
-    storage.write_atomic(work.plan,
-                         json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
+    storage.write_atomic(work.plan, json.dumps({"shards": sum(s.num_shards for s in layout.splits)}).encode())
     part_bits = {s.name: prefix_bits(math.ceil(s.examples / s.num_shards), group_target) for s in layout.splits}
     starts: dict[tuple, int] = {}
     members, held, task = [], 0, 0
@@ -237,9 +259,23 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
             order = sort_key(seed, r.path, "order")
             part = PartKey(split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
             relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
-            parts.setdefault(part, bytearray()).extend(pack_entry(Entry(
-                order, r.spill, r.offset, r.length, r.label, r.converted, r.path if r.image else b"", r.cut, r.image,
-                relabel, r.tags)))
+            parts.setdefault(part, bytearray()).extend(
+                pack_entry(
+                    Entry(
+                        order,
+                        r.spill,
+                        r.offset,
+                        r.length,
+                        r.label,
+                        r.converted,
+                        r.path if r.image else b"",
+                        r.cut,
+                        r.image,
+                        relabel,
+                        r.tags,
+                    )
+                )
+            )
     sections, offset = [], 0
     path = work.entries(task)
     tmp = storage.temp_path(path)
@@ -259,8 +295,15 @@ class PlanShards(beam.PTransform):
     """`ChunkCounts` of prepared chunks -> `PartEntries` and `Capped`, exactly as the layout
     decides for the chunks' good inputs ranked by `sort_key`."""
 
-    def __init__(self, num_classes: int, options: PlanOptions, work: WorkDir, group_target: int = GROUP_TARGET,
-                 labels: tuple[str, ...] | None = None, grouped: bool = False):
+    def __init__(
+        self,
+        num_classes: int,
+        options: PlanOptions,
+        work: WorkDir,
+        group_target: int = GROUP_TARGET,
+        labels: tuple[str, ...] | None = None,
+        grouped: bool = False,
+    ):
         super().__init__()
         self._grouped = grouped
         self._num_classes = num_classes
@@ -274,8 +317,10 @@ class PlanShards(beam.PTransform):
             counts
             | "OneKey" >> beam.Map(lambda c: (None, c))
             | "GatherCounts" >> beam.GroupByKey()
-            | "Layout" >> beam.FlatMap(layout_tasks, self._num_classes, self._options, self._work,
-                                         self._group_target, self._labels)
+            | "Layout"
+            >> beam.FlatMap(
+                layout_tasks, self._num_classes, self._options, self._work, self._group_target, self._labels
+            )
             | "SpreadTasks" >> beam.Reshuffle()
             | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed, self._grouped)
         )

@@ -23,8 +23,9 @@ class PooledDoFn(beam.DoFn):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._workers or os.cpu_count() or 1,
-                                                           thread_name_prefix=type(self).__name__)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self._workers or os.cpu_count() or 1, thread_name_prefix=type(self).__name__
+        )
 
     def teardown(self):
         if self._pool is not None:

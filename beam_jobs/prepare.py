@@ -152,8 +152,16 @@ class PrepareChunk(PooledDoFn):
     started in setup() on first use and killed in teardown().
     """
 
-    def __init__(self, work: WorkDir, labels: tuple[str, ...], options: PrepareOptions, workers: int | None,
-                 reuse: bool = False, lookahead: bool = False, on_step: StepHook | None = None):
+    def __init__(
+        self,
+        work: WorkDir,
+        labels: tuple[str, ...],
+        options: PrepareOptions,
+        workers: int | None,
+        reuse: bool = False,
+        lookahead: bool = False,
+        on_step: StepHook | None = None,
+    ):
         super().__init__(workers)
         # options.keys: record content keys for the dedupe stage (prep/core/run/dedupe_files.py); with options.task,
         # `labels` are the planner's groups
@@ -214,12 +222,22 @@ class PrepareChunk(PooledDoFn):
 
     def _submit(self, chunk: int):
         refs = checkpoints.read_listing(self._work, chunk)
-        batches = [refs[i:i + BATCH] for i in range(0, len(refs), BATCH)]
+        batches = [refs[i : i + BATCH] for i in range(0, len(refs), BATCH)]
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         assert self._pool is not None  # made in setup()
-        tasks = [self._pool.submit(prepare_batch, self._options, self._work, spill_id(chunk, b), batch,
-                                   self._label_ids, self._sandbox, pause)
-                 for b, batch in enumerate(batches)]
+        tasks = [
+            self._pool.submit(
+                prepare_batch,
+                self._options,
+                self._work,
+                spill_id(chunk, b),
+                batch,
+                self._label_ids,
+                self._sandbox,
+                pause,
+            )
+            for b, batch in enumerate(batches)
+        ]
         return chunk, batches, tasks
 
     def _complete(self, chunk: int, batches, tasks):
@@ -242,10 +260,24 @@ class PrepareChunk(PooledDoFn):
                     outcomes.append((REJECT, result))
                     continue
                 offset, length, converted, cut, image = result
-                outcomes.append((OK, PreparedRef(
-                    path=ref.path.encode("utf-8", "surrogateescape"), label=self._label_ids[ref.label],
-                    split=ref.split or "", spill=spill, offset=offset, length=length, converted=converted, cut=cut,
-                    image=image, rank=ref.key or "", tags=info.tags if info is not None else ())))
+                outcomes.append(
+                    (
+                        OK,
+                        PreparedRef(
+                            path=ref.path.encode("utf-8", "surrogateescape"),
+                            label=self._label_ids[ref.label],
+                            split=ref.split or "",
+                            spill=spill,
+                            offset=offset,
+                            length=length,
+                            converted=converted,
+                            cut=cut,
+                            image=image,
+                            rank=ref.key or "",
+                            tags=info.tags if info is not None else (),
+                        ),
+                    )
+                )
                 good += 1
         if self._options.keys:  # before the index: a chunk with an index has its keys (dedupe_files.read_rows)
             self._record_keys(chunk, keyed)
@@ -261,8 +293,9 @@ class PrepareChunk(PooledDoFn):
         (dedupe_files.write_chunk_keys)."""
         hash_waiting([(keys.hashes, keys.waiting) for _, _, keys in keyed])
         has = np.concatenate([keys.has for _, _, keys in keyed] or [np.zeros(0, bool)])
-        items = np.concatenate([item_id(chunk, first) + np.arange(len(keys.has)) for _, first, keys in keyed]
-                               or [np.zeros(0, np.int64)])
+        items = np.concatenate(
+            [item_id(chunk, first) + np.arange(len(keys.has)) for _, first, keys in keyed] or [np.zeros(0, np.int64)]
+        )
         rows = np.zeros(len(has), KEY_ROWS)
         rows["spill"] = np.repeat([spill for spill, _, _ in keyed], [len(keys.has) for _, _, keys in keyed])
         rows["offset"] = [offset for _, _, keys in keyed for offset in keys.offsets]
@@ -296,12 +329,19 @@ def _recorded(kind: str, fields: dict):
     """An outcome as a chunk index records it (an object of its fields by name: checkpoints.write_chunk_index)
     -> as `_complete` made it. A field the index leaves out takes its default (PreparedRef's rank and tags)."""
     if kind == OK:
-        return PreparedRef(**{**fields, "path": fields["path"].encode("utf-8", "surrogateescape"),
-                              "tags": tuple(map(tuple, fields.get("tags", ())))})
+        return PreparedRef(
+            **{
+                **fields,
+                "path": fields["path"].encode("utf-8", "surrogateescape"),
+                "tags": tuple(map(tuple, fields.get("tags", ()))),
+            }
+        )
     if kind == BOXES:
         tally = fields["tally"]
-        return BoxNotes(tuple(BoxNote(**n) for n in fields["notes"]),
-                        BoxTally(**{**tally, "dropped": tuple(map(tuple, tally["dropped"]))}))
+        return BoxNotes(
+            tuple(BoxNote(**n) for n in fields["notes"]),
+            BoxTally(**{**tally, "dropped": tuple(map(tuple, tally["dropped"]))}),
+        )
     return Reject(**fields)
 
 

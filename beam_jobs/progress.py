@@ -61,8 +61,9 @@ class Progress:
             plan = self._work.plan
             if shards is None and os.path.exists(plan):
                 with open(plan) as f:
-                    shards = tqdm(total=json.load(f)["shards"], unit="shard", desc="write", file=sys.stderr,
-                                  leave=False)
+                    shards = tqdm(
+                        total=json.load(f)["shards"], unit="shard", desc="write", file=sys.stderr, leave=False
+                    )
             if shards is not None:
                 shards.n = sum(1 for n in storage.list_names(self._output) if ShardName.parse(n))
                 shards.refresh()

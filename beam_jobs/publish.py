@@ -19,13 +19,13 @@ from beam_jobs.prepare import BoxNotes, RejectedInputs, ReusedChunk
 from beam_jobs.write import WrittenShard
 from prep.core import accounting, storage, tfds_meta
 from prep.core.layout import parse_split_fractions
+from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, Extras, Manifest
+from prep.core.manifest_parts import GroupCounts, InFlight, Resumed, Run
 from prep.core.run import checkpoints, dedupe_files, publish_keys
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.dedupe_files import GroupNotes
 from prep.core.run.heap import release_free_memory
 from prep.core.run.output_dir import delete_unplanned_shards
-from prep.core.manifest import FILENAME, LABEL_MAP_CSV, LABEL_MAP_PBTXT, REJECTS, SHARD_COUNTS, Extras, Manifest
-from prep.core.manifest_parts import GroupCounts, InFlight, Resumed, Run
 from prep.core.task_inputs import BoxTally
 from prep.core.workdir import WorkDir
 
@@ -94,30 +94,58 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
             yield r
 
     # The group policies' rejects are read from their batches' files as they are written out, never held.
-    merged = accounting.merged_rejects([accounting.sort_rejects(rejects),
-                                        *(dedupe_files.read_rejects(work, b) for b in sorted(reject_batches))])
+    merged = accounting.merged_rejects(
+        [accounting.sort_rejects(rejects), *(dedupe_files.read_rejects(work, b) for b in sorted(reject_batches))]
+    )
     rejects_path = storage.join(output, REJECTS)
     storage.write_streamed(rejects_path, accounting.rejects_lines(accounting.with_box_notes(counted(merged), notes)))
     accounting.check_group_rejects(groups, by_reason)
-    inputs = accounting.tally(facts.found, sum(s.info.examples for s in shards), sum(s.converted for s in shards),
-                              dict(by_reason), capped_by_class, tally if task == "detection" else None)
+    inputs = accounting.tally(
+        facts.found,
+        sum(s.info.examples for s in shards),
+        sum(s.converted for s in shards),
+        dict(by_reason),
+        capped_by_class,
+        tally if task == "detection" else None,
+    )
     accounting.check_outcome(inputs, {s.name.split for s in shards}, facts.splits, rejects_path)
     labels, written, inputs = accounting.settle_empty_classes(
-        labels, [(s.name, s.info) for s in shards], inputs, options.get("empty_classes", "keep"))
+        labels, [(s.name, s.info) for s in shards], inputs, options.get("empty_classes", "keep")
+    )
     resumed = None
     if "resumed" in run:
-        resumed = Resumed(chunks=run["resumed"]["chunks"], chunks_reused=chunks_reused, shards=len(shards),
-                          shards_reused=sum(s.reused for s in shards),
-                          in_flight=InFlight(len(in_flight), dict(sorted(in_flight_reasons.items())))
-                          if in_flight else None)
-    manifest = Manifest.build(labels, options, written, inputs, facts.tool, Run(
-        runner=run["runner"], workers=run["workers"], source=run["source"], started=run["started"],
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - run["started"], 3),
-        resumed=resumed), Extras(
-        task=task, categories=tuple(facts.categories) if task == "detection" else None,
-        max_boxes=_max_boxes(shards) if task == "detection" else None, groups=groups,
-        fractions=dict(parse_split_fractions(options["split"])) if groups.pinned_images and options.get("split")
-        else None))
+        resumed = Resumed(
+            chunks=run["resumed"]["chunks"],
+            chunks_reused=chunks_reused,
+            shards=len(shards),
+            shards_reused=sum(s.reused for s in shards),
+            in_flight=InFlight(len(in_flight), dict(sorted(in_flight_reasons.items()))) if in_flight else None,
+        )
+    manifest = Manifest.build(
+        labels,
+        options,
+        written,
+        inputs,
+        facts.tool,
+        Run(
+            runner=run["runner"],
+            workers=run["workers"],
+            source=run["source"],
+            started=run["started"],
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            seconds=round(time.time() - run["started"], 3),
+            resumed=resumed,
+        ),
+        Extras(
+            task=task,
+            categories=tuple(facts.categories) if task == "detection" else None,
+            max_boxes=_max_boxes(shards) if task == "detection" else None,
+            groups=groups,
+            fractions=dict(parse_split_fractions(options["split"]))
+            if groups.pinned_images and options.get("split")
+            else None,
+        ),
+    )
     if resumed is not None:  # a plan made anew leaves none of the old plan's shards behind
         delete_unplanned_shards(output, manifest)
     if task == "detection":  # the label maps the Object Detection API and Model Garden read
@@ -128,8 +156,9 @@ def publish(element, facts: PublishInputs, work: WorkDir, on_step: StepHook | No
         storage.write_atomic(storage.join(output, LABEL_MAP_CSV), label_map_csv(manifest.categories).encode())
     if facts.keys:  # the content keys of every record, so that `prep leakage` need not decode the images again
         release_free_memory()  # what the write stage freed, before the sidecar's join
-        publish_keys.write_sidecar(output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items()
-                                                  for s in split.shards])
+        publish_keys.write_sidecar(
+            output, work, [(name, s.file, s.sha256) for name, split in manifest.splits.items() for s in split.shards]
+        )
     document, counts = manifest.documents()
     # The shards' counts (shard_counts.jsonl, which manifest.json names by size and SHA-256), then the tfds
     # files, all before the manifest, so that a folder with manifest.json is complete for every reader.

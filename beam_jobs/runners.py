@@ -25,11 +25,16 @@ from prep.core.config import RUNNERS_LOCAL
 from prep.core.convert_options import OPTIONS
 from prep.core.errors import OptionsError
 
-
 # Runners that drop the options Beam does not know. Dataflow, Flink and Spark (with
 # their uber jar) and Prism hand them to the job instead, where they may mean something.
-_DROP_UNKNOWN_OPTIONS = ("FnApiRunner", "SwitchingDirectRunner", "TestDirectRunner", "BundleBasedDirectRunner",
-                         "PortableRunner", "DaskRunner")
+_DROP_UNKNOWN_OPTIONS = (
+    "FnApiRunner",
+    "SwitchingDirectRunner",
+    "TestDirectRunner",
+    "BundleBasedDirectRunner",
+    "PortableRunner",
+    "DaskRunner",
+)
 
 
 def check_runner_options(runner: str, beam_args: list[str]) -> None:
@@ -55,9 +60,11 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
         except (ValueError, AttributeError, TypeError):
             pass
         if not isinstance(runner_object, PipelineRunner):
-            raise OptionsError(f"unknown --runner {runner}: give local, a runner Beam names (DirectRunner, "
-                               "PortableRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) or the full "
-                               "name of a PipelineRunner class")
+            raise OptionsError(
+                f"unknown --runner {runner}: give local, a runner Beam names (DirectRunner, "
+                "PortableRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) or the full "
+                "name of a PipelineRunner class"
+            )
     parsers: list[argparse.ArgumentParser] = []
     said = io.StringIO()
     try:
@@ -78,8 +85,12 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
         if drops_unknown:
             ours = [o.name for o in OPTIONS]
             close = difflib.get_close_matches(name, sorted(known) + ours, n=1)
-            hint = "" if not close else f"; did you mean {close[0]}?" + (
-                " (a conversion option; for prep convert it goes before the --)" if close[0] in ours else "")
+            hint = (
+                ""
+                if not close
+                else f"; did you mean {close[0]}?"
+                + (" (a conversion option; for prep convert it goes before the --)" if close[0] in ours else "")
+            )
             raise OptionsError(f"unknown Beam pipeline option {name}{hint}")
     if type(runner_object).__name__ == "DaskRunner":
         client_options = _dask_client_options(beam_args)
@@ -88,8 +99,9 @@ def check_runner_options(runner: str, beam_args: list[str]) -> None:
                 _dask_slots(client_options)
             except Exception as exc:  # noqa: BLE001 (distributed raises OSError, ValueError, TimeoutError, ...)
                 where = client_options.get("address") or client_options.get("scheduler_file")
-                raise OptionsError(f"cannot reach the Dask scheduler {where}: "
-                                   f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+                raise OptionsError(
+                    f"cannot reach the Dask scheduler {where}: {' '.join(str(exc).split()) or type(exc).__name__}"
+                ) from None
     if runner_object is not None:  # what Beam checks when the pipeline is made (Dataflow: project, region, ...)
         errors = PipelineOptionsValidator(pipeline_options(runner, beam_args), runner_object).validate()
         if errors:

@@ -67,12 +67,14 @@ def write_setup_folder(folder: str) -> str:
         init = __import__(name).__file__
         assert init is not None  # our packages are regular ones, each with its __init__.py
         source = os.path.dirname(init)
-        shutil.copytree(source, os.path.join(folder, name),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(source, os.path.join(folder, name), ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     path = os.path.join(folder, "setup.py")
     with open(path, "w") as f:
-        f.write(SETUP_PY.format(version=prep.__version__, packages=list(SETUP_PACKAGES),
-                                requirements=list(WORKER_REQUIREMENTS)))
+        f.write(
+            SETUP_PY.format(
+                version=prep.__version__, packages=list(SETUP_PACKAGES), requirements=list(WORKER_REQUIREMENTS)
+            )
+        )
     return path
 
 

@@ -144,10 +144,20 @@ def _nonzero(counts) -> dict[str, int]:
     return {name: n for name, n in counts.items() if n}
 
 
-def shard_info(file: str, index: int, examples: int, size: int, sha: str, class_counts: dict, index_file,
-               extra: dict) -> ShardInfo:
-    return ShardInfo(file, index, examples, size, sha, class_counts, index_file,
-                     box_counts=extra.get("box_counts"), stratum_counts=extra.get("stratum_counts"))
+def shard_info(
+    file: str, index: int, examples: int, size: int, sha: str, class_counts: dict, index_file, extra: dict
+) -> ShardInfo:
+    return ShardInfo(
+        file,
+        index,
+        examples,
+        size,
+        sha,
+        class_counts,
+        index_file,
+        box_counts=extra.get("box_counts"),
+        stratum_counts=extra.get("stratum_counts"),
+    )
 
 
 class _SpillReader:
@@ -195,10 +205,11 @@ def relabel_framed(framed: bytes, entry) -> bytes:
     Its framing was checked when the image was read from the source again; a
     converted record's came from our own spill file.
     """
-    record = frame(relabel(framed[HEADER:len(framed) - FOOTER], entry.relabel))
+    record = frame(relabel(framed[HEADER : len(framed) - FOOTER], entry.relabel))
     if len(record) != written_size(entry):
-        raise RuntimeError(f"internal error: a renumbered record has {len(record)} bytes, "
-                           f"not the {written_size(entry)} planned")
+        raise RuntimeError(
+            f"internal error: a renumbered record has {len(record)} bytes, not the {written_size(entry)} planned"
+        )
     return record
 
 
@@ -277,8 +288,9 @@ class WriteParts(PooledDoFn):
     cannot overlap with another file's.
     """
 
-    def __init__(self, work: WorkDir, options: WriteOptions, workers: int | None, width: int = 1,
-                 on_step: StepHook | None = None):
+    def __init__(
+        self, work: WorkDir, options: WriteOptions, workers: int | None, width: int = 1, on_step: StepHook | None = None
+    ):
         super().__init__(workers)
         self._options = options
         self._work = work
@@ -340,8 +352,13 @@ class WriteParts(PooledDoFn):
             if key.num_parts == 1:
                 dedupe_files.write_shard_parts(self._work, name.filename, [0])
         if key.num_parts > 1:
-            return WrittenPart(name.filename, key.part, path, len(entries), size, class_counts, converted, digest,
-                               sizes, extra), 0, 0
+            return (
+                WrittenPart(
+                    name.filename, key.part, path, len(entries), size, class_counts, converted, digest, sizes, extra
+                ),
+                0,
+                0,
+            )
         index_file = write_index(self._options.output, self._work, name, sizes) if self._options.index else None
         info = shard_info(name.filename, name.index, len(entries), size, sha, class_counts, index_file, extra)
         result = WrittenShard(name, info, converted, reused=found is not None, max_boxes=extra.get("max_boxes", 0))
@@ -391,10 +408,15 @@ class ConcatParts(beam.DoFn):
         for p in parts:
             summed.update(p.class_counts)
         class_counts = _nonzero(summed)  # held classes only, whatever the number of labels
-        index_file = write_index(self._options.output, self._work, name,
-                                 [n for p in parts for n in p.record_sizes]) if self._options.index else None
+        index_file = (
+            write_index(self._options.output, self._work, name, [n for p in parts for n in p.record_sizes])
+            if self._options.index
+            else None
+        )
         extra = add_counts(p.counts for p in parts)
-        info = shard_info(filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file,
-                          extra)
-        yield WrittenShard(name, info, sum(p.converted for p in parts), reused=found is not None,
-                           max_boxes=extra.get("max_boxes", 0))
+        info = shard_info(
+            filename, name.index, sum(p.examples for p in parts), size, sha, class_counts, index_file, extra
+        )
+        yield WrittenShard(
+            name, info, sum(p.converted for p in parts), reused=found is not None, max_boxes=extra.get("max_boxes", 0)
+        )

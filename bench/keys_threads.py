@@ -36,10 +36,10 @@ import numpy as np  # noqa: E402
 from dedupe_scale import ensure_data  # noqa: E402  (bench/ scripts run as files)
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from prep.core.run.spill import PrepareOptions, prepare_batch  # noqa: E402
 from prep.core import content_keys  # noqa: E402
 from prep.core.image_rules import ImageOptions, quiet_pillow  # noqa: E402
 from prep.core.listing import InputRef  # noqa: E402
+from prep.core.run.spill import PrepareOptions, prepare_batch  # noqa: E402
 from prep.core.workdir import BATCH, WorkDir  # noqa: E402
 
 VARIANTS = ("no keys", "keys", "keys, constant hashes")

@@ -58,8 +58,9 @@ def child(args: list[str]) -> tuple[int, float, int, str]:
     """Runs `python args` with the repository first on the path: (exit status, seconds, peak RSS KiB, stdout)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            cwd=ROOT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -67,14 +68,30 @@ def child(args: list[str]) -> tuple[int, float, int, str]:
 
 
 def measure(source: pathlib.Path, out: pathlib.Path, shards: int) -> dict:
-    status, seconds, rss, text = child(["-m", "prep.cli", "convert", str(source), str(out), "--num-shards",
-                                        str(shards), "--duplicates", "off", "--no-progress", "--overwrite"])
+    status, seconds, rss, text = child(
+        [
+            "-m",
+            "prep.cli",
+            "convert",
+            str(source),
+            str(out),
+            "--num-shards",
+            str(shards),
+            "--duplicates",
+            "off",
+            "--no-progress",
+            "--overwrite",
+        ]
+    )
     if status:
         raise SystemExit(f"convert failed:\n{text}")
-    row = {"shards": shards, "convert_s": seconds, "convert_rss_mb": rss / 1024,
-           "manifest_bytes": (out / "manifest.json").stat().st_size,
-           "sidecar_bytes": (out / "shard_counts.jsonl").stat().st_size
-           if (out / "shard_counts.jsonl").exists() else 0}
+    row = {
+        "shards": shards,
+        "convert_s": seconds,
+        "convert_rss_mb": rss / 1024,
+        "manifest_bytes": (out / "manifest.json").stat().st_size,
+        "sidecar_bytes": (out / "shard_counts.jsonl").stat().st_size if (out / "shard_counts.jsonl").exists() else 0,
+    }
     status, _, _, text = child(["-c", LOADERS, str(out)])
     if status:
         raise SystemExit(f"loaders failed:\n{text}")
@@ -96,16 +113,20 @@ def main() -> None:
     started = time.perf_counter()
     make_source(source, args.classes)
     print(f"SOURCE: {args.classes} classes x 3 images ({time.perf_counter() - started:.0f} s)")
-    print("| shards | manifest.json | shard_counts.jsonl | convert | convert peak RSS | Manifest.load | "
-          "loaders.load (1st, 2nd) | steps_per_epoch | class_weights | prep verify (peak RSS) | verdict |")
+    print(
+        "| shards | manifest.json | shard_counts.jsonl | convert | convert peak RSS | Manifest.load | "
+        "loaders.load (1st, 2nd) | steps_per_epoch | class_weights | prep verify (peak RSS) | verdict |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for shards in args.shards:
         r = measure(source, args.work / f"out-{args.classes}-{shards}", shards)
-        print(f"| {shards:,} | {r['manifest_bytes'] / 1e6:.3f} MB | {r['sidecar_bytes'] / 1e6:.3f} MB | "
-              f"{r['convert_s']:.0f} s | {r['convert_rss_mb']:.0f} MB | {r['parse']:.3f} s | "
-              f"{r['load']:.2f} s, {r['again']:.2f} s | {r['steps']:.2f} s | "
-              f"{r['weights']:.2f} s | {r['verify_s']:.1f} s ({r['verify_rss_mb']:.0f} MB) | {r['verdict']} |",
-              flush=True)
+        print(
+            f"| {shards:,} | {r['manifest_bytes'] / 1e6:.3f} MB | {r['sidecar_bytes'] / 1e6:.3f} MB | "
+            f"{r['convert_s']:.0f} s | {r['convert_rss_mb']:.0f} MB | {r['parse']:.3f} s | "
+            f"{r['load']:.2f} s, {r['again']:.2f} s | {r['steps']:.2f} s | "
+            f"{r['weights']:.2f} s | {r['verify_s']:.1f} s ({r['verify_rss_mb']:.0f} MB) | {r['verdict']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

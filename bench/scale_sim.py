@@ -43,8 +43,13 @@ sys.path.insert(0, str(ROOT))
 from tests.support import simfs  # noqa: E402  (bench/ scripts run as files)
 
 DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
-DEDUPE_MODULES = ("beam_jobs/dedupe", "beam_jobs/dedupe_decide", "beam_jobs/grouping", "beam_jobs/group_batches",
-                  "beam_jobs/keys_join")
+DEDUPE_MODULES = (
+    "beam_jobs/dedupe",
+    "beam_jobs/dedupe_decide",
+    "beam_jobs/grouping",
+    "beam_jobs/group_batches",
+    "beam_jobs/keys_join",
+)
 SHOWN = ("list", "stat", "read", "write", "rename", "delete")
 # The driver: prep's CLI in a process that registered simfs, leaving its peak RSS (KiB) in a file at exit.
 DRIVER = """import atexit, json, os, resource, sys
@@ -65,8 +70,9 @@ def start_cluster(workers: int):
     from dask.distributed import Client, LocalCluster
 
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           preload=["tests.support.simfs"])
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, preload=["tests.support.simfs"]
+    )
     return cluster, Client(cluster)
 
 
@@ -86,14 +92,29 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     source = simfs.source_url(args.classes, per_class, 100)
     out = f"simfs://out/run-{duplicates}"
     shutil.rmtree(pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}", ignore_errors=True)
-    cmd = [sys.executable, "-c", DRIVER, "convert", source, out, "--no-progress", "--split",
-           "train=0.9,validation=0.1", "--duplicates", duplicates]
+    cmd = [
+        sys.executable,
+        "-c",
+        DRIVER,
+        "convert",
+        source,
+        out,
+        "--no-progress",
+        "--split",
+        "train=0.9,validation=0.1",
+        "--duplicates",
+        duplicates,
+    ]
     if args.prep_workers:
         cmd += ["--workers", str(args.prep_workers)]
     if client is not None:
         cmd += ["--runner", DASK, "--", f"--dask_client_address={client.scheduler.address}"]
-    env = dict(os.environ, SIMFS_COUNTS=str(counts_dir), SCALE_SIM_RSS=str(rss_file),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        SIMFS_COUNTS=str(counts_dir),
+        SCALE_SIM_RSS=str(rss_file),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     worker_cpu = 0.0
     if client is not None:
         client.run(simfs.start_counting, str(counts_dir))  # the workers' counts start from zero, for this run
@@ -108,15 +129,23 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
         worker_rss, cpu_now = worker_usage(client)
         worker_cpu += cpu_now
     rss = json.loads(rss_file.read_text())
-    manifest = json.loads((pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}" /
-                           "manifest.json").read_text())
+    manifest = json.loads(
+        (pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}" / "manifest.json").read_text()
+    )
     counts, _ = simfs.load_counts(str(counts_dir))
     if client is None:
         worker_rss = rss["children"] / 1024 if rss["children"] else None
-    return {"inputs": manifest["inputs"]["found"], "kept": manifest["inputs"]["written"], "duplicates": duplicates,
-            "runner": args.runner, "wall": wall, "cpu": rss["cpu"] + worker_cpu,
-            "driver_mb": rss["self"] / 1024, "worker_mb": worker_rss,
-            "counts": counts}
+    return {
+        "inputs": manifest["inputs"]["found"],
+        "kept": manifest["inputs"]["written"],
+        "duplicates": duplicates,
+        "runner": args.runner,
+        "wall": wall,
+        "cpu": rss["cpu"] + worker_cpu,
+        "driver_mb": rss["self"] / 1024,
+        "worker_mb": worker_rss,
+        "counts": counts,
+    }
 
 
 def per_kept(counts: collections.Counter, kept: int) -> dict[str, float]:
@@ -125,16 +154,22 @@ def per_kept(counts: collections.Counter, kept: int) -> dict[str, float]:
         kinds[kind] += n
     row = {k: kinds[k] / kept for k in SHOWN}
     row["all"] = simfs.requests(counts) / kept
-    dedupe = sum(n * (2 if kind == "rename" else 1) for (kind, _, caller), n in counts.items()
-                 if caller.split(":")[0] in DEDUPE_MODULES)
+    dedupe = sum(
+        n * (2 if kind == "rename" else 1)
+        for (kind, _, caller), n in counts.items()
+        if caller.split(":")[0] in DEDUPE_MODULES
+    )
     row["dedupe_requests"] = dedupe / max(1, simfs.requests(counts))
     return row
 
 
 def print_table(rows: list[dict]) -> None:
     cpus = {r["duplicates"]: r["cpu"] for r in rows}
-    head = (f"{'inputs':>9} {'runner':>8} {'dups':>5} {'wall s':>7} {'CPU s':>7} {'driver MB':>9} {'worker MB':>9} "
-            + " ".join(f"{k:>6}" for k in (*SHOWN, "all")) + f" {'dedupe req':>10} {'dedupe CPU':>10}")
+    head = (
+        f"{'inputs':>9} {'runner':>8} {'dups':>5} {'wall s':>7} {'CPU s':>7} {'driver MB':>9} {'worker MB':>9} "
+        + " ".join(f"{k:>6}" for k in (*SHOWN, "all"))
+        + f" {'dedupe req':>10} {'dedupe CPU':>10}"
+    )
     print(head)
     for r in rows:
         p = per_kept(r["counts"], r["kept"])
@@ -142,9 +177,12 @@ def print_table(rows: list[dict]) -> None:
         if r["duplicates"] == "keep" and "off" in cpus:
             share = f"{1 - cpus['off'] / r['cpu']:.0%}"
         worker = "-" if r["worker_mb"] is None else f"{r['worker_mb']:.0f}"
-        print(f"{r['inputs']:>9,} {r['runner']:>8} {('on' if r['duplicates'] == 'keep' else 'off'):>5} "
-              f"{r['wall']:>7.1f} {r['cpu']:>7.1f} {r['driver_mb']:>9.0f} {worker:>9} "
-              + " ".join(f"{p[k]:>6.2f}" for k in (*SHOWN, "all")) + f" {p['dedupe_requests']:>10.0%} {share:>10}")
+        print(
+            f"{r['inputs']:>9,} {r['runner']:>8} {('on' if r['duplicates'] == 'keep' else 'off'):>5} "
+            f"{r['wall']:>7.1f} {r['cpu']:>7.1f} {r['driver_mb']:>9.0f} {worker:>9} "
+            + " ".join(f"{p[k]:>6.2f}" for k in (*SHOWN, "all"))
+            + f" {p['dedupe_requests']:>10.0%} {share:>10}"
+        )
     print("(requests per kept image; all: a rename counted as a copy and a delete)")
 
 
@@ -164,8 +202,12 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--runner", choices=("embedded", "dask"), default="embedded")
     parser.add_argument("--dask-workers", type=int, default=2)
-    parser.add_argument("--duplicates", choices=("on", "off", "both"), default="both",
-                        help="--duplicates keep (on), off, or off then keep (both: gives dedupe's share of wall time)")
+    parser.add_argument(
+        "--duplicates",
+        choices=("on", "off", "both"),
+        default="both",
+        help="--duplicates keep (on), off, or off then keep (both: gives dedupe's share of wall time)",
+    )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="sleep added to every request")
     parser.add_argument("--prep-workers", type=int, help="prep convert --workers (threads per pipeline worker)")
     parser.add_argument("--top", type=int, default=15, help="callers listed")
@@ -190,8 +232,12 @@ def main() -> None:
     print_table(rows)
     print_callers(rows[-1], args.top)
     if args.json:
-        args.json.write_text(json.dumps([{**{k: v for k, v in r.items() if k != "counts"},
-                                          **per_kept(r["counts"], r["kept"])} for r in rows], indent=1))
+        args.json.write_text(
+            json.dumps(
+                [{**{k: v for k, v in r.items() if k != "counts"}, **per_kept(r["counts"], r["kept"])} for r in rows],
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -29,5 +29,15 @@ def train_loop(*args, **kwargs):
     return run(*args, **kwargs)
 
 
-__all__ = ["EpochSize", "LoadOptions", "LoaderError", "class_weights", "distribute", "epoch_size", "load",
-           "num_input_pipelines", "steps_per_epoch", "train_loop"]
+__all__ = [
+    "EpochSize",
+    "LoadOptions",
+    "LoaderError",
+    "class_weights",
+    "distribute",
+    "epoch_size",
+    "load",
+    "num_input_pipelines",
+    "steps_per_epoch",
+    "train_loop",
+]

@@ -13,8 +13,16 @@ from prep.core import storage
 from prep.core.errors import LoaderError
 
 
-def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224), training: bool = True, *,
-         pipeline: tuple[int, int] = (0, 1), **options):
+def load(
+    path,
+    split: str = "train",
+    batch_size: int = 32,
+    image_size=(224, 224),
+    training: bool = True,
+    *,
+    pipeline: tuple[int, int] = (0, 1),
+    **options,
+):
     """A `tf.data.Dataset` of ``(image, label)`` batches from a dataset written by `prep convert`.
 
     Args:
@@ -53,8 +61,15 @@ def load(path, split: str = "train", batch_size: int = 32, image_size=(224, 224)
     return build(source, opts, _check_batch(batch_size, "batch_size"), index, count)
 
 
-def distribute(strategy, path, split: str = "train", global_batch_size: int = 64, image_size=(224, 224),
-               training: bool = True, **options):
+def distribute(
+    strategy,
+    path,
+    split: str = "train",
+    global_batch_size: int = 64,
+    image_size=(224, 224),
+    training: bool = True,
+    **options,
+):
     """A distributed dataset for `strategy`, built with `distribute_datasets_from_function`.
 
     Each input pipeline (one per worker under MultiWorkerMirroredStrategy, one per host under
@@ -83,29 +98,35 @@ def distribute(strategy, path, split: str = "train", global_batch_size: int = 64
     replicas = strategy.num_replicas_in_sync
     global_batch_size = _check_batch(global_batch_size, "global_batch_size")
     if global_batch_size % replicas:
-        raise LoaderError(f"global_batch_size {global_batch_size} is not a multiple of the "
-                          f"{replicas} replicas in sync")
+        raise LoaderError(f"global_batch_size {global_batch_size} is not a multiple of the {replicas} replicas in sync")
     source = _open(path, split, opts)
     opts.check_task(source.task)
     pipelines = num_input_pipelines(strategy)
     _check_buckets(opts, pipelines)
     # Check sizes now, so a batch too large fails here with our message, not in a worker thread.
-    plan.epoch_size(source.records, global_batch_size // replicas, pipelines, replicas // pipelines,
-                    bool(opts.resolved().drop_remainder), opts.remainder)  # resolved: a bool, not None
+    plan.epoch_size(
+        source.records,
+        global_batch_size // replicas,
+        pipelines,
+        replicas // pipelines,
+        bool(opts.resolved().drop_remainder),
+        opts.remainder,
+    )  # resolved: a bool, not None
 
     def dataset_fn(context: tf.distribute.InputContext):
         per_replica = context.get_per_replica_batch_size(global_batch_size)
         per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
-        return build(source, opts, per_replica, context.input_pipeline_id, context.num_input_pipelines,
-                     per_pipeline)
+        return build(source, opts, per_replica, context.input_pipeline_id, context.num_input_pipelines, per_pipeline)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 def _check_buckets(opts: LoadOptions, pipelines: int) -> None:
     if opts.aspect_buckets and pipelines > 1 and not opts.resolved().drop_remainder:
-        raise LoaderError("aspect_buckets with several input pipelines needs drop_remainder=True: "
-                          "otherwise pipelines could yield different numbers of batches")
+        raise LoaderError(
+            "aspect_buckets with several input pipelines needs drop_remainder=True: "
+            "otherwise pipelines could yield different numbers of batches"
+        )
 
 
 def _open(path, split: str, opts: LoadOptions):
@@ -137,8 +158,16 @@ class _EpochOptions:
     on_corrupt: str = "error"
 
 
-def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strategy=None,
-               num_pipelines: int | None = None, num_replicas: int | None = None, **options) -> plan.EpochSize:
+def epoch_size(
+    path,
+    split: str = "train",
+    global_batch_size: int = 32,
+    *,
+    strategy=None,
+    num_pipelines: int | None = None,
+    num_replicas: int | None = None,
+    **options,
+) -> plan.EpochSize:
     """How an epoch divides: records per pipeline, steps, dropped and padded records.
 
     Reads only the manifest, unless ``on_corrupt="skip"``: then, as `load` does, every
@@ -170,16 +199,20 @@ def epoch_size(path, split: str = "train", global_batch_size: int = 32, *, strat
         pipelines = num_pipelines or 1
     global_batch_size = _check_batch(global_batch_size, "global_batch_size")
     if global_batch_size % replicas or replicas % pipelines:
-        raise LoaderError(f"global_batch_size {global_batch_size} must be a multiple of the {replicas} "
-                          f"replicas, and the replicas a multiple of the {pipelines} input pipelines")
+        raise LoaderError(
+            f"global_batch_size {global_batch_size} must be a multiple of the {replicas} "
+            f"replicas, and the replicas a multiple of the {pipelines} input pipelines"
+        )
     drop = opts.training if opts.drop_remainder is None else opts.drop_remainder
     batch, per_pipeline = global_batch_size // replicas, replicas // pipelines
     size = plan.epoch_size(source.records, batch, pipelines, per_pipeline, drop, opts.remainder)
     aspect_buckets = opts.aspect_buckets
     if aspect_buckets and not size.drop_remainder:
-        raise LoaderError("with aspect_buckets and partial batches (evaluation, or drop_remainder=False) the "
-                          "number of batches depends on how the images fall into buckets: iterate the dataset "
-                          "to its end instead")
+        raise LoaderError(
+            "with aspect_buckets and partial batches (evaluation, or drop_remainder=False) the "
+            "number of batches depends on how the images fall into buckets: iterate the dataset "
+            "to its end instead"
+        )
     if aspect_buckets:
         steps = plan.bucketed_steps(size.per_pipeline, batch, len(aspect_buckets), per_pipeline)
         size = dataclasses.replace(size, steps=steps, dropped=size.records - pipelines * steps * batch * per_pipeline)
@@ -200,8 +233,10 @@ def class_weights(path, split: str = "train") -> dict[int, float]:
     """
     source = open_split(os.fspath(path), split, check_files=False)
     if source.task != "classification":  # its counts are images containing a class, and ids start elsewhere
-        raise LoaderError(f"class_weights is for single-label classification; {path} is a {source.task} dataset "
-                          f"(weight its loss per class from the manifest's class_counts or box_counts instead)")
+        raise LoaderError(
+            f"class_weights is for single-label classification; {path} is a {source.task} dataset "
+            f"(weight its loss per class from the manifest's class_counts or box_counts instead)"
+        )
     return balanced_weights(source.class_counts)
 
 

@@ -24,9 +24,15 @@ def detection_window(height, width, boxes, seed, area_range, aspect_ratio_range,
     """
     shape = tf.stack([tf.cast(height, tf.int32), tf.cast(width, tf.int32), 3])
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, bounding_boxes=tf.reshape(boxes, [1, -1, 4]), seed=seed, min_object_covered=min_object_covered,
-        aspect_ratio_range=aspect_ratio_range, area_range=area_range, max_attempts=CROP_ATTEMPTS,
-        use_image_if_no_bounding_boxes=True)
+        shape,
+        bounding_boxes=tf.reshape(boxes, [1, -1, 4]),
+        seed=seed,
+        min_object_covered=min_object_covered,
+        aspect_ratio_range=aspect_ratio_range,
+        area_range=area_range,
+        max_attempts=CROP_ATTEMPTS,
+        use_image_if_no_bounding_boxes=True,
+    )
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 

@@ -32,12 +32,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from prep.core import schema
 import loaders.decode as images
 import loaders.epoch as plan
 from loaders.load_options import LoadOptions
 from loaders.source import SplitSource, manifest_digest
 from loaders.weights import acceptance_probabilities
+from prep.core import schema
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -53,9 +53,12 @@ def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_p
 
     def arrays(order):
         ranges = plan.pipeline_ranges(counts, pipeline, num_pipelines, opts.remainder, order, multiple)
-        return (np.array([r.shard for r in ranges], np.int64), np.array([r.skip for r in ranges], np.int64),
-                np.array([r.take for r in ranges], np.int64),
-                np.array([0.0 if r.padding else 1.0 for r in ranges], np.float32))
+        return (
+            np.array([r.shard for r in ranges], np.int64),
+            np.array([r.skip for r in ranges], np.int64),
+            np.array([r.take for r in ranges], np.int64),
+            np.array([0.0 if r.padding else 1.0 for r in ranges], np.float32),
+        )
 
     if not opts.shuffle_files:
         return tf.data.Dataset.from_tensor_slices(arrays(None))
@@ -65,6 +68,7 @@ def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_p
     def epoch_plan(epoch_seed):
         def py(s):
             return arrays(plan.shard_order(len(counts), int(s)))
+
         out = tf.numpy_function(py, [epoch_seed], (tf.int64, tf.int64, tf.int64, tf.float32), stateful=False)
         for t in out:
             t.set_shape([None])
@@ -75,8 +79,9 @@ def _ranges_dataset(source: SplitSource, opts: LoadOptions, pipeline: int, num_p
     return epochs.take(1).flat_map(epoch_plan)
 
 
-def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, multiple: int,
-             with_weight: bool):
+def _records(
+    source: SplitSource, opts: LoadOptions, pipeline: int, num_pipelines: int, multiple: int, with_weight: bool
+):
     """Serialized records; ``{"record", "weight"}`` dicts when padding needs the weight carried along."""
     files = tf.constant(source.files)
 
@@ -88,8 +93,12 @@ def _records(source: SplitSource, opts: LoadOptions, pipeline: int, num_pipeline
         return records
 
     return _ranges_dataset(source, opts, pipeline, num_pipelines, multiple).interleave(
-        read, cycle_length=opts.cycle_length, block_length=1, num_parallel_calls=AUTOTUNE,
-        deterministic=opts.deterministic)
+        read,
+        cycle_length=opts.cycle_length,
+        block_length=1,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=opts.deterministic,
+    )
 
 
 def _named_errors(records, file, skip, take):
@@ -103,10 +112,23 @@ def _named_errors(records, file, skip, take):
 
     def complete(record):
         ok = tf.strings.length(record) > 0
-        with tf.control_dependencies([tf.debugging.Assert(ok, [
-                "shard", file, "is corrupt: a record from index", skip, "to", skip + take - 1,
-                "cannot be read (bad length or CRC); `prep verify` names it, and on_corrupt='skip' reads "
-                "the good records"])]):
+        with tf.control_dependencies(
+            [
+                tf.debugging.Assert(
+                    ok,
+                    [
+                        "shard",
+                        file,
+                        "is corrupt: a record from index",
+                        skip,
+                        "to",
+                        skip + take - 1,
+                        "cannot be read (bad length or CRC); `prep verify` names it, and on_corrupt='skip' reads "
+                        "the good records",
+                    ],
+                )
+            ]
+        ):
             return tf.identity(ok)
 
     return marked.filter(complete)
@@ -119,8 +141,7 @@ def _record(x):
 def _rebalance(ds, source: SplitSource, opts: LoadOptions, pipeline: int, per_pipeline: int):
     probs = tf.constant(acceptance_probabilities(source.class_counts), tf.float32)
     spec = {schema.LABEL: tf.io.FixedLenFeature([], tf.int64)}
-    draws = tf.data.Dataset.random(seed=derive_seed(opts.seed, "rebalance", pipeline),
-                                   rerandomize_each_iteration=True)
+    draws = tf.data.Dataset.random(seed=derive_seed(opts.seed, "rebalance", pipeline), rerandomize_each_iteration=True)
 
     def keep(x, draw):
         label = tf.io.parse_single_example(_record(x), spec)[schema.LABEL]
@@ -141,6 +162,7 @@ def _bucket_key(opts: LoadOptions):
         if nb == 1:
             return tf.constant(0, tf.int64)
         return tf.cast(tf.searchsorted(boundaries, ratio[None], side="right")[0], tf.int64)
+
     return key
 
 
@@ -152,14 +174,23 @@ def _crop_fn(opts: LoadOptions):
     centre = (lo * hi) ** 0.5
 
     def crop(h, w, seed, bucket):
-        branches = [lambda a=a: images.random_crop_window(h, w, seed, area, (lo * a / centre, hi * a / centre))
-                    for a in opts.aspect_buckets]
+        branches = [
+            lambda a=a: images.random_crop_window(h, w, seed, area, (lo * a / centre, hi * a / centre))
+            for a in opts.aspect_buckets
+        ]
         return tf.switch_case(tf.cast(bucket, tf.int32), branches)
+
     return crop
 
 
-def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int = 0, num_pipelines: int = 1,
-          replicas_per_pipeline: int = 1) -> tf.data.Dataset:
+def build(
+    source: SplitSource,
+    opts: LoadOptions,
+    batch_size: int,
+    pipeline: int = 0,
+    num_pipelines: int = 1,
+    replicas_per_pipeline: int = 1,
+) -> tf.data.Dataset:
     """The dataset of input pipeline `pipeline` of `num_pipelines`, batched `batch_size` per replica.
 
     Raises:
@@ -170,8 +201,9 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     plan.check_pipeline(pipeline, num_pipelines)
     training = opts.training
     assert opts.drop_remainder is not None  # resolved() chose it
-    size = plan.epoch_size(source.records, batch_size, num_pipelines, replicas_per_pipeline,
-                           opts.drop_remainder, opts.remainder)
+    size = plan.epoch_size(
+        source.records, batch_size, num_pipelines, replicas_per_pipeline, opts.drop_remainder, opts.remainder
+    )
     batches = size.batches_per_pipeline
     drop = size.drop_remainder  # always with padding: the padding fills the last step
     buckets = opts.aspect_buckets
@@ -187,12 +219,16 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
     if opts.rebalance:
         ds = _rebalance(ds, source, opts, pipeline, size.per_pipeline)
     if opts.shuffle_buffer:
-        ds = ds.shuffle(opts.shuffle_buffer, seed=derive_seed(opts.seed, "shuffle", pipeline),
-                        reshuffle_each_iteration=True)
+        ds = ds.shuffle(
+            opts.shuffle_buffer, seed=derive_seed(opts.seed, "shuffle", pipeline), reshuffle_each_iteration=True
+        )
     if buckets:
         key = _bucket_key(opts)
-        ds = ds.map(lambda x: {**(x if isinstance(x, dict) else {"record": x}), "bucket": key(x)},
-                    num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
+        ds = ds.map(
+            lambda x: {**(x if isinstance(x, dict) else {"record": x}), "bucket": key(x)},
+            num_parallel_calls=AUTOTUNE,
+            deterministic=opts.deterministic,
+        )
         ds = ds.group_by_window(lambda x: x["bucket"], lambda _, w: w.batch(batch_size), window_size=batch_size)
         if drop:
             ds = ds.filter(lambda x: tf.shape(x["record"])[0] == batch_size).take(batches)
@@ -201,8 +237,9 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         if drop:
             ds = ds.take(batches)
     if with_seed:  # one seed per batch, drawn anew each epoch; per-example seeds derive from it
-        seeds = tf.data.Dataset.random(seed=derive_seed(opts.seed, "batches", pipeline),
-                                       rerandomize_each_iteration=True)
+        seeds = tf.data.Dataset.random(
+            seed=derive_seed(opts.seed, "batches", pipeline), rerandomize_each_iteration=True
+        )
         ds = tf.data.Dataset.zip(ds, seeds)
 
     if source.task in ("detection", "segmentation"):
@@ -216,8 +253,7 @@ def build(source: SplitSource, opts: LoadOptions, batch_size: int, pipeline: int
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
         ds = ds.map(finish, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     else:
-        ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE,
-                    deterministic=opts.deterministic)
+        ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     if not buckets or drop:
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     if opts.repeat:  # each pass is one epoch: a new epoch seed, shard order, shuffle and augmentation
@@ -232,8 +268,16 @@ def _decoder(opts: LoadOptions, source: SplitSource):
     if multilabel:  # lists of ids (from 0) and names; the label becomes a multi-hot vector
         spec[schema.LABEL] = tf.io.RaggedFeature(tf.int64)
         spec[schema.TEXT] = tf.io.RaggedFeature(tf.string)
-    keys = (schema.FORMAT, schema.HEIGHT, schema.WIDTH, schema.CHANNELS, schema.LABEL, schema.TEXT,
-            schema.FILENAME, schema.SHA256)
+    keys = (
+        schema.FORMAT,
+        schema.HEIGHT,
+        schema.WIDTH,
+        schema.CHANNELS,
+        schema.LABEL,
+        schema.TEXT,
+        schema.FILENAME,
+        schema.SHA256,
+    )
     buckets = opts.aspect_buckets
     bucket_sizes = tf.constant(opts.bucket_sizes() or [opts.image_size], tf.int32)
     crop = _crop_fn(opts)
@@ -243,16 +287,27 @@ def _decoder(opts: LoadOptions, source: SplitSource):
         features = tf.io.parse_example(x["record"], spec)
         seeds = None
         if batch_seed is not None:
-            seeds = tf.random.stateless_uniform(tf.shape(x["record"]), tf.stack([batch_seed, tf.constant(0, tf.int64)]),
-                                                minval=None, maxval=None, dtype=tf.int64)
+            seeds = tf.random.stateless_uniform(
+                tf.shape(x["record"]),
+                tf.stack([batch_seed, tf.constant(0, tf.int64)]),
+                minval=None,
+                maxval=None,
+                dtype=tf.int64,
+            )
         bucket = x["bucket"][0] if buckets else tf.constant(0, tf.int64)
         if buckets:
             out_size = tf.unstack(tf.gather(bucket_sizes, bucket))
             static = None
         else:
             out_size = static = opts.image_size
-        imgs = images.decode_batch(features, out_size, opts, seeds=seeds,
-                                   crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)), static_size=static)
+        imgs = images.decode_batch(
+            features,
+            out_size,
+            opts,
+            seeds=seeds,
+            crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)),
+            static_size=static,
+        )
         if multilabel:
             hot = tf.one_hot(features[schema.LABEL].to_tensor(default_value=-1), len(source.labels))
             label = tf.minimum(tf.reduce_sum(hot, axis=1), 1.0)  # float32 [batch, classes]; -1 pads to zeros
@@ -279,24 +334,32 @@ def _finisher(opts: LoadOptions, padded: bool):
         if padded:
             return imgs, labels, x["weight"]
         return imgs, labels
+
     return finish
 
 
-def _cache_name(opts: LoadOptions, source: SplitSource, pipeline: int, num_pipelines: int, step: int,
-                what: str) -> str:
+def _cache_name(opts: LoadOptions, source: SplitSource, pipeline: int, num_pipelines: int, step: int, what: str) -> str:
     """The cache file prefix: the user's, then split, kind, pipeline and a digest of
     everything the cached elements depend on, so that a cache written for another
     dataset, pipeline count or options is never read back."""
     if opts.cache is True:
         return ""  # memory
     assert opts.cache is not False  # called only when caching
-    settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
-                if f.name not in ("augment", "threads", "cache", "output", "repeat")}  # applied after the cache
-    identity = {"dataset": manifest_digest(source.root), "split": source.split, "files": list(source.files),
-                "counts": list(source.counts), "pipeline": [pipeline, num_pipelines, step], "settings": settings}
+    settings = {
+        f.name: getattr(opts, f.name)
+        for f in dataclasses.fields(opts)
+        if f.name not in ("augment", "threads", "cache", "output", "repeat")
+    }  # applied after the cache
+    identity = {
+        "dataset": manifest_digest(source.root),
+        "split": source.split,
+        "files": list(source.files),
+        "counts": list(source.counts),
+        "pipeline": [pipeline, num_pipelines, step],
+        "settings": settings,
+    }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:16]
     return f"{os.fspath(opts.cache)}-{source.split}-{what}-{pipeline}-{digest}"
-
 
 
 def data_options(opts: LoadOptions, sharded: bool) -> tf.data.Options:

@@ -21,12 +21,14 @@ def tf_feature_spec() -> dict:
     spec.update({key: tf.io.FixedLenFeature([], tf.int64) for key in schema.INT64_FEATURES})
     return spec
 
+
 _WHOLE = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])  # bounding box covering the image
 CROP, FLIP, KEEP = 1, 2, 3  # second half of a stateless seed [element seed, use]: one stream per use
 
 
 def _decode_window(encoded, fmt, window):
     """Decodes the window [y, x, h, w] of one image, as uint8 with 3 channels."""
+
     def jpeg():
         return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
 
@@ -38,17 +40,26 @@ def _decode_window(encoded, fmt, window):
 
 
 def _decode_whole(encoded, fmt):
-    return tf.cond(tf.equal(fmt, b"jpeg"), lambda: tf.io.decode_jpeg(encoded, channels=3),
-                   lambda: tf.io.decode_png(encoded, channels=3))
+    return tf.cond(
+        tf.equal(fmt, b"jpeg"),
+        lambda: tf.io.decode_jpeg(encoded, channels=3),
+        lambda: tf.io.decode_png(encoded, channels=3),
+    )
 
 
 def random_crop_window(height, width, seed, area_range, aspect_ratio_range):
     """A random-resized-crop window [y, x, h, w] (Inception style) for an image of the given size."""
     shape = tf.stack([tf.cast(height, tf.int32), tf.cast(width, tf.int32), 3])
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, bounding_boxes=_WHOLE, seed=seed, min_object_covered=0.1,
-        aspect_ratio_range=aspect_ratio_range, area_range=area_range, max_attempts=10,
-        use_image_if_no_bounding_boxes=True)
+        shape,
+        bounding_boxes=_WHOLE,
+        seed=seed,
+        min_object_covered=0.1,
+        aspect_ratio_range=aspect_ratio_range,
+        area_range=area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
@@ -103,8 +114,7 @@ def decode_batch(features, out_size, opts: LoadOptions, *, seeds=None, crop_rang
 
     elems = (encoded, fmt, height, width) + ((seeds,) if seeds is not None else ())
     shape = [static_size[0], static_size[1], 3] if static_size else [None, None, 3]
-    return tf.map_fn(one, elems, fn_output_signature=tf.TensorSpec(shape, tf.float32),
-                     parallel_iterations=16)
+    return tf.map_fn(one, elems, fn_output_signature=tf.TensorSpec(shape, tf.float32), parallel_iterations=16)
 
 
 def normalize(images, how: str):

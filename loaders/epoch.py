@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from prep.core.errors import LoaderError
 
@@ -83,8 +83,10 @@ def records_per_pipeline(total: int, num_pipelines: int, remainder: str = "drop"
         per = -(-total // num_pipelines)
         return -(-per // multiple) * multiple
     if total < num_pipelines:
-        raise LoaderError(f"the split has {total} record(s), fewer than the {num_pipelines} input pipelines; "
-                          f"use remainder='pad' or fewer workers")
+        raise LoaderError(
+            f"the split has {total} record(s), fewer than the {num_pipelines} input pipelines; "
+            f"use remainder='pad' or fewer workers"
+        )
     return total // num_pipelines
 
 
@@ -100,8 +102,14 @@ def shard_order(num_shards: int, seed: int | None) -> tuple[int, ...]:
     return tuple(order)
 
 
-def pipeline_ranges(counts: Sequence[int], pipeline: int, num_pipelines: int, remainder: str = "drop",
-                    order: Sequence[int] | None = None, multiple: int = 1) -> tuple[Range, ...]:
+def pipeline_ranges(
+    counts: Sequence[int],
+    pipeline: int,
+    num_pipelines: int,
+    remainder: str = "drop",
+    order: Sequence[int] | None = None,
+    multiple: int = 1,
+) -> tuple[Range, ...]:
     """The ranges pipeline `pipeline` of `num_pipelines` reads in one epoch.
 
     Args:
@@ -183,8 +191,14 @@ class EpochSize:
         return self.batch_size * self.replicas_per_pipeline * self.num_pipelines
 
 
-def epoch_size(records: int, batch_size: int, num_pipelines: int = 1, replicas_per_pipeline: int = 1,
-               drop_remainder: bool = True, remainder: str = "drop") -> EpochSize:
+def epoch_size(
+    records: int,
+    batch_size: int,
+    num_pipelines: int = 1,
+    replicas_per_pipeline: int = 1,
+    drop_remainder: bool = True,
+    remainder: str = "drop",
+) -> EpochSize:
     """Counts one epoch: records per pipeline, steps, and what is dropped or padded.
 
     With `drop_remainder`, each pipeline yields ``steps * replicas_per_pipeline``
@@ -212,9 +226,11 @@ def epoch_size(records: int, batch_size: int, num_pipelines: int = 1, replicas_p
         if steps == 0:
             who = f"each of {num_pipelines} input pipelines" if num_pipelines > 1 else "the input pipeline"
             replicas = f" x {replicas_per_pipeline} replicas" if replicas_per_pipeline > 1 else ""
-            raise LoaderError(f"a batch is larger than a replica's data: {who} reads {per} record(s) per "
-                              f"epoch, fewer than one step's {step_records} (batch {batch_size}{replicas}); "
-                              f"use a smaller batch size")
+            raise LoaderError(
+                f"a batch is larger than a replica's data: {who} reads {per} record(s) per "
+                f"epoch, fewer than one step's {step_records} (batch {batch_size}{replicas}); "
+                f"use a smaller batch size"
+            )
         read = steps * step_records
     else:
         steps = math.ceil(-(-per // batch_size) / replicas_per_pipeline)
@@ -223,9 +239,17 @@ def epoch_size(records: int, batch_size: int, num_pipelines: int = 1, replicas_p
     windows = [(i * per, i * per + read) for i in range(num_pipelines)]
     padded = sum(max(0, hi - max(lo, records)) for lo, hi in windows)
     seen = _covered([(lo % records, lo % records + (hi - lo)) for lo, hi in windows], records)
-    return EpochSize(records=records, num_pipelines=num_pipelines, replicas_per_pipeline=replicas_per_pipeline,
-                     batch_size=batch_size, per_pipeline=per, steps=steps, dropped=records - seen,
-                     padded=padded, drop_remainder=drop_remainder)
+    return EpochSize(
+        records=records,
+        num_pipelines=num_pipelines,
+        replicas_per_pipeline=replicas_per_pipeline,
+        batch_size=batch_size,
+        per_pipeline=per,
+        steps=steps,
+        dropped=records - seen,
+        padded=padded,
+        drop_remainder=drop_remainder,
+    )
 
 
 def _covered(windows: list[tuple[int, int]], modulus: int) -> int:
@@ -259,7 +283,9 @@ def bucketed_steps(per_pipeline: int, batch_size: int, num_buckets: int, replica
     guaranteed = max(0, -(-(per_pipeline - num_buckets * (batch_size - 1)) // batch_size))
     steps = guaranteed // replicas_per_pipeline
     if steps == 0:
-        raise LoaderError(f"aspect bucketing cannot guarantee one full step: a pipeline reads {per_pipeline} "
-                          f"record(s) into {num_buckets} bucket(s) of batch {batch_size} x "
-                          f"{replicas_per_pipeline} replica(s); use a smaller batch size or fewer buckets")
+        raise LoaderError(
+            f"aspect bucketing cannot guarantee one full step: a pipeline reads {per_pipeline} "
+            f"record(s) into {num_buckets} bucket(s) of batch {batch_size} x "
+            f"{replicas_per_pipeline} replica(s); use a smaller batch size or fewer buckets"
+        )
     return steps

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from loaders.epoch import REMAINDERS
 from prep.core.errors import LoaderError
@@ -78,7 +78,8 @@ class LoadOptions:
             ``fit(steps_per_epoch=loaders.steps_per_epoch(...))``, which Keras needs for a
             distributed dataset to run more than one epoch.
         on_corrupt: "error" (default): a record that fails its CRC stops reading with an error
-            naming the shard and the range of records being read (`prep verify` names the record). "skip": shards are checked when the
+            naming the shard and the range of records being read (`prep verify` names the record).
+            "skip": shards are checked when the
             dataset is built; damaged ones are read from copies of their good records (see
             `loaders.repair`), the skipped records logged per shard, and every pipeline still
             gets an equal share.
@@ -121,7 +122,7 @@ class LoadOptions:
         if h < 1 or w < 1:
             raise LoaderError(f"image_size must be positive, got {self.image_size!r}")
         object.__setattr__(self, "image_size", (h, w))
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 63:
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise LoaderError(f"seed must be an int in [0, 2**63), got {self.seed!r}")
         if self.shuffle_buffer is not None and self.shuffle_buffer < 0:
             raise LoaderError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
@@ -163,8 +164,10 @@ class LoadOptions:
         if self.rebalance and not self.training:
             raise LoaderError("rebalance=True is for training; evaluation reads the split as it is")
         if self.remainder == "pad" and (self.rebalance or self.aspect_buckets):
-            raise LoaderError("remainder='pad' reads every record once and fills whole batches; it cannot be "
-                              "combined with rebalance or aspect_buckets, which choose and group records")
+            raise LoaderError(
+                "remainder='pad' reads every record once and fills whole batches; it cannot be "
+                "combined with rebalance or aspect_buckets, which choose and group records"
+            )
 
     def _check_types(self) -> None:
         """Flags must be bools and counts ints: `flip="no"` would otherwise be true, and
@@ -175,10 +178,16 @@ class LoadOptions:
         for name in ("shuffle_files", "deterministic", "drop_remainder", "flip"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise LoaderError(f"{name} must be True, False or None, got {getattr(self, name)!r}")
-        for name, optional in (("cycle_length", False), ("threads", False), ("shuffle_buffer", True),
-                               ("max_boxes", True)):
+        for name, optional in (
+            ("cycle_length", False),
+            ("threads", False),
+            ("shuffle_buffer", True),
+            ("max_boxes", True),
+        ):
             value = getattr(self, name)
-            if not (optional and value is None) and (not isinstance(value, numbers.Integral) or isinstance(value, bool)):
+            if not (optional and value is None) and (
+                not isinstance(value, numbers.Integral) or isinstance(value, bool)
+            ):
                 raise LoaderError(f"{name} must be an int{' or None' if optional else ''}, got {value!r}")
         for name in ("central_fraction", "min_box_visibility", "min_object_covered"):
             if not isinstance(getattr(self, name), numbers.Real) or isinstance(getattr(self, name), bool):
@@ -186,7 +195,7 @@ class LoadOptions:
         if not isinstance(self.cache, (bool, str, os.PathLike)):
             raise LoaderError(f"cache must be False, True or a file name prefix, got {self.cache!r}")
 
-    def resolved(self, task: str = "classification") -> "LoadOptions":
+    def resolved(self, task: str = "classification") -> LoadOptions:
         """A copy with every None default filled in from `training` (and `eval_crop` from the task)."""
         t = self.training
         targets = task in TASKS_WITH_TARGETS
@@ -204,8 +213,9 @@ class LoadOptions:
         """Raises LoaderError for an option the dataset's task cannot honour."""
         targets = task in TASKS_WITH_TARGETS
         if targets and self.eval_crop == "center":
-            raise LoaderError(f"eval_crop='center' would cut the {task} targets; use 'resize' (the default) "
-                              f"or letterbox=True")
+            raise LoaderError(
+                f"eval_crop='center' would cut the {task} targets; use 'resize' (the default) or letterbox=True"
+            )
         if self.letterbox and not targets:
             raise LoaderError(f"letterbox is for detection and segmentation, not {task}")
         if self.output == "ragged" and task != "detection":
@@ -213,8 +223,10 @@ class LoadOptions:
         if self.max_boxes is not None and task != "detection":
             raise LoaderError(f"max_boxes is for detection, not {task}")
         if self.rebalance and task != "classification":
-            raise LoaderError(f"rebalance needs one label per record; a {task} dataset has none (use "
-                              f"class-aware sampling of your own in `augment`, or weights)")
+            raise LoaderError(
+                f"rebalance needs one label per record; a {task} dataset has none (use "
+                f"class-aware sampling of your own in `augment`, or weights)"
+            )
         if self.aspect_buckets and targets:
             raise LoaderError(f"aspect_buckets is not supported for {task} yet")
 
@@ -222,8 +234,10 @@ class LoadOptions:
         """Output (height, width) of each aspect bucket: the area of `image_size` at the bucket's ratio."""
         h, w = self.image_size
         area = h * w
-        return tuple((max(1, round(math.sqrt(area / ratio))), max(1, round(math.sqrt(area * ratio))))
-                     for ratio in self.aspect_buckets or ())
+        return tuple(
+            (max(1, round(math.sqrt(area / ratio))), max(1, round(math.sqrt(area * ratio))))
+            for ratio in self.aspect_buckets or ()
+        )
 
     def bucket_boundaries(self) -> tuple[float, ...]:
         """Aspect ratios between neighbouring buckets (geometric means): an example goes to the nearest."""

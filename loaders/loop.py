@@ -31,8 +31,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
             per_example = loss_fn(labels, predictions)
-            loss = tf.nn.compute_average_loss(per_example, sample_weight=weights,
-                                              global_batch_size=global_batch_size)
+            loss = tf.nn.compute_average_loss(per_example, sample_weight=weights, global_batch_size=global_batch_size)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         grads = tape.gradient(loss, model.trainable_variables)
@@ -47,8 +46,9 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
     return step
 
 
-def train_loop(strategy, model, optimizer, loss_fn, dataset, steps_per_epoch: int, global_batch_size: int,
-               epochs: int = 1) -> list[float]:
+def train_loop(
+    strategy, model, optimizer, loss_fn, dataset, steps_per_epoch: int, global_batch_size: int, epochs: int = 1
+) -> list[float]:
     """Trains for `epochs` epochs of `steps_per_epoch` steps over `dataset` (from `loaders.distribute`).
 
     Every worker must call this with the same arguments; each epoch iterates the

@@ -62,8 +62,10 @@ def scan(path: str, expected: int) -> ShardDamage:
 
 def _check_not_more(damage: ShardDamage) -> None:
     if len(damage.readable) > damage.expected:
-        raise LoaderError(f"shard {damage.file} holds {len(damage.readable)} readable records, but the manifest "
-                          f"records {damage.expected}: it is not the shard that was converted")
+        raise LoaderError(
+            f"shard {damage.file} holds {len(damage.readable)} readable records, but the manifest "
+            f"records {damage.expected}: it is not the shard that was converted"
+        )
 
 
 def readable_counts(source: SplitSource) -> SplitSource:
@@ -101,9 +103,15 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
                 src.seek(offset)
                 dst.write(src.read(length))
         files[i], counts[i] = copy, len(damage.readable)
-        log.warning("skipping %d corrupt or unreadable record(s) of shard %s, from record %s on; "
-                    "reading the %d good ones from %s", damage.skipped, path, damage.first_bad,
-                    len(damage.readable), copy)
+        log.warning(
+            "skipping %d corrupt or unreadable record(s) of shard %s, from record %s on; "
+            "reading the %d good ones from %s",
+            damage.skipped,
+            path,
+            damage.first_bad,
+            len(damage.readable),
+            copy,
+        )
     if not damaged:
         return source, []
     return dataclasses.replace(source, files=tuple(files), counts=tuple(counts)), damaged

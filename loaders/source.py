@@ -46,11 +46,14 @@ class SplitSource:
 
     def __post_init__(self):
         if len(self.files) != len(self.counts) or not self.files:
-            raise ValueError(f"need one count per shard file and at least one shard, got {len(self.files)} "
-                             f"file(s) and {len(self.counts)} count(s)")
+            raise ValueError(
+                f"need one count per shard file and at least one shard, got {len(self.files)} "
+                f"file(s) and {len(self.counts)} count(s)"
+            )
         if len(self.labels) != len(self.class_counts):
-            raise ValueError(f"need one count per label, got {len(self.labels)} label(s) and "
-                             f"{len(self.class_counts)} count(s)")
+            raise ValueError(
+                f"need one count per label, got {len(self.labels)} label(s) and {len(self.class_counts)} count(s)"
+            )
 
     @property
     def records(self) -> int:
@@ -100,20 +103,33 @@ def open_split(root: str, split: str, check_files: bool = True) -> SplitSource:
     for position, shard in enumerate(info.shards):
         name = ShardName.parse(shard.file)
         if name is None or name.split != split or name.index != position:
-            raise ManifestError(f"manifest of {root}: shard {position} of split {split!r} is named "
-                                f"{shard.file!r}, not a shard {position} of {split!r}")
+            raise ManifestError(
+                f"manifest of {root}: shard {position} of split {split!r} is named "
+                f"{shard.file!r}, not a shard {position} of {split!r}"
+            )
         path = storage.join(root, name.filename)
         if check_files:
             size = storage.size(path)
             if size is None:
                 raise LoaderError(f"shard {path} is missing (listed in {FILENAME})")
             if size != shard.bytes:
-                raise LoaderError(f"shard {path} has {size} bytes, but {FILENAME} records "
-                                  f"{shard.bytes}: it was changed or truncated after conversion")
+                raise LoaderError(
+                    f"shard {path} has {size} bytes, but {FILENAME} records "
+                    f"{shard.bytes}: it was changed or truncated after conversion"
+                )
         files.append(path)
         counts.append(shard.examples)
     if not files:
         raise ManifestError(f"manifest of {root}: split {split!r} lists no shards")
     class_counts = tuple(info.class_counts.get(name, 0) for name in labels)
-    return SplitSource(root, split, tuple(files), tuple(counts), labels, class_counts, manifest.task,
-                       info.max_boxes, manifest.ignore_value)
+    return SplitSource(
+        root,
+        split,
+        tuple(files),
+        tuple(counts),
+        labels,
+        class_counts,
+        manifest.task,
+        info.max_boxes,
+        manifest.ignore_value,
+    )

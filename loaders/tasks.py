@@ -33,12 +33,18 @@ def max_boxes(opts: LoadOptions, source: SplitSource) -> int:
     """N of the padded output: the option, else the split's largest object count."""
     if opts.max_boxes is not None:
         if source.max_boxes is not None and opts.max_boxes < source.max_boxes:
-            log.warning("max_boxes=%d: images of split %r with more boxes (up to %d) keep only their first %d",
-                        opts.max_boxes, source.split, source.max_boxes, opts.max_boxes)
+            log.warning(
+                "max_boxes=%d: images of split %r with more boxes (up to %d) keep only their first %d",
+                opts.max_boxes,
+                source.split,
+                source.max_boxes,
+                opts.max_boxes,
+            )
         return opts.max_boxes
     if source.max_boxes is None:
-        raise LoaderError(f"the manifest of {source.root} gives no max_boxes for split {source.split!r}; "
-                          f"pass max_boxes=")
+        raise LoaderError(
+            f"the manifest of {source.root} gives no max_boxes for split {source.split!r}; pass max_boxes="
+        )
     return source.max_boxes
 
 
@@ -62,8 +68,9 @@ def _spec(task: str, features: bool) -> dict:
 def _seeds(record, batch_seed):
     if batch_seed is None:
         return None
-    return tf.random.stateless_uniform(tf.shape(record), tf.stack([batch_seed, tf.constant(0, tf.int64)]),
-                                       minval=None, maxval=None, dtype=tf.int64)
+    return tf.random.stateless_uniform(
+        tf.shape(record), tf.stack([batch_seed, tf.constant(0, tf.int64)]), minval=None, maxval=None, dtype=tf.int64
+    )
 
 
 def _heads(opts: LoadOptions, seed):
@@ -98,8 +105,9 @@ def decoder(opts: LoadOptions, source: SplitSource):
             if boxes is None:
                 window = images.random_crop_window(h, w, crop_seed, opts.area_range, opts.aspect_ratio_range)
             else:
-                window = geo.detection_window(h, w, boxes, crop_seed, opts.area_range, opts.aspect_ratio_range,
-                                              opts.min_object_covered)
+                window = geo.detection_window(
+                    h, w, boxes, crop_seed, opts.area_range, opts.aspect_ratio_range, opts.min_object_covered
+                )
             return window, images._decode_window(enc, fmt, window), None
         inner = geo.letterbox_size(h, w, size) if opts.letterbox else None
         return None, images._decode_whole(enc, fmt), inner
@@ -116,8 +124,15 @@ def decoder(opts: LoadOptions, source: SplitSource):
             return geo.place(image, None, heads, size, "bilinear", inner, 0), tf.cast(mask, tf.int32)
 
         elems = tuple(parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH, s.SEGMENTATION)) + (seeds,)
-        imgs, masks = tf.map_fn(one, elems, parallel_iterations=16, fn_output_signature=(
-            tf.TensorSpec([size[0], size[1], 3], tf.float32), tf.TensorSpec([size[0], size[1], 1], tf.int32)))
+        imgs, masks = tf.map_fn(
+            one,
+            elems,
+            parallel_iterations=16,
+            fn_output_signature=(
+                tf.TensorSpec([size[0], size[1], 3], tf.float32),
+                tf.TensorSpec([size[0], size[1], 1], tf.int32),
+            ),
+        )
         return {**out, "image": imgs, "masks": masks}
 
     def detection(x, batch_seed=None):
@@ -126,13 +141,21 @@ def decoder(opts: LoadOptions, source: SplitSource):
         counts = tf.cast(parsed[s.OBJECT_LABEL].row_lengths(), tf.int32)
         elems = [parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH)]
         elems += [boxes, parsed[s.OBJECT_LABEL].to_tensor(), counts, seeds]
-        signature = [tf.TensorSpec([size[0], size[1], 3], tf.float32), tf.TensorSpec([n_out, 4], tf.float32),
-                     tf.TensorSpec([n_out], tf.int32), tf.TensorSpec([], tf.int32)]
+        signature = [
+            tf.TensorSpec([size[0], size[1], 3], tf.float32),
+            tf.TensorSpec([n_out, 4], tf.float32),
+            tf.TensorSpec([n_out], tf.int32),
+            tf.TensorSpec([], tf.int32),
+        ]
         if features:
             elems += [parsed[k].to_tensor() for k, _ in _EXTRA]
             elems += [parsed[s.OBJECT_MASK].to_tensor(), tf.cast(parsed[s.OBJECT_MASK].row_lengths(), tf.int32)]
-            signature += [tf.TensorSpec([n_out], tf.float32), tf.TensorSpec([n_out], tf.int32),
-                          tf.TensorSpec([n_out], tf.int32), tf.TensorSpec([n_out, size[0], size[1]], tf.uint8)]
+            signature += [
+                tf.TensorSpec([n_out], tf.float32),
+                tf.TensorSpec([n_out], tf.int32),
+                tf.TensorSpec([n_out], tf.int32),
+                tf.TensorSpec([n_out, size[0], size[1]], tf.uint8),
+            ]
 
         def one(args):
             enc, fmt, h, w, bx, cl, n, seed = args[:8]
@@ -161,10 +184,15 @@ def decoder(opts: LoadOptions, source: SplitSource):
             out_hw = tf.cast(tf.stack(inner) if inner is not None else tf.constant(size), tf.float32)
             scale = tf.reduce_prod(out_hw) / tf.reduce_prod(crop_hw)  # output pixels per stored pixel
             area = area[:n] * visible * scale
-            masks = tf.cond(n_masks > 0, lambda: _masks(pngs[:n], window, heads, size, inner),
-                            lambda: tf.zeros([n, size[0], size[1]], tf.uint8))
-            return result + tuple(geo.pad_rows(v, keep, n_out, 0)[0] for v in (
-                area, tf.cast(crowd[:n], tf.int32), tf.cast(difficult[:n], tf.int32), masks))
+            masks = tf.cond(
+                n_masks > 0,
+                lambda: _masks(pngs[:n], window, heads, size, inner),
+                lambda: tf.zeros([n, size[0], size[1]], tf.uint8),
+            )
+            return result + tuple(
+                geo.pad_rows(v, keep, n_out, 0)[0]
+                for v in (area, tf.cast(crowd[:n], tf.int32), tf.cast(difficult[:n], tf.int32), masks)
+            )
 
         outs = tf.map_fn(one, tuple(elems), fn_output_signature=tuple(signature), parallel_iterations=16)
         names = ("image", "boxes", "classes", "num_boxes", "area", "is_crowd", "difficult", "masks")
@@ -178,9 +206,11 @@ def decoder(opts: LoadOptions, source: SplitSource):
 
 def _masks(pngs, window, heads, size, inner):
     """Instance masks, each through the same crop, flip and resize as its image (nearest neighbour)."""
+
     def one(png):
         mask = tf.io.decode_png(png, channels=1)
         return geo.place(mask, window, heads, size, "nearest", inner, 0)[:, :, 0]
+
     return tf.map_fn(one, pngs, fn_output_signature=tf.TensorSpec([size[0], size[1]], tf.uint8))
 
 
@@ -200,9 +230,11 @@ def finisher(opts: LoadOptions, source: SplitSource, padded: bool):
             targets = {k: targets[k] for k in ("boxes", "classes", "num_boxes")}
             if opts.output == "ragged":
                 lengths = targets["num_boxes"]
-                targets = {"boxes": tf.RaggedTensor.from_tensor(targets["boxes"], lengths=lengths),
-                           "classes": tf.RaggedTensor.from_tensor(targets["classes"], lengths=lengths),
-                           "num_boxes": lengths}
+                targets = {
+                    "boxes": tf.RaggedTensor.from_tensor(targets["boxes"], lengths=lengths),
+                    "classes": tf.RaggedTensor.from_tensor(targets["classes"], lengths=lengths),
+                    "num_boxes": lengths,
+                }
         if padded:
             return imgs, targets, x["weight"]
         return imgs, targets

@@ -6,7 +6,7 @@ Pure Python.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from prep.core.class_weights import balanced_weights  # noqa: F401  (re-exported: one definition)
 

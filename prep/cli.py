@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -39,10 +39,10 @@ def click_options(command):
             command = click.option(o.name, is_flag=True, help=o.help)(command)
         else:
             kind = click.Choice(list(o.choices)) if o.choices else o.type
-            command = click.option(o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar,
-                                   show_default=o.default is not None)(command)
+            command = click.option(
+                o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar, show_default=o.default is not None
+            )(command)
     return command
-
 
 
 class _Group(click.Group):
@@ -70,12 +70,20 @@ def main():
 @click.argument("output", type=str)
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
 @click_options
-@click.option("--runner", default="local", show_default=True,
-              help="Beam runner: local (embedded, in-process), DirectRunner, PortableRunner, DataflowRunner, ...")
+@click.option(
+    "--runner",
+    default="local",
+    show_default=True,
+    help="Beam runner: local (embedded, in-process), DirectRunner, PortableRunner, DataflowRunner, ...",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--verbose", is_flag=True, help="Show Beam's own log messages (hidden by default).")
-@click.option("--report", "write_report", is_flag=True,
-              help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).")
+@click.option(
+    "--report",
+    "write_report",
+    is_flag=True,
+    help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).",
+)
 @click.pass_context
 def convert(ctx, source, output, beam_args, runner, progress, verbose, write_report, **values):
     """Convert SOURCE (class folders or a --labels file) into balanced TFRecord shards in OUTPUT.
@@ -107,16 +115,19 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     hooks = ctx.obj if isinstance(ctx.obj, CliHooks) else CliHooks()
-    manifest = conversion.convert(config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show,
-                                  on_step=hooks.on_step)
+    manifest = conversion.convert(
+        config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show, on_step=hooks.on_step
+    )
     from prep.render import convert_summary
 
     click.echo(convert_summary(manifest, time.time() - started))
     boxes = manifest.inputs.boxes
     if boxes is not None:  # detection: read = written + dropped; clipped boxes are written
         reasons = ", ".join(f"{k} {v}" for k, v in boxes.dropped_by_reason.items())
-        click.echo(f"boxes read {boxes.read}  written {boxes.written}  dropped {boxes.dropped}  "
-                   f"clipped {boxes.clipped}" + (f"  (dropped: {reasons}; see rejects.jsonl)" if reasons else ""))
+        click.echo(
+            f"boxes read {boxes.read}  written {boxes.written}  dropped {boxes.dropped}  "
+            f"clipped {boxes.clipped}" + (f"  (dropped: {reasons}; see rejects.jsonl)" if reasons else "")
+        )
     from beam_jobs.dedupe import duplicates_summary
 
     for line in duplicates_summary(output):
@@ -143,16 +154,28 @@ def _png(ctx, param, value):
 
 @main.command()
 @click.argument("output", type=str)
-@click.option("--deep", is_flag=True, help="Also decode every image and check its stored format, height, width "
-              "and channels (CPU-bound; slower).")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also decode every image and check its stored format, height, width and channels (CPU-bound; slower).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of the table (docs/verify.md).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Threads that decode images with --deep (default: all cores).")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar (default: on a terminal, for datasets over 256 MiB).")
-@click.option("--target", type=click.Choice(TARGETS), default=None,
-              help="Also report every record this consumer's default input pipeline would fail on, and the "
-                   "command that fixes them (default: the target the dataset was converted for, if any).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads that decode images with --deep (default: all cores).",
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for datasets over 256 MiB)."
+)
+@click.option(
+    "--target",
+    type=click.Choice(TARGETS),
+    default=None,
+    help="Also report every record this consumer's default input pipeline would fail on, and the "
+    "command that fixes them (default: the target the dataset was converted for, if any).",
+)
 @click.pass_context
 def verify(ctx, output, deep, as_json, workers, progress, target):
     """Prove that the dataset in OUTPUT is exactly what its manifest.json promises.
@@ -165,7 +188,8 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     usage error.
     """
     from prep import render
-    from prep.verify import dumps, verify as run_verify
+    from prep.verify import dumps
+    from prep.verify import verify as run_verify
 
     _existing_folder(output)
     bar = render.ByteProgress(progress)
@@ -181,14 +205,28 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
 @main.command()
 @click.argument("output", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (docs/verify.md).")
-@click.option("--contact-sheet", "sheet", metavar="FILE.png", callback=_png,
-              help="Write a grid of sample images per class, decoded from the shards, labelled with the class name.")
-@click.option("--per-class", type=click.IntRange(1, 100), default=8, show_default=True,
-              help="Images per class on the contact sheet.")
-@click.option("--tile", type=click.IntRange(16, 1024), default=96, show_default=True,
-              help="Contact-sheet tile size in pixels.")
-@click.option("--split", default=None, help="Take contact-sheet samples from this split only "
-              "(default: every split, largest first).")
+@click.option(
+    "--contact-sheet",
+    "sheet",
+    metavar="FILE.png",
+    callback=_png,
+    help="Write a grid of sample images per class, decoded from the shards, labelled with the class name.",
+)
+@click.option(
+    "--per-class",
+    type=click.IntRange(1, 100),
+    default=8,
+    show_default=True,
+    help="Images per class on the contact sheet.",
+)
+@click.option(
+    "--tile", type=click.IntRange(16, 1024), default=96, show_default=True, help="Contact-sheet tile size in pixels."
+)
+@click.option(
+    "--split",
+    default=None,
+    help="Take contact-sheet samples from this split only (default: every split, largest first).",
+)
 @click.option("--plot", metavar="FILE.png", callback=_png, help="Write a bar chart of records per class and split.")
 def inspect(output, as_json, sheet, per_class, tile, split, plot):
     """Summarize the dataset in OUTPUT from its manifest: splits, shards, classes, sizes, options, rejects.
@@ -206,20 +244,25 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     _existing_folder(output)
     manifest = Manifest.load(output, shard_counts=True)  # the per-shard spreads read every shard's counts
     if split is not None and split not in manifest.splits:
-        raise click.BadParameter(f"{split!r} is not a split of {output} (splits: {', '.join(manifest.splits)})",
-                                 param_hint="'--split'")
+        raise click.BadParameter(
+            f"{split!r} is not a split of {output} (splits: {', '.join(manifest.splits)})", param_hint="'--split'"
+        )
     summary = inspect_lib.summary(manifest, output)
     dups = inspect_lib.duplicate_groups(output)
     if dups is not None:  # only then: a dataset without duplicates is shown as before
         summary["duplicates"] = dups
-    click.echo(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) if as_json
-               else "\n".join([render.inspect_text(summary), *(render.duplicates_text(dups) if dups else [])]))
+    click.echo(
+        json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False)
+        if as_json
+        else "\n".join([render.inspect_text(summary), *(render.duplicates_text(dups) if dups else [])])
+    )
     if sheet:
         picked = inspect_lib.samples(manifest, output, per_class, split)
         layout = pictures.SheetLayout(rows=len(manifest.labels), columns=per_class, tile=tile)
         pictures.render_sheet(list(manifest.labels), picked, layout).save(sheet, "PNG")
-        click.echo(f"wrote {sheet} ({layout.size[0]}x{layout.size[1]}, {sum(map(len, picked.values()))} images)",
-                   err=as_json)
+        click.echo(
+            f"wrote {sheet} ({layout.size[0]}x{layout.size[1]}, {sum(map(len, picked.values()))} images)", err=as_json
+        )
     if plot:
         width, height = pictures.write_plot(summary, plot)
         click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
@@ -235,10 +278,17 @@ class _Trouble(click.ClickException):
 @click.argument("a", type=str)
 @click.argument("b", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print the pairs as JSON (docs/leakage.md).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Processes that hash images not hashed before (default: all cores).")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar while images are hashed (default: when stderr is a terminal).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes that hash images not hashed before (default: all cores).",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar while images are hashed (default: when stderr is a terminal).",
+)
 @click.pass_context
 def leakage(ctx, a, b, as_json, workers, progress):
     """List the images that datasets A and B share: exact copies and near duplicates.
@@ -269,9 +319,11 @@ def leakage(ctx, a, b, as_json, workers, progress):
             if not bars or bars[-1][0] != name:
                 from tqdm import tqdm
 
-                bars.append((name, tqdm(total=total, unit="image", desc=f"hashing {name}", file=sys.stderr,
-                                        leave=False)))
+                bars.append(
+                    (name, tqdm(total=total, unit="image", desc=f"hashing {name}", file=sys.stderr, leave=False))
+                )
             bars[-1][1].update(n)
+
         return update
 
     try:
@@ -287,8 +339,11 @@ def leakage(ctx, a, b, as_json, workers, progress):
     for side in (report.a, report.b):
         if side.warning:
             click.echo(f"warning: {side.warning}", err=True)
-    click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False) if as_json
-               else leakage_lib.render_text(report))
+    click.echo(
+        json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False)
+        if as_json
+        else leakage_lib.render_text(report)
+    )
     if report.found.pairs:
         ctx.exit(1)
 
@@ -315,11 +370,21 @@ def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
 
 @main.command()
 @click.argument("dataset", type=str)
-@click.option("--output", "-o", "path", metavar="FILE.html", callback=_html,
-              help="Where to write the page (default: DATASET/report.html).")
+@click.option(
+    "--output",
+    "-o",
+    "path",
+    metavar="FILE.html",
+    callback=_html,
+    help="Where to write the page (default: DATASET/report.html).",
+)
 @click.option("--verify", "run_verify", is_flag=True, help="Also run `prep verify` and show its verdict on the page.")
-@click.option("--source", metavar="DIR", default=None,
-              help="Where the rejected inputs are, for their thumbnails (default: the source the manifest records).")
+@click.option(
+    "--source",
+    metavar="DIR",
+    default=None,
+    help="Where the rejected inputs are, for their thumbnails (default: the source the manifest records).",
+)
 @click.pass_context
 def report(ctx, dataset, path, run_verify, source):
     """Write one self-contained HTML page about the dataset in DATASET.

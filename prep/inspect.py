@@ -12,7 +12,8 @@ records containing it, so one record may appear in several rows.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
@@ -52,37 +53,54 @@ def summary(manifest: Manifest, output: str) -> dict:
             count = info.class_counts.get(label, 0)
             counts = held.get(label, [])
             # a shard that does not name a class holds none of it
-            per_shard = {"min": min(counts) if len(counts) == len(shards) and counts else 0,
-                         "max": max(counts, default=0)}
+            per_shard = {
+                "min": min(counts) if len(counts) == len(shards) and counts else 0,
+                "max": max(counts, default=0),
+            }
             classes[label] = {"count": count, "share": _share(count, info.examples), "per_shard": per_shard}
             if info.box_counts is not None:  # detection
                 classes[label]["boxes"] = info.box_counts.get(label, 0)
-        extra = {} if info.max_boxes is None else {"max_boxes": info.max_boxes,
-                                                    "boxes": sum((info.box_counts or {}).values())}
-        splits[name] = extra | {"examples": info.examples, "num_shards": info.num_shards, "bytes": info.bytes,
-                        "share": _share(info.examples, total),
-                        "per_shard": _spread([s.examples for s in shards]),
-                        "shard_bytes": _spread([s.bytes for s in shards]),
-                        "classes": classes}
+        extra = (
+            {}
+            if info.max_boxes is None
+            else {"max_boxes": info.max_boxes, "boxes": sum((info.box_counts or {}).values())}
+        )
+        splits[name] = extra | {
+            "examples": info.examples,
+            "num_shards": info.num_shards,
+            "bytes": info.bytes,
+            "share": _share(info.examples, total),
+            "per_shard": _spread([s.examples for s in shards]),
+            "shard_bytes": _spread([s.bytes for s in shards]),
+            "classes": classes,
+        }
     inputs = manifest.inputs.to_json()
     task = {} if manifest.task == "classification" else {"task": manifest.task}  # classification's JSON as before
-    return task | {
-        "version": JSON_VERSION,
-        "output": output,
-        "manifest_version": manifest.version,
-        "tool": dict(manifest.tool),
-        "created": manifest.run.created,
-        "runner": manifest.run.runner,
-        "labels": labels,
-        "seed": manifest.options.get("seed"),
-        "options": dict(manifest.options),
-        "totals": {"examples": total, "shards": sum(s["num_shards"] for s in splits.values()),
-                   "bytes": sum(s["bytes"] for s in splits.values()), "classes": len(labels),
-                   "splits": len(splits)},
-        "rejects": manifest.inputs.rejected,
-        "inputs": inputs,
-        "splits": splits,
-    } | ({} if manifest.groups is None else {"groups": manifest.groups.to_json()})
+    return (
+        task
+        | {
+            "version": JSON_VERSION,
+            "output": output,
+            "manifest_version": manifest.version,
+            "tool": dict(manifest.tool),
+            "created": manifest.run.created,
+            "runner": manifest.run.runner,
+            "labels": labels,
+            "seed": manifest.options.get("seed"),
+            "options": dict(manifest.options),
+            "totals": {
+                "examples": total,
+                "shards": sum(s["num_shards"] for s in splits.values()),
+                "bytes": sum(s["bytes"] for s in splits.values()),
+                "classes": len(labels),
+                "splits": len(splits),
+            },
+            "rejects": manifest.inputs.rejected,
+            "inputs": inputs,
+            "splits": splits,
+        }
+        | ({} if manifest.groups is None else {"groups": manifest.groups.to_json()})
+    )
 
 
 DUPLICATES = "duplicates.jsonl"  # prep/core/run/dedupe_files.DUPLICATES_FILE: the duplicate groups a conversion found
@@ -107,10 +125,18 @@ def duplicate_groups(output: str, groups: int = GROUPS_SHOWN, members: int = MEM
             total += 1
             if len(shown) < groups:
                 g = json.loads(line)
-                shown.append({"kind": g["kind"], "conflict": g["conflict"], "cross_split": g["cross_split"],
-                              "size": len(g["members"]),
-                              "members": [{k: m.get(k) for k in ("path", "split", "label", "rejected")}
-                                          for m in g["members"][:members]]})
+                shown.append(
+                    {
+                        "kind": g["kind"],
+                        "conflict": g["conflict"],
+                        "cross_split": g["cross_split"],
+                        "size": len(g["members"]),
+                        "members": [
+                            {k: m.get(k) for k in ("path", "split", "label", "rejected")}
+                            for m in g["members"][:members]
+                        ],
+                    }
+                )
     counts = {k: v for k, v in header.items() if k not in ("format", "version")}
     return {"counts": counts, "groups": shown, "more": total - len(shown)}
 
@@ -148,8 +174,9 @@ def classes_of(record: ImageRecord | TaskRecord, num_classes: int) -> list[int]:
     return [v for v in values if v < num_classes]
 
 
-def samples(manifest: Manifest, output: str, per_class: int,
-            split: str | None = None) -> dict[int, list[ImageRecord | TaskRecord]]:
+def samples(
+    manifest: Manifest, output: str, per_class: int, split: str | None = None
+) -> dict[int, list[ImageRecord | TaskRecord]]:
     """The first `per_class` records of each label (for the other tasks: records containing it), reading
     shards in order until every class has them.
 

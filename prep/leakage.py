@@ -21,11 +21,13 @@ import dataclasses
 import multiprocessing
 import os
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from threadpoolctl import threadpool_limits
 
-from prep.core import content_keys as ck, keys_sidecar, storage
+from prep.core import content_keys as ck
+from prep.core import keys_sidecar, storage
 from prep.core.errors import RecordError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS, bomb_limit
 from prep.core.keys_sidecar import RecordKeys
@@ -67,16 +69,18 @@ def _hash_record(data: bytes, split: str, shard: str, digest: str, index: int) -
     try:
         keys = ck.image_keys(record.encoded)
     except Exception as exc:  # Pillow raises many types on damaged data; the record stays, exact-only
-        return RecordKeys(split, shard, digest, index, record.filename, record.sha256, None,
-                          f"{type(exc).__name__}: {exc}")
+        return RecordKeys(
+            split, shard, digest, index, record.filename, record.sha256, None, f"{type(exc).__name__}: {exc}"
+        )
     return RecordKeys(split, shard, digest, index, record.filename, keys.sha256, keys.hashes)
 
 
 Progress = Callable[[int, int], None]  # (records just hashed, records to hash in this dataset)
 
 
-def _hash_batch(batch: list[tuple[int, bytes]], path: str, split: str, shard: str, digest: str,
-                max_pixels: int) -> list[RecordKeys]:
+def _hash_batch(
+    batch: list[tuple[int, bytes]], path: str, split: str, shard: str, digest: str, max_pixels: int
+) -> list[RecordKeys]:
     """The keys of a batch of (record index, serialized record) of one shard (run in a worker process).
 
     Pillow's bomb check is set to the dataset's --max-pixels, as `verify --deep` does: every
@@ -117,9 +121,11 @@ def _executor(workers: int, records: int):
     if workers < 2 or records < POOL_FROM:
         return _InProcess()
     # spawn: a forked child would inherit the locks of threads the caller runs (Beam's, in a test process)
-    return concurrent.futures.ProcessPoolExecutor(min(workers, -(-records // BATCH)),
-                                                  mp_context=multiprocessing.get_context("spawn"),
-                                                  initializer=_one_blas_thread)
+    return concurrent.futures.ProcessPoolExecutor(
+        min(workers, -(-records // BATCH)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_one_blas_thread,
+    )
 
 
 def _one_blas_thread() -> None:
@@ -128,8 +134,9 @@ def _one_blas_thread() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: int,
-                max_pixels: int) -> list[RecordKeys]:
+def _shard_keys(
+    path: str, split: str, shard: str, digest: str, pool, workers: int, max_pixels: int
+) -> list[RecordKeys]:
     """Reads one shard and hashes its images on `pool` in batches, in record order.
 
     Raises:
@@ -154,7 +161,6 @@ def _shard_keys(path: str, split: str, shard: str, digest: str, pool, workers: i
     return out
 
 
-
 def dataset_keys(output: str, workers: int | None = None, progress: Progress | None = None) -> DatasetKeys:
     """The content keys of every record in the dataset at `output`, from its sidecar where still valid.
 
@@ -175,10 +181,10 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
             cached = keys_sidecar.loads(f.read(), {file: digest for _, file, digest, _ in shards})
     except FileNotFoundError:
         cached = None
+
     def usable(split: str, file: str, examples: int) -> list[RecordKeys] | None:
         found = (cached or {}).get(file)
-        return found if found is not None and len(found) == examples and all(r.split == split for r in found) \
-            else None
+        return found if found is not None and len(found) == examples and all(r.split == split for r in found) else None
 
     to_hash = sum(examples for split, file, _, examples in shards if usable(split, file, examples) is None)
     records, reused, computed = [], 0, 0
@@ -213,18 +219,30 @@ class LeakageReport:
 
     def to_json(self) -> dict:
         """The `--json` document (docs/leakage.md)."""
+
         def side(d: DatasetKeys) -> dict:
-            return {"output": d.output, "records": len(d.records), "keys_cached": d.cached,
-                    "keys_computed": d.computed,
-                    "unreadable": [{"file": r.filename, "split": r.split, "error": r.error} for r in d.unreadable]}
+            return {
+                "output": d.output,
+                "records": len(d.records),
+                "keys_cached": d.cached,
+                "keys_computed": d.computed,
+                "unreadable": [{"file": r.filename, "split": r.split, "error": r.error} for r in d.unreadable],
+            }
 
-        return {"version": JSON_VERSION, "a": side(self.a), "b": side(self.b),
-                "near_distance": ck.NEAR_DISTANCE, "skipped_comparisons": self.found.skipped,
-                "pairs": [p.to_json() for p in self.found.pairs], "seconds": round(self.seconds, 3)}
+        return {
+            "version": JSON_VERSION,
+            "a": side(self.a),
+            "b": side(self.b),
+            "near_distance": ck.NEAR_DISTANCE,
+            "skipped_comparisons": self.found.skipped,
+            "pairs": [p.to_json() for p in self.found.pairs],
+            "seconds": round(self.seconds, 3),
+        }
 
 
-def compare(a: str, b: str, workers: int | None = None,
-            progress: Callable[[str], Progress | None] | None = None) -> LeakageReport:
+def compare(
+    a: str, b: str, workers: int | None = None, progress: Callable[[str], Progress | None] | None = None
+) -> LeakageReport:
     """Every exact and near duplicate pair between the datasets at `a` and `b` (see `dataset_keys`).
 
     `progress`, if given, makes the progress callback of each dataset from its name ("A" or "B").
@@ -241,8 +259,11 @@ def compare(a: str, b: str, workers: int | None = None,
 
 
 def _keys_line(name: str, d: DatasetKeys) -> str:
-    where = ("from its content_keys.jsonl" if not d.computed else
-             f"{d.computed} hashed now" + (f", {d.cached} from its content_keys.jsonl" if d.cached else ""))
+    where = (
+        "from its content_keys.jsonl"
+        if not d.computed
+        else f"{d.computed} hashed now" + (f", {d.cached} from its content_keys.jsonl" if d.cached else "")
+    )
     return f"{name}: {d.output}: {len(d.records)} records ({where})"
 
 
@@ -257,22 +278,30 @@ def render_text(report: LeakageReport) -> str:
         lines.append("")
         lines.append(f"{'kind':5}  {'bits':>4}  {'split':{width_sa}}  {'A':{width_a}}  {'split':{width_sb}}  B")
         for p in pairs:
-            lines.append(f"{p.kind:5}  {p.distance:>4}  {p.split_a:{width_sa}}  {p.a:{width_a}}  "
-                         f"{p.split_b:{width_sb}}  {p.b}")
+            lines.append(
+                f"{p.kind:5}  {p.distance:>4}  {p.split_a:{width_sa}}  {p.a:{width_a}}  {p.split_b:{width_sb}}  {p.b}"
+            )
         lines.append("")
         kinds = collections.Counter(p.kind for p in pairs)
         by_splits = collections.Counter((p.split_a, p.split_b) for p in pairs)
-        lines.append(f"{len(pairs)} pair{'s' if len(pairs) != 1 else ''} across A and B: {kinds[EXACT]} exact, "
-                     f"{kinds[NEAR]} near (at most {ck.NEAR_DISTANCE} of 64 bits apart); by splits: "
-                     + ", ".join(f"{sa} -> {sb} {n}" for (sa, sb), n in sorted(by_splits.items())))
+        lines.append(
+            f"{len(pairs)} pair{'s' if len(pairs) != 1 else ''} across A and B: {kinds[EXACT]} exact, "
+            f"{kinds[NEAR]} near (at most {ck.NEAR_DISTANCE} of 64 bits apart); by splits: "
+            + ", ".join(f"{sa} -> {sb} {n}" for (sa, sb), n in sorted(by_splits.items()))
+        )
     else:
-        lines.append(f"no exact or near duplicates across A and B "
-                     f"({len(report.a.records)} x {len(report.b.records)} records)")
+        lines.append(
+            f"no exact or near duplicates across A and B ({len(report.a.records)} x {len(report.b.records)} records)"
+        )
     for name, d in (("A", report.a), ("B", report.b)):
         for r in d.unreadable:
-            lines.append(f"warning: {name} {r.split} {r.filename}: image does not decode ({r.error}); "
-                         f"compared by its sha256 only")
+            lines.append(
+                f"warning: {name} {r.split} {r.filename}: image does not decode ({r.error}); "
+                f"compared by its sha256 only"
+            )
     if report.found.skipped:
-        lines.append(f"warning: {report.found.skipped} comparisons left out in oversized hash buckets "
-                     f"(near pairs among them may be missing)")
+        lines.append(
+            f"warning: {report.found.skipped} comparisons left out in oversized hash buckets "
+            f"(near pairs among them may be missing)"
+        )
     return "\n".join(lines)

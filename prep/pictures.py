@@ -71,8 +71,10 @@ class SheetLayout:
 
     @property
     def size(self) -> tuple[int, int]:
-        return (self.label_width + self.columns * (self.tile + self.pad) + self.pad,
-                self.rows * (self.tile + self.pad) + self.pad)
+        return (
+            self.label_width + self.columns * (self.tile + self.pad) + self.pad,
+            self.rows * (self.tile + self.pad) + self.pad,
+        )
 
     def tile_box(self, row: int, column: int) -> tuple[int, int, int, int]:
         """(left, top, right, bottom) of a tile, right and bottom exclusive."""
@@ -205,8 +207,9 @@ def write_plot(summary: dict, path: str) -> tuple[int, int]:
     for i, split in enumerate(splits):
         counts = [summary["splits"][split]["classes"][name]["count"] for name in labels]
         ax.bar([x + (i - (len(splits) - 1) / 2) * bar for x in range(len(labels))], counts, bar, label=split)
-    ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0,
-                  ha="right" if len(labels) > 8 else "center")
+    ax.set_xticks(
+        range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, ha="right" if len(labels) > 8 else "center"
+    )
     ax.set_ylabel("records")
     # the default major locator, an AutoLocator, is a MaxNLocator; the stubs type it as any Locator
     cast(MaxNLocator, ax.yaxis.get_major_locator()).set_params(integer=True)

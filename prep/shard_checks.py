@@ -16,7 +16,8 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import io
-from typing import BinaryIO, Callable, cast
+from collections.abc import Callable
+from typing import BinaryIO, cast
 
 from prep import task_checks
 from prep.core import targets
@@ -151,8 +152,10 @@ def image_issues(record: ImageRecord | TaskRecord, max_pixels: int) -> list[str]
     if found[0] != record.format:
         issues.append(f"image/format is {record.format!r} but the bytes are {found[0]}")
     if found[1:] != (record.height, record.width, record.channels):
-        issues.append(f"stored height {record.height}, width {record.width}, channels {record.channels}; "
-                      f"the image decodes to height {found[1]}, width {found[2]}, channels {found[3]}")
+        issues.append(
+            f"stored height {record.height}, width {record.width}, channels {record.channels}; "
+            f"the image decodes to height {found[1]}, width {found[2]}, channels {found[3]}"
+        )
     if hashlib.sha256(record.encoded).hexdigest() != record.sha256:
         issues.append("image/key/sha256 is not the sha256 of image/encoded")
     return issues
@@ -200,8 +203,13 @@ class ScanOptions:
     ignore_value: int | None = None
 
 
-def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futures.Executor | None = None,
-               on_block: Callable[[int], None] | None = None) -> ShardScan:
+def scan_shard(
+    path: str,
+    name: str,
+    options: ScanOptions,
+    pool: concurrent.futures.Executor | None = None,
+    on_block: Callable[[int], None] | None = None,
+) -> ShardScan:
     """Reads the shard at `path` once and checks framing, CRCs, schema and (if `options.deep`) images.
 
     Args:
@@ -281,8 +289,15 @@ def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futu
                 if deep and tally is None:
                     check_deep(index, None, image_issues, record, max_pixels)
                 elif deep:
-                    check_deep(index, record if task == "segmentation" else _NO_TALLY, _task_deep, record,
-                               max_pixels, len(labels), ignore_value)
+                    check_deep(
+                        index,
+                        record if task == "segmentation" else _NO_TALLY,
+                        _task_deep,
+                        record,
+                        max_pixels,
+                        len(labels),
+                        ignore_value,
+                    )
         except RecordError as exc:
             complete = False
             # read_records names the file, record and offset; we keep the file apart.
@@ -295,13 +310,26 @@ def scan_shard(path: str, name: str, options: ScanOptions, pool: concurrent.futu
         assert first_without_id is not None  # set with the first NO_SOURCE_ID failure
         issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
     if bad_ids:
-        issues.append((None, f"{bad_ids} of {count} {task} records have no decimal image/source_id, which every "
-                             f"{task} record carries (the first is record {first_bad_id})"))
+        issues.append(
+            (
+                None,
+                f"{bad_ids} of {count} {task} records have no decimal image/source_id, which every "
+                f"{task} record carries (the first is record {first_bad_id})",
+            )
+        )
     issues.sort(key=lambda issue: -1 if issue[0] is None else issue[0])
-    return ShardScan(size=stream.size, sha256=stream.sha256.hexdigest(), records=count,
-                     class_counts=dict(counts) if tally is None else dict(tally.images), complete=complete,
-                     issues=tuple(issues), record_sizes=tuple(sizes), target_failures=dict(failures),
-                     target_records=failing, tally=tally)
+    return ShardScan(
+        size=stream.size,
+        sha256=stream.sha256.hexdigest(),
+        records=count,
+        class_counts=dict(counts) if tally is None else dict(tally.images),
+        complete=complete,
+        issues=tuple(issues),
+        record_sizes=tuple(sizes),
+        target_failures=dict(failures),
+        target_records=failing,
+        tally=tally,
+    )
 
 
 class _NoTally:

@@ -32,16 +32,20 @@ def check_index_names(manifest: Manifest) -> list[Issue]:
     for _, shard in manifest.shards():
         index = shard.index_file
         if index is not None and index.file != shard.file + INDEX_SUFFIX:
-            issues.append((FILENAME, None, f"{shard.file}: index_file is {index.file!r}, "
-                                           f"must be {shard.file + INDEX_SUFFIX!r}"))
+            issues.append(
+                (FILENAME, None, f"{shard.file}: index_file is {index.file!r}, must be {shard.file + INDEX_SUFFIX!r}")
+            )
     return issues
 
 
 def unexpected_indexes(names: list[str], manifest: Manifest) -> list[Issue]:
     """Record index files in OUTPUT (`names`) that the manifest does not name."""
     named = {shard.index_file.file for _, shard in manifest.shards() if shard.index_file is not None}
-    return [(name, None, "unexpected record index file: the manifest does not name it")
-            for name in names if name.endswith(SUFFIX + INDEX_SUFFIX) and name not in named]
+    return [
+        (name, None, "unexpected record index file: the manifest does not name it")
+        for name in names
+        if name.endswith(SUFFIX + INDEX_SUFFIX) and name not in named
+    ]
 
 
 def _first_difference(found: bytes, expected: bytes) -> str:
@@ -49,8 +53,9 @@ def _first_difference(found: bytes, expected: bytes) -> str:
     for i, (a, b) in enumerate(zip(have, want)):
         if a != b:
             offset, size = b.split()
-            return (f"line {i + 1} is {a!r}, but record {i} of the shard starts at byte {offset} "
-                    f"and is {size} bytes long")
+            return (
+                f"line {i + 1} is {a!r}, but record {i} of the shard starts at byte {offset} and is {size} bytes long"
+            )
     return f"lists {len(have)} records, the shard holds {len(want)}"
 
 
@@ -81,8 +86,9 @@ def check_index(output: str, shard: ShardInfo, record_sizes: tuple[int, ...] | N
     if record_sizes is not None:
         expected = record_index(record_sizes)
         if data != expected:
-            issues.append((file, None, "does not match the records of " + shard.file + ": "
-                           + _first_difference(data, expected)))
+            issues.append(
+                (file, None, "does not match the records of " + shard.file + ": " + _first_difference(data, expected))
+            )
     return issues
 
 
@@ -95,8 +101,14 @@ def check_tfds(output: str, manifest: Manifest) -> list[Issue]:
             continue
         with open(path, "rb") as f:
             if f.read() != expected:
-                issues.append((name, None, "differs from the tfds metadata of this manifest, so tensorflow-datasets "
-                                           "would read other splits, shard lengths or labels"))
+                issues.append(
+                    (
+                        name,
+                        None,
+                        "differs from the tfds metadata of this manifest, so tensorflow-datasets "
+                        "would read other splits, shard lengths or labels",
+                    )
+                )
     return issues
 
 

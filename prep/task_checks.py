@@ -27,7 +27,6 @@ from prep.core.schema import IGNORE_VALUE, OBJECT_BBOX
 from prep.core.task_record import TaskRecord
 
 
-
 @dataclasses.dataclass
 class Tally:
     """What one shard's records hold, as read (class names as in the manifest's labels)."""
@@ -84,19 +83,27 @@ def _bbox_issues(record: TaskRecord) -> list[str]:
     """tfds reads the boxes from image/object/bbox/yxyx, Model Garden from the four lists: they must agree, or
     the two readers train on other boxes (and without the key tfds reads no boxes at all, silently)."""
     if record.bbox is None:  # (harmless where the record has no objects: tfds reads none either way)
-        return [f"{OBJECT_BBOX} is missing: tensorflow-datasets would read this record as having no boxes"
-                ] if record.objects else []
+        return (
+            [f"{OBJECT_BBOX} is missing: tensorflow-datasets would read this record as having no boxes"]
+            if record.objects
+            else []
+        )
     want = record.yxyx()
     if len(record.bbox) != len(want):
         return [f"{OBJECT_BBOX} holds {len(record.bbox)} values, not 4 per object ({len(want)})"]
-    differ = [i for i, (got, expected) in enumerate(zip(record.bbox, want))
-              if got != expected and not (math.isnan(got) and math.isnan(expected))]
+    differ = [
+        i
+        for i, (got, expected) in enumerate(zip(record.bbox, want))
+        if got != expected and not (math.isnan(got) and math.isnan(expected))
+    ]
     if not differ:
         return []
     i = differ[0]
     more = f" (and {len(differ) - 1} more values)" if len(differ) > 1 else ""
-    return [f"{OBJECT_BBOX}[{i}] is {record.bbox[i]!r} but object {i // 4}'s {_YXYX[i % 4]} is {want[i]!r}{more}: "
-            "tensorflow-datasets would read other boxes than Model Garden"]
+    return [
+        f"{OBJECT_BBOX}[{i}] is {record.bbox[i]!r} but object {i // 4}'s {_YXYX[i % 4]} is {want[i]!r}{more}: "
+        "tensorflow-datasets would read other boxes than Model Garden"
+    ]
 
 
 def _object_issues(o, labels) -> list[str]:
@@ -164,8 +171,10 @@ def _instance_mask_issues(i: int, o, size: tuple[int, int]) -> list[str]:
         box = (o.xmin * w, o.ymin * h, o.xmax * w, o.ymax * h)
         outside = max(box[0] - bbox[0], box[1] - bbox[1], bbox[2] - box[2], bbox[3] - box[3])
         if outside > 1:
-            issues.append(f"object {i}: image/object/mask reaches {outside:.1f} px outside its box (mask pixels "
-                          f"x {bbox[0]}..{bbox[2] - 1}, y {bbox[1]}..{bbox[3] - 1})")
+            issues.append(
+                f"object {i}: image/object/mask reaches {outside:.1f} px outside its box (mask pixels "
+                f"x {bbox[0]}..{bbox[2] - 1}, y {bbox[1]}..{bbox[3] - 1})"
+            )
     return issues
 
 
@@ -183,8 +192,10 @@ def mask_issues(record: TaskRecord, num_classes: int, ignore_value: int | None) 
         bad = [v for v in found if v >= num_classes and v != ignore]
         issues = []
         if bad:
-            issues.append(f"image/segmentation/class/encoded holds values {_values(bad)}, not class values "
-                          f"0..{num_classes - 1} or the ignore value {ignore}")
+            issues.append(
+                f"image/segmentation/class/encoded holds values {_values(bad)}, not class values "
+                f"0..{num_classes - 1} or the ignore value {ignore}"
+            )
         return issues, [v for v in found if v < num_classes]
     return [], None
 
@@ -205,11 +216,14 @@ def manifest_issues(manifest: Manifest) -> list[str]:
             got = [(c.id, c.name) for c in manifest.categories]
             want = list(enumerate(labels, 1))
             if got != want:
-                messages.append(f"categories must be the labels with ids 1..{len(labels)} in order, "
-                                f"got {[f'{i}={n}' for i, n in got]}")
+                messages.append(
+                    f"categories must be the labels with ids 1..{len(labels)} in order, "
+                    f"got {[f'{i}={n}' for i, n in got]}"
+                )
     if task == "segmentation" and manifest.ignore_value not in (None, IGNORE_VALUE):
-        messages.append(f"ignore_value is {manifest.ignore_value}, records of this version mark ignored "
-                        f"pixels with {IGNORE_VALUE}")
+        messages.append(
+            f"ignore_value is {manifest.ignore_value}, records of this version mark ignored pixels with {IGNORE_VALUE}"
+        )
     rank = {name: i for i, name in enumerate(labels)}  # looked up per shard: never a scan of the labels
     exact = exact_strata(manifest)
     for split, info in manifest.splits.items():
@@ -222,8 +236,9 @@ def manifest_issues(manifest: Manifest) -> list[str]:
             if info.box_counts is None:
                 messages.append(f"split {split}: detection split without box_counts")
             elif {k: v for k, v in info.box_counts.items() if v} != {k: v for k, v in summed.items() if v}:
-                messages.append(f"split {split}: box_counts {info.box_counts} are not the sum of its shards' "
-                                f"{dict(summed)}")
+                messages.append(
+                    f"split {split}: box_counts {info.box_counts} are not the sum of its shards' {dict(summed)}"
+                )
             if info.max_boxes is None:
                 messages.append(f"split {split}: detection split without max_boxes")
     boxes = manifest.inputs.boxes
@@ -232,11 +247,14 @@ def manifest_issues(manifest: Manifest) -> list[str]:
             messages.append("task is detection but inputs.boxes is missing")
         else:
             if not boxes.reconciles:
-                messages.append(f"inputs.boxes: read {boxes.read} is not written {boxes.written} + dropped "
-                                f"{boxes.dropped}")
+                messages.append(
+                    f"inputs.boxes: read {boxes.read} is not written {boxes.written} + dropped {boxes.dropped}"
+                )
             if sum(boxes.dropped_by_reason.values()) != boxes.dropped:
-                messages.append(f"inputs.boxes: dropped_by_reason sums to {sum(boxes.dropped_by_reason.values())}, "
-                                f"dropped is {boxes.dropped}")
+                messages.append(
+                    f"inputs.boxes: dropped_by_reason sums to {sum(boxes.dropped_by_reason.values())}, "
+                    f"dropped is {boxes.dropped}"
+                )
             held = sum(sum((s.box_counts or {}).values()) for _, s in manifest.shards())
             if held != boxes.written:
                 messages.append(f"inputs.boxes.written is {boxes.written} but the shards' box_counts sum to {held}")
@@ -268,17 +286,29 @@ def _shard_fields(task: str, labels: dict[str, int], shard, exact_strata: bool) 
         # An image's stratum comes from its annotations before boxes are dropped (box_outside, crowd, ...), so
         # only where none was dropped (and always for multi-label) does an image of stratum c contain c.
         if exact_strata:
-            over = [name for name, n in sorted(strata.items()) if name in labels and n > shard.class_counts.get(name, 0)]
+            over = [
+                name for name, n in sorted(strata.items()) if name in labels and n > shard.class_counts.get(name, 0)
+            ]
             if over:
-                messages.append(f"{where}: stratum_counts exceed class_counts for {', '.join(map(repr, over))}: "
-                                "every image of a class's stratum contains the class")
+                messages.append(
+                    f"{where}: stratum_counts exceed class_counts for {', '.join(map(repr, over))}: "
+                    "every image of a class's stratum contains the class"
+                )
     if task == "detection":
         if shard.box_counts is None:
             messages.append(f"{where}: a detection shard without box_counts")
         else:
-            fewer = sorted((name for name, n in shard.class_counts.items()
-                            if name in labels and shard.box_counts.get(name, 0) < n), key=labels.__getitem__)
+            fewer = sorted(
+                (
+                    name
+                    for name, n in shard.class_counts.items()
+                    if name in labels and shard.box_counts.get(name, 0) < n
+                ),
+                key=labels.__getitem__,
+            )
             if fewer:
-                messages.append(f"{where}: box_counts below class_counts for {', '.join(map(repr, fewer))}: "
-                                "each image containing a class holds at least one of its boxes")
+                messages.append(
+                    f"{where}: box_counts below class_counts for {', '.join(map(repr, fewer))}: "
+                    "each image containing a class holds at least one of its boxes"
+                )
     return messages

@@ -35,7 +35,7 @@ import json
 import os
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from prep import sidecars, task_checks
 from prep.core import targets
@@ -85,8 +85,12 @@ class TargetCheck:
     fix: str  # the prep convert command that rewrites the dataset for the target
 
     def to_json(self) -> dict:
-        return {"name": self.name, "records": self.records, "by_reason": self.by_reason,
-                "fix": self.fix if self.records else None}
+        return {
+            "name": self.name,
+            "records": self.records,
+            "by_reason": self.by_reason,
+            "fix": self.fix if self.records else None,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +121,13 @@ class Report:
             "verdict": "ok" if self.ok else "problems",
             "deep": self.deep,
             "problems": [p.to_json() for p in self.problems],
-            "splits": {name: {**dataclasses.asdict(stats),
-                              "problems": sum(1 for p in self.problems if self.split_of(p) == name)}
-                       for name, stats in self.splits.items()},
+            "splits": {
+                name: {
+                    **dataclasses.asdict(stats),
+                    "problems": sum(1 for p in self.problems if self.split_of(p) == name),
+                }
+                for name, stats in self.splits.items()
+            },
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
             "target": None if self.target is None else self.target.to_json(),
@@ -174,15 +182,24 @@ def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan, exact: bool = T
     # An image without labels is of no stratum; one whose boxes were all dropped keeps its class's stratum.
     if strata is not None and (none != tally.unlabelled if exact else none > tally.unlabelled):
         what = "objects" if entry.box_counts is not None else "labels"
-        problems.append(Problem(file, None, f"holds {tally.unlabelled} records without {what}, the manifest's "
-                                            f"stratum_counts[{NO_STRATUM!r}] says {none}"))
+        problems.append(
+            Problem(
+                file,
+                None,
+                f"holds {tally.unlabelled} records without {what}, the manifest's "
+                f"stratum_counts[{NO_STRATUM!r}] says {none}",
+            )
+        )
     return problems
 
 
 def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[str, int]) -> list[Problem]:
     names = sorted(set(found) | set(claimed))
-    diffs = [f"{name} {found.get(name, 0)} (manifest {claimed.get(name, 0)})"
-             for name in names if found.get(name, 0) != claimed.get(name, 0)]
+    diffs = [
+        f"{name} {found.get(name, 0)} (manifest {claimed.get(name, 0)})"
+        for name in names
+        if found.get(name, 0) != claimed.get(name, 0)
+    ]
     return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
 
 
@@ -191,8 +208,9 @@ def _max_boxes_problems(name: str, info: SplitInfo, read: list[ShardScan]) -> li
     most = max(s.tally.max_boxes for s in read if s.tally is not None)  # a detection scan always has one
     if info.max_boxes is None or most == info.max_boxes:
         return []
-    return [Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most "
-                                    f"{most} objects")]
+    return [
+        Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most {most} objects")
+    ]
 
 
 def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
@@ -218,19 +236,32 @@ def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
     problems = []
     if images != manifest.inputs.rejected:
         what = "lines" if boxes is None else "image lines"
-        problems.append(Problem(REJECTS, None, f"has {images} {what}, the manifest counts "
-                                               f"{manifest.inputs.rejected} rejects"))
+        problems.append(
+            Problem(REJECTS, None, f"has {images} {what}, the manifest counts {manifest.inputs.rejected} rejects")
+        )
     if boxes is not None:
         listed = boxes.dropped - boxes.dropped_by_reason.get("image_rejected", 0)
         if (dropped, clipped) != (listed, boxes.clipped):
-            problems.append(Problem(REJECTS, None, f"has {dropped} dropped and {clipped} clipped box lines, the "
-                                                   f"manifest counts {listed} dropped (besides the boxes of "
-                                                   f"rejected images) and {boxes.clipped} clipped"))
+            problems.append(
+                Problem(
+                    REJECTS,
+                    None,
+                    f"has {dropped} dropped and {clipped} clipped box lines, the "
+                    f"manifest counts {listed} dropped (besides the boxes of "
+                    f"rejected images) and {boxes.clipped} clipped",
+                )
+            )
     return problems
 
 
-def verify(output: str, *, deep: bool = False, workers: int | None = None,
-           progress: Progress | None = None, target: str | None = None) -> Report:
+def verify(
+    output: str,
+    *,
+    deep: bool = False,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    target: str | None = None,
+) -> Report:
     """Checks the dataset in the local folder `output` against its manifest.
 
     Args:
@@ -256,13 +287,17 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
             manifest = manifest.read_shard_counts(output)
     except ManifestError as exc:
         message = str(exc).removeprefix(os.path.join(output, file)).removeprefix(" ").removeprefix(": ")
-        return Report(output, deep, (Problem(file, None, message),), {}, 0,
-                      time.perf_counter() - started)
+        return Report(output, deep, (Problem(file, None, message),), {}, 0, time.perf_counter() - started)
     problems = check_manifest(manifest)
     recorded = manifest.options.get("target", targets.NONE)
     if target is None and recorded not in targets.TARGETS:
-        problems.append(Problem(FILENAME, None, f"options.target is {recorded!r}, not a target this "
-                                                f"version knows ({', '.join(targets.TARGETS)})"))
+        problems.append(
+            Problem(
+                FILENAME,
+                None,
+                f"options.target is {recorded!r}, not a target this version knows ({', '.join(targets.TARGETS)})",
+            )
+        )
     target = target or (recorded if recorded in targets.TARGETS else targets.NONE)
     problems += [Problem(*issue) for issue in sidecars.check_index_names(manifest)]
     problems += _check_rejects(output, manifest)
@@ -310,10 +345,14 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
         files = [s.file for s in info.shards]
         read = [scans[f] for f in files if f in scans]
         counts = sum_counts(s.class_counts for s in read)
-        splits[split] = SplitStats(shards=len(read), examples=sum(s.records for s in read),
-                                   bytes=sum(s.size for s in read),
-                                   class_counts=None if any(s.tally and not s.tally.classes_read for s in read)
-                                   else {**{name: 0 for name in labels}, **counts})
+        splits[split] = SplitStats(
+            shards=len(read),
+            examples=sum(s.records for s in read),
+            bytes=sum(s.size for s in read),
+            class_counts=None
+            if any(s.tally and not s.tally.classes_read for s in read)
+            else {**{name: 0 for name in labels}, **counts},
+        )
         if files and len(read) == len(files) and all(s.complete for s in read):
             if manifest.task == "classification":
                 problems += balance_problems(split, files, [s.class_counts for s in read])
@@ -324,11 +363,22 @@ def verify(output: str, *, deep: bool = False, workers: int | None = None,
     problems.sort(key=_problem_order(manifest))
     check = None
     if target != targets.NONE:
-        check = TargetCheck(target, sum(s.target_records for s in scans.values()),
-                            sum_counts(s.target_failures for s in scans.values()),
-                            _with_task_flags(targets.fix_command(manifest, output, target), manifest))
-    return Report(output, deep, tuple(problems), splits, sum(s.size for s in scans.values()),
-                  time.perf_counter() - started, check, manifest.task)
+        check = TargetCheck(
+            target,
+            sum(s.target_records for s in scans.values()),
+            sum_counts(s.target_failures for s in scans.values()),
+            _with_task_flags(targets.fix_command(manifest, output, target), manifest),
+        )
+    return Report(
+        output,
+        deep,
+        tuple(problems),
+        splits,
+        sum(s.size for s in scans.values()),
+        time.perf_counter() - started,
+        check,
+        manifest.task,
+    )
 
 
 def _with_task_flags(command: str, manifest: Manifest) -> str:

@@ -10,7 +10,6 @@ from click.testing import CliRunner
 
 from prep.cli import main
 
-
 MAX_WORKERS = 4  # each worker imports TensorFlow and Beam (~1 GB); some tests start 4 TensorFlow processes more
 
 
@@ -24,8 +23,9 @@ def pytest_xdist_auto_num_workers(config):
     files = {pathlib.Path(arg.split("::")[0]).resolve() for arg in config.args}
     if len(files) == 1 and next(iter(files)).is_file():
         return 0
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else os.cpu_count() or 1))
+    return max(
+        1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    )
 
 
 @contextlib.contextmanager
@@ -59,8 +59,10 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.fixture
 def run_cli():
     """Runs `prep ...` in-process; returns the click Result."""
+
     def run(*args):
         return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
     return run
 
 

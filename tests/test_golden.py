@@ -29,7 +29,8 @@ RUN = re.compile(rb'\n  "run": \{\n(?:    .*\n)*  \},\n')
 
 GOLDEN = {
     "split-index": (
-        ["--split", "train=0.5,validation=0.25,test=0.25", "--num-shards", 2, "--seed", 7, "--index"], {
+        ["--split", "train=0.5,validation=0.25,test=0.25", "--num-shards", 2, "--seed", 7, "--index"],
+        {
             "content_keys.jsonl": "4e515d93566f1b964ac54e295ab67c770e7995f967e2808e9a83e438e41d80c9",
             "dataset_info.json": "21c05d40a2bab214b9e905598bbcdc28f7582b38fec282bf67508f035126c615",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
@@ -49,10 +50,24 @@ GOLDEN = {
             "validation-00000-of-00002.tfrecord.idx": "1f85155d68327d685b81d42b6ba0fd850849dedd1e0fd947d2e80a310c321394",
             "validation-00001-of-00002.tfrecord": "84611ede6ebf05394dab18360ef6fb4161520739f3f126ab7eedda2c7d9e190a",
             "validation-00001-of-00002.tfrecord.idx": "45154a2913fb32ed508096dd54353ce5ca1120db1956a746d70209b8237f55e7",
-        }),
+        },
+    ),
     "capped-resized-jpeg": (
-        ["--max-per-class", 4, "--resize", 8, "--image-format", "jpeg", "--quality", 80, "--num-shards", 3,
-         "--seed", 3], {
+        [
+            "--max-per-class",
+            4,
+            "--resize",
+            8,
+            "--image-format",
+            "jpeg",
+            "--quality",
+            80,
+            "--num-shards",
+            3,
+            "--seed",
+            3,
+        ],
+        {
             "content_keys.jsonl": "44dc435f5ba56b7f9ae964cc6eeb22bf6a94dd5b3ab6500fb1351e519ad1a94b",
             "dataset_info.json": "fdda61093c8a0fc00cce58f31b6826c9b04b24a0f65eda132d1c288b843e5243",
             "features.json": "d7b025865c0589ed8e734c6efb68f144a3f0b9feb344fab856f3a6ec32301121",
@@ -63,7 +78,8 @@ GOLDEN = {
             "train-00000-of-00003.tfrecord": "358c6dddd3cd9265f71a71ba371a78461d97e6449daa1c10edd20a127cdb4843",
             "train-00001-of-00003.tfrecord": "5dbb91683e86a8625a1837f8331f11a88790d8e87829ffc70b4dcda5eca17c2f",
             "train-00002-of-00003.tfrecord": "bc64e1a7c0131a75851636d042373e42b8996172c2475f07619f332c0543d618",
-        }),
+        },
+    ),
 }
 
 
@@ -81,8 +97,10 @@ def digests(out: pathlib.Path) -> dict[str, str]:
     return result
 
 
-@pytest.mark.skipif(PIL.__version__ != PILLOW, reason=f"golden digests were recorded with Pillow {PILLOW}, "
-                                                      f"whose encoders made the converted images")
+@pytest.mark.skipif(
+    PIL.__version__ != PILLOW,
+    reason=f"golden digests were recorded with Pillow {PILLOW}, whose encoders made the converted images",
+)
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_fixed_input_and_options_give_the_golden_bytes(run_cli, tmp_path, name):
     args, expected = GOLDEN[name]
@@ -90,7 +108,8 @@ def test_fixed_input_and_options_give_the_golden_bytes(run_cli, tmp_path, name):
     assert result.exit_code == 0, result.output
     got = digests(tmp_path / "out")
     assert got == expected, "output bytes changed; if on purpose, the new digests are:\n" + "\n".join(
-        f'"{k}": "{v}",' for k, v in got.items())
+        f'"{k}": "{v}",' for k, v in got.items()
+    )
 
 
 def test_the_golden_input_is_the_committed_one():
@@ -99,4 +118,3 @@ def test_the_golden_input_is_the_committed_one():
     assert len(sizes) == 22 and sizes["fish/empty.jpg"] == 0 and sizes["fish/.hidden.jpg"] > 0
     total = hashlib.sha256(b"".join(k.encode() + (SOURCE / k).read_bytes() for k in sorted(sizes)))
     assert total.hexdigest() == INPUT_SHA256
-

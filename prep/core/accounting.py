@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 import itertools
 import json
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prep.core.errors import PlanError
 from prep.core.listing import Reject
@@ -24,23 +24,42 @@ from prep.core.naming import ShardName
 from prep.core.task_inputs import BoxNote, BoxTally
 
 
-def tally(found: int, written: int, converted: int, rejected_by_reason: dict[str, int],
-          capped_by_class: dict[str, int], boxes: BoxTally | None = None) -> Inputs:
+def tally(
+    found: int,
+    written: int,
+    converted: int,
+    rejected_by_reason: dict[str, int],
+    capped_by_class: dict[str, int],
+    boxes: BoxTally | None = None,
+) -> Inputs:
     """The manifest's `inputs` for the counts of a conversion (`check_outcome` checks them);
     `boxes`, detection's `task_inputs.BoxTally`, becomes inputs.boxes."""
     capped = sum(capped_by_class.values())
     box_accounting = None
     if boxes is not None:
         dropped = dict(boxes.dropped)
-        box_accounting = BoxAccounting(read=boxes.read, written=boxes.written, dropped=sum(dropped.values()),
-                                       clipped=boxes.clipped, dropped_by_reason=dict(sorted(dropped.items())))
-    return Inputs(found=found, written=written, rejected=sum(rejected_by_reason.values()), capped=capped,
-                  converted=converted, rejected_by_reason=dict(sorted(rejected_by_reason.items())),
-                  capped_by_class=dict(capped_by_class), boxes=box_accounting)
+        box_accounting = BoxAccounting(
+            read=boxes.read,
+            written=boxes.written,
+            dropped=sum(dropped.values()),
+            clipped=boxes.clipped,
+            dropped_by_reason=dict(sorted(dropped.items())),
+        )
+    return Inputs(
+        found=found,
+        written=written,
+        rejected=sum(rejected_by_reason.values()),
+        capped=capped,
+        converted=converted,
+        rejected_by_reason=dict(sorted(rejected_by_reason.items())),
+        capped_by_class=dict(capped_by_class),
+        boxes=box_accounting,
+    )
 
 
-def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: Iterable[str],
-                  rejects_path: str) -> None:
+def check_outcome(
+    inputs: Inputs, written_splits: Iterable[str], source_splits: Iterable[str], rejects_path: str
+) -> None:
     """Refuses a conversion that wrote no example, or none in a split that SOURCE names.
 
     Raises:
@@ -53,9 +72,11 @@ def check_outcome(inputs: Inputs, written_splits: Iterable[str], source_splits: 
     emptied = sorted(set(source_splits) - set(written_splits))
     if emptied:
         many = len(emptied) > 1
-        raise PlanError(f"split{'s' if many else ''} {', '.join(map(repr, emptied))} "
-                        f"{'have' if many else 'has'} no example left: every input listed in "
-                        f"{'them' if many else 'it'} was rejected; see {rejects_path}")
+        raise PlanError(
+            f"split{'s' if many else ''} {', '.join(map(repr, emptied))} "
+            f"{'have' if many else 'has'} no example left: every input listed in "
+            f"{'them' if many else 'it'} was rejected; see {rejects_path}"
+        )
     if not inputs.reconciles or (inputs.boxes is not None and not inputs.boxes.reconciles):
         raise RuntimeError(f"internal error: counts do not reconcile: {inputs.to_json()}")
 
@@ -68,8 +89,9 @@ def check_group_rejects(groups: GroupCounts, rejected_by_reason: dict[str, int])
     """
     listed = sum(rejected_by_reason.get(reason, 0) for reason in GroupCounts.REASONS)
     if listed != groups.rejected:
-        raise RuntimeError(f"internal error: the duplicate groups reject {groups.rejected} inputs, "
-                           f"rejects.jsonl lists {listed}")
+        raise RuntimeError(
+            f"internal error: the duplicate groups reject {groups.rejected} inputs, rejects.jsonl lists {listed}"
+        )
 
 
 def reject_order(r: Reject) -> tuple[str, str, str]:
@@ -91,7 +113,8 @@ def with_box_notes(rejects: Iterable[Reject], notes: Iterable[BoxNote]) -> Itera
     image's line before its boxes, boxes by index."""
     keyed_notes = sorted((((n.path, n.box, n.reason), n) for n in notes), key=lambda item: item[0])
     merged: Iterator[tuple[tuple[str, int, str], Reject | BoxNote]] = heapq.merge(
-        (((r.path, -1, r.reason), r) for r in rejects), keyed_notes, key=lambda item: item[0])
+        (((r.path, -1, r.reason), r) for r in rejects), keyed_notes, key=lambda item: item[0]
+    )
     return (line for _, line in merged)
 
 
@@ -102,8 +125,9 @@ def rejects_lines(rejects: Iterable[Reject | BoxNote], per_piece: int = 4096) ->
         yield piece.encode()
 
 
-def settle_empty_classes(labels: Sequence[str], written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str
-                         ) -> tuple[tuple[str, ...], list[tuple[ShardName, ShardInfo]], Inputs]:
+def settle_empty_classes(
+    labels: Sequence[str], written: list[tuple[ShardName, ShardInfo]], inputs: Inputs, policy: str
+) -> tuple[tuple[str, ...], list[tuple[ShardName, ShardInfo]], Inputs]:
     """The manifest's labels, shards and inputs once classes with no example written are settled.
 
     Such classes are named in `inputs.empty_classes` (only when there are some, so that the
@@ -121,9 +145,11 @@ def settle_empty_classes(labels: Sequence[str], written: list[tuple[ShardName, S
     if policy != "drop":
         return tuple(labels), written, inputs
     gone = set(empty)
-    written = [(name, dataclasses.replace(shard, class_counts={k: v for k, v in shard.held.items()
-                                                                if k not in gone}))
-               for name, shard in written]
-    inputs = dataclasses.replace(inputs, capped_by_class={k: v for k, v in (inputs.capped_by_class or {}).items()
-                                                          if k not in gone})
+    written = [
+        (name, dataclasses.replace(shard, class_counts={k: v for k, v in shard.held.items() if k not in gone}))
+        for name, shard in written
+    ]
+    inputs = dataclasses.replace(
+        inputs, capped_by_class={k: v for k, v in (inputs.capped_by_class or {}).items() if k not in gone}
+    )
     return tuple(name for name in labels if name not in gone), written, inputs

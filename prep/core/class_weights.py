@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def balanced_weights(class_counts: Sequence[int]) -> dict[int, float]:

@@ -34,20 +34,30 @@ class TaskOptions:
     masks: str | None = None  # folder of single-channel PNG class maps
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("annotation-format", self.annotation_format, ANNOTATION_FORMATS),
-                                     ("bad-boxes", self.bad_boxes, BOX_POLICIES),
-                                     ("crowd", self.crowd, CROWD_POLICIES),
-                                     ("unannotated", self.unannotated, UNANNOTATED)):
+        for name, value, allowed in (
+            ("annotation-format", self.annotation_format, ANNOTATION_FORMATS),
+            ("bad-boxes", self.bad_boxes, BOX_POLICIES),
+            ("crowd", self.crowd, CROWD_POLICIES),
+            ("unannotated", self.unannotated, UNANNOTATED),
+        ):
             if value is not None and value not in allowed:
                 raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
         if self.annotations is not None and self.masks is not None:
-            raise OptionsError("--annotations (detection) and --masks (segmentation) make different datasets: "
-                               "pass one of them")
+            raise OptionsError(
+                "--annotations (detection) and --masks (segmentation) make different datasets: pass one of them"
+            )
         if self.annotations is None:
-            changed = [f"--{name}" for name, value, default in (
-                ("annotation-format", self.annotation_format, None), ("bad-boxes", self.bad_boxes, "clip"),
-                ("crowd", self.crowd, "keep"), ("skip-empty", self.skip_empty, False),
-                ("unannotated", self.unannotated, "skip")) if value != default]
+            changed = [
+                f"--{name}"
+                for name, value, default in (
+                    ("annotation-format", self.annotation_format, None),
+                    ("bad-boxes", self.bad_boxes, "clip"),
+                    ("crowd", self.crowd, "keep"),
+                    ("skip-empty", self.skip_empty, False),
+                    ("unannotated", self.unannotated, "skip"),
+                )
+                if value != default
+            ]
             if changed:
                 raise OptionsError(f"{changed[0]} applies to detection: it needs --annotations")
 
@@ -59,9 +69,14 @@ class TaskOptions:
     def manifest_options(self) -> dict[str, Any]:
         """The options recorded in the manifest: none for classification, whose manifest stays as it was."""
         if self.annotations:
-            return {"annotations": os.path.basename(self.annotations.rstrip("/")),
-                    "annotation_format": self.annotation_format, "bad_boxes": self.bad_boxes, "crowd": self.crowd,
-                    "skip_empty": self.skip_empty, "unannotated": self.unannotated}
+            return {
+                "annotations": os.path.basename(self.annotations.rstrip("/")),
+                "annotation_format": self.annotation_format,
+                "bad_boxes": self.bad_boxes,
+                "crowd": self.crowd,
+                "skip_empty": self.skip_empty,
+                "unannotated": self.unannotated,
+            }
         if self.masks:
             return {"masks": os.path.basename(self.masks.rstrip("/"))}
         return {}
@@ -90,26 +105,32 @@ class ConvertConfig:
     def __post_init__(self) -> None:
         wanted = targets.get(self.target).image_format
         if wanted is not None and self.image.image_format != wanted:
-            raise OptionsError(f"--target {self.target} stores every image as {wanted}, "
-                               f"not --image-format {self.image.image_format}")
+            raise OptionsError(
+                f"--target {self.target} stores every image as {wanted}, not --image-format {self.image.image_format}"
+            )
         if self.workers is not None and self.workers < 1:
             raise OptionsError(f"--workers must be >= 1, got {self.workers}")
         if self.resume and self.overwrite:
-            raise OptionsError("--resume finishes the conversion in OUTPUT and --overwrite starts it over: "
-                               "pass one of them")
+            raise OptionsError(
+                "--resume finishes the conversion in OUTPUT and --overwrite starts it over: pass one of them"
+            )
         task = self.tasks.task
         if task != "classification":
             flag = "--annotations" if task == "detection" else "--masks"
             if self.labels is not None:
                 raise OptionsError(f"{flag} names the images; --labels cannot be used with it")
             if self.plan.empty_classes != "keep":
-                raise OptionsError(f"--empty-classes {self.plan.empty_classes} applies to single-label "
-                                   f"classification; {task} keeps every class and its id")
+                raise OptionsError(
+                    f"--empty-classes {self.plan.empty_classes} applies to single-label "
+                    f"classification; {task} keeps every class and its id"
+                )
             if self.plan.max_per_class is not None:
                 raise OptionsError(f"--max-per-class applies to single-label classification, not {task}")
         if self.dedupe.group_by is not None and self.labels is None:
-            raise OptionsError(f"--group-by {self.dedupe.group_by!r} names a column of the label file: it needs "
-                               "--labels (--group-pattern groups by path)")
+            raise OptionsError(
+                f"--group-by {self.dedupe.group_by!r} names a column of the label file: it needs "
+                "--labels (--group-pattern groups by path)"
+            )
         if task == "segmentation" and self.classes is None:
             raise OptionsError("--masks needs --classes FILE naming the mask values 0, 1, ... in order")
 
@@ -161,5 +182,5 @@ def fraction_text(f: Fraction) -> str:
         return f"{f.numerator}/{f.denominator}"
     if digits == 0:
         return str(f.numerator)
-    scaled = str(f.numerator * 10 ** digits // f.denominator).rjust(digits + 1, "0")
+    scaled = str(f.numerator * 10**digits // f.denominator).rjust(digits + 1, "0")
     return f"{scaled[:-digits]}.{scaled[-digits:]}"

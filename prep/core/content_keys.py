@@ -78,7 +78,7 @@ class ContentKeys:
         return {"sha256": self.sha256, "hashes": [f"{h:016x}" for h in self.hashes]}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "ContentKeys":
+    def from_json(cls, obj: dict[str, Any]) -> ContentKeys:
         """The inverse of `to_json`. Raises ValueError (or KeyError, TypeError) on anything else."""
         return cls(obj["sha256"], tuple(int(h, 16) for h in obj["hashes"]))
 
@@ -91,7 +91,7 @@ def _projection(size: int, spans: tuple[tuple[int, int], ...]) -> npt.NDArray[np
     pictures of many sizes, widths and heights recur far more often than their pairs."""
     m = np.zeros((len(spans), HASH_SIDE, size))
     for i, (start, length) in enumerate(spans):
-        m[i, :, start:start + length] = _DCT @ lanczos.weights(length, GRID)
+        m[i, :, start : start + length] = _DCT @ lanczos.weights(length, GRID)
     m.setflags(write=False)
     return m
 
@@ -116,7 +116,7 @@ def _low_frequencies(grays: npt.NDArray[np.uint8], boxes: tuple[Box, ...]) -> np
     x = np.empty((height * b, n * HASH_SIDE))
     step = max(1, _BLOCK // width)
     for start in range(0, height * b, step):
-        np.matmul(rows[start:start + step].astype(np.float64), across, out=x[start:start + step])
+        np.matmul(rows[start : start + step].astype(np.float64), across, out=x[start : start + step])
     x = x.reshape(height, b, n, HASH_SIDE).transpose(2, 0, 1, 3).reshape(n, height, b * HASH_SIDE)
     low: npt.NDArray[np.float64] = np.matmul(down, x)  # (box, u, image and v)
     return low.reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, HASH_SIDE * HASH_SIDE)
@@ -297,7 +297,7 @@ class KeyBatch:
             rows = [index for index, _ in self._waiting]
             has[rows] = True
             whole = np.frombuffer(strip.tobytes(), np.uint8).reshape(strip.height, strip.width)
-            waiting.append((rows, [whole[top:top + h, :w] for (w, h), top in zip(sizes, tops)]))
+            waiting.append((rows, [whole[top : top + h, :w] for (w, h), top in zip(sizes, tops)]))
         return self._digests, hashes, has, waiting
 
     def hashes(self) -> tuple[list[str], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
@@ -315,13 +315,15 @@ class KeyBatch:
 _STACK_PIXELS = 1 << 18  # pixels hash_waiting hashes at once: ~2 MB of float64 temporaries (no faster past 64 images)
 
 
-def hash_waiting(parts: Iterable[tuple[npt.NDArray[np.uint64], list[Waiting]]],
-                 scales: Sequence[float] = CROP_SCALES) -> None:
+def hash_waiting(
+    parts: Iterable[tuple[npt.NDArray[np.uint64], list[Waiting]]], scales: Sequence[float] = CROP_SCALES
+) -> None:
     """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
     Every batch's waiting images are hashed together, in blocks of about `_STACK_PIXELS` pixels (`_block_hashes`):
     fewer numpy calls, each of which gives up the GIL and waits for it while the prepare stage's threads hold it."""
-    images = [(hashes, row, image) for hashes, waiting in parts for rows, stack in waiting
-              for row, image in zip(rows, stack)]
+    images = [
+        (hashes, row, image) for hashes, waiting in parts for rows, stack in waiting for row, image in zip(rows, stack)
+    ]
     # By width, then height: a block's images share few widths (the pass across) and heights (the pass down)
     images.sort(key=lambda x: x[2].shape[::-1])
     start = 0
@@ -356,7 +358,7 @@ def _block_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float]) -
         step = max(1, _BLOCK // width)
         for start in range(0, len(rows), step):
             stop = min(start + step, len(rows))
-            np.matmul(rows[start:stop].astype(np.float64), matrix, out=across[first[i] + start:first[i] + stop])
+            np.matmul(rows[start:stop].astype(np.float64), matrix, out=across[first[i] + start : first[i] + stop])
         i = j
     low = np.empty((len(grays), n, HASH_SIDE, HASH_SIDE))
     by_height: dict[int, list[int]] = {}
@@ -367,8 +369,11 @@ def _block_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float]) -
         down = _projection(height, tuple((box[1], box[3]) for box in boxes))  # (n, HASH_SIDE, height)
         b = len(members)
         together = b == members[-1] - members[0] + 1  # consecutive (one size): their rows are one slice
-        x = (across[first[members[0]]:first[members[-1] + 1]] if together
-             else np.concatenate([across[first[k]:first[k + 1]] for k in members]))
+        x = (
+            across[first[members[0]] : first[members[-1] + 1]]
+            if together
+            else np.concatenate([across[first[k] : first[k + 1]] for k in members])
+        )
         x = x.reshape(b, height, n, HASH_SIDE).transpose(2, 1, 0, 3).reshape(n, height, b * HASH_SIDE)
         got = np.matmul(down, x).reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3)
         low[slice(members[0], members[-1] + 1) if together else members] = got

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prep.core import targets
-from prep.core.config import (ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig,
-                              TaskOptions)
+from prep.core.config import ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig, TaskOptions
 from prep.core.errors import OptionsError
 from prep.core.groups import CONFLICTS, CROSS_SPLIT, DUPLICATES, DedupeOptions
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
@@ -42,87 +41,205 @@ class Option:
 
 
 OPTIONS = (
-    Option("--labels", "CSV, TSV or JSONL label file with path,label[,split]; paths relative to SOURCE.",
-           metavar="FILE"),
+    Option(
+        "--labels", "CSV, TSV or JSONL label file with path,label[,split]; paths relative to SOURCE.", metavar="FILE"
+    ),
     Option("--classes", "File with one class name per line: fixes label ids in that order.", metavar="FILE"),
-    Option("--layout", "SOURCE/<class>/... or SOURCE/<split>/<class>/...; auto picks splits when every top "
-           "folder is a split name (train, validation, val, valid, test, eval, dev).", default="auto",
-           choices=LAYOUTS),
-    Option("--split", "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
-           metavar="NAME=FRAC,..."),
+    Option(
+        "--layout",
+        "SOURCE/<class>/... or SOURCE/<split>/<class>/...; auto picks splits when every top "
+        "folder is a split name (train, validation, val, valid, test, eval, dev).",
+        default="auto",
+        choices=LAYOUTS,
+    ),
+    Option(
+        "--split",
+        "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
+        metavar="NAME=FRAC,...",
+    ),
     Option("--num-shards", "Shards per split (default: derived from --shard-size).", int),
     Option("--shard-size", "Target bytes per shard when --num-shards is not given.", default="128MiB"),
     Option("--max-per-class", "Keep at most N examples of each class (deterministic).", int),
-    Option("--empty-classes", "A class left with no example (its folder empty, or every input of it rejected): "
-           "keep it and its label id (a warning names it), drop it (later classes' ids move down by one), or "
-           "fail before any shard is written (the images read are kept for --resume).", default="keep",
-           choices=EMPTY_CLASSES),
+    Option(
+        "--empty-classes",
+        "A class left with no example (its folder empty, or every input of it rejected): "
+        "keep it and its label id (a warning names it), drop it (later classes' ids move down by one), or "
+        "fail before any shard is written (the images read are kept for --resume).",
+        default="keep",
+        choices=EMPTY_CLASSES,
+    ),
     Option("--seed", "Seed for split assignment and record order.", int, 0),
     Option("--resize", "Downscale so the shorter side is N pixels.", int),
     Option("--max-side", "Downscale so the longer side is at most N pixels.", int),
-    Option("--image-format", "Stored format; keep: JPEG and PNG keep their format, others become PNG. "
-           "Default: keep, or what --target needs (jpeg for model-garden).", choices=IMAGE_FORMATS),
+    Option(
+        "--image-format",
+        "Stored format; keep: JPEG and PNG keep their format, others become PNG. "
+        "Default: keep, or what --target needs (jpeg for model-garden).",
+        choices=IMAGE_FORMATS,
+    ),
     Option("--quality", "JPEG quality when an image is re-encoded.", int, 95),
-    Option("--max-pixels", "Reject images with more pixels than this, also inside containers (ICO, ICNS, "
-           "TIFF, animated frames).", int, DEFAULT_MAX_PIXELS),
-    Option("--max-image-memory", "Reject (image_memory) an image whose decoding needs more memory than this.",
-           default="2GiB"),
-    Option("--image-timeout", "Reject (image_timeout) an image not prepared within this many seconds.", float,
-           DEFAULT_IMAGE_TIMEOUT),
-    Option("--isolate", "Which images are decoded in a worker process bounded by --max-image-memory and "
-           "--image-timeout; auto: all but JPEGs and PNGs whose header promises a decode within them.",
-           default="auto", choices=ISOLATE),
-    Option("--workers", "Threads that read, convert and write in each pipeline worker "
-           "(default: all cores of that worker).", int),
-    Option("--allow-outside-source", "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
-           "their image/filename is the path as written, normalized.", bool, False, flag=True),
-    Option("--index", "Also write each shard's record index, SHARD.idx ('offset size' per record), for "
-           "NVIDIA DALI's TFRecord reader and the tfrecord package's readers.", bool, False, flag=True),
-    Option("--target", "Guarantee that this consumer's default input pipeline reads every record: model-garden "
-           "stores every image as JPEG (Model Garden's classification Parser has decode_jpeg_only=True) and "
-           "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
-           default=targets.NONE, choices=targets.TARGETS),
-    Option("--annotations", "Detection: a COCO instances JSON, a folder of Pascal VOC XML or YOLO txt, or a "
-           "CSV/TSV/JSONL with path,label,xmin,ymin,xmax,ymax (pixels); image paths relative to SOURCE.",
-           metavar="PATH"),
-    Option("--annotation-format", "Format of --annotations (default: detected from what PATH is).",
-           choices=ANNOTATION_FORMATS),
-    Option("--bad-boxes", "A box partly outside its image: clip it (clip), drop it (drop), or reject the image "
-           "(reject-image); a degenerate or NaN box is dropped (reject-image: rejects the image).",
-           default="clip", choices=BOX_POLICIES),
-    Option("--crowd", "Crowd annotations (iscrowd 1): keep them with is_crowd 1, drop them, or reject the image.",
-           default="keep", choices=CROWD_POLICIES),
-    Option("--skip-empty", "Leave out images without objects (rejected, reason no_objects); they are kept by "
-           "default.", bool, False, flag=True),
-    Option("--unannotated", "Images under SOURCE that the annotations never name: skip them (rejected, reason "
-           "not_annotated), or keep them as images without objects.", default="skip", choices=UNANNOTATED),
-    Option("--masks", "Semantic segmentation: a folder of single-channel PNG class maps, one per image with the "
-           "image's relative path and stem; --classes names the values 0, 1, ...; 255 is ignore.",
-           metavar="DIR"),
-    Option("--duplicates", "Exact and near-duplicate images (found while converting; a group always goes to one "
-           "split): keep them all, drop all but the first by path (rejected, reason duplicate_of), or off (no "
-           "content keys computed, no duplicate groups).", default="keep", choices=DUPLICATES),
-    Option("--conflicts", "A duplicate group whose images carry different labels: reject every member "
-           "(label_conflict, naming the others), or keep them.", default="reject", choices=CONFLICTS),
-    Option("--cross-split", "Duplicates across the splits SOURCE gives (leakage): report them (duplicates.jsonl "
-           "and a warning), or also remove them from the evaluation splits (cross_split_duplicate; train and "
-           "then the first split by name keep theirs).", default="report", choices=CROSS_SPLIT),
-    Option("--group-pattern", "Images whose paths give the same match of REGEX (its first group, or the whole "
-           "match; e.g. a patient or video id) go to the same split when --split makes the splits.",
-           metavar="REGEX"),
-    Option("--group-by", "Rows of the --labels file with the same value in COLUMN (e.g. a patient id) go to the "
-           "same split when --split makes the splits; a row with an empty value is in no group.",
-           metavar="COLUMN"),
+    Option(
+        "--max-pixels",
+        "Reject images with more pixels than this, also inside containers (ICO, ICNS, TIFF, animated frames).",
+        int,
+        DEFAULT_MAX_PIXELS,
+    ),
+    Option(
+        "--max-image-memory",
+        "Reject (image_memory) an image whose decoding needs more memory than this.",
+        default="2GiB",
+    ),
+    Option(
+        "--image-timeout",
+        "Reject (image_timeout) an image not prepared within this many seconds.",
+        float,
+        DEFAULT_IMAGE_TIMEOUT,
+    ),
+    Option(
+        "--isolate",
+        "Which images are decoded in a worker process bounded by --max-image-memory and "
+        "--image-timeout; auto: all but JPEGs and PNGs whose header promises a decode within them.",
+        default="auto",
+        choices=ISOLATE,
+    ),
+    Option(
+        "--workers",
+        "Threads that read, convert and write in each pipeline worker (default: all cores of that worker).",
+        int,
+    ),
+    Option(
+        "--allow-outside-source",
+        "Accept label-file paths outside SOURCE (../x.jpg, absolute paths); "
+        "their image/filename is the path as written, normalized.",
+        bool,
+        False,
+        flag=True,
+    ),
+    Option(
+        "--index",
+        "Also write each shard's record index, SHARD.idx ('offset size' per record), for "
+        "NVIDIA DALI's TFRecord reader and the tfrecord package's readers.",
+        bool,
+        False,
+        flag=True,
+    ),
+    Option(
+        "--target",
+        "Guarantee that this consumer's default input pipeline reads every record: model-garden "
+        "stores every image as JPEG (Model Garden's classification Parser has decode_jpeg_only=True) and "
+        "adds image/source_id (its TfExampleDecoder needs it); none: no such guarantee.",
+        default=targets.NONE,
+        choices=targets.TARGETS,
+    ),
+    Option(
+        "--annotations",
+        "Detection: a COCO instances JSON, a folder of Pascal VOC XML or YOLO txt, or a "
+        "CSV/TSV/JSONL with path,label,xmin,ymin,xmax,ymax (pixels); image paths relative to SOURCE.",
+        metavar="PATH",
+    ),
+    Option(
+        "--annotation-format",
+        "Format of --annotations (default: detected from what PATH is).",
+        choices=ANNOTATION_FORMATS,
+    ),
+    Option(
+        "--bad-boxes",
+        "A box partly outside its image: clip it (clip), drop it (drop), or reject the image "
+        "(reject-image); a degenerate or NaN box is dropped (reject-image: rejects the image).",
+        default="clip",
+        choices=BOX_POLICIES,
+    ),
+    Option(
+        "--crowd",
+        "Crowd annotations (iscrowd 1): keep them with is_crowd 1, drop them, or reject the image.",
+        default="keep",
+        choices=CROWD_POLICIES,
+    ),
+    Option(
+        "--skip-empty",
+        "Leave out images without objects (rejected, reason no_objects); they are kept by default.",
+        bool,
+        False,
+        flag=True,
+    ),
+    Option(
+        "--unannotated",
+        "Images under SOURCE that the annotations never name: skip them (rejected, reason "
+        "not_annotated), or keep them as images without objects.",
+        default="skip",
+        choices=UNANNOTATED,
+    ),
+    Option(
+        "--masks",
+        "Semantic segmentation: a folder of single-channel PNG class maps, one per image with the "
+        "image's relative path and stem; --classes names the values 0, 1, ...; 255 is ignore.",
+        metavar="DIR",
+    ),
+    Option(
+        "--duplicates",
+        "Exact and near-duplicate images (found while converting; a group always goes to one "
+        "split): keep them all, drop all but the first by path (rejected, reason duplicate_of), or off (no "
+        "content keys computed, no duplicate groups).",
+        default="keep",
+        choices=DUPLICATES,
+    ),
+    Option(
+        "--conflicts",
+        "A duplicate group whose images carry different labels: reject every member "
+        "(label_conflict, naming the others), or keep them.",
+        default="reject",
+        choices=CONFLICTS,
+    ),
+    Option(
+        "--cross-split",
+        "Duplicates across the splits SOURCE gives (leakage): report them (duplicates.jsonl "
+        "and a warning), or also remove them from the evaluation splits (cross_split_duplicate; train and "
+        "then the first split by name keep theirs).",
+        default="report",
+        choices=CROSS_SPLIT,
+    ),
+    Option(
+        "--group-pattern",
+        "Images whose paths give the same match of REGEX (its first group, or the whole "
+        "match; e.g. a patient or video id) go to the same split when --split makes the splits.",
+        metavar="REGEX",
+    ),
+    Option(
+        "--group-by",
+        "Rows of the --labels file with the same value in COLUMN (e.g. a patient id) go to the "
+        "same split when --split makes the splits; a row with an empty value is in no group.",
+        metavar="COLUMN",
+    ),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
-    Option("--resume", "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
-           "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
-           "change; it refuses if the inputs or image options differ.", bool, False, flag=True),
+    Option(
+        "--resume",
+        "Finish an interrupted or failed conversion in OUTPUT, reusing its completed work. The "
+        "planning options (--num-shards, --shard-size, --split, --seed, --max-per-class, --empty-classes) may "
+        "change; it refuses if the inputs or image options differ.",
+        bool,
+        False,
+        flag=True,
+    ),
 )
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MAX_SIZE = 1 << 62
-_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
-          "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "T": 1000**4, "TB": 1000**4, "TIB": 1024**4}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1000,
+    "KB": 1000,
+    "KIB": 1024,
+    "M": 1000**2,
+    "MB": 1000**2,
+    "MIB": 1024**2,
+    "G": 1000**3,
+    "GB": 1000**3,
+    "GIB": 1024**3,
+    "T": 1000**4,
+    "TB": 1000**4,
+    "TIB": 1024**4,
+}
 
 
 def parse_size(text: str, flag: str = "--shard-size") -> int:
@@ -134,8 +251,9 @@ def parse_size(text: str, flag: str = "--shard-size") -> int:
     unit = unit + "B" if unit.endswith("I") else unit  # "128Mi" is 128MiB
     size = decimal.Decimal(match[1]) * _UNITS[unit]
     if size > _MAX_SIZE:
-        raise OptionsError(f"{flag} {text!r} is larger than any {'shard' if flag == '--shard-size' else 'memory'} "
-                           "could be")
+        raise OptionsError(
+            f"{flag} {text!r} is larger than any {'shard' if flag == '--shard-size' else 'memory'} could be"
+        )
     return int(size)
 
 
@@ -148,15 +266,19 @@ def check_beam_args(beam_args: Sequence[str]) -> None:
     """
     ours = {o.name for o in OPTIONS}
     if beam_args and not beam_args[0].startswith("-"):
-        raise OptionsError(f"unexpected argument {beam_args[0]!r}: Beam pipeline options start with -- "
-                           "(for prep convert, after a lone --)")
+        raise OptionsError(
+            f"unexpected argument {beam_args[0]!r}: Beam pipeline options start with -- "
+            "(for prep convert, after a lone --)"
+        )
     for arg in beam_args:
         if not arg.startswith("--"):
             continue
         name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
         if name in ours:
-            raise OptionsError(f"{arg.split('=', 1)[0]} is a conversion option, not a Beam pipeline option: "
-                               f"write it as {name}, before any Beam options (for prep convert, before the --)")
+            raise OptionsError(
+                f"{arg.split('=', 1)[0]} is a conversion option, not a Beam pipeline option: "
+                f"write it as {name}, before any Beam options (for prep convert, before the --)"
+            )
 
 
 def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertConfig:
@@ -170,24 +292,52 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
             raise OptionsError(f"--{name} is empty; leave the option out instead")
     return ConvertConfig(
-        source=_absolute(source), output=_absolute(output), labels=v["labels"],
-        classes=read_class_file(v["classes"]) if v["classes"] else None, layout=v["layout"],
-        plan=PlanOptions(seed=v["seed"], num_shards=v["num_shards"], shard_size=parse_size(v["shard_size"]),
-                         split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
-                         max_per_class=v["max_per_class"], empty_classes=v["empty_classes"]),
-        image=ImageOptions(resize=v["resize"], max_side=v["max_side"],
-                           image_format=targets.image_format(v["target"], v["image_format"]),
-                           quality=v["quality"], max_pixels=v["max_pixels"],
-                           max_image_memory=parse_size(v["max_image_memory"], "--max-image-memory"),
-                           image_timeout=v["image_timeout"], isolate=v["isolate"]),
-        workers=v["workers"], overwrite=bool(v["overwrite"]), resume=bool(v["resume"]),
-        allow_outside_source=bool(v["allow_outside_source"]), index=bool(v["index"]), target=v["target"],
-        tasks=TaskOptions(annotations=_absolute(v["annotations"]) if v["annotations"] else None,
-                          annotation_format=v["annotation_format"], bad_boxes=v["bad_boxes"], crowd=v["crowd"],
-                          skip_empty=bool(v["skip_empty"]), unannotated=v["unannotated"],
-                          masks=_absolute(v["masks"]) if v["masks"] else None),
-        dedupe=DedupeOptions(duplicates=v["duplicates"], conflicts=v["conflicts"], cross_split=v["cross_split"],
-                             group_pattern=v["group_pattern"], group_by=v["group_by"]))
+        source=_absolute(source),
+        output=_absolute(output),
+        labels=v["labels"],
+        classes=read_class_file(v["classes"]) if v["classes"] else None,
+        layout=v["layout"],
+        plan=PlanOptions(
+            seed=v["seed"],
+            num_shards=v["num_shards"],
+            shard_size=parse_size(v["shard_size"]),
+            split_fractions=parse_split_fractions(v["split"]) if v["split"] else None,
+            max_per_class=v["max_per_class"],
+            empty_classes=v["empty_classes"],
+        ),
+        image=ImageOptions(
+            resize=v["resize"],
+            max_side=v["max_side"],
+            image_format=targets.image_format(v["target"], v["image_format"]),
+            quality=v["quality"],
+            max_pixels=v["max_pixels"],
+            max_image_memory=parse_size(v["max_image_memory"], "--max-image-memory"),
+            image_timeout=v["image_timeout"],
+            isolate=v["isolate"],
+        ),
+        workers=v["workers"],
+        overwrite=bool(v["overwrite"]),
+        resume=bool(v["resume"]),
+        allow_outside_source=bool(v["allow_outside_source"]),
+        index=bool(v["index"]),
+        target=v["target"],
+        tasks=TaskOptions(
+            annotations=_absolute(v["annotations"]) if v["annotations"] else None,
+            annotation_format=v["annotation_format"],
+            bad_boxes=v["bad_boxes"],
+            crowd=v["crowd"],
+            skip_empty=bool(v["skip_empty"]),
+            unannotated=v["unannotated"],
+            masks=_absolute(v["masks"]) if v["masks"] else None,
+        ),
+        dedupe=DedupeOptions(
+            duplicates=v["duplicates"],
+            conflicts=v["conflicts"],
+            cross_split=v["cross_split"],
+            group_pattern=v["group_pattern"],
+            group_by=v["group_by"],
+        ),
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -196,8 +346,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if o.flag:
             parser.add_argument(o.name, action="store_true", help=o.help)
         else:
-            parser.add_argument(o.name, type=o.type, default=o.default, choices=o.choices, metavar=o.metavar,
-                                help=o.help)
+            parser.add_argument(
+                o.name, type=o.type, default=o.default, choices=o.choices, metavar=o.metavar, help=o.help
+            )
 
 
 def _absolute(path: str) -> str:

@@ -57,25 +57,33 @@ class DedupeOptions:
     group_by: str | None = None  # a column of the label file (ConvertConfig checks there is one)
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("duplicates", self.duplicates, DUPLICATES),
-                                     ("conflicts", self.conflicts, CONFLICTS),
-                                     ("cross-split", self.cross_split, CROSS_SPLIT)):
+        for name, value, allowed in (
+            ("duplicates", self.duplicates, DUPLICATES),
+            ("conflicts", self.conflicts, CONFLICTS),
+            ("cross-split", self.cross_split, CROSS_SPLIT),
+        ):
             if value not in allowed:
                 raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
         if self.group_pattern is not None:
             try:
                 re.compile(self.group_pattern)
             except re.error as exc:
-                raise OptionsError(f"--group-pattern {self.group_pattern!r} is not a regular expression: {exc}") \
-                    from None
+                raise OptionsError(
+                    f"--group-pattern {self.group_pattern!r} is not a regular expression: {exc}"
+                ) from None
         if self.group_by is not None and not self.group_by.strip():
             raise OptionsError("--group-by is empty; leave the option out instead")
         if self.group_by is not None and self.group_pattern is not None:
-            raise OptionsError("--group-by (a label-file column) and --group-pattern (a path pattern) both name the "
-                               "user groups: pass one of them")
+            raise OptionsError(
+                "--group-by (a label-file column) and --group-pattern (a path pattern) both name the "
+                "user groups: pass one of them"
+            )
         if self.duplicates == "off":
-            changed = [f"--{n}" for n, v, d in (("conflicts", self.conflicts, "reject"),
-                                                 ("cross-split", self.cross_split, "report")) if v != d]
+            changed = [
+                f"--{n}"
+                for n, v, d in (("conflicts", self.conflicts, "reject"), ("cross-split", self.cross_split, "report"))
+                if v != d
+            ]
             if changed:
                 raise OptionsError(f"{changed[0]} acts on duplicate groups: it cannot be used with --duplicates off")
 
@@ -92,9 +100,13 @@ class DedupeOptions:
     def manifest_options(self) -> dict[str, str]:
         """Only what differs from the defaults, so that earlier manifests stay as they were."""
         out: dict[str, str] = {}
-        for name, value, default in (("duplicates", self.duplicates, "keep"), ("conflicts", self.conflicts, "reject"),
-                                     ("cross_split", self.cross_split, "report"),
-                                     ("group_pattern", self.group_pattern, None), ("group_by", self.group_by, None)):
+        for name, value, default in (
+            ("duplicates", self.duplicates, "keep"),
+            ("conflicts", self.conflicts, "reject"),
+            ("cross_split", self.cross_split, "report"),
+            ("group_pattern", self.group_pattern, None),
+            ("group_by", self.group_by, None),
+        ):
             if value is not None and value != default:  # None is a default
                 out[name] = value
         return out
@@ -113,8 +125,10 @@ def user_group(path: str, pattern: str | None) -> str | None:
 
 def pin_split(seed: int, unit: str, fractions: tuple[tuple[str, Fraction], ...]) -> str:
     """The split a group goes to: a seeded hash of its unit against the cumulative fractions."""
-    u = Fraction(int.from_bytes(hashlib.sha256(f"{seed}\0group\0{unit}".encode("utf-8", "surrogateescape"))
-                                .digest()[:8], "big"), 1 << 64)
+    u = Fraction(
+        int.from_bytes(hashlib.sha256(f"{seed}\0group\0{unit}".encode("utf-8", "surrogateescape")).digest()[:8], "big"),
+        1 << 64,
+    )
     total = Fraction(0)
     for name, f in fractions:
         total += f
@@ -152,7 +166,7 @@ class Decision(typing.NamedTuple):
 def _named(members: list[Member], but: Member) -> str:
     """The first NAMED members but `but`, named, and how many more: only the first NAMED + 1 are looked
     at, so a group of m members costs O(m), not O(m^2) (groups reach union_find's 1,000)."""
-    head = [m for m in members[:NAMED + 1] if m is not but][:NAMED]
+    head = [m for m in members[: NAMED + 1] if m is not but][:NAMED]
     more = len(members) - 1 - len(head)
     text = ", ".join(f"{m.path} ({m.label_name})" for m in head)
     return text + (f" and {more} more" if more > 0 else "")
@@ -184,9 +198,15 @@ def merge_units(links: typing.Iterable[typing.Iterable[str]]) -> dict[str, str]:
     return {k: find(k) for k in parent}
 
 
-def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
-           fractions: tuple[tuple[str, Fraction], ...] | None, single_label: bool,
-           unit: str | None = None, unit_split: str | None = None) -> tuple[list[Decision], dict[str, Any]]:
+def decide(
+    members: typing.Iterable[Member],
+    options: DedupeOptions,
+    seed: int,
+    fractions: tuple[tuple[str, Fraction], ...] | None,
+    single_label: bool,
+    unit: str | None = None,
+    unit_split: str | None = None,
+) -> tuple[list[Decision], dict[str, Any]]:
     """The decisions for one duplicate group, and its line of duplicates.jsonl.
 
     Args:
@@ -207,8 +227,9 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
     splits = sorted({m.split for m in members}, key=split_order)
     if conflict and options.conflicts == "reject":
         for m in members:
-            rejects[m.item] = Reject(m.path, "label_conflict",
-                                     f"a duplicate of {_named(members, m)} with another label")
+            rejects[m.item] = Reject(
+                m.path, "label_conflict", f"a duplicate of {_named(members, m)} with another label"
+            )
     elif options.duplicates == "drop":
         for m in members[1:]:
             rejects[m.item] = Reject(m.path, "duplicate_of", first.path)
@@ -216,22 +237,34 @@ def decide(members: typing.Iterable[Member], options: DedupeOptions, seed: int,
         kept = next(m for m in members if m.split == splits[0])
         for m in members:
             if m.split != splits[0]:
-                rejects[m.item] = Reject(m.path, "cross_split_duplicate",
-                                         f"a duplicate of {kept.path} in split {splits[0]!r}")
+                rejects[m.item] = Reject(
+                    m.path, "cross_split_duplicate", f"a duplicate of {kept.path} in split {splits[0]!r}"
+                )
     unit = unit or next((m.user for m in members if m.user), None)
     pin = (unit_split or pin_split(seed, unit or first.path, fractions)) if fractions else ""
     movable = first.path if fractions and unit is None else ""
     decisions = [Decision(m.item, rejects.get(m.item), pin, movable) for m in members]
-    line = {"kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",
-            "conflict": conflict, "cross_split": len(splits) > 1,
-            "members": [{"path": m.path, "label": m.label_name, "split": m.split or pin or None,
-                         "sha256": m.sha256, "rejected": rejects[m.item].reason if m.item in rejects else None}
-                        for m in members]}
+    line = {
+        "kind": "exact" if len({m.sha256 for m in members}) == 1 else "near",
+        "conflict": conflict,
+        "cross_split": len(splits) > 1,
+        "members": [
+            {
+                "path": m.path,
+                "label": m.label_name,
+                "split": m.split or pin or None,
+                "sha256": m.sha256,
+                "rejected": rejects[m.item].reason if m.item in rejects else None,
+            }
+            for m in members
+        ],
+    }
     return decisions, line
 
 
-def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
-                 fractions: tuple[tuple[str, Fraction], ...]) -> dict[str, str]:
+def balance_pins(
+    groups: typing.Iterable[tuple[str, dict[str, int]]], fractions: tuple[tuple[str, Fraction], ...]
+) -> dict[str, str]:
     """The split of each group: {unit: split}, for duplicate groups no user group pins (by first path)
     and for user groups (by their unit, `merge_units`).
 
@@ -253,7 +286,7 @@ def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
         if not sum(labels.values()):
             continue
 
-        def lack(i: int) -> Fraction:
+        def lack(i: int, labels: dict[str, int] = labels) -> Fraction:  # this group's labels, bound now
             f, have = fractions[i][1], pinned[names[i]]
             return sum((n * (f * (total.get(lab, 0) + n) - have.get(lab, 0)) for lab, n in labels.items()), Fraction(0))
 
@@ -267,9 +300,18 @@ def balance_pins(groups: typing.Iterable[tuple[str, dict[str, int]]],
 
 def summarize(lines: typing.Iterable[dict[str, Any]], refused: int = 0, skipped: int = 0) -> dict[str, int]:
     """The counts of duplicates.jsonl's header (and the CLI's warning) from its group lines."""
-    out = {"groups": 0, "images": 0, "exact_groups": 0, "near_groups": 0, "conflict_groups": 0,
-           "cross_split_groups": 0, "cross_split_images": 0, "rejected": 0,
-           "refused_unions": refused, "skipped_comparisons": skipped}
+    out = {
+        "groups": 0,
+        "images": 0,
+        "exact_groups": 0,
+        "near_groups": 0,
+        "conflict_groups": 0,
+        "cross_split_groups": 0,
+        "cross_split_images": 0,
+        "rejected": 0,
+        "refused_unions": refused,
+        "skipped_comparisons": skipped,
+    }
     for line in lines:
         members = line["members"]
         out["groups"] += 1

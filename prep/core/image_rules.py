@@ -33,7 +33,6 @@ import warnings
 import zlib
 from typing import Any
 
-import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from prep.core import content_keys
@@ -83,8 +82,9 @@ class ImageOptions:
         if self.max_pixels < 1:
             raise OptionsError(f"--max-pixels must be >= 1, got {self.max_pixels}")
         if not MIN_IMAGE_MEMORY <= self.max_image_memory <= 1 << 40:
-            raise OptionsError(f"--max-image-memory must be in [{MIN_IMAGE_MEMORY >> 20}MiB, 1TiB], "
-                               f"got {self.max_image_memory} bytes")
+            raise OptionsError(
+                f"--max-image-memory must be in [{MIN_IMAGE_MEMORY >> 20}MiB, 1TiB], got {self.max_image_memory} bytes"
+            )
         if not 0 < self.image_timeout <= 86400:
             raise OptionsError(f"--image-timeout must be in (0, 86400] seconds, got {self.image_timeout}")
         if self.isolate not in ISOLATE:
@@ -136,13 +136,13 @@ def _png_damage(data: bytes) -> str | None:
     pos = len(_PNG_SIGNATURE)
     while pos + 12 <= len(data):
         (length,) = struct.unpack_from(">I", data, pos)
-        kind = data[pos + 4:pos + 8]
+        kind = data[pos + 4 : pos + 8]
         end = pos + 8 + length
         if end + 4 > len(data):
             break
         (crc,) = struct.unpack_from(">I", data, end)
         name = kind.decode("latin-1")
-        if zlib.crc32(memoryview(data)[pos + 4:end]) != crc:
+        if zlib.crc32(memoryview(data)[pos + 4 : end]) != crc:
             return f"PNG chunk {name!r} at byte {pos} fails its CRC (the file is damaged)"
         if kind == b"IEND":
             return None
@@ -222,7 +222,7 @@ class EncodeBuffer:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "EncodeBuffer":
+    def __enter__(self) -> EncodeBuffer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -268,13 +268,16 @@ def _failure(exc: BaseException, options: ImageOptions, size: str = "an inner im
         pixels = f"{found[1]} pixels" if found else "more pixels"
         return ImageRejected("too_large", f"{size}{pixels} exceeds --max-pixels {options.max_pixels}")
     if isinstance(exc, MemoryError):
-        return ImageRejected("image_memory", f"decoding needs more than --max-image-memory "
-                                             f"{options.max_image_memory} bytes (MemoryError)")
+        return ImageRejected(
+            "image_memory",
+            f"decoding needs more than --max-image-memory {options.max_image_memory} bytes (MemoryError)",
+        )
     return ImageRejected("undecodable", f"{type(exc).__name__}: {exc}")
 
 
-def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None,
-                  keys: bool = False) -> PreparedImage:
+def prepare_image(
+    data: bytes, options: ImageOptions, buffer: EncodeBuffer | None = None, keys: bool = False
+) -> PreparedImage:
     """Checks `data` and returns the bytes to store, following the module's rule.
 
     A converted image is encoded through `buffer` if given: pass one per thread
@@ -299,7 +302,9 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
         raise _failure(exc, options, "") from None
     width, height = img.size
     if width * height > options.max_pixels:
-        raise ImageRejected("too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}")
+        raise ImageRejected(
+            "too_large", f"{width}x{height} = {width * height} pixels exceeds --max-pixels {options.max_pixels}"
+        )
     if width < 1 or height < 1:
         raise ImageRejected("undecodable", f"image has size {width}x{height}")
     source_format = (img.format or "").lower()
@@ -347,8 +352,16 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
                     # cannot), in less time (docs/design.md).
                     img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
                 img.load()
-            return PreparedImage(data, source_format, height, width, channels, converted=False,
-                                 stored=(width, height), gray=content_keys.gray_image(img, upright=True) if keys else None)
+            return PreparedImage(
+                data,
+                source_format,
+                height,
+                width,
+                channels,
+                converted=False,
+                stored=(width, height),
+                gray=content_keys.gray_image(img, upright=True) if keys else None,
+            )
         if out_format not in ("jpeg", "png"):
             out_format = "png"
         if source_format == "jpeg" and orientation == 1 and size != (width, height):
@@ -363,5 +376,13 @@ def prepare_image(data: bytes, options: ImageOptions, buffer: EncodeBuffer | Non
         raise
     except Exception as exc:
         raise _failure(exc, options) from None
-    return PreparedImage(encoded, out_format, img.size[1], img.size[0], len(img.getbands()), converted=True,
-                         stored=(width, height), orientation=orientation if 1 <= orientation <= 8 else 1)
+    return PreparedImage(
+        encoded,
+        out_format,
+        img.size[1],
+        img.size[0],
+        len(img.getbands()),
+        converted=True,
+        stored=(width, height),
+        orientation=orientation if 1 <= orientation <= 8 else 1,
+    )

@@ -33,15 +33,18 @@ def list_inputs(config: ConvertConfig) -> Listing:
     """
     t = config.tasks
     if t.task != "classification" and output_inside(config.output, config.source):
-        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
-                          "inputs on the next run; choose an OUTPUT outside SOURCE")
+        raise SourceError(
+            f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
+            "inputs on the next run; choose an OUTPUT outside SOURCE"
+        )
     if t.annotations:  # detection
         inside = storage.is_remote(t.annotations) or output_inside(t.annotations, config.source)
         skip: frozenset[str] = frozenset()
         if inside and not storage.is_remote(t.annotations):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
-        return task_inputs.list_detection(config.source, t, config.classes, config.layout, config.plan.seed, skip,
-                                          config.plan)
+        return task_inputs.list_detection(
+            config.source, t, config.classes, config.layout, config.plan.seed, skip, config.plan
+        )
     if t.masks:  # segmentation
         assert config.classes is not None  # ConvertConfig requires --classes with --masks
         return task_inputs.list_segmentation(config.source, t.masks, config.classes, config.layout)
@@ -51,8 +54,10 @@ def list_inputs(config: ConvertConfig) -> Listing:
             return listing
         return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
     if output_inside(config.output, config.source):
-        raise SourceError(f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
-                          "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE")
+        raise SourceError(
+            f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
+            "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE"
+        )
     if storage.is_remote(config.source):
         try:
             files = storage.list_files(config.source)
@@ -71,5 +76,11 @@ def _list_label_file(config: ConvertConfig, labels: str) -> Listing:
             data = storage.read_bytes(labels)
         except Exception as exc:  # each file system raises its own types
             raise SourceError(f"cannot read label file {labels}: {exc}") from None
-    return list_label_file(config.source, labels, config.classes, data=data,
-                           allow_outside=config.allow_outside_source, group_by=config.dedupe.group_by)
+    return list_label_file(
+        config.source,
+        labels,
+        config.classes,
+        data=data,
+        allow_outside=config.allow_outside_source,
+        group_by=config.dedupe.group_by,
+    )

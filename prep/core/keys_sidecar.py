@@ -32,13 +32,21 @@ from prep.core import content_keys as ck
 
 FILENAME = "content_keys.jsonl"
 FORMAT = "tfrecord-prep-content-keys"
-VERSION = 4  # 4: resize and DCT folded, no rounding between (3: colour JPEGs decoded straight to gray; 2: in their own mode, then made gray; 1: straight to gray, other scales)
+# 4: resize and DCT folded, no rounding between (3: colour JPEGs decoded straight to gray; 2: in their own
+# mode, then made gray; 1: straight to gray, other scales)
+VERSION = 4
 
 
 def header() -> dict[str, Any]:
     """The first line: the format and everything that decides the hashes."""
-    return {"format": FORMAT, "version": VERSION, "crop_scales": list(ck.CROP_SCALES), "grid": ck.GRID,
-            "hash_side": ck.HASH_SIDE, "draft": ck.DRAFT}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "crop_scales": list(ck.CROP_SCALES),
+        "grid": ck.GRID,
+        "hash_side": ck.HASH_SIDE,
+        "draft": ck.DRAFT,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +74,31 @@ class RecordKeys:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "split": self.split, "shard": self.shard, "shard_sha256": self.shard_sha256, "record": self.record,
-            "filename": self.filename, "sha256": self.sha256,
-            "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes]}
+            "split": self.split,
+            "shard": self.shard,
+            "shard_sha256": self.shard_sha256,
+            "record": self.record,
+            "filename": self.filename,
+            "sha256": self.sha256,
+            "hashes": None if self.hashes is None else [f"{h:016x}" for h in self.hashes],
+        }
         if self.error is not None:
             out["error"] = self.error
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "RecordKeys":
+    def from_json(cls, obj: dict[str, Any]) -> RecordKeys:
         hashes = obj["hashes"]
-        return cls(obj["split"], obj["shard"], obj["shard_sha256"], obj["record"], obj["filename"], obj["sha256"],
-                   None if hashes is None else tuple(int(h, 16) for h in hashes), obj.get("error"))
+        return cls(
+            obj["split"],
+            obj["shard"],
+            obj["shard_sha256"],
+            obj["record"],
+            obj["filename"],
+            obj["sha256"],
+            None if hashes is None else tuple(int(h, 16) for h in hashes),
+            obj.get("error"),
+        )
 
 
 def dumps(records: list[RecordKeys]) -> bytes:
@@ -90,12 +111,21 @@ def header_line() -> bytes:
 
 def record_lines(records: list[RecordKeys]) -> bytes:
     """The records' lines, each ending in a newline (a sidecar is `header_line` and these, joined)."""
-    return "".join(record_line(r.split, r.shard, r.shard_sha256, r.record, r.filename, r.sha256, r.hashes, r.error)
-                   for r in records).encode()
+    return "".join(
+        record_line(r.split, r.shard, r.shard_sha256, r.record, r.filename, r.sha256, r.hashes, r.error)
+        for r in records
+    ).encode()
 
 
-def shard_lines(split: str, shard: str, shard_sha256: str, records: list[int], filenames: list[str], sha256: str,
-                hashes: npt.NDArray[np.uint64]) -> str:
+def shard_lines(
+    split: str,
+    shard: str,
+    shard_sha256: str,
+    records: list[int],
+    filenames: list[str],
+    sha256: str,
+    hashes: npt.NDArray[np.uint64],
+) -> str:
     """The lines of records of one shard that all have hashes, as `record_line` writes them: `sha256` holds
     their digests' 64 hex digits each, `hashes` their hashes (records, hashes) as uint64. The shard's fields
     are quoted once and the hashes formatted as one array: the converter writes a line per record."""
@@ -104,20 +134,32 @@ def shard_lines(split: str, shard: str, shard_sha256: str, records: list[int], f
     cells = np.empty((len(digits), 20), np.uint8)  # each hash as '"' + its 16 digits + '", '
     cells[:, 0], cells[:, 1:17], cells[:, 17:] = ord('"'), digits, np.frombuffer(b'", ', np.uint8)
     listed, width = cells.tobytes().decode(), 20 * hashes.shape[1]
-    return "".join(f'{{"filename": {_quote(name)}, "hashes": [{listed[width * i:width * (i + 1) - 2]}], '
-                   f'"record": {int(record)}, "sha256": "{sha256[64 * i:64 * i + 64]}", {tail}'
-                   for i, (record, name) in enumerate(zip(records, filenames)))
+    return "".join(
+        f'{{"filename": {_quote(name)}, "hashes": [{listed[width * i : width * (i + 1) - 2]}], '
+        f'"record": {int(record)}, "sha256": "{sha256[64 * i : 64 * i + 64]}", {tail}'
+        for i, (record, name) in enumerate(zip(records, filenames))
+    )
 
 
-def record_line(split: str, shard: str, shard_sha256: str, record: int, filename: str, sha256: str,
-                hashes: Iterable[int] | None, error: str | None = None) -> str:
+def record_line(
+    split: str,
+    shard: str,
+    shard_sha256: str,
+    record: int,
+    filename: str,
+    sha256: str,
+    hashes: Iterable[int] | None,
+    error: str | None = None,
+) -> str:
     """One record's line, newline included: `json.dumps(RecordKeys(...).to_json(), sort_keys=True)`, written
     out field by field, so that the converter, which writes one per record, builds no dict to dump."""
     listed = "null" if hashes is None else "[" + ", ".join(f'"{h:016x}"' for h in hashes) + "]"
     failed = "" if error is None else f'"error": {_quote(error)}, '
-    return (f'{{{failed}"filename": {_quote(filename)}, "hashes": {listed}, "record": {int(record)}, '
-            f'"sha256": {_quote(sha256)}, "shard": {_quote(shard)}, "shard_sha256": {_quote(shard_sha256)}, '
-            f'"split": {_quote(split)}}}\n')
+    return (
+        f'{{{failed}"filename": {_quote(filename)}, "hashes": {listed}, "record": {int(record)}, '
+        f'"sha256": {_quote(sha256)}, "shard": {_quote(shard)}, "shard_sha256": {_quote(shard_sha256)}, '
+        f'"split": {_quote(split)}}}\n'
+    )
 
 
 def loads(data: bytes, shard_digests: dict[str, str]) -> dict[str, list[RecordKeys]]:
@@ -142,6 +184,10 @@ def loads(data: bytes, shard_digests: dict[str, str]) -> dict[str, list[RecordKe
             by_shard.setdefault(record.shard, []).append(record)
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}
-    return {shard: records for shard, records in by_shard.items()
-            if shard in shard_digests and all(r.shard_sha256 == shard_digests[shard] for r in records)
-            and [r.record for r in records] == list(range(len(records)))}
+    return {
+        shard: records
+        for shard, records in by_shard.items()
+        if shard in shard_digests
+        and all(r.shard_sha256 == shard_digests[shard] for r in records)
+        and [r.record for r in records] == list(range(len(records)))
+    }

@@ -26,8 +26,9 @@ LABEL_COLUMNS = ("path", "label")
 MULTI = "\0multi"  # set in a JSONL row whose label is a list: the file is multi-label
 
 
-def _label_rows(path: str, data: bytes | None, group_by: str | None = None
-                ) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
+def _label_rows(
+    path: str, data: bytes | None, group_by: str | None = None
+) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file (a CSV or TSV file must
     have the `group_by` column too, when given)."""
     ext = os.path.splitext(path)[1].lower()
@@ -40,8 +41,11 @@ def _label_rows(path: str, data: bytes | None, group_by: str | None = None
             raise SourceError(f"label file {path} is not a regular file")
     try:
         # utf-8-sig: a byte-order mark, as spreadsheet programs write, is not part of the first column's name.
-        f = open(path, encoding="utf-8-sig", newline="") if data is None else io.TextIOWrapper(
-            io.BytesIO(data), encoding="utf-8-sig", newline="")
+        f = (
+            open(path, encoding="utf-8-sig", newline="")
+            if data is None
+            else io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", newline="")
+        )
     except OSError as exc:
         raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
     with f:
@@ -135,7 +139,7 @@ def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | N
         prefix = root.rstrip("/") + "/"
         if not path.startswith(prefix):
             return path if allow_outside else None
-        norm = posixpath.normpath(path[len(prefix):])
+        norm = posixpath.normpath(path[len(prefix) :])
     elif is_remote(root):
         norm = posixpath.normpath(path)
     else:
@@ -150,8 +154,14 @@ def normalize_path(root: str, path: str, allow_outside: bool = False) -> str | N
     return norm
 
 
-def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None = None,
-                    data: bytes | None = None, allow_outside: bool = False, group_by: str | None = None) -> Listing:
+def list_label_file(
+    root: str,
+    label_file: str,
+    classes: tuple[str, ...] | None = None,
+    data: bytes | None = None,
+    allow_outside: bool = False,
+    group_by: str | None = None,
+) -> Listing:
     """Lists the rows of a label file with `path` and `label` (and optional `split`) columns.
 
     `group_by` (--group-by) names a column whose value is the row's user group (e.g. a patient
@@ -186,8 +196,11 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         if MULTI in row or "|" in label:
             multi = True
             label = "|".join(sorted({name.strip() for name in label.split("|") if name.strip()}))
-        problem = _text_problem("path", raw_path, file_name=True) or _text_problem("label", label) \
+        problem = (
+            _text_problem("path", raw_path, file_name=True)
+            or _text_problem("label", label)
             or _text_problem("split", row.get("split") or "")
+        )
         if problem is not None:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
             continue
@@ -198,8 +211,11 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
         if not raw_path:
             rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))
         elif rel is None:
-            rejects.append(Reject(raw_path, "outside_source",
-                                  f"{where}: path is outside SOURCE (--allow-outside-source accepts it)"))
+            rejects.append(
+                Reject(
+                    raw_path, "outside_source", f"{where}: path is outside SOURCE (--allow-outside-source accepts it)"
+                )
+            )
         elif not label:
             rejects.append(Reject(rel, "empty_label", f"{where}: label is empty"))
         elif rel in first_line:
@@ -220,8 +236,9 @@ def list_label_file(root: str, label_file: str, classes: tuple[str, ...] | None 
     return finish_listing(refs, rejects, found_classes, classes, source=label_file)
 
 
-def _finish_multilabel(refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None,
-                       label_file: str) -> Listing:
+def _finish_multilabel(
+    refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None, label_file: str
+) -> Listing:
     """A multi-label file's listing: each ref's label the sorted '|'-joined names, the classes every
     name found (or --classes); a row naming a class not in --classes is rejected (unknown_label).
     `task_inputs.multilabel_listing` then groups the refs in strata."""

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from typing import Iterable, Sequence
 
 from prep.core.errors import OptionsError, PlanError
 from prep.core.naming import check_split_name
@@ -58,8 +58,10 @@ def parse_split_fractions(text: str) -> tuple[tuple[str, Fraction], ...]:
             raise OptionsError(f"--split names {name!r} twice")
         other = next((s for s in seen if s.lower() == name.lower()), None)
         if other is not None:
-            raise OptionsError(f"--split names {other!r} and {name!r}, which differ only in case: their shard files "
-                               "would overwrite each other on a file system that ignores case (macOS, Windows)")
+            raise OptionsError(
+                f"--split names {other!r} and {name!r}, which differ only in case: their shard files "
+                "would overwrite each other on a file system that ignores case (macOS, Windows)"
+            )
         try:
             fraction = Fraction(value.strip())
         except (ValueError, ZeroDivisionError):
@@ -117,7 +119,8 @@ def shard_count(examples: int, mean_size: float, options: PlanOptions, split: st
         if options.num_shards > examples:
             raise PlanError(
                 f"split {split!r} has {examples} example(s), fewer than --num-shards {options.num_shards}; "
-                f"use --num-shards {examples} or less")
+                f"use --num-shards {examples} or less"
+            )
         return options.num_shards
     return max(1, min(examples, math.ceil(examples * mean_size / options.shard_size)))
 
@@ -202,8 +205,10 @@ def check_empty_classes(labels: Sequence[str], empty: Sequence[int], policy: str
     """Raises PlanError when classes have no example and `policy` is "fail"."""
     if policy == "fail" and empty:
         many = len(empty) > 1
-        raise PlanError(f"{'classes' if many else 'class'} {names(labels, empty)} {'have' if many else 'has'} no "
-                        "example (every input rejected, or none listed) and --empty-classes is fail")
+        raise PlanError(
+            f"{'classes' if many else 'class'} {names(labels, empty)} {'have' if many else 'has'} no "
+            "example (every input rejected, or none listed) and --empty-classes is fail"
+        )
 
 
 def check_split_source(options: PlanOptions, source_names_splits: bool) -> None:
@@ -229,8 +234,9 @@ def make_layout(group_sizes: dict[Group, int], num_classes: int, options: PlanOp
     check_split_source(options, {g[0] for g in group_sizes} != {None})
     pinned = {g: n for g, n in group_sizes.items() if len(g) == 3}
     free = {g: n for g, n in group_sizes.items() if len(g) == 2}
-    kept: dict[Group, int] = {g: n if options.max_per_class is None else min(n, options.max_per_class)
-                              for g, n in free.items()}
+    kept: dict[Group, int] = {
+        g: n if options.max_per_class is None else min(n, options.max_per_class) for g, n in free.items()
+    }
     kept.update(pinned.items())  # a pinned group is never capped: capping would split it by rank
     ranges: dict[tuple[str, int], list[tuple[Group, int, int]]] = {}  # (split, label) -> [(group, start, end)]
     group: Group
@@ -240,7 +246,7 @@ def make_layout(group_sizes: dict[Group, int], num_classes: int, options: PlanOp
         pinned_counts: dict[int, dict[str, int]] = {}
         for (_, label, pin), n in pinned.items():
             pinned_counts.setdefault(label, {})[pin] = n
-        for group, n in free.items():
+        for group in free:
             if group not in kept:
                 continue
             start = 0

@@ -49,8 +49,9 @@ class LeakPairs:
     skipped: int  # comparisons left out in oversized band buckets (prep.core.near_pairs)
 
 
-def leak_pairs(a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP,
-               max_distance: int = NEAR_DISTANCE) -> LeakPairs:
+def leak_pairs(
+    a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP, max_distance: int = NEAR_DISTANCE
+) -> LeakPairs:
     """Every exact and near pair between the records of `a` and those of `b`, sorted."""
     records = a + b
 
@@ -66,8 +67,11 @@ def leak_pairs(a: list[RecordKeys], b: list[RecordKeys], cap: int = DEFAULT_CAP,
         in_a = [i for i in members if i < len(a)]
         out.extend(pair(i, j, EXACT, 0) for i in in_a for j in members if j >= len(a))
     near, skipped = near_pairs(_comparable(records), cap, max_distance)
-    out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near
-               if p.a < len(a) <= p.b and records[p.a].sha256 != records[p.b].sha256)
+    out.extend(
+        pair(p.a, p.b, NEAR, p.distance)
+        for p in near
+        if p.a < len(a) <= p.b and records[p.a].sha256 != records[p.b].sha256
+    )
     return LeakPairs(tuple(sorted(out)), skipped)
 
 
@@ -81,8 +85,9 @@ def self_pairs(records: list[RecordKeys], cap: int = DEFAULT_CAP, max_distance: 
     by_digest: dict[str, list[int]] = collections.defaultdict(list)
     for i, r in enumerate(records):
         by_digest[r.sha256].append(i)
-    out = [pair(i, j, EXACT, 0) for members in by_digest.values()
-           for k, i in enumerate(members) for j in members[k + 1:]]
+    out = [
+        pair(i, j, EXACT, 0) for members in by_digest.values() for k, i in enumerate(members) for j in members[k + 1 :]
+    ]
     near, skipped = near_pairs(_comparable(records), cap, max_distance)
     out.extend(pair(p.a, p.b, NEAR, p.distance) for p in near if records[p.a].sha256 != records[p.b].sha256)
     return LeakPairs(tuple(sorted(out)), skipped)

@@ -16,7 +16,8 @@ import os
 import posixpath
 import sys
 import typing
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prep.core.errors import SourceError
 from prep.core.manifest_parts import Category
@@ -147,6 +148,7 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
 
 def _local_dirs(root: str) -> list[str]:
     """Relative paths of the non-hidden folders one and two levels under root."""
+
     def is_dir(entry: os.DirEntry[str]) -> bool:
         try:
             return entry.is_dir()
@@ -155,6 +157,7 @@ def _local_dirs(root: str) -> list[str]:
 
     def subdirs(path: str) -> list[str]:
         return sorted(e.name for e in os.scandir(path) if not e.name.startswith(".") and is_dir(e))
+
     try:
         top = subdirs(root)
         return top + [f"{d}/{c}" for d in top for c in subdirs(os.path.join(root, d))]
@@ -168,8 +171,12 @@ def detect_layout(dirs: Iterable[str]) -> str:
     return "splits" if top and top <= KNOWN_SPLITS else "classes"
 
 
-def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | None = None,
-                 files: Sequence[tuple[str, str | None]] | None = None) -> Listing:
+def list_folders(
+    root: str,
+    layout: str = "auto",
+    classes: tuple[str, ...] | None = None,
+    files: Sequence[tuple[str, str | None]] | None = None,
+) -> Listing:
     """Lists `root/<class>/...` or `root/<split>/<class>/...`.
 
     Args:
@@ -188,12 +195,19 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if files is None:
         if not os.path.isdir(root):
-            raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root)
-                              else f"SOURCE {root} does not exist")
+            raise SourceError(
+                f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist"
+            )
         dirs, listed = _local_dirs(root), _walk(root)
     else:
-        dirs = sorted({"/".join(rel.split("/")[:n]) for rel, _ in files for n in (1, 2)
-                       if rel.count("/") >= n and not any(p.startswith(".") for p in rel.split("/")[:n])})
+        dirs = sorted(
+            {
+                "/".join(rel.split("/")[:n])
+                for rel, _ in files
+                for n in (1, 2)
+                if rel.count("/") >= n and not any(p.startswith(".") for p in rel.split("/")[:n])
+            }
+        )
         listed = files
     if layout == "auto":
         layout = detect_layout(dirs)
@@ -204,7 +218,9 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         parts = rel.split("/")
         if problem is not None:
             reason, _, detail = problem.partition(":")
-            rejects.append(Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)"))
+            rejects.append(
+                Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)")
+            )
         elif any(p.startswith(".") for p in parts):
             rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
         elif len(parts) <= depth:
@@ -218,13 +234,20 @@ def list_folders(root: str, layout: str = "auto", classes: tuple[str, ...] | Non
         raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
     for name in sorted(folder_classes):
         if printable(name) != name:
-            raise SourceError(f"class folder name {printable(name)!r} is not UTF-8; class names go into records "
-                              "and the manifest as text: rename the folder")
+            raise SourceError(
+                f"class folder name {printable(name)!r} is not UTF-8; class names go into records "
+                "and the manifest as text: rename the folder"
+            )
     return finish_listing(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
 
 
-def finish_listing(refs: list[InputRef], rejects: list[Reject], found_classes: tuple[str, ...],
-                   classes: tuple[str, ...] | None, source: str) -> Listing:
+def finish_listing(
+    refs: list[InputRef],
+    rejects: list[Reject],
+    found_classes: tuple[str, ...],
+    classes: tuple[str, ...] | None,
+    source: str,
+) -> Listing:
     """Checks labels against the class list, and that some class has examples (what becomes of a class
     with none is for `--empty-classes` to say, once the images are read); sorts refs and rejects by path.
 
@@ -244,8 +267,10 @@ def finish_listing(refs: list[InputRef], rejects: list[Reject], found_classes: t
         counts[ref.label] += 1
     empty = [name for name, n in counts.items() if n == 0]
     if empty and len(empty) == len(counts):  # some empty: --empty-classes says what becomes of them
-        raise SourceError(f"class {empty[0]!r} has no images in {source}"
-                          + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else ""))
+        raise SourceError(
+            f"class {empty[0]!r} has no images in {source}"
+            + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else "")
+        )
     for ref in kept:
         if ref.split is not None:
             try:
@@ -256,9 +281,11 @@ def finish_listing(refs: list[InputRef], rejects: list[Reject], found_classes: t
     for split in sorted({ref.split for ref in kept if ref.split is not None}):
         other = by_case.setdefault(split.lower(), split)
         if other != split:
-            raise SourceError(f"splits {other!r} and {split!r} differ only in case: their shard files would "
-                              "overwrite each other on a file system that ignores case (macOS, Windows); "
-                              "rename one")
+            raise SourceError(
+                f"splits {other!r} and {split!r} differ only in case: their shard files would "
+                "overwrite each other on a file system that ignores case (macOS, Windows); "
+                "rename one"
+            )
     kept.sort(key=lambda r: r.path)
     rejects.sort(key=lambda r: r.path)
     return Listing(tuple(kept), tuple(rejects), tuple(label_names))

@@ -28,11 +28,22 @@ from typing import Any
 
 from prep.core import shard_counts as sidecar
 from prep.core.errors import ManifestError
+from prep.core.manifest_parts import (  # noqa: F401 (re-exported)
+    BoxAccounting,
+    Category,
+    GroupCounts,
+    IndexFile,
+    InFlight,
+    Inputs,
+    Resumed,
+    Run,
+    ShardInfo,
+    SplitInfo,
+    deviation,
+    fraction_deviation,
+)
 from prep.core.naming import ShardName, check_split_name
 from prep.core.schema import IGNORE_VALUE, TASKS
-from prep.core.manifest_parts import (BoxAccounting, Category, GroupCounts, IndexFile,  # noqa: F401 (re-exported)
-                                      InFlight, Inputs, Resumed, Run, ShardInfo, SplitInfo, deviation,
-                                      fraction_deviation)
 
 FILENAME = "manifest.json"
 REJECTS = "rejects.jsonl"
@@ -81,7 +92,9 @@ class Extras:
     categories: tuple[Category, ...] | None = None  # detection
     max_boxes: dict[str, int] | None = None  # detection: {split: the most objects of one image}; absent: none
     groups: GroupCounts | None = None  # written when they say something
-    fractions: Mapping[str, float | Fraction] | None = None  # {split: --split fraction}, given when groups decided splits
+    fractions: Mapping[str, float | Fraction] | None = (
+        None  # {split: --split fraction}, given when groups decided splits
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +125,16 @@ class Manifest:
                 yield split, shard
 
     @classmethod
-    def build(cls, labels: Sequence[str], options: dict[str, Any], written: Iterable[tuple[ShardName, ShardInfo]],
-              inputs: Inputs, tool: dict[str, Any], run: Run, extras: Extras = Extras()) -> Manifest:
+    def build(
+        cls,
+        labels: Sequence[str],
+        options: dict[str, Any],
+        written: Iterable[tuple[ShardName, ShardInfo]],
+        inputs: Inputs,
+        tool: dict[str, Any],
+        run: Run,
+        extras: Extras = Extras(),
+    ) -> Manifest:
         """Assembles the manifest from the shards written, each with its name (split and shard count).
 
         Detection (`extras.task`) adds `categories`, and per split the box counts of its shards and
@@ -124,9 +145,14 @@ class Manifest:
         splits: dict[str, dict[str, Any]] = {}
         for name, shard in sorted(written, key=lambda w: (w[0].split, w[0].index)):
             if name.split not in splits:  # not setdefault: its dense default would be built for every shard
-                splits[name.split] = {"examples": 0, "bytes": 0, "num_shards": name.count, "shards": [],
-                                      "class_counts": {label: 0 for label in labels},
-                                      "box_counts": {label: 0 for label in labels}}
+                splits[name.split] = {
+                    "examples": 0,
+                    "bytes": 0,
+                    "num_shards": name.count,
+                    "shards": [],
+                    "class_counts": {label: 0 for label in labels},
+                    "box_counts": {label: 0 for label in labels},
+                }
             split = splits[name.split]
             split["examples"] += shard.examples
             split["bytes"] += shard.bytes
@@ -137,17 +163,34 @@ class Manifest:
             split["shards"].append(shard)
         detection, several = task == "detection", task in ("multilabel", "detection")
         totals = {label: sum(s["class_counts"][label] for s in splits.values()) for label in labels}
-        return cls(labels=tuple(labels), options=dict(options),
-                   splits={n: SplitInfo(n, s["examples"], s["bytes"], s["num_shards"], s["class_counts"],
-                                        tuple(s["shards"]), box_counts=s["box_counts"] if detection else None,
-                                        max_boxes=(max_boxes or {}).get(n, 0) if detection else None,
-                                        max_deviation=deviation(s["class_counts"], s["examples"], s["shards"])
-                                        if several else None,
-                                        fraction_deviation=fraction_deviation(s["class_counts"], fractions[n], totals)
-                                        if fractions and n in fractions else None)
-                           for n, s in splits.items()},
-                   inputs=inputs, tool=dict(tool), run=run, task=task, categories=extras.categories,
-                   ignore_value=IGNORE_VALUE if task == "segmentation" else None, groups=extras.groups or None)
+        return cls(
+            labels=tuple(labels),
+            options=dict(options),
+            splits={
+                n: SplitInfo(
+                    n,
+                    s["examples"],
+                    s["bytes"],
+                    s["num_shards"],
+                    s["class_counts"],
+                    tuple(s["shards"]),
+                    box_counts=s["box_counts"] if detection else None,
+                    max_boxes=(max_boxes or {}).get(n, 0) if detection else None,
+                    max_deviation=deviation(s["class_counts"], s["examples"], s["shards"]) if several else None,
+                    fraction_deviation=fraction_deviation(s["class_counts"], fractions[n], totals)
+                    if fractions and n in fractions
+                    else None,
+                )
+                for n, s in splits.items()
+            },
+            inputs=inputs,
+            tool=dict(tool),
+            run=run,
+            task=task,
+            categories=extras.categories,
+            ignore_value=IGNORE_VALUE if task == "segmentation" else None,
+            groups=extras.groups or None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return self._documents()[0]
@@ -198,15 +241,21 @@ class Manifest:
 
         def counted(shard: ShardInfo) -> ShardInfo:
             found = next(counts)
-            return dataclasses.replace(shard, class_counts=found["class_counts"], box_counts=found.get("box_counts"),
-                                       stratum_counts=found.get("stratum_counts"))
+            return dataclasses.replace(
+                shard,
+                class_counts=found["class_counts"],
+                box_counts=found.get("box_counts"),
+                stratum_counts=found.get("stratum_counts"),
+            )
 
-        splits = {name: dataclasses.replace(split, shards=tuple(counted(shard) for shard in split.shards))
-                  for name, split in self.splits.items()}
+        splits = {
+            name: dataclasses.replace(split, shards=tuple(counted(shard) for shard in split.shards))
+            for name, split in self.splits.items()
+        }
         return dataclasses.replace(self, splits=splits)
 
     @classmethod
-    def from_json(cls, data: bytes | str | dict[str, Any], where: str = FILENAME) -> "Manifest":
+    def from_json(cls, data: bytes | str | dict[str, Any], where: str = FILENAME) -> Manifest:
         """Parses and checks a manifest (bytes, text, or the parsed JSON).
 
         Raises:
@@ -222,8 +271,9 @@ class Manifest:
             raise ManifestError(f"{where} is not a tfrecord-prep manifest")
         version = data.get("version")
         if version not in READABLE or isinstance(version, bool):
-            raise ManifestError(f"{where} has version {version!r}; this tool reads versions "
-                                f"{', '.join(map(str, READABLE))}")
+            raise ManifestError(
+                f"{where} has version {version!r}; this tool reads versions {', '.join(map(str, READABLE))}"
+            )
         for key in ("labels", "splits", "inputs", "options"):
             if key not in data:
                 raise ManifestError(f"{where} lacks {key!r}")
@@ -235,33 +285,49 @@ class Manifest:
             read.check(label, str, f"labels[{i}]")
         options = read.get(data, "options", dict, "options")
         raw_inputs = read.get(data, "inputs", dict, "inputs")
-        counts = {key: read.get(raw_inputs, key, int, f"inputs.{key}") for key in ("found", "written", "rejected",
-                                                                                  "capped")}
+        counts = {
+            key: read.get(raw_inputs, key, int, f"inputs.{key}") for key in ("found", "written", "rejected", "capped")
+        }
         empty = None
         if "empty_classes" in raw_inputs:  # only when a class was left with no example
-            empty = tuple(read.check(name, str, f"inputs.empty_classes[{i}]") for i, name in
-                          enumerate(read.get(raw_inputs, "empty_classes", list, "inputs.empty_classes")))
+            empty = tuple(
+                read.check(name, str, f"inputs.empty_classes[{i}]")
+                for i, name in enumerate(read.get(raw_inputs, "empty_classes", list, "inputs.empty_classes"))
+            )
         boxes = None
         if "boxes" in raw_inputs:
             raw = read.get(raw_inputs, "boxes", dict, "inputs.boxes")
-            boxes = BoxAccounting(**{k: read.get(raw, k, int, f"inputs.boxes.{k}")
-                                     for k in ("read", "written", "dropped", "clipped")},
-                                  dropped_by_reason=read.counts(read.get(raw, "dropped_by_reason", dict,
-                                                                         "inputs.boxes.dropped_by_reason"),
-                                                                "inputs.boxes.dropped_by_reason"))
-        inputs = Inputs(**counts, converted=raw_inputs.get("converted"),
-                        rejected_by_reason=raw_inputs.get("rejected_by_reason"),
-                        capped_by_class=raw_inputs.get("capped_by_class"), empty_classes=empty, boxes=boxes)
+            boxes = BoxAccounting(
+                **{k: read.get(raw, k, int, f"inputs.boxes.{k}") for k in ("read", "written", "dropped", "clipped")},
+                dropped_by_reason=read.counts(
+                    read.get(raw, "dropped_by_reason", dict, "inputs.boxes.dropped_by_reason"),
+                    "inputs.boxes.dropped_by_reason",
+                ),
+            )
+        inputs = Inputs(
+            **counts,
+            converted=raw_inputs.get("converted"),
+            rejected_by_reason=raw_inputs.get("rejected_by_reason"),
+            capped_by_class=raw_inputs.get("capped_by_class"),
+            empty_classes=empty,
+            boxes=boxes,
+        )
         ref = None
         if version >= 2:
             raw = read.get(data, "shard_counts", dict, "shard_counts")
-            ref = sidecar.SidecarRef(*(read.get(raw, key, kind, f"shard_counts.{key}")
-                                       for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
+            ref = sidecar.SidecarRef(
+                *(
+                    read.get(raw, key, kind, f"shard_counts.{key}")
+                    for key, kind in (("file", str), ("bytes", int), ("sha256", str))
+                )
+            )
             if not ref.file or ref.file != os.path.basename(ref.file) or ref.file.startswith(".") or "\\" in ref.file:
-                raise ManifestError(f"{where} is malformed: shard_counts.file must be a file name beside it, "
-                                    f"got {ref.file!r}")
-        splits = {name: _split(read, name, info, version) for name, info in
-                  read.get(data, "splits", dict, "splits").items()}
+                raise ManifestError(
+                    f"{where} is malformed: shard_counts.file must be a file name beside it, got {ref.file!r}"
+                )
+        splits = {
+            name: _split(read, name, info, version) for name, info in read.get(data, "splits", dict, "splits").items()
+        }
         tool = data.get("tool")
         task = data.get("task", "classification")
         if task not in TASKS:
@@ -273,24 +339,42 @@ class Manifest:
                 read.check(c, dict, f"categories[{i}]")
                 source_id = c.get("source_id")
                 if source_id is not None and not isinstance(source_id, (int, str)):
-                    raise ManifestError(f"{where} is malformed: categories[{i}].source_id must be an integer, "
-                                        f"a string or null, got {source_id!r}")
-                found.append(Category(read.get(c, "id", int, f"categories[{i}].id"),
-                                      read.get(c, "name", str, f"categories[{i}].name"), source_id))
+                    raise ManifestError(
+                        f"{where} is malformed: categories[{i}].source_id must be an integer, "
+                        f"a string or null, got {source_id!r}"
+                    )
+                found.append(
+                    Category(
+                        read.get(c, "id", int, f"categories[{i}].id"),
+                        read.get(c, "name", str, f"categories[{i}].name"),
+                        source_id,
+                    )
+                )
             categories = tuple(found)
         ignore_value = read.get(data, "ignore_value", int, "ignore_value") if "ignore_value" in data else None
         groups = None
         if "groups" in data:
             raw = read.get(data, "groups", dict, "groups")
-            groups = GroupCounts(**{f.name: read.get(raw, f.name, int, f"groups.{f.name}")
-                                    for f in dataclasses.fields(GroupCounts)})
-        return cls(labels=tuple(labels), options=dict(options), splits=splits, inputs=inputs,
-                   tool=dict(tool) if isinstance(tool, dict) else {}, run=Run.from_json(data.get("run")),
-                   task=task, categories=categories, ignore_value=ignore_value, groups=groups, version=version,
-                   shard_counts=ref)
+            groups = GroupCounts(
+                **{f.name: read.get(raw, f.name, int, f"groups.{f.name}") for f in dataclasses.fields(GroupCounts)}
+            )
+        return cls(
+            labels=tuple(labels),
+            options=dict(options),
+            splits=splits,
+            inputs=inputs,
+            tool=dict(tool) if isinstance(tool, dict) else {},
+            run=Run.from_json(data.get("run")),
+            task=task,
+            categories=categories,
+            ignore_value=ignore_value,
+            groups=groups,
+            version=version,
+            shard_counts=ref,
+        )
 
     @classmethod
-    def load(cls, output: str, shard_counts: bool = False) -> "Manifest":
+    def load(cls, output: str, shard_counts: bool = False) -> Manifest:
         """Reads and checks OUTPUT/manifest.json of a local folder; with `shard_counts`, also the
         sidecar of a version-2 manifest, so that every shard's counts are at hand.
 
@@ -338,42 +422,76 @@ def _split(read: _Reader, name: str, info: Any, version: int = 1) -> SplitInfo:
     for i, shard in enumerate(raw_shards):
         where = f"{field}.shards[{i}]"
         read.check(shard, dict, where)
-        values = {key: read.get(shard, key, kind, f"{where}.{key}") for key, kind in
-                  (("file", str), ("index", int), ("examples", int), ("bytes", int), ("sha256", str))}
+        values = {
+            key: read.get(shard, key, kind, f"{where}.{key}")
+            for key, kind in (("file", str), ("index", int), ("examples", int), ("bytes", int), ("sha256", str))
+        }
         counts = None  # version 2: in the sidecar
         if version == 1 or "class_counts" in shard:
-            counts = read.counts(read.get(shard, "class_counts", dict, f"{where}.class_counts"),
-                                 f"{where}.class_counts")
+            counts = read.counts(
+                read.get(shard, "class_counts", dict, f"{where}.class_counts"), f"{where}.class_counts"
+            )
         index_file = None
         if "index_file" in shard:  # written with --index
             raw = read.get(shard, "index_file", dict, f"{where}.index_file")
-            index_file = IndexFile(*(read.get(raw, key, kind, f"{where}.index_file.{key}")
-                                     for key, kind in (("file", str), ("bytes", int), ("sha256", str))))
-        extra = {key: read.counts(read.get(shard, key, dict, f"{where}.{key}"), f"{where}.{key}")
-                 for key in ("box_counts", "stratum_counts") if key in shard}
-        shards.append(ShardInfo(values["file"], values["index"], values["examples"], values["bytes"],
-                                values["sha256"], class_counts=counts, index_file=index_file,
-                                box_counts=extra.get("box_counts"), stratum_counts=extra.get("stratum_counts")))
-    box_counts = (read.counts(read.get(info, "box_counts", dict, f"{field}.box_counts"), f"{field}.box_counts")
-                  if "box_counts" in info else None)
+            index_file = IndexFile(
+                *(
+                    read.get(raw, key, kind, f"{where}.index_file.{key}")
+                    for key, kind in (("file", str), ("bytes", int), ("sha256", str))
+                )
+            )
+        extra = {
+            key: read.counts(read.get(shard, key, dict, f"{where}.{key}"), f"{where}.{key}")
+            for key in ("box_counts", "stratum_counts")
+            if key in shard
+        }
+        shards.append(
+            ShardInfo(
+                values["file"],
+                values["index"],
+                values["examples"],
+                values["bytes"],
+                values["sha256"],
+                class_counts=counts,
+                index_file=index_file,
+                box_counts=extra.get("box_counts"),
+                stratum_counts=extra.get("stratum_counts"),
+            )
+        )
+    box_counts = (
+        read.counts(read.get(info, "box_counts", dict, f"{field}.box_counts"), f"{field}.box_counts")
+        if "box_counts" in info
+        else None
+    )
     max_boxes = read.get(info, "max_boxes", int, f"{field}.max_boxes") if "max_boxes" in info else None
     max_deviation = None
     if "max_deviation" in info:
         max_deviation = info["max_deviation"]
         if isinstance(max_deviation, bool) or not isinstance(max_deviation, (int, float)) or max_deviation < 0:
-            raise ManifestError(f"{read.where} is malformed: {field}.max_deviation must be a number >= 0, "
-                                f"got {max_deviation!r}")
+            raise ManifestError(
+                f"{read.where} is malformed: {field}.max_deviation must be a number >= 0, got {max_deviation!r}"
+            )
     fraction_dev = None
     if "fraction_deviation" in info:
         fraction_dev = read.get(info, "fraction_deviation", dict, f"{field}.fraction_deviation")
         for label, value in fraction_dev.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ManifestError(f"{read.where} is malformed: {field}.fraction_deviation[{label!r}] must be a "
-                                    f"number, got {value!r}")
+                raise ManifestError(
+                    f"{read.where} is malformed: {field}.fraction_deviation[{label!r}] must be a number, got {value!r}"
+                )
         fraction_dev = dict(fraction_dev)
-    return SplitInfo(name, totals["examples"], totals["bytes"], totals["num_shards"], class_counts, tuple(shards),
-                     box_counts=box_counts, max_boxes=max_boxes, max_deviation=max_deviation,
-                     fraction_deviation=fraction_dev)
+    return SplitInfo(
+        name,
+        totals["examples"],
+        totals["bytes"],
+        totals["num_shards"],
+        class_counts,
+        tuple(shards),
+        box_counts=box_counts,
+        max_boxes=max_boxes,
+        max_deviation=max_deviation,
+        fraction_deviation=fraction_dev,
+    )
 
 
 def dumps(document: dict[str, Any]) -> bytes:

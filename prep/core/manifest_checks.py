@@ -12,7 +12,7 @@ shards differ by at most one". Multi-label and detection apply it to strata
 from __future__ import annotations
 
 import collections
-from typing import Iterable
+from collections.abc import Iterable
 
 from prep.core.manifest import Manifest
 from prep.core.naming import ShardName
@@ -51,18 +51,20 @@ def contradictions(manifest: Manifest) -> list[str]:
         for i, shard in enumerate(shards):
             name = ShardName(split, i, len(shards)).filename
             if (shard.file, shard.index) != (name, i):
-                messages.append(f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
-                                f"not {shard.file} with index {shard.index}")
+                messages.append(
+                    f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
+                    f"not {shard.file} with index {shard.index}"
+                )
             in_classes = sum((shard.class_counts or {}).values())  # (read: require_shard_counts)
             # Only single-label records: multilabel, detection and segmentation count images containing a class.
             if manifest.task == "classification" and in_classes != shard.examples:
-                messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum "
-                                f"to {in_classes}")
+                messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum to {in_classes}")
             if manifest.task in STRATIFIED:
                 in_strata = sum((shard.stratum_counts or {}).values())
                 if in_strata != shard.examples:
-                    messages.append(f"{shard.file}: examples is {shard.examples} but its stratum_counts sum "
-                                    f"to {in_strata}")
+                    messages.append(
+                        f"{shard.file}: examples is {shard.examples} but its stratum_counts sum to {in_strata}"
+                    )
         for key in ("examples", "bytes"):
             summed = sum(getattr(s, key) for s in shards)
             if getattr(info, key) != summed:
@@ -71,8 +73,9 @@ def contradictions(manifest: Manifest) -> list[str]:
         for name in sorted(set(summed) | set(info.class_counts)):
             claimed = info.class_counts.get(name, 0)
             if claimed != summed.get(name, 0):
-                messages.append(f"split {split}: class_counts[{name!r}] is {claimed} but its shards sum to "
-                                f"{summed.get(name, 0)}")
+                messages.append(
+                    f"split {split}: class_counts[{name!r}] is {claimed} but its shards sum to {summed.get(name, 0)}"
+                )
         unknown = sorted(set(info.class_counts) - set(labels))
         if unknown:
             messages.append(f"split {split}: class_counts name classes not in labels: {', '.join(map(repr, unknown))}")
@@ -95,8 +98,9 @@ def _empty_class_messages(manifest: Manifest) -> list[str]:
         if held:
             messages.append(f"inputs.empty_classes names {name!r}, which holds {held} record(s)")
         if dropped and name in labels:
-            messages.append(f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), "
-                            "but it is in labels")
+            messages.append(
+                f"inputs.empty_classes names {name!r} as dropped (--empty-classes drop), but it is in labels"
+            )
         elif not dropped and name not in labels:
             messages.append(f"inputs.empty_classes names {name!r}, which is not in labels")
     return messages
@@ -135,8 +139,10 @@ def unbalanced(split: str, files: list[str], counts: list[dict[str, int]]) -> li
     def message(value: int, what: str, n: int) -> str:
         low, high = n // shards, -(-n // shards)
         allowed = f"{low}" if low == high else f"{low} or {high}"
-        return (f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
-                f"so each must hold {allowed}")
+        return (
+            f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
+            f"so each must hold {allowed}"
+        )
 
     records = [sum(c.values()) for c in counts]
     n = sum(records)

@@ -47,13 +47,19 @@ class ShardInfo:
             ValueError: (an internal error) the counts were not read: `Manifest.load(..., shard_counts=True)`.
         """
         if self.class_counts is None:
-            raise ValueError(f"internal error: the counts of {self.file} were not read "
-                             "(Manifest.load(..., shard_counts=True))")
+            raise ValueError(
+                f"internal error: the counts of {self.file} were not read (Manifest.load(..., shard_counts=True))"
+            )
         return self.class_counts
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, "index": self.index, "examples": self.examples,
-                               "bytes": self.bytes, "sha256": self.sha256}
+        out: dict[str, Any] = {
+            "file": self.file,
+            "index": self.index,
+            "examples": self.examples,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+        }
         if self.class_counts is not None:
             out["class_counts"] = dict(self.class_counts)
         if self.index_file is not None:
@@ -83,8 +89,13 @@ class SplitInfo:
     fraction_deviation: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"examples": self.examples, "bytes": self.bytes, "num_shards": self.num_shards,
-               "class_counts": dict(self.class_counts), "shards": [s.to_json() for s in self.shards]}
+        out: dict[str, Any] = {
+            "examples": self.examples,
+            "bytes": self.bytes,
+            "num_shards": self.num_shards,
+            "class_counts": dict(self.class_counts),
+            "shards": [s.to_json() for s in self.shards],
+        }
         if self.box_counts is not None:
             out["box_counts"] = dict(self.box_counts)
         if self.max_boxes is not None:
@@ -96,7 +107,9 @@ class SplitInfo:
         return out
 
 
-def fraction_deviation(class_counts: dict[str, int], fraction: float | Fraction, totals: dict[str, int]) -> dict[str, float]:
+def fraction_deviation(
+    class_counts: dict[str, int], fraction: float | Fraction, totals: dict[str, int]
+) -> dict[str, float]:
     """{class: the split's count of it - `fraction` x its count over all splits}, to 1/1000: how far a split is
     from its fraction, per class, once groups are kept whole."""
     return {name: round(float(n - fraction * totals.get(name, 0)), 3) or 0.0 for name, n in class_counts.items()}
@@ -124,7 +137,7 @@ class GroupCounts:
 
     REASONS = ("duplicate_of", "label_conflict", "cross_split_duplicate")
 
-    def plus(self, counts: Iterable[tuple[str, int]]) -> "GroupCounts":
+    def plus(self, counts: Iterable[tuple[str, int]]) -> GroupCounts:
         """These counts with `counts` ((name, n), ...) added."""
         out = dataclasses.asdict(self)
         for name, n in counts:
@@ -149,7 +162,9 @@ def deviation(split_counts: dict[str, int], examples: int, shards: Iterable[Shar
     ranked = sorted(((total, name) for name, total in split_counts.items() if total), reverse=True)
     worst = 0.0
     for shard in shards:
-        held = shard.held
+        held = shard.class_counts
+        if held is None:
+            held = shard.held  # raises: the counts were not read
         for name, n in held.items():
             if name in split_counts:
                 share = split_counts[name] * shard.examples / examples if examples else 0.0
@@ -211,8 +226,12 @@ class Inputs:
         return self.found == self.written + self.rejected + self.capped
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"found": self.found, "written": self.written, "rejected": self.rejected,
-                               "capped": self.capped}
+        out: dict[str, Any] = {
+            "found": self.found,
+            "written": self.written,
+            "rejected": self.rejected,
+            "capped": self.capped,
+        }
         for key in ("converted", "rejected_by_reason", "capped_by_class"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -242,14 +261,23 @@ class Resumed:
     in_flight: InFlight | None = None  # only when the killed run was reading some inputs
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Resumed":
+    def from_json(cls, data: dict[str, Any]) -> Resumed:
         in_flight = data.get("in_flight")
-        return cls(data["chunks"], data["chunks_reused"], data["shards"], data["shards_reused"],
-                   InFlight(**in_flight) if isinstance(in_flight, dict) else None)
+        return cls(
+            data["chunks"],
+            data["chunks_reused"],
+            data["shards"],
+            data["shards_reused"],
+            InFlight(**in_flight) if isinstance(in_flight, dict) else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"chunks": self.chunks, "chunks_reused": self.chunks_reused, "shards": self.shards,
-               "shards_reused": self.shards_reused}
+        out: dict[str, Any] = {
+            "chunks": self.chunks,
+            "chunks_reused": self.chunks_reused,
+            "shards": self.shards,
+            "shards_reused": self.shards_reused,
+        }
         if self.in_flight is not None:
             out["in_flight"] = dataclasses.asdict(self.in_flight)
         return out
@@ -268,7 +296,7 @@ class Run:
     resumed: Resumed | None = None
 
     @classmethod
-    def from_json(cls, data: object) -> "Run":
+    def from_json(cls, data: object) -> Run:
         """Lenient: `run` is provenance, which no reader relies on."""
         if not isinstance(data, dict):
             return cls()
@@ -277,12 +305,15 @@ class Run:
             resumed = Resumed.from_json(resumed) if isinstance(resumed, dict) else None
         except (KeyError, TypeError):
             resumed = None
-        return cls(**{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
-                   resumed=resumed)
+        return cls(
+            **{k: data.get(k) for k in ("runner", "workers", "source", "started", "created", "seconds")},
+            resumed=resumed,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: getattr(self, k)
-                               for k in ("runner", "workers", "source", "started", "created", "seconds")}
+        out: dict[str, Any] = {
+            k: getattr(self, k) for k in ("runner", "workers", "source", "started", "created", "seconds")
+        }
         if self.resumed is not None:
             out["resumed"] = self.resumed.to_json()
         return out

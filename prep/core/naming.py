@@ -57,7 +57,7 @@ class ShardName:
         return self.filename
 
     @classmethod
-    def parse(cls, filename: str) -> "ShardName | None":
+    def parse(cls, filename: str) -> ShardName | None:
         """Parses a shard file name; returns None if it is not one."""
         match = _NAME_RE.match(filename)
         if match is None:
@@ -68,9 +68,8 @@ class ShardName:
             return None
 
     @classmethod
-    def parse_index(cls, filename: str) -> "ShardName | None":
+    def parse_index(cls, filename: str) -> ShardName | None:
         """Parses a record index file name (a shard name plus ``.idx``); None if it is not one."""
         if not filename.endswith(INDEX_SUFFIX):
             return None
-        return cls.parse(filename[:-len(INDEX_SUFFIX)])
-
+        return cls.parse(filename[: -len(INDEX_SUFFIX)])

@@ -86,9 +86,15 @@ def _first_band_is(x: np.ndarray, band: int) -> np.ndarray:
     return keep
 
 
-def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_CAP,
-              max_distance: int = NEAR_DISTANCE, sub: int = 0,
-              sub_bits: int = 0) -> tuple[list[tuple[int, int, int]], int]:
+def scan_band(
+    items: np.ndarray,
+    hashes: np.ndarray,
+    band: int,
+    cap: int = SCAN_CAP,
+    max_distance: int = NEAR_DISTANCE,
+    sub: int = 0,
+    sub_bits: int = 0,
+) -> tuple[list[tuple[int, int, int]], int]:
     """The pairs of images whose hashes (of one crop scale) differ in at most one bit of band `band`, that
     band being the first such, and lie within `max_distance`.
 
@@ -134,7 +140,7 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_
             skipped += s
     probing = np.flatnonzero(query)
     for first_query in range(0, len(probing), BLOCK):  # the probes' arrays: BLOCK hashes' at a time
-        pos = probing[first_query:first_query + BLOCK]
+        pos = probing[first_query : first_query + BLOCK]
         same = pos[~big[values[pos]]]  # the same band value: each later hash of it
         out.extend(_compare(items, hashes, same, same + 1, starts[values[same] + 1] - same - 1, band, max_distance))
         for flip in (1 << k for k in range(WIDTH)):  # from the side whose bit is 0, so a pair is met once
@@ -150,8 +156,15 @@ def scan_band(items: np.ndarray, hashes: np.ndarray, band: int, cap: int = SCAN_
 Index = npt.NDArray[np.intp]  # positions in the sorted arrays
 
 
-def _compare(items: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64], q: Index, lo: Index, counts: Index,
-             band: int, max_distance: int) -> Iterator[tuple[int, int, int]]:
+def _compare(
+    items: npt.NDArray[np.int64],
+    hashes: npt.NDArray[np.uint64],
+    q: Index,
+    lo: Index,
+    counts: Index,
+    band: int,
+    max_distance: int,
+) -> Iterator[tuple[int, int, int]]:
     """(distance, a, b) for hash q[i] against hashes lo[i] .. lo[i] + counts[i] - 1, LIMIT pairs at a time."""
     keep = counts > 0
     q, lo, counts = q[keep], lo[keep], counts[keep]
@@ -172,14 +185,28 @@ def _compare(items: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64], q: In
         start = stop
 
 
-def _oversized(items: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64], lo: int, hi: int, band: int, cap: int,
-               max_distance: int) -> tuple[list[tuple[int, int, int]], int]:
+def _oversized(
+    items: npt.NDArray[np.int64],
+    hashes: npt.NDArray[np.uint64],
+    lo: int,
+    hi: int,
+    band: int,
+    cap: int,
+    max_distance: int,
+) -> tuple[list[tuple[int, int, int]], int]:
     """The pairs among one band value's distinct hashes, too many to compare all: near_pairs.band_pairs on
     the 48 bits outside the band (which cuts them again and bounds its work), first-band rule applied."""
     shift = int(_shift(band))
     low = (1 << shift) - 1
-    entries = [BandEntry(int(i), ContentKeys(_NO_SHA, (int(h),)), ((int(h) >> (shift + WIDTH)) << shift) | (int(h) & low),
-                         BITS - WIDTH) for i, h in zip(items[lo:hi], hashes[lo:hi])]
+    entries = [
+        BandEntry(
+            int(i),
+            ContentKeys(_NO_SHA, (int(h),)),
+            ((int(h) >> (shift + WIDTH)) << shift) | (int(h) & low),
+            BITS - WIDTH,
+        )
+        for i, h in zip(items[lo:hi], hashes[lo:hi])
+    ]
     found = band_pairs(entries, min(cap, DEFAULT_CAP), max_distance)
     by_id = dict(zip(items[lo:hi].tolist(), hashes[lo:hi].tolist()))
     pairs = [(p.distance, p.a, p.b) for p in found.pairs]

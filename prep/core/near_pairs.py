@@ -17,7 +17,8 @@ most 7 of the other bits, so they agree on one sub-band); then 49 bits in 8 of
 hashes: entries with an identical hash are joined to the first of them (a star:
 the same components, fewer listed pairs), and the distinct hashes left are each
 compared with the next `cap` in hash order only; `BandPairs.skipped` counts the
-pairs of entries left uncompared, so 0 means every pair was looked at. So a bucket costs at most `cap`² distances (one numpy
+pairs of entries left uncompared, so 0 means every pair was looked at. So a bucket costs at most
+`cap`² distances (one numpy
 pass per crop scale: ~0.3 s and ~46 MB at the default cap), whatever the data.
 
 The intended Beam shape, each step a call into this module (`near_pairs` runs
@@ -36,7 +37,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -98,9 +100,12 @@ BandKey = tuple[int, int, int]  # (crop scale index, band index, the band's bits
 
 def band_entries(item: int, keys: ContentKeys, scale: int | None = None) -> list[tuple[BandKey, BandEntry]]:
     """The (band key, entry) pairs one image files: one per hash and band (of one crop scale if given)."""
-    return [((s, index, field), BandEntry(item, keys, rest, rest_bits))
-            for s, h in enumerate(keys.hashes) if scale is None or s == scale
-            for index, field, rest, rest_bits in split(h, BITS)]
+    return [
+        ((s, index, field), BandEntry(item, keys, rest, rest_bits))
+        for s, h in enumerate(keys.hashes)
+        if scale is None or s == scale
+        for index, field, rest, rest_bits in split(h, BITS)
+    ]
 
 
 def _close_pairs(entries: list[BandEntry], max_distance: int) -> dict[tuple[int, int], int]:
@@ -123,8 +128,9 @@ def _close_pairs(entries: list[BandEntry], max_distance: int) -> dict[tuple[int,
     return found
 
 
-def band_pairs(entries: Iterable[BandEntry], cap: int = DEFAULT_CAP,
-               max_distance: int = NEAR_DISTANCE, level: int = 0) -> BandPairs:
+def band_pairs(
+    entries: Iterable[BandEntry], cap: int = DEFAULT_CAP, max_distance: int = NEAR_DISTANCE, level: int = 0
+) -> BandPairs:
     """The pairs of images in one bucket whose real distance is at most `max_distance`.
 
     Args:
@@ -178,7 +184,7 @@ def band_pairs(entries: Iterable[BandEntry], cap: int = DEFAULT_CAP,
                 check(same[0], other)
             compared += len(same) - 1
         for i, x in enumerate(firsts):
-            for y in firsts[i + 1:i + 1 + cap]:
+            for y in firsts[i + 1 : i + 1 + cap]:
                 check(x, y)
                 compared += 1
         skipped += len(entries) * (len(entries) - 1) // 2 - compared
@@ -188,11 +194,12 @@ def band_pairs(entries: Iterable[BandEntry], cap: int = DEFAULT_CAP,
 def exact_pairs(items: Iterable[int]) -> list[Pair]:
     """Pairs joining the images of one sha256: every pair, as `prep leakage` lists them."""
     ordered = sorted(set(items))
-    return [Pair(a, b, 0) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+    return [Pair(a, b, 0) for i, a in enumerate(ordered) for b in ordered[i + 1 :]]
 
 
-def near_pairs(keys: dict[int, ContentKeys], cap: int = DEFAULT_CAP,
-               max_distance: int = NEAR_DISTANCE) -> tuple[list[Pair], int]:
+def near_pairs(
+    keys: dict[int, ContentKeys], cap: int = DEFAULT_CAP, max_distance: int = NEAR_DISTANCE
+) -> tuple[list[Pair], int]:
     """Every pair of `keys` within `max_distance`, in memory: the Beam shape above run in one process.
 
     Images with identical hashes are banded once, through the first of them

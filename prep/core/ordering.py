@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from prep.core.listing import InputRef, Listing
 
@@ -68,7 +69,7 @@ def chunk_size(n: int) -> int:
 
 
 def make_chunks(refs: Sequence[T], size: int) -> list[list[T]]:
-    return [list(refs[start:start + size]) for start in range(0, len(refs), size)]
+    return [list(refs[start : start + size]) for start in range(0, len(refs), size)]
 
 
 def listing_chunks(listing: Listing, seed: int) -> list[list[InputRef]]:

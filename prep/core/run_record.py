@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import prep
-
 from prep.core.listing import InputRef, Listing, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
@@ -41,8 +40,10 @@ _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--cl
 # Manifest options that only shape the plan, read after every image is prepared.
 PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")
 # What a planning failure after the images were read adds: the command that recovers.
-REPLAN_HINT = ("the images read so far are kept: run the same command again with the corrected option and "
-               "--resume to plan them anew without reading them again")
+REPLAN_HINT = (
+    "the images read so far are kept: run the same command again with the corrected option and "
+    "--resume to plan them anew without reading them again"
+)
 
 
 def tool_info() -> dict[str, str]:
@@ -64,8 +65,11 @@ def listing_digest(listing: Listing, batch: int = 4096) -> str:
         for start in range(0, len(entries), batch):
             if start:
                 digest.update(b", ")
-            digest.update(json.dumps([r.fields() if isinstance(r, InputRef) else list(r)
-                                       for r in entries[start:start + batch]])[1:-1].encode())
+            digest.update(
+                json.dumps(
+                    [r.fields() if isinstance(r, InputRef) else list(r) for r in entries[start : start + batch]]
+                )[1:-1].encode()
+            )
         digest.update(b"]")
     digest.update(b"]")
     return digest.hexdigest()
@@ -78,8 +82,7 @@ def run_record(options: dict[str, Any], tool: dict[str, str], listing: Listing) 
         "options": options,
         "tool": tool,
         "labels": list(listing.classes),
-        "listing": {"sha256": listing_digest(listing), "inputs": len(listing.refs),
-                    "rejected": len(listing.rejects)},
+        "listing": {"sha256": listing_digest(listing), "inputs": len(listing.refs), "rejected": len(listing.rejects)},
     }
 
 
@@ -109,8 +112,10 @@ def differences(old: dict[str, Any], new: dict[str, Any], planning: bool = True)
     found: list[str] = []
     if old.get("tool") != new["tool"]:
         then, now = old.get("tool") or {}, new["tool"]
-        found.append(f"tfrecord-prep {then.get('version')} with Pillow {then.get('pillow')} ran it, "
-                     f"this is tfrecord-prep {now['version']} with Pillow {now['pillow']}")
+        found.append(
+            f"tfrecord-prep {then.get('version')} with Pillow {then.get('pillow')} ran it, "
+            f"this is tfrecord-prep {now['version']} with Pillow {now['pillow']}"
+        )
     old_options = old.get("options") or {}
     for key in sorted(set(old_options) | set(new["options"])):
         then, now = old_options.get(key), new["options"].get(key)

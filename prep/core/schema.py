@@ -27,8 +27,7 @@ import dataclasses
 import hashlib
 
 from prep.core.errors import RecordError
-from prep.core.wire import (ByteList, Floats, Ints, decode_example, encode_example,  # noqa: F401 (re-exported)
-                            encode_example_around, varint)
+from prep.core.wire import ByteList, Floats, Ints, decode_example, encode_example, encode_example_around, varint  # noqa: F401 (re-exported)
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -89,12 +88,12 @@ class ImageRecord:
     source_id: str | None = None  # image/source_id, when written
 
     @classmethod
-    def build(cls, encoded: bytes, format: str, height: int, width: int, channels: int,
-              label: int, text: str, filename: str) -> "ImageRecord":
+    def build(
+        cls, encoded: bytes, format: str, height: int, width: int, channels: int, label: int, text: str, filename: str
+    ) -> ImageRecord:
         """Builds a record, computing `sha256` from the encoded bytes; without image/source_id
         (`dataclasses.replace(record, source_id=...)` adds one)."""
-        return cls(encoded, format, height, width, channels, label, text, filename,
-                   hashlib.sha256(encoded).hexdigest())
+        return cls(encoded, format, height, width, channels, label, text, filename, hashlib.sha256(encoded).hexdigest())
 
     def features(self) -> dict[str, bytes | int]:
         optional: dict[str, bytes | int] = {} if self.source_id is None else {SOURCE_ID: self.source_id.encode()}
@@ -115,7 +114,7 @@ class ImageRecord:
         return encode_example(self.features())
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "ImageRecord":
+    def from_bytes(cls, data: bytes) -> ImageRecord:
         """Parses a serialized Example written by `to_bytes` (or any Example with our keys).
 
         Raises:

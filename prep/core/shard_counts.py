@@ -49,10 +49,14 @@ class SidecarRef:
 
 def line(split: str, file: str | None, counts: dict[str, Any]) -> bytes:
     """One shard's line: its split, file and counts (zeros left out)."""
-    entry = {key: ({k: v for k, v in value.items() if v} if isinstance(value, dict) else value)
-             for key, value in counts.items()}
-    return (json.dumps({"split": split, "file": file, **entry}, sort_keys=True, separators=(",", ":"),
-                       ensure_ascii=True) + "\n").encode()
+    entry = {
+        key: ({k: v for k, v in value.items() if v} if isinstance(value, dict) else value)
+        for key, value in counts.items()
+    }
+    return (
+        json.dumps({"split": split, "file": file, **entry}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        + "\n"
+    ).encode()
 
 
 def split_out(document: dict[str, Any], ref: SidecarRef | None = None) -> tuple[dict[str, Any], bytes | None]:

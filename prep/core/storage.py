@@ -22,7 +22,8 @@ import posixpath
 import re
 import secrets
 import shutil
-from typing import BinaryIO, Iterable, Protocol
+from collections.abc import Iterable
+from typing import BinaryIO, Protocol
 
 SCHEME_SEPARATOR = "://"
 
@@ -235,11 +236,11 @@ def list_names(folder: str) -> list[str]:
             return []
     prefix = folder.rstrip("/") + "/"
     matches = _remote(folder).match(prefix + "**")
-    return sorted({p[len(prefix):].split("/")[0] for p, _ in matches if p.startswith(prefix)})
+    return sorted({p[len(prefix) :].split("/")[0] for p, _ in matches if p.startswith(prefix)})
 
 
 def list_files(root: str) -> list[tuple[str, None]]:
     """(path relative to root, None) for every object under a remote root, as `listing.list_folders` takes."""
     prefix = root.rstrip("/") + "/"
     matches = _remote(root).match(prefix + "**")
-    return sorted((p[len(prefix):], None) for p, _ in matches if p.startswith(prefix) and p != prefix)
+    return sorted((p[len(prefix) :], None) for p, _ in matches if p.startswith(prefix) and p != prefix)

@@ -35,8 +35,10 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 # Reasons a record fails a target's defaults: (key, text for the summary).
 NOT_JPEG = "not_jpeg"
 NO_SOURCE_ID = "no_source_id"
-REASONS = {NOT_JPEG: "not JPEG, for the classification Parser",
-           NO_SOURCE_ID: "without image/source_id, for TfExampleDecoder"}
+REASONS = {
+    NOT_JPEG: "not JPEG, for the classification Parser",
+    NO_SOURCE_ID: "without image/source_id, for TfExampleDecoder",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +58,9 @@ class Target:
 
 _TARGETS = {
     NONE: Target(NONE, None, False, "", ""),
-    MODEL_GARDEN: Target(MODEL_GARDEN, "jpeg", True, "Model Garden's default decoders",
-                         "every record is JPEG with an image/source_id"),
+    MODEL_GARDEN: Target(
+        MODEL_GARDEN, "jpeg", True, "Model Garden's default decoders", "every record is JPEG with an image/source_id"
+    ),
 }
 
 
@@ -82,9 +85,11 @@ def image_format(target: str, asked: str | None) -> str:
     if wanted is None:
         return asked or "keep"
     if asked not in (None, wanted):
-        raise OptionsError(f"--target {target} stores every image as {wanted.upper()} (Model Garden's "
-                           f"classification Parser decodes only JPEG by default), so --image-format {asked} "
-                           f"contradicts it: leave --image-format out")
+        raise OptionsError(
+            f"--target {target} stores every image as {wanted.upper()} (Model Garden's "
+            f"classification Parser decodes only JPEG by default), so --image-format {asked} "
+            f"contradicts it: leave --image-format out"
+        )
     return wanted
 
 
@@ -111,14 +116,18 @@ def record_failures(target: str, encoded: bytes, source_id: str | None) -> list[
 def not_jpeg_message(encoded: bytes) -> str:
     """Why Model Garden's classification Parser cannot read a record's image."""
     kind = "PNG" if encoded.startswith(b"\x89PNG") else f"not JPEG (starts with {encoded[:4].hex(' ')})"
-    return (f"image/encoded is {kind}: Model Garden's classification Parser (decode_jpeg_only=True, its default) "
-            "decodes only JPEG")
+    return (
+        f"image/encoded is {kind}: Model Garden's classification Parser (decode_jpeg_only=True, its default) "
+        "decodes only JPEG"
+    )
 
 
 def no_source_id_message(missing: int, records: int, first: int) -> str:
     """Why Model Garden's TfExampleDecoder cannot read `missing` of a shard's `records` records."""
-    return (f"{missing} of {records} records have no decimal image/source_id, which Model Garden's "
-            f"TfExampleDecoder() requires (the first is record {first})")
+    return (
+        f"{missing} of {records} records have no decimal image/source_id, which Model Garden's "
+        f"TfExampleDecoder() requires (the first is record {first})"
+    )
 
 
 def _quote(text: str) -> str:

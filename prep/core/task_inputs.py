@@ -36,8 +36,26 @@ if typing.TYPE_CHECKING:
 
 NO_STRATUM = "(none)"  # as prep.core.manifest.NO_STRATUM (not imported: manifest imports the schema)
 ALL = "(all)"  # segmentation's one group
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
-                              ".ppm", ".pgm", ".pbm", ".pnm", ".ico", ".mpo"})
+IMAGE_EXTENSIONS = frozenset(
+    {
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".jfif",
+        ".png",
+        ".gif",
+        ".bmp",
+        ".webp",
+        ".tif",
+        ".tiff",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+        ".ico",
+        ".mpo",
+    }
+)
 BOX_REJECTED_IMAGE = "image_rejected"  # a box of an image that is not written
 # (path, split, label ids from 0, extra): an input before `strata_refs` makes it an InputRef
 Item = tuple[str, str | None, list[int], dict[str, Any]]
@@ -53,8 +71,13 @@ class BoxNote(typing.NamedTuple):
     clipped: bool = False  # written, clipped to the image; else dropped
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": printable(self.path), "box": self.box, "reason": self.reason,
-                "detail": printable(self.detail), "action": "clipped" if self.clipped else "dropped"}
+        return {
+            "path": printable(self.path),
+            "box": self.box,
+            "reason": self.reason,
+            "detail": printable(self.detail),
+            "action": "clipped" if self.clipped else "dropped",
+        }
 
 
 class BoxTally(typing.NamedTuple):
@@ -65,12 +88,16 @@ class BoxTally(typing.NamedTuple):
     clipped: int = 0
     dropped: tuple[tuple[str, int], ...] = ()  # ((reason, count), ...) sorted
 
-    def plus(self, other: "BoxTally") -> "BoxTally":
+    def plus(self, other: BoxTally) -> BoxTally:
         dropped = dict(self.dropped)
         for reason, n in other.dropped:
             dropped[reason] = dropped.get(reason, 0) + n
-        return BoxTally(self.read + other.read, self.written + other.written, self.clipped + other.clipped,
-                        tuple(sorted(dropped.items())))
+        return BoxTally(
+            self.read + other.read,
+            self.written + other.written,
+            self.clipped + other.clipped,
+            tuple(sorted(dropped.items())),
+        )
 
 
 def dropped_tally(read: int, reasons: Iterable[str]) -> BoxTally:
@@ -90,8 +117,9 @@ def image_files(root: str) -> tuple[list[str], list[Reject]]:
         files = [rel for rel, _ in storage.list_files(root)]
     else:
         if not os.path.isdir(root):
-            raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root)
-                              else f"SOURCE {root} does not exist")
+            raise SourceError(
+                f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist"
+            )
         files = []
         for folder, dirs, names in os.walk(root, followlinks=False):
             dirs.sort()
@@ -118,8 +146,13 @@ def folder_split(paths: Collection[str], layout: str) -> dict[str, str] | None:
     return {p: p.split("/")[0] for p in paths}
 
 
-def strata_refs(items: Iterable[Item], classes: tuple[str, ...], seed: int, plan: PlanOptions | None = None,
-                source: str | None = None) -> list[InputRef]:
+def strata_refs(
+    items: Iterable[Item],
+    classes: tuple[str, ...],
+    seed: int,
+    plan: PlanOptions | None = None,
+    source: str | None = None,
+) -> list[InputRef]:
     """[(path, split, label ids from 0, extra)] -> InputRefs grouped by stratum, with their rank keys.
 
     With `plan` (the conversion's PlanOptions), the keys are dealt for the layout the planner will make
@@ -137,14 +170,20 @@ def strata_refs(items: Iterable[Item], classes: tuple[str, ...], seed: int, plan
         locate = None if plan is None else _locate(images, split, len(classes), plan, source)
         for (path, _, _, extra), (stratum, key) in zip(members, stratify(images, len(classes), seed, locate)):
             group = NO_STRATUM if stratum is None else classes[stratum]
-            refs.append(InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True),
-                                 key.hex()))
+            refs.append(
+                InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True), key.hex())
+            )
     refs.sort(key=lambda r: r.path)
     return refs
 
 
-def _locate(images: list[tuple[str, tuple[int, ...]]], split: str | None, num_classes: int, plan: PlanOptions,
-            source: str | None) -> Callable[[int | None, int], tuple[str, int] | None] | None:
+def _locate(
+    images: list[tuple[str, tuple[int, ...]]],
+    split: str | None,
+    num_classes: int,
+    plan: PlanOptions,
+    source: str | None,
+) -> Callable[[int | None, int], tuple[str, int] | None] | None:
     """(stratum, rank) -> (split, shard) as `layout.make_layout` places the strata of `images` (all of
     one split SOURCE gives, or None), or None when no layout can be made yet (the planner says why)."""
     from prep.core.annotations.strata import strata_of
@@ -177,8 +216,15 @@ def _mean_size(source: str | None, paths: list[str], sample: int = 256) -> float
     return sum(sizes) / len(sizes) if sizes else 1.0
 
 
-def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] | None, layout: str, seed: int,
-                   skip: frozenset[str] = frozenset(), plan: PlanOptions | None = None) -> Listing:
+def list_detection(
+    source: str,
+    options: TaskOptions,
+    classes: tuple[str, ...] | None,
+    layout: str,
+    seed: int,
+    skip: frozenset[str] = frozenset(),
+    plan: PlanOptions | None = None,
+) -> Listing:
     """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
     with the images they do not name as `options.unannotated` says.
 
@@ -221,14 +267,23 @@ def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] |
             tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
             continue
         if ann.path not in present:
-            rejects.append(Reject(ann.path, "missing_image", f"the annotations name {printable(ann.path)}, "
-                                                             "which is not under SOURCE"))
+            rejects.append(
+                Reject(
+                    ann.path, "missing_image", f"the annotations name {printable(ann.path)}, which is not under SOURCE"
+                )
+            )
             tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
             continue
         source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
         split = ann.split or (splits or {}).get(ann.path)
-        items.append((ann.path, split, [ids[o.label] for o in ann.objects if o.label in ids],
-                      {"a": ann.to_json(), "s": str(source_id)}))
+        items.append(
+            (
+                ann.path,
+                split,
+                [ids[o.label] for o in ann.objects if o.label in ids],
+                {"a": ann.to_json(), "s": str(source_id)},
+            )
+        )
     for path in on_disk:
         if path in annotated or path in problem_images:
             continue
@@ -237,16 +292,29 @@ def list_detection(source: str, options: TaskOptions, classes: tuple[str, ...] |
             items.append((path, (splits or {}).get(path), [], {"a": empty, "s": str(next_id)}))
             next_id += 1
         else:
-            rejects.append(Reject(path, "not_annotated", "the annotations do not name this image "
-                                                         "(--unannotated keep writes it without objects)"))
+            rejects.append(
+                Reject(
+                    path,
+                    "not_annotated",
+                    "the annotations do not name this image (--unannotated keep writes it without objects)",
+                )
+            )
     if items and len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError(f"--annotations {annotations} gives a split for some images but not for others")
     refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
     rejects.sort(key=lambda r: (r.path, r.reason))
     categories = tuple(Category(c.id, c.name, c.source_id) for c in found.categories)
-    return Listing(tuple(refs), tuple(rejects), names, task="detection", groups=names + (NO_STRATUM,),
-                   categories=categories, box_notes=tuple(notes), boxes=tally,
-                   masks=any(o.polygons or o.rle is not None for a in found.images for o in a.objects))
+    return Listing(
+        tuple(refs),
+        tuple(rejects),
+        names,
+        task="detection",
+        groups=names + (NO_STRATUM,),
+        categories=categories,
+        box_notes=tuple(notes),
+        boxes=tally,
+        masks=any(o.polygons or o.rle is not None for a in found.images for o in a.objects),
+    )
 
 
 def mask_path(image: str) -> str:
@@ -261,8 +329,9 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
         SourceError: SOURCE or --masks is not a folder.
     """
     if not storage.is_remote(masks) and not os.path.isdir(masks):
-        raise SourceError(f"--masks {masks} is not a folder" if os.path.exists(masks)
-                          else f"--masks {masks} does not exist")
+        raise SourceError(
+            f"--masks {masks} is not a folder" if os.path.exists(masks) else f"--masks {masks} does not exist"
+        )
     images, rejects = image_files(source)
     mask_files = set(image_files(masks)[0])
     inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
@@ -284,18 +353,22 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
     return Listing(tuple(refs), tuple(rejects), tuple(classes), task="segmentation", groups=(ALL,))
 
 
-def multilabel_listing(listing: Listing, seed: int, plan: PlanOptions | None = None,
-                       source: str | None = None) -> Listing:
+def multilabel_listing(
+    listing: Listing, seed: int, plan: PlanOptions | None = None, source: str | None = None
+) -> Listing:
     """A label file's listing whose labels are '|'-joined names -> a multilabel listing in strata.
 
     The refs' labels are checked against the classes by the caller (`label_file`).
     """
     ids = {name: i for i, name in enumerate(listing.classes)}
-    items = [(r.path, r.split, [ids[n] for n in r.label.split("|")],
-              {"l": sorted({ids[n] for n in r.label.split("|")})}) for r in listing.refs]
+    items = [
+        (r.path, r.split, [ids[n] for n in r.label.split("|")], {"l": sorted({ids[n] for n in r.label.split("|")})})
+        for r in listing.refs
+    ]
     refs = strata_refs(items, listing.classes, seed, plan, source)
     user = {r.path: r.group for r in listing.refs if r.group is not None}  # --group-by
     if user:
         refs = [r._replace(group=user.get(r.path)) for r in refs]
-    return Listing(tuple(refs), listing.rejects, listing.classes, task="multilabel",
-                   groups=listing.classes + (NO_STRATUM,))
+    return Listing(
+        tuple(refs), listing.rejects, listing.classes, task="multilabel", groups=listing.classes + (NO_STRATUM,)
+    )

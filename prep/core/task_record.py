@@ -69,7 +69,7 @@ class TaskRecord:
             raise ValueError("masks are written for every object or for none")
 
     @classmethod
-    def build(cls, task: str, encoded: bytes, **fields: Any) -> "TaskRecord":
+    def build(cls, task: str, encoded: bytes, **fields: Any) -> TaskRecord:
         """A record with `sha256` computed from `encoded`."""
         return cls(task=task, encoded=encoded, sha256=hashlib.sha256(encoded).hexdigest(), **fields)
 
@@ -79,8 +79,12 @@ class TaskRecord:
 
     def features(self) -> dict[str, Value]:
         out: dict[str, Value] = {
-            s.ENCODED: self.encoded, s.FORMAT: self.format.encode(), s.HEIGHT: self.height, s.WIDTH: self.width,
-            s.CHANNELS: self.channels, s.FILENAME: self.filename.encode("utf-8", "surrogateescape"),
+            s.ENCODED: self.encoded,
+            s.FORMAT: self.format.encode(),
+            s.HEIGHT: self.height,
+            s.WIDTH: self.width,
+            s.CHANNELS: self.channels,
+            s.FILENAME: self.filename.encode("utf-8", "surrogateescape"),
             s.SHA256: self.sha256.encode(),
         }
         if self.source_id is not None:
@@ -91,12 +95,15 @@ class TaskRecord:
         elif self.task == "detection":
             objs = self.objects
             out |= {
-                s.OBJECT_XMIN: Floats(o.xmin for o in objs), s.OBJECT_YMIN: Floats(o.ymin for o in objs),
-                s.OBJECT_XMAX: Floats(o.xmax for o in objs), s.OBJECT_YMAX: Floats(o.ymax for o in objs),
+                s.OBJECT_XMIN: Floats(o.xmin for o in objs),
+                s.OBJECT_YMIN: Floats(o.ymin for o in objs),
+                s.OBJECT_XMAX: Floats(o.xmax for o in objs),
+                s.OBJECT_YMAX: Floats(o.ymax for o in objs),
                 s.OBJECT_BBOX: Floats(self.yxyx()),
                 s.OBJECT_LABEL: Ints(o.label for o in objs),
                 s.OBJECT_TEXT: ByteList(o.text.encode("utf-8") for o in objs),
-                s.OBJECT_AREA: Floats(o.area for o in objs), s.OBJECT_CROWD: Ints(o.crowd for o in objs),
+                s.OBJECT_AREA: Floats(o.area for o in objs),
+                s.OBJECT_CROWD: Ints(o.crowd for o in objs),
                 s.OBJECT_DIFFICULT: Ints(o.difficult for o in objs),
             }
             if self.masks:
@@ -111,7 +118,7 @@ class TaskRecord:
         return encode_example(self.features())
 
     @classmethod
-    def from_bytes(cls, data: bytes, task: str) -> "TaskRecord":
+    def from_bytes(cls, data: bytes, task: str) -> TaskRecord:
         """Parses a record of `task`.
 
         Raises:
@@ -130,12 +137,16 @@ class TaskRecord:
             return items[0] if one else items
 
         try:
-            common = dict(encoded=get(s.ENCODED, "bytes"), format=get(s.FORMAT, "bytes").decode(),
-                          height=get(s.HEIGHT, "int64"), width=get(s.WIDTH, "int64"),
-                          channels=get(s.CHANNELS, "int64"),
-                          filename=get(s.FILENAME, "bytes").decode("utf-8", "surrogateescape"),
-                          sha256=get(s.SHA256, "bytes").decode(),
-                          source_id=get(s.SOURCE_ID, "bytes").decode() if s.SOURCE_ID in f else None)
+            common = dict(
+                encoded=get(s.ENCODED, "bytes"),
+                format=get(s.FORMAT, "bytes").decode(),
+                height=get(s.HEIGHT, "int64"),
+                width=get(s.WIDTH, "int64"),
+                channels=get(s.CHANNELS, "int64"),
+                filename=get(s.FILENAME, "bytes").decode("utf-8", "surrogateescape"),
+                sha256=get(s.SHA256, "bytes").decode(),
+                source_id=get(s.SOURCE_ID, "bytes").decode() if s.SOURCE_ID in f else None,
+            )
             if task == "multilabel":
                 labels, texts = get(s.LABEL, "int64", False), get(s.TEXT, "bytes", False)
                 if len(labels) != len(texts):
@@ -152,20 +163,43 @@ class TaskRecord:
 
 
 def _objects(get: Callable[[str, str, bool], Any], masks: bool) -> dict[str, Any]:
-    columns = {key: get(key, kind, False) for key, kind in (
-        (s.OBJECT_XMIN, "float"), (s.OBJECT_YMIN, "float"), (s.OBJECT_XMAX, "float"), (s.OBJECT_YMAX, "float"),
-        (s.OBJECT_LABEL, "int64"), (s.OBJECT_TEXT, "bytes"), (s.OBJECT_AREA, "float"), (s.OBJECT_CROWD, "int64"),
-        (s.OBJECT_DIFFICULT, "int64"))}
+    columns = {
+        key: get(key, kind, False)
+        for key, kind in (
+            (s.OBJECT_XMIN, "float"),
+            (s.OBJECT_YMIN, "float"),
+            (s.OBJECT_XMAX, "float"),
+            (s.OBJECT_YMAX, "float"),
+            (s.OBJECT_LABEL, "int64"),
+            (s.OBJECT_TEXT, "bytes"),
+            (s.OBJECT_AREA, "float"),
+            (s.OBJECT_CROWD, "int64"),
+            (s.OBJECT_DIFFICULT, "int64"),
+        )
+    }
     if masks:
         columns[s.OBJECT_MASK] = get(s.OBJECT_MASK, "bytes", False)
     lengths = {len(v) for v in columns.values()}
     if len(lengths) > 1:
-        raise RecordError("the per-object features of a record differ in length: "
-                          + ", ".join(f"{k} {len(v)}" for k, v in columns.items()))
+        raise RecordError(
+            "the per-object features of a record differ in length: "
+            + ", ".join(f"{k} {len(v)}" for k, v in columns.items())
+        )
     n = lengths.pop() if lengths else 0
     c = columns
-    objects = tuple(BoxObject(c[s.OBJECT_LABEL][i], c[s.OBJECT_TEXT][i].decode(), c[s.OBJECT_XMIN][i],
-                              c[s.OBJECT_YMIN][i], c[s.OBJECT_XMAX][i], c[s.OBJECT_YMAX][i], c[s.OBJECT_AREA][i],
-                              c[s.OBJECT_CROWD][i], c[s.OBJECT_DIFFICULT][i],
-                              c[s.OBJECT_MASK][i] if masks else None) for i in range(n))
+    objects = tuple(
+        BoxObject(
+            c[s.OBJECT_LABEL][i],
+            c[s.OBJECT_TEXT][i].decode(),
+            c[s.OBJECT_XMIN][i],
+            c[s.OBJECT_YMIN][i],
+            c[s.OBJECT_XMAX][i],
+            c[s.OBJECT_YMAX][i],
+            c[s.OBJECT_AREA][i],
+            c[s.OBJECT_CROWD][i],
+            c[s.OBJECT_DIFFICULT][i],
+            c[s.OBJECT_MASK][i] if masks else None,
+        )
+        for i in range(n)
+    )
     return {"objects": objects, "masks": masks}

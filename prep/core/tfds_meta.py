@@ -52,8 +52,10 @@ NAME = "tfrecord_prep"  # fixed, not the folder's name: the bytes must not depen
 VERSION = "1.0.0"
 INFO_FILE = "dataset_info.json"
 FEATURES_FILE = "features.json"
-DESCRIPTION = ("Images and labels converted by tfrecord-prep; manifest.json in this folder describes "
-               "the inputs, options and every shard.")
+DESCRIPTION = (
+    "Images and labels converted by tfrecord-prep; manifest.json in this folder describes "
+    "the inputs, options and every shard."
+)
 
 _FEATURES = "tensorflow_datasets.core.features."
 
@@ -63,9 +65,12 @@ OBJECTS = "image/object"  # detection: the Sequence of objects; its features' Ex
 BBOX = schema.OBJECT_BBOX.removeprefix(OBJECTS + "/")  # detection: the BBoxFeature's name in OBJECTS
 
 # The feature whose class names the labels file holds, per task: its path of names in the FeaturesDict.
-_LABELLED = {"classification": (schema.LABEL,), "multilabel": (schema.LABEL,),
-             "detection": (OBJECTS, schema.OBJECT_LABEL.removeprefix(OBJECTS + "/")),
-             "segmentation": (schema.SEGMENTATION,)}
+_LABELLED = {
+    "classification": (schema.LABEL,),
+    "multilabel": (schema.LABEL,),
+    "detection": (OBJECTS, schema.OBJECT_LABEL.removeprefix(OBJECTS + "/")),
+    "segmentation": (schema.SEGMENTATION,),
+}
 
 
 def labels_file(task: str = "classification") -> str:
@@ -106,14 +111,20 @@ def _feature(key: str, num_classes: int) -> dict[str, Any]:
     if key == schema.ENCODED:
         # Three channels, as `loaders` gives: tfds decodes with decode_image(channels=3), which turns
         # our one-channel JPEGs and PNGs into RGB, so every example has the same shape.
-        return {"pythonClassName": _FEATURES + "image_feature.Image",
-                "image": {"shape": {"dimensions": ["-1", "-1", "3"]}, "dtype": "uint8"}}
+        return {
+            "pythonClassName": _FEATURES + "image_feature.Image",
+            "image": {"shape": {"dimensions": ["-1", "-1", "3"]}, "dtype": "uint8"},
+        }
     if key == schema.LABEL:
-        return {"pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
-                "classLabel": {"numClasses": str(num_classes)}}
+        return {
+            "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+            "classLabel": {"numClasses": str(num_classes)},
+        }
     if key in schema.INT64_FEATURES:
-        return {"pythonClassName": _FEATURES + "scalar.Scalar",
-                "tensor": {"shape": {}, "dtype": "int64", "encoding": "none"}}
+        return {
+            "pythonClassName": _FEATURES + "scalar.Scalar",
+            "tensor": {"shape": {}, "dtype": "int64", "encoding": "none"},
+        }
     if key in schema.BYTES_FEATURES:
         return {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
     raise ValueError(f"no tfds feature for record key {key!r}")
@@ -123,29 +134,43 @@ _TEXT = {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
 
 
 def _tensor(dtype: str) -> dict[str, Any]:
-    return {"pythonClassName": _FEATURES + "tensor_feature.Tensor",
-            "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"}}
+    return {
+        "pythonClassName": _FEATURES + "tensor_feature.Tensor",
+        "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"},
+    }
 
 
 def _class_label(num_classes: int) -> dict[str, Any]:
-    return {"pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
-            "classLabel": {"numClasses": str(num_classes)}}
+    return {
+        "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+        "classLabel": {"numClasses": str(num_classes)},
+    }
 
 
 def _sequence(feature: dict[str, Any]) -> dict[str, Any]:
-    return {"pythonClassName": _FEATURES + "sequence_feature.Sequence",
-            "sequence": {"feature": feature, "length": "-1"}}
+    return {
+        "pythonClassName": _FEATURES + "sequence_feature.Sequence",
+        "sequence": {"feature": feature, "length": "-1"},
+    }
 
 
 def _bbox() -> dict[str, Any]:
-    return {"pythonClassName": _FEATURES + "bounding_boxes.BBoxFeature",
-            "boundingBox": {"shape": {"dimensions": ["4"]}, "dtype": "float32", "bboxFormat": "REL_YXYX"}}
+    return {
+        "pythonClassName": _FEATURES + "bounding_boxes.BBoxFeature",
+        "boundingBox": {"shape": {"dimensions": ["4"]}, "dtype": "float32", "bboxFormat": "REL_YXYX"},
+    }
 
 
 def _png(extra: dict[str, Any] | None = None, name: str = "image_feature.Image") -> dict[str, Any]:
-    return {"pythonClassName": _FEATURES + name,
-            "image": {"shape": {"dimensions": ["-1", "-1", "1"]}, "dtype": "uint8", "encodingFormat": "png",
-                      **(extra or {})}}
+    return {
+        "pythonClassName": _FEATURES + name,
+        "image": {
+            "shape": {"dimensions": ["-1", "-1", "1"]},
+            "dtype": "uint8",
+            "encodingFormat": "png",
+            **(extra or {}),
+        },
+    }
 
 
 def _task_features(task: str, num_classes: int) -> dict[str, Any]:
@@ -154,16 +179,25 @@ def _task_features(task: str, num_classes: int) -> dict[str, Any]:
         return {schema.LABEL: _sequence(_class_label(num_classes)), schema.TEXT: _sequence(_TEXT)}
     common = {schema.SOURCE_ID: _TEXT}
     if task == "segmentation":
-        return common | {schema.SEGMENTATION: _png({"useColormap": True, "label": {"numClasses": str(num_classes)}},
-                                                   "labeled_image.LabeledImage"),
-                         schema.SEGMENTATION_FORMAT: _TEXT}
-    objects = {schema.OBJECT_BBOX: _bbox(), schema.OBJECT_LABEL: _class_label(num_classes + 1),  # 0: background
-               schema.OBJECT_TEXT: _TEXT, schema.OBJECT_AREA: _tensor("float32"),
-               schema.OBJECT_CROWD: _tensor("int64"), schema.OBJECT_DIFFICULT: _tensor("int64")}
+        return common | {
+            schema.SEGMENTATION: _png(
+                {"useColormap": True, "label": {"numClasses": str(num_classes)}}, "labeled_image.LabeledImage"
+            ),
+            schema.SEGMENTATION_FORMAT: _TEXT,
+        }
+    objects = {
+        schema.OBJECT_BBOX: _bbox(),
+        schema.OBJECT_LABEL: _class_label(num_classes + 1),  # 0: background
+        schema.OBJECT_TEXT: _TEXT,
+        schema.OBJECT_AREA: _tensor("float32"),
+        schema.OBJECT_CROWD: _tensor("int64"),
+        schema.OBJECT_DIFFICULT: _tensor("int64"),
+    }
     nested = {key.removeprefix(OBJECTS + "/"): feature for key, feature in sorted(objects.items())}
     return common | {
-        OBJECTS: _sequence({"pythonClassName": _FEATURES + "features_dict.FeaturesDict",
-                            "featuresDict": {"features": nested}}),
+        OBJECTS: _sequence(
+            {"pythonClassName": _FEATURES + "features_dict.FeaturesDict", "featuresDict": {"features": nested}}
+        ),
         schema.OBJECT_MASK: _sequence(_png()),
     }
 
@@ -186,12 +220,14 @@ def dataset_info_json(manifest: Manifest) -> dict[str, Any]:
     """The `DatasetInfo` proto, as JSON, of a dataset described by `manifest`."""
     splits = []
     for name, info in sorted(manifest.splits.items()):
-        splits.append({
-            "name": name,
-            "numBytes": str(info.bytes),
-            "shardLengths": [str(shard.examples) for shard in info.shards],
-            "filepathTemplate": TFDS_TEMPLATE,
-        })
+        splits.append(
+            {
+                "name": name,
+                "numBytes": str(info.bytes),
+                "shardLengths": [str(shard.examples) for shard in info.shards],
+                "filepathTemplate": TFDS_TEMPLATE,
+            }
+        )
     return {
         "name": NAME,
         "version": VERSION,

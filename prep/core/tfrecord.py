@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import struct
 import typing
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import google_crc32c
 
@@ -60,8 +61,7 @@ def _data_crc(*pieces: bytes) -> bytes:
 def frame(data: bytes) -> bytes:
     """The bytes of one TFRecord holding `data`."""
     length = struct.pack("<Q", len(data))
-    return b"".join((length, struct.pack("<I", masked_crc32c(length)), data,
-                     struct.pack("<I", masked_crc32c(data))))
+    return b"".join((length, struct.pack("<I", masked_crc32c(length)), data, struct.pack("<I", masked_crc32c(data))))
 
 
 class Frame(typing.NamedTuple):

@@ -156,11 +156,11 @@ def _fields(data: bytes) -> Iterator[Field]:
             size, pos = read_varint(data, pos)
             if pos + size > len(data):
                 raise RecordError("length-delimited field runs past the end of the record")
-            value, pos = data[pos:pos + size], pos + size
+            value, pos = data[pos : pos + size], pos + size
         elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
+            value, pos = data[pos : pos + 4], pos + 4
         elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
+            value, pos = data[pos : pos + 8], pos + 8
         else:
             raise RecordError(f"unsupported protobuf wire type {wire}")
         if pos > len(data):

@@ -6,9 +6,8 @@ Modules by role: `dataset` reads the folder (the one accessor of the manifest),
 `content` decides what to show (pure), `charts` and `thumbs` draw, `page` renders.
 """
 
+from prep.core.manifest import REPORT as FILENAME
 from prep.report.content import Limits
 from prep.report.page import build, write
-
-from prep.core.manifest import REPORT as FILENAME
 
 __all__ = ["FILENAME", "Limits", "build", "write"]

@@ -18,15 +18,18 @@ from prep.report.content import ChartBars, HeatMap
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.8; only the checker needs it
 
-_RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "font.size": 9,
-                             "font.family": "DejaVu Sans"}  # bundled with matplotlib
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "font.size": 9,
+    "font.family": "DejaVu Sans",
+}  # bundled with matplotlib
 
 
 def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: the SVG is inline
+    return text[text.index("<svg") :]  # drop the XML declaration and DOCTYPE: the SVG is inline
 
 
 def class_chart(bars: ChartBars, title: str, salt: str = "classes") -> str:
@@ -73,12 +76,19 @@ def heat_map(heat: HeatMap, labels: list[str], title: str, salt: str = "heat") -
         if heat.counts is not None and rows * columns <= 300:  # small enough to print the counts
             for (row, column), value in np.ndenumerate(heat.counts):
                 ax.text(column, row, str(value), ha="center", va="center", fontsize=7)
-        fig.colorbar(image, ax=ax, label="records - class mean per shard" if heat.counts is not None
-                     else "largest (records - class mean) in the cell")
+        fig.colorbar(
+            image,
+            ax=ax,
+            label="records - class mean per shard"
+            if heat.counts is not None
+            else "largest (records - class mean) in the cell",
+        )
         if rows <= 40:
             r = heat.row_edges
-            names = [labels[r[i]] if r[i + 1] - r[i] == 1 else f"{labels[r[i]]} … (+{r[i + 1] - r[i] - 1})"
-                     for i in range(rows)]
+            names = [
+                labels[r[i]] if r[i + 1] - r[i] == 1 else f"{labels[r[i]]} … (+{r[i + 1] - r[i] - 1})"
+                for i in range(rows)
+            ]
             ax.set_yticks(range(rows), [_short(n) for n in names])
         else:
             ax.set_yticks([0, rows - 1], [f"label {heat.row_edges[0]}", f"label {heat.row_edges[-1] - 1}"])
@@ -90,5 +100,5 @@ def heat_map(heat: HeatMap, labels: list[str], title: str, salt: str = "heat") -
 
 
 def _short(name: str, width: int = 28) -> str:
-    name = name if len(name) <= width else name[:width - 1] + "…"
+    name = name if len(name) <= width else name[: width - 1] + "…"
     return name.replace("$", r"\$")  # a "$" would start mathtext

@@ -63,8 +63,16 @@ def class_rows(manifest) -> list[dict]:
     for label, name in enumerate(manifest.labels):
         counts = {s: info.class_counts.get(name, 0) for s, info in manifest.splits.items()}
         n = sum(counts.values())
-        rows.append({"id": label, "name": name, "counts": counts, "total": n,
-                     "share": n / total if total else 0.0, "weight": weights[label]})
+        rows.append(
+            {
+                "id": label,
+                "name": name,
+                "counts": counts,
+                "total": n,
+                "share": n / total if total else 0.0,
+                "weight": weights[label],
+            }
+        )
     return rows
 
 
@@ -87,9 +95,13 @@ def chart_bars(manifest, limit: int) -> ChartBars:
     if len(rows) <= limit:
         return ChartBars([r["name"] for r in rows], {s: [r["counts"][s] for r in rows] for s in splits})
     ranked = sorted(rows, key=lambda r: (-r["total"], r["id"]))
-    top, rest, bottom = ranked[:limit // 2], ranked[limit // 2:len(ranked) - limit // 2], ranked[-(limit // 2):]
-    values = {s: [r["counts"][s] for r in top] + [sum(r["counts"][s] for r in rest) / len(rest)]
-              + [r["counts"][s] for r in bottom] for s in splits}
+    top, rest, bottom = ranked[: limit // 2], ranked[limit // 2 : len(ranked) - limit // 2], ranked[-(limit // 2) :]
+    values = {
+        s: [r["counts"][s] for r in top]
+        + [sum(r["counts"][s] for r in rest) / len(rest)]
+        + [r["counts"][s] for r in bottom]
+        for s in splits
+    }
     names = [r["name"] for r in top] + [f"{len(rest)} others (mean)"] + [r["name"] for r in bottom]
     return ChartBars(names, values, others=len(top), others_count=len(rest))
 
@@ -159,8 +171,7 @@ def split_heat_map(manifest, split: str, rows: int, columns: int) -> SplitHeat |
     if not width:
         return None
     row = {name: i for i, name in enumerate(manifest.labels)}
-    cells = [(row[name], j, n) for j, s in enumerate(shards) for name, n in s.class_counts.items()
-             if n and name in row]
+    cells = [(row[name], j, n) for j, s in enumerate(shards) for name, n in s.class_counts.items() if n and name in row]
     label, column, value = np.array(cells, dtype=np.int64).reshape(-1, 3).T
     low = int(value.min()) if len(value) == classes * width else 0
     high = int(value.max(initial=0))
@@ -194,8 +205,9 @@ def balance_verdict(manifest, split: str) -> list[str]:
 def grid_plan(manifest, limits: Limits) -> dict[int, int]:
     """Thumbnails wanted per label id: up to `per_class` each, within the `thumbnails` budget
     (at least one per class while the budget lasts, classes in label order)."""
-    totals = {i: sum(s.class_counts.get(name, 0) for s in manifest.splits.values())
-              for i, name in enumerate(manifest.labels)}
+    totals = {
+        i: sum(s.class_counts.get(name, 0) for s in manifest.splits.values()) for i, name in enumerate(manifest.labels)
+    }
     each = max(1, min(limits.per_class, limits.thumbnails // max(1, len(totals))))
     wanted, budget = {}, limits.thumbnails
     for label, available in totals.items():
@@ -215,18 +227,24 @@ def warnings(manifest, rejects_note: str | None = None) -> list[str]:
     if empty:
         shown = ", ".join(empty[:20]) + (f" and {len(empty) - 20} more" if len(empty) > 20 else "")
         if manifest.options.get("empty_classes") == "drop":
-            out.append(f"{len(empty)} class(es) with no example dropped from labels: {shown}; the label ids of "
-                       "the classes after them moved down")
+            out.append(
+                f"{len(empty)} class(es) with no example dropped from labels: {shown}; the label ids of "
+                "the classes after them moved down"
+            )
         else:
-            out.append(f"{len(empty)} class(es) with no example (every input rejected, or none listed), kept in "
-                       f"labels with their label id: {shown}")
+            out.append(
+                f"{len(empty)} class(es) with no example (every input rejected, or none listed), kept in "
+                f"labels with their label id: {shown}"
+            )
     if inputs.rejected:
         out.append(f"{inputs.rejected} input(s) rejected: see Rejects")
     if inputs.capped:
         out.append(f"{inputs.capped} input(s) left out by --max-per-class {manifest.options.get('max_per_class')}")
     if inputs.found != inputs.written + inputs.rejected + inputs.capped:
-        out.append(f"the accounting does not add up: found {inputs.found} != written {inputs.written} + rejected "
-                   f"{inputs.rejected} + capped {inputs.capped}")
+        out.append(
+            f"the accounting does not add up: found {inputs.found} != written {inputs.written} + rejected "
+            f"{inputs.rejected} + capped {inputs.capped}"
+        )
     if rejects_note:
         out.append(rejects_note)
     return out

@@ -103,8 +103,12 @@ def read_rejects(output: str, limit: int) -> Rejects:
                     continue
                 try:
                     row = json.loads(line)
-                    reject = Reject(str(row["path"]), str(row["reason"]), str(row.get("detail") or ""),
-                                    bytes.fromhex(row["path_hex"]) if "path_hex" in row else None)
+                    reject = Reject(
+                        str(row["path"]),
+                        str(row["reason"]),
+                        str(row.get("detail") or ""),
+                        bytes.fromhex(row["path_hex"]) if "path_hex" in row else None,
+                    )
                 except (ValueError, KeyError, TypeError):
                     return Rejects(counts, listed, f"{REJECTS} line {number} is not a reject record")
                 counts[reject.reason] = counts.get(reject.reason, 0) + 1

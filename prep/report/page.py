@@ -15,11 +15,11 @@ import os
 import time
 from importlib import resources
 
-from prep import __version__
-from prep.core import storage
 import prep.report.charts as charts
 import prep.report.content as content
 import prep.report.thumbs as thumbs
+from prep import __version__
+from prep.core import storage
 from prep.report.dataset import load_manifest, read_rejects, read_samples
 
 NO_THUMBNAIL = {"bad_row", "missing", "broken_symlink", "symlink_loop", "unreadable", "empty", "duplicate"}
@@ -41,8 +41,10 @@ def _source_folder(manifest, source: str | None) -> tuple[str | None, str | None
     if "://" in where:
         return None, f"source {where} is not a local folder: rejected inputs are listed without thumbnails"
     if not os.path.isdir(where):
-        return None, (f"source {where} is not a folder here: rejected inputs are listed without thumbnails "
-                      "(prep report --source DIR points at it)")
+        return None, (
+            f"source {where} is not a folder here: rejected inputs are listed without thumbnails "
+            "(prep report --source DIR points at it)"
+        )
     return where, None
 
 
@@ -69,8 +71,12 @@ def _grid(output: str, manifest, limits: content.Limits):
     for label, want in wanted.items():
         tiles = []
         for record in samples.picked.get(label, []):
-            tiles.append({"uri": thumbs.data_uri(record.encoded, limits.tile),
-                          "title": f"{record.filename} ({record.width}x{record.height} {record.format})"})
+            tiles.append(
+                {
+                    "uri": thumbs.data_uri(record.encoded, limits.tile),
+                    "title": f"{record.filename} ({record.width}x{record.height} {record.format})",
+                }
+            )
         rows.append({"id": label, "name": manifest.labels[label], "tiles": tiles, "wanted": want})
     return rows, len(manifest.labels) - len(wanted), samples
 
@@ -86,9 +92,17 @@ def _heat_maps(manifest, limits: content.Limits):
         if heat.binned:
             title += f", in {heat.cells.shape[0]} x {heat.cells.shape[1]} cells"
         problems = content.balance_verdict(manifest, split)
-        maps.append({"split": split, "binned": heat.binned, "problem_count": len(problems),
-                     "problems": problems[:limits.problems_listed], "min": found.low, "max": found.high,
-                     "svg": charts.heat_map(heat, list(manifest.labels), title, salt=f"heat-{split}")})
+        maps.append(
+            {
+                "split": split,
+                "binned": heat.binned,
+                "problem_count": len(problems),
+                "problems": problems[: limits.problems_listed],
+                "min": found.low,
+                "max": found.high,
+                "svg": charts.heat_map(heat, list(manifest.labels), title, salt=f"heat-{split}"),
+            }
+        )
     return maps
 
 
@@ -96,12 +110,18 @@ def _verify(output: str, limits: content.Limits):
     from prep.verify import verify
 
     report = verify(output)
-    return {"ok": report.ok, "problems": [str(p) for p in report.problems[:limits.problems_listed]],
-            "problem_count": len(report.problems), "seconds": report.seconds,
-            "bytes_read": _human_size(report.bytes_read),
-            "splits": [{"name": n, "shards": s.shards, "examples": s.examples, "bytes": _human_size(s.bytes)}
-                       for n, s in report.splits.items()],
-            "target": None if report.target is None else dataclasses.asdict(report.target)}
+    return {
+        "ok": report.ok,
+        "problems": [str(p) for p in report.problems[: limits.problems_listed]],
+        "problem_count": len(report.problems),
+        "seconds": report.seconds,
+        "bytes_read": _human_size(report.bytes_read),
+        "splits": [
+            {"name": n, "shards": s.shards, "examples": s.examples, "bytes": _human_size(s.bytes)}
+            for n, s in report.splits.items()
+        ],
+        "target": None if report.target is None else dataclasses.asdict(report.target),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +132,10 @@ class Page:
     verify_problems: int | None
 
 
-def build(output: str, *, verify: bool = False, source: str | None = None,
-          limits: content.Limits = content.Limits()) -> Page:
+_LIMITS = content.Limits()  # frozen: one default instance serves every call
+
+
+def build(output: str, *, verify: bool = False, source: str | None = None, limits: content.Limits = _LIMITS) -> Page:
     """The report page of the dataset in OUTPUT.
 
     Args:
@@ -131,8 +153,9 @@ def build(output: str, *, verify: bool = False, source: str | None = None,
     manifest = load_manifest(output)
     rows = content.class_rows(manifest)
     bars = content.chart_bars(manifest, limits.chart_classes)
-    title = "Records per class" + (f" ({bars.others_count} classes in the middle shown as their mean)"
-                                   if bars.others is not None else "")
+    title = "Records per class" + (
+        f" ({bars.others_count} classes in the middle shown as their mean)" if bars.others is not None else ""
+    )
     rejects, rejects_note, source_note = _rejects(output, manifest, limits, source)
     grid, not_shown, samples = _grid(output, manifest, limits)
     page = {

@@ -13,8 +13,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def pytest_ignore_collect(collection_path, config):
-    if " ".join(config.getoption("markexpr").split()) == "not slow" and collection_path.suffix == ".py" \
-            and collection_path.name.startswith("test_"):
+    if (
+        " ".join(config.getoption("markexpr").split()) == "not slow"
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+    ):
         return True
     return None
 

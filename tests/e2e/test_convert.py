@@ -50,8 +50,15 @@ def test_skewed_classes_are_balanced_and_readable(skewed, tmp_path, run_cli):
             counts[folder] += 1
             assert (skewed / record["image/filename"].decode()).read_bytes() == record["image/encoded"]
     assert counts == {"a_one": 1, "b_seven": 7, "c_hundred": 100, "d_thousand": 1000}
-    assert manifest["inputs"] == {"found": 1108, "written": 1108, "rejected": 0, "capped": 0, "converted": 0,
-                                  "rejected_by_reason": {}, "capped_by_class": {k: 0 for k in counts}}
+    assert manifest["inputs"] == {
+        "found": 1108,
+        "written": 1108,
+        "rejected": 0,
+        "capped": 0,
+        "converted": 0,
+        "rejected_by_reason": {},
+        "capped_by_class": {k: 0 for k in counts},
+    }
     assert not (out / ".prep-tmp").exists()
 
 
@@ -63,8 +70,7 @@ def small(tmp_path_factory):
 
 
 def convert(run_cli, source, out, *extra):
-    result = run_cli("convert", source, out, "--split", "train=0.6,validation=0.2,test=0.2", "--num-shards", 3,
-                     *extra)
+    result = run_cli("convert", source, out, "--split", "train=0.6,validation=0.2,test=0.2", "--num-shards", 3, *extra)
     assert result.exit_code == 0, result.output
     return out
 
@@ -99,7 +105,7 @@ def test_stratified_split_end_to_end(small, tmp_path, run_cli):
         "test": {"cat": 4, "dog": 6, "owl": 2},
     }
     data = read_dataset(out)
-    for split, shards in data.items():
+    for shards in data.values():
         assert_balanced(shards)
     paths = [r["image/filename"] for s in data.values() for shard in s for r in shard]
     assert len(paths) == len(set(paths)) == 63
@@ -124,8 +130,12 @@ def test_counts_reconcile_with_corrupt_files(tmp_path, run_cli):
     assert inputs["found"] == inputs["written"] + inputs["rejected"] + inputs["capped"]
     rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
     assert {r["path"]: r["reason"] for r in rejects} == {
-        "a/trunc.jpg": "undecodable", "a/zero.jpg": "empty", "b/.DS_Store": "hidden",
-        "b/noise.jpg": "undecodable", "notes.txt": "no_class"}
+        "a/trunc.jpg": "undecodable",
+        "a/zero.jpg": "empty",
+        "b/.DS_Store": "hidden",
+        "b/noise.jpg": "undecodable",
+        "notes.txt": "no_class",
+    }
     assert inputs["rejected_by_reason"] == {"empty": 1, "hidden": 1, "no_class": 1, "undecodable": 2}
     records = [r for s in read_dataset(out)["train"] for r in s]
     png = [r for r in records if r["image/filename"] == b"b/really_png.jpg"]
@@ -171,7 +181,9 @@ def test_output_must_be_empty_unless_overwrite(small, tmp_path, run_cli):
     assert run_cli("convert", small, out, "--num-shards", 2).exit_code == 0
     result = run_cli("convert", small, out, "--num-shards", 3)
     assert result.exit_code == 1
-    assert result.output.strip() == f"Error: OUTPUT {out} is not empty; pass --overwrite to replace what prep wrote there"
+    assert (
+        result.output.strip() == f"Error: OUTPUT {out} is not empty; pass --overwrite to replace what prep wrote there"
+    )
     assert run_cli("convert", small, out, "--num-shards", 3, "--overwrite").exit_code == 0
     assert sorted(p.name for p in out.glob("*.tfrecord")) == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     (out / "mine.txt").write_text("precious")
@@ -195,41 +207,79 @@ def write_labels(tmp_path, text):
     return path
 
 
-@pytest.mark.parametrize("args, message", [
-    (lambda t: ["convert", t / "nope", t / "out"], "Error: SOURCE {t}/nope does not exist"),
-    (lambda t: ["convert", t / "empty", t / "out"], "Error: SOURCE {t}/empty has no class folders (expected {t}/empty/<class>/<image>)"),
-    (lambda t: ["convert", t / "src", t / "out", "--labels", write_labels(t, "file,label\n")],
-     "Error: label file {t}/labels.csv has no 'path' column (columns: file, label)"),
-    (lambda t: ["convert", t / "withempty", t / "out", "--empty-classes", "fail"],
-     "Error: class 'zzz' has no example (every input rejected, or none listed) and --empty-classes is fail; nothing "
-     "was read: run again with --empty-classes keep (or drop) to write the dataset"),
-    (lambda t: ["convert", t / "src", t / "out", "--num-shards", 9],
-     "Error: split 'train' has 4 example(s), fewer than --num-shards 9; use --num-shards 4 or less; the images read "
-     "so far are kept: run the same command again with the corrected option and --resume to plan them anew "
-     "without reading them again"),
-    (lambda t: ["convert", t / "src", t / "out", "--split", "train=0.9"], "Error: --split fractions must sum to 1, got 0.9"),
-    (lambda t: ["convert", t / "src", t / "out", "--shard-size", "big"],
-     "Error: --shard-size 'big' is not a size such as 128MiB or 64MB"),
-    (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
-    (lambda t: ["convert", t / "src", t / "out", "--split", ""], "Error: --split is empty; leave the option out instead"),
-    (lambda t: ["convert", t / "src", t / "out", "--labels", " "], "Error: --labels is empty; leave the option out instead"),
-    (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
-    (lambda t: ["convert", t / "bad", t / "out"], "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl"),
-    (lambda t: ["convert", t / "splits", t / "out", "--split", "train=0.5,test=0.5"],
-     "Error: --split cannot be used when SOURCE already names splits (split folders or a split column)"),
-    (lambda t: ["convert", t / "splits", t / "out"],
-     "Error: split 'test' has no example left: every input listed in it was rejected; see {t}/out/rejects.jsonl"),
-    (lambda t: ["convert", t / "src", t / "out", "--", "--num-shards", 3],
-     "Error: --num-shards is a conversion option, not a Beam pipeline option: write it as --num-shards, before "
-     "any Beam options (for prep convert, before the --)"),
-    (lambda t: ["convert", t / "src", t / "out", 3],
-     "Error: unexpected argument '3': Beam pipeline options start with -- (for prep convert, after a lone --)"),
-    (lambda t: ["convert", t / "src", t / "out", "--shard-size", "1" * 40],
-     "Error: --shard-size '" + "1" * 40 + "' is larger than any shard could be"),
-    (lambda t: ["convert", t / "src", t / "src" / "out"],
-     "Error: OUTPUT {t}/src/out is inside SOURCE {t}/src: its shards would be listed as inputs (and its folder as a "
-     "class) on the next run; choose an OUTPUT outside SOURCE"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (lambda t: ["convert", t / "nope", t / "out"], "Error: SOURCE {t}/nope does not exist"),
+        (
+            lambda t: ["convert", t / "empty", t / "out"],
+            "Error: SOURCE {t}/empty has no class folders (expected {t}/empty/<class>/<image>)",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--labels", write_labels(t, "file,label\n")],
+            "Error: label file {t}/labels.csv has no 'path' column (columns: file, label)",
+        ),
+        (
+            lambda t: ["convert", t / "withempty", t / "out", "--empty-classes", "fail"],
+            "Error: class 'zzz' has no example (every input rejected, or none listed) and --empty-classes is fail; nothing "
+            "was read: run again with --empty-classes keep (or drop) to write the dataset",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--num-shards", 9],
+            "Error: split 'train' has 4 example(s), fewer than --num-shards 9; use --num-shards 4 or less; the images read "
+            "so far are kept: run the same command again with the corrected option and --resume to plan them anew "
+            "without reading them again",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--split", "train=0.9"],
+            "Error: --split fractions must sum to 1, got 0.9",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--shard-size", "big"],
+            "Error: --shard-size 'big' is not a size such as 128MiB or 64MB",
+        ),
+        (lambda t: ["convert", t / "src", t / "out", "--workers", 0], "Error: --workers must be >= 1, got 0"),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--split", ""],
+            "Error: --split is empty; leave the option out instead",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--labels", " "],
+            "Error: --labels is empty; leave the option out instead",
+        ),
+        (lambda t: ["convert", t / "junk", t / "out"], "Error: class 'a' has no images in {t}/junk"),
+        (
+            lambda t: ["convert", t / "bad", t / "out"],
+            "Error: no input could be converted (undecodable 1); see {t}/out/rejects.jsonl",
+        ),
+        (
+            lambda t: ["convert", t / "splits", t / "out", "--split", "train=0.5,test=0.5"],
+            "Error: --split cannot be used when SOURCE already names splits (split folders or a split column)",
+        ),
+        (
+            lambda t: ["convert", t / "splits", t / "out"],
+            "Error: split 'test' has no example left: every input listed in it was rejected; see {t}/out/rejects.jsonl",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--", "--num-shards", 3],
+            "Error: --num-shards is a conversion option, not a Beam pipeline option: write it as --num-shards, before "
+            "any Beam options (for prep convert, before the --)",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", 3],
+            "Error: unexpected argument '3': Beam pipeline options start with -- (for prep convert, after a lone --)",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "out", "--shard-size", "1" * 40],
+            "Error: --shard-size '" + "1" * 40 + "' is larger than any shard could be",
+        ),
+        (
+            lambda t: ["convert", t / "src", t / "src" / "out"],
+            "Error: OUTPUT {t}/src/out is inside SOURCE {t}/src: its shards would be listed as inputs (and its folder as a "
+            "class) on the next run; choose an OUTPUT outside SOURCE",
+        ),
+    ],
+)
 def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
     (tmp_path / "empty").mkdir()
@@ -251,23 +301,43 @@ def test_user_mistakes_end_in_one_line_error(tmp_path, run_cli, args, message):
         assert not (tmp_path / "out").exists()  # refused before any image was read or any file written
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--runner", "Nope"], "Error: unknown --runner Nope: give local, a runner Beam names (DirectRunner, PortableRunner, "
-                           "DataflowRunner, FlinkRunner, SparkRunner, ...) or the full name of a PipelineRunner class"),
-    (["--", "--num-shard", "3"], "Error: unknown Beam pipeline option --num-shard; did you mean --num-shards? "
-                                 "(a conversion option; for prep convert it goes before the --)"),
-    (["--", "--direct_num_wrkers=2"], "Error: unknown Beam pipeline option --direct_num_wrkers; did you mean "
-                                      "--direct_num_workers?"),
-    (["--", "--direct_num_workers=x"], "Error: Beam pipeline options: argument --direct_num_workers: invalid int "
-                                       "value: 'x'"),
-    (["--runner", "DataflowRunner"], "Error: --runner DataflowRunner: "),
-    (["--", "--direct-num-workers=2"], "Error: Beam pipeline option --direct-num-workers is spelled "
-                                       "--direct_num_workers: Beam ignores it as written"),
-    (["--runner", "apache_beam.runners.direct.DirectRunnr"], "Error: unknown --runner "
-                                                              "apache_beam.runners.direct.DirectRunnr: "),
-    (["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--", "--dask_client_address=localhost"],
-     "Error: cannot reach the Dask scheduler localhost: missing port number in address 'localhost'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--runner", "Nope"],
+            "Error: unknown --runner Nope: give local, a runner Beam names (DirectRunner, PortableRunner, "
+            "DataflowRunner, FlinkRunner, SparkRunner, ...) or the full name of a PipelineRunner class",
+        ),
+        (
+            ["--", "--num-shard", "3"],
+            "Error: unknown Beam pipeline option --num-shard; did you mean --num-shards? "
+            "(a conversion option; for prep convert it goes before the --)",
+        ),
+        (
+            ["--", "--direct_num_wrkers=2"],
+            "Error: unknown Beam pipeline option --direct_num_wrkers; did you mean --direct_num_workers?",
+        ),
+        (
+            ["--", "--direct_num_workers=x"],
+            "Error: Beam pipeline options: argument --direct_num_workers: invalid int value: 'x'",
+        ),
+        (["--runner", "DataflowRunner"], "Error: --runner DataflowRunner: "),
+        (
+            ["--", "--direct-num-workers=2"],
+            "Error: Beam pipeline option --direct-num-workers is spelled "
+            "--direct_num_workers: Beam ignores it as written",
+        ),
+        (
+            ["--runner", "apache_beam.runners.direct.DirectRunnr"],
+            "Error: unknown --runner apache_beam.runners.direct.DirectRunnr: ",
+        ),
+        (
+            ["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--", "--dask_client_address=localhost"],
+            "Error: cannot reach the Dask scheduler localhost: missing port number in address 'localhost'",
+        ),
+    ],
+)
 def test_runner_and_beam_options_are_checked_before_output_is_touched(tmp_path, run_cli, extra, message):
     # Beam would drop an unknown option with a warning, and stop on the others
     # with a traceback after OUTPUT had been readied (an "unfinished conversion").
@@ -285,8 +355,15 @@ def test_options_that_flink_spark_and_prism_pass_on_to_their_job_are_not_refused
     # checkpointing_interval with its uber jar, apache/beam#21318).
     from beam_jobs.runners import check_runner_options
 
-    check_runner_options("FlinkRunner", ["--flink_master=localhost:8081", "--flink_submit_uber_jar",
-                                         "--environment_type=DOCKER", "--checkpointing_interval=60000"])
+    check_runner_options(
+        "FlinkRunner",
+        [
+            "--flink_master=localhost:8081",
+            "--flink_submit_uber_jar",
+            "--environment_type=DOCKER",
+            "--checkpointing_interval=60000",
+        ],
+    )
     check_runner_options("SparkRunner", ["--spark_master_url=spark://host:7077", "--storage_level=MEMORY_ONLY"])
     check_runner_options("PrismRunner", ["--job_port=8073"])
 
@@ -316,8 +393,12 @@ def test_progress_counts_each_batch_spill_file_once():
 
     sizes = [2 * BATCH + 3, BATCH]  # chunk 0: batches of BATCH, BATCH, 3; chunk 1: one batch
     names = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
-    assert prepared_count(names + ["chunk-000000-0001.bin.0a1b2c3d.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
-    every = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]]
+    assert (
+        prepared_count(names + ["chunk-000000-0001.bin.0a1b2c3d.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
+    )
+    every = [
+        WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]
+    ]
     assert prepared_count(every, sizes) == sum(sizes)
 
 
@@ -332,8 +413,10 @@ def test_progress_bar_goes_to_stderr_and_run_completes(small, tmp_path):
     assert "prepare" not in result.stdout and "images/s" in result.stdout
 
 
-@pytest.mark.parametrize("text, size", [("128Mi", 128 << 20), ("1Ki", 1024), ("2GiB", 2 << 30), ("64MB", 64_000_000),
-                                        ("1.5GiB", 3 << 29), ("100", 100)])
+@pytest.mark.parametrize(
+    "text, size",
+    [("128Mi", 128 << 20), ("1Ki", 1024), ("2GiB", 2 << 30), ("64MB", 64_000_000), ("1.5GiB", 3 << 29), ("100", 100)],
+)
 def test_shard_sizes(text, size):
     from prep.core.convert_options import parse_size
 
@@ -345,12 +428,28 @@ def test_beam_idiom_entry_point_errors_are_one_line(tmp_path):
     import sys
 
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
-    for extra, message in ((["--num_shards", "2"], "Error: --num_shards is a conversion option, not a Beam pipeline "
-                                                    "option: write it as --num-shards"),
-                           (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9"),
-                           (["--num-sh", "2"], "Error: unknown Beam pipeline option --num-sh; did you mean --num-shards?")):
-        proc = subprocess.run([sys.executable, "-m", "beam_jobs.convert", "--source", str(tmp_path / "src"),
-                               "--output", str(tmp_path / "out"), *extra], capture_output=True, text=True)
+    for extra, message in (
+        (
+            ["--num_shards", "2"],
+            "Error: --num_shards is a conversion option, not a Beam pipeline option: write it as --num-shards",
+        ),
+        (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9"),
+        (["--num-sh", "2"], "Error: unknown Beam pipeline option --num-sh; did you mean --num-shards?"),
+    ):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "beam_jobs.convert",
+                "--source",
+                str(tmp_path / "src"),
+                "--output",
+                str(tmp_path / "out"),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 1
         assert message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -361,8 +460,21 @@ def test_beam_idiom_entry_point_leaves_dataflow_job_labels_to_beam(tmp_path):
 
     # Dataflow's --label key=value was taken for an abbreviation of our --labels (a label file).
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
-    proc = subprocess.run([sys.executable, "-m", "beam_jobs.convert", "--source", str(tmp_path / "src"),
-                           "--output", str(tmp_path / "out"), "--label", "team=ml"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "beam_jobs.convert",
+            "--source",
+            str(tmp_path / "src"),
+            "--output",
+            str(tmp_path / "out"),
+            "--label",
+            "team=ml",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]["written"] == 4
 
@@ -377,7 +489,8 @@ def test_an_in_process_conversion_leaves_the_collector_unfrozen(small, tmp_path,
     must get its garbage collected again afterwards, after a run that failed too."""
     convert(run_cli, small, tmp_path / "a")
     assert gc.get_freeze_count() == 0
-    result = CliRunner().invoke(main, ["convert", str(small), str(tmp_path / "b")],
-                                obj=CliHooks(on_step=_fail_at_manifest))
+    result = CliRunner().invoke(
+        main, ["convert", str(small), str(tmp_path / "b")], obj=CliHooks(on_step=_fail_at_manifest)
+    )
     assert result.exit_code != 0 and "a step that failed" in repr(result.exception)
     assert gc.get_freeze_count() == 0

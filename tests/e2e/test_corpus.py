@@ -15,8 +15,20 @@ def test_hostile_corpus_converts_within_bounds(tmp_path, run_cli):
     files = sum(counts.values())
     assert files >= 300 and len(counts) - 1 >= 20  # formats, besides the offenders' folder
     out = tmp_path / "out"
-    result, peak = run_cli_process("convert", tmp_path / "src", out, "--workers", 2, "--num-shards", 4,
-                                   "--max-image-memory", "256MiB", "--image-timeout", 10, "--no-progress")
+    result, peak = run_cli_process(
+        "convert",
+        tmp_path / "src",
+        out,
+        "--workers",
+        2,
+        "--num-shards",
+        4,
+        "--max-image-memory",
+        "256MiB",
+        "--image-timeout",
+        10,
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # no traceback, no codec chatter, no Python warning
     inputs = json.loads((out / "manifest.json").read_text())["inputs"]

@@ -94,8 +94,16 @@ def tree(tmp_path_factory):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_group_straddles_the_splits_made_by_fractions(tree, tmp_path, seed):
     src, groups = tree
-    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.5,validation=0.25,test=0.25",
-                           "--seed", str(seed), "--num-shards", "2")
+    out = datasets.convert(
+        src,
+        tmp_path / "out",
+        "--split",
+        "train=0.5,validation=0.25,test=0.25",
+        "--seed",
+        str(seed),
+        "--num-shards",
+        "2",
+    )
     where = split_of(out)
     for group in groups:
         assert len({where[p] for p in group}) == 1, {p: where[p] for p in group}
@@ -122,14 +130,17 @@ def test_groups_are_spread_so_that_each_class_keeps_its_fractions(tmp_path):
     # third of the cases; spread largest first to the split furthest below its share, always, and the loose
     # images make up the rest: 16 and 16 per class
     groups = planted_tree(tmp_path / "src", photos=8, planted=6)
-    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--split", "train=0.5,validation=0.5",
-                           "--num-shards", "1")
+    out = datasets.convert(
+        tmp_path / "src", tmp_path / "out", "--split", "train=0.5,validation=0.5", "--num-shards", "1"
+    )
     where = split_of(out)
     for group in groups:
         assert len({where[p] for p in group}) == 1
     splits = datasets.load(out)["splits"]
     assert {name: info["class_counts"] for name, info in splits.items()} == {
-        "train": {"cat": 16, "dog": 16}, "validation": {"cat": 16, "dog": 16}}
+        "train": {"cat": 16, "dog": 16},
+        "validation": {"cat": 16, "dog": 16},
+    }
     assert all(dev == 0 for info in splits.values() for dev in info["fraction_deviation"].values())
     report = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()[1:]]
     assert all(m["split"] == where[m["path"]] for line in report for m in line["members"])  # the report says so
@@ -174,7 +185,9 @@ def test_label_conflicts_are_rejected_whole_or_kept_together(tmp_path):
     out = datasets.convert(src, tmp_path / "out", "--split", "train=0.5,test=0.5")
     got = {r["path"]: r for r in rejects(out)}
     assert set(got) == {"cat/p003.jpg", "dog/also_cat.jpg"}
-    assert got["cat/p003.jpg"]["reason"] == "label_conflict" and "dog/also_cat.jpg (dog)" in got["cat/p003.jpg"]["detail"]
+    assert (
+        got["cat/p003.jpg"]["reason"] == "label_conflict" and "dog/also_cat.jpg (dog)" in got["cat/p003.jpg"]["detail"]
+    )
     assert "cat/p003.jpg (cat)" in got["dog/also_cat.jpg"]["detail"]
     assert reconciles(out)["rejected_by_reason"] == {"label_conflict": 2}
     assert datasets.load(out)["groups"]["conflict_groups"] == 1
@@ -189,8 +202,7 @@ def test_group_pattern_keeps_each_patient_in_one_split(tmp_path):
     for i in range(40):
         cls = ("cat", "dog")[i % 2]
         _write(src / cls / f"patient{i % 7}_scan{i}.jpg", jpeg(photo(900 + i, SIZE)))
-    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.6,test=0.4",
-                           "--group-pattern", r"(patient\d+)_")
+    out = datasets.convert(src, tmp_path / "out", "--split", "train=0.6,test=0.4", "--group-pattern", r"(patient\d+)_")
     where = split_of(out)
     by_patient: dict[str, set] = {}
     for path, split in where.items():
@@ -225,8 +237,18 @@ def _by_patient(labels: pathlib.Path, where: dict[str, str]) -> dict[str, set]:
 @pytest.mark.parametrize("seed", [0, 3])
 def test_group_by_keeps_each_patient_of_the_label_file_in_one_split(tmp_path, seed):
     labels = _patients(tmp_path / "src")
-    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "patient",
-                           "--split", "train=0.6,test=0.4", "--seed", seed)
+    out = datasets.convert(
+        tmp_path / "src",
+        tmp_path / "out",
+        "--labels",
+        labels,
+        "--group-by",
+        "patient",
+        "--split",
+        "train=0.6,test=0.4",
+        "--seed",
+        seed,
+    )
     by_patient = _by_patient(labels, split_of(out))
     assert len(by_patient) == 9 and all(len(s) == 1 for s in by_patient.values()), by_patient
     assert {next(iter(s)) for s in by_patient.values()} == {"train", "test"}
@@ -248,13 +270,26 @@ def test_patients_are_spread_so_that_each_class_keeps_its_fractions(tmp_path, ex
             _write(tmp_path / "src" / name, jpeg(photo(3000 + 10 * k + j, SIZE)))
             rows.append(f"{name},{('cat', 'dog')[k % 2]},P{k}")
     (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
-    out = datasets.convert(tmp_path / "src", tmp_path / "out", "--labels", tmp_path / "labels.csv",
-                           "--group-by", "patient", "--split", "train=0.8,test=0.2", "--num-shards", "1", *extra)
+    out = datasets.convert(
+        tmp_path / "src",
+        tmp_path / "out",
+        "--labels",
+        tmp_path / "labels.csv",
+        "--group-by",
+        "patient",
+        "--split",
+        "train=0.8,test=0.2",
+        "--num-shards",
+        "1",
+        *extra,
+    )
     by_patient = _by_patient(tmp_path / "labels.csv", split_of(out))
     assert len(by_patient) == 20 and all(len(s) == 1 for s in by_patient.values())
     splits = datasets.load(out)["splits"]
     assert {name: info["class_counts"] for name, info in splits.items()} == {
-        "train": {"cat": 16, "dog": 24}, "test": {"cat": 4, "dog": 6}}
+        "train": {"cat": 16, "dog": 24},
+        "test": {"cat": 4, "dog": 6},
+    }
     assert all(dev == 0 for info in splits.values() for dev in info["fraction_deviation"].values())
 
 
@@ -264,8 +299,18 @@ def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_pa
     _write(tmp_path / "src" / "again.jpg", (tmp_path / "src" / "scan000.jpg").read_bytes())
     labels.write_text(labels.read_text() + "again.jpg,cat,P1\n")
     for seed in (4, 7, 8):  # seeds that pin P0 and P1 apart on their own
-        out = datasets.convert(tmp_path / "src", tmp_path / f"out{seed}", "--labels", labels, "--group-by",
-                               "patient", "--split", "train=0.5,test=0.5", "--seed", seed)
+        out = datasets.convert(
+            tmp_path / "src",
+            tmp_path / f"out{seed}",
+            "--labels",
+            labels,
+            "--group-by",
+            "patient",
+            "--split",
+            "train=0.5,test=0.5",
+            "--seed",
+            seed,
+        )
         by_patient = _by_patient(labels, split_of(out))
         assert by_patient["P0"] == by_patient["P1"] and len(by_patient["P0"]) == 1, (seed, by_patient)
         reconciles(out)
@@ -273,8 +318,9 @@ def test_a_duplicate_across_two_patients_keeps_both_patients_in_one_split(tmp_pa
 
 def test_group_by_needs_the_column_and_a_label_file(tmp_path, run_cli):
     labels = _patients(tmp_path / "src", n=6)
-    result = run_cli("convert", tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "visit",
-                     "--no-progress")
+    result = run_cli(
+        "convert", tmp_path / "src", tmp_path / "out", "--labels", labels, "--group-by", "visit", "--no-progress"
+    )
     assert result.exit_code != 0 and "has no 'visit' column" in result.output
     result = run_cli("convert", tmp_path / "src", tmp_path / "out2", "--group-by", "patient", "--no-progress")
     assert result.exit_code != 0 and "--group-by 'patient' names a column of the label file" in result.output
@@ -292,8 +338,10 @@ def _split_tree(root: pathlib.Path) -> None:
             for cls in ("cat", "dog"):
                 _write(root / split / cls / f"{cls}{first + i}.jpg", jpeg(photo(first + i + (cls == "dog") * 50, SIZE)))
     _write(root / "test" / "cat" / "leak.jpg", (root / "train" / "cat" / "cat2.jpg").read_bytes())
-    _write(root / "test" / "dog" / "leak_q60.jpg", EDITS["reencode_q60"]((root / "train" / "dog" / "dog5.jpg")
-                                                                         .read_bytes(), random.Random(0)))
+    _write(
+        root / "test" / "dog" / "leak_q60.jpg",
+        EDITS["reencode_q60"]((root / "train" / "dog" / "dog5.jpg").read_bytes(), random.Random(0)),
+    )
 
 
 def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp_path, run_cli):
@@ -309,23 +357,47 @@ def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp
     assert (groups["cross_split_groups"], groups["cross_split_images"], groups["pinned_images"]) == (2, 2, 0)
     assert all("fraction_deviation" not in s for s in datasets.load(tmp_path / "out")["splits"].values())
     assert {(m["path"], m["split"]) for line in report[1:] for m in line["members"]} == {
-        ("train/cat/cat2.jpg", "train"), ("test/cat/leak.jpg", "test"),
-        ("train/dog/dog5.jpg", "train"), ("test/dog/leak_q60.jpg", "test")}
+        ("train/cat/cat2.jpg", "train"),
+        ("test/cat/leak.jpg", "test"),
+        ("train/dog/dog5.jpg", "train"),
+        ("test/dog/leak_q60.jpg", "test"),
+    }
     assert set(split_of(tmp_path / "out")) >= {"test/cat/leak.jpg", "test/dog/leak_q60.jpg"}
     out = datasets.convert(src, tmp_path / "removed", "--cross-split", "remove")
     got = {r["path"]: r for r in rejects(out)}
-    assert got == {"test/cat/leak.jpg": {"path": "test/cat/leak.jpg", "reason": "cross_split_duplicate",
-                                         "detail": "a duplicate of train/cat/cat2.jpg in split 'train'"},
-                   "test/dog/leak_q60.jpg": {"path": "test/dog/leak_q60.jpg", "reason": "cross_split_duplicate",
-                                             "detail": "a duplicate of train/dog/dog5.jpg in split 'train'"}}
+    assert got == {
+        "test/cat/leak.jpg": {
+            "path": "test/cat/leak.jpg",
+            "reason": "cross_split_duplicate",
+            "detail": "a duplicate of train/cat/cat2.jpg in split 'train'",
+        },
+        "test/dog/leak_q60.jpg": {
+            "path": "test/dog/leak_q60.jpg",
+            "reason": "cross_split_duplicate",
+            "detail": "a duplicate of train/dog/dog5.jpg in split 'train'",
+        },
+    }
     assert "train/cat/cat2.jpg" in split_of(out)
     assert reconciles(out)["rejected_by_reason"] == {"cross_split_duplicate": 2}
 
 
 def test_same_bytes_at_one_and_two_workers(tree, tmp_path):
     src, _ = tree
-    outs = [datasets.convert(src, tmp_path / f"w{w}", "--split", "train=0.5,test=0.5", "--duplicates", "drop",
-                             "--workers", str(w), "--num-shards", "2") for w in (1, 2)]
+    outs = [
+        datasets.convert(
+            src,
+            tmp_path / f"w{w}",
+            "--split",
+            "train=0.5,test=0.5",
+            "--duplicates",
+            "drop",
+            "--workers",
+            str(w),
+            "--num-shards",
+            "2",
+        )
+        for w in (1, 2)
+    ]
     assert shard_bytes(outs[0]) == shard_bytes(outs[1])
     for name in ("duplicates.jsonl", "rejects.jsonl"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()

@@ -71,8 +71,9 @@ def shapes(tmp_path_factory):
     return root / "images", path, images
 
 
-@pytest.mark.parametrize("extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png"),
-                                   ("--isolate", "all", "--resize", 40)])  # prepared in the sandbox
+@pytest.mark.parametrize(
+    "extra", [(), ("--resize", 40), ("--max-side", 50, "--image-format", "png"), ("--isolate", "all", "--resize", 40)]
+)  # prepared in the sandbox
 def test_boxes_are_within_a_pixel_of_the_drawn_shapes(shapes, tmp_path, run_cli, extra):
     source, path, images = shapes
     out = tmp_path / "out"
@@ -127,8 +128,9 @@ def test_strata_are_balanced_within_one_per_shard(tmp_path, run_cli):
         assert max(counts) - min(counts) <= 1, (stratum, counts)
     assert sum(shards[0].stratum_counts.values()) == shards[0].examples
     split = m.splits["train"]
-    worst = max(abs(s.class_counts[c] - split.class_counts[c] * s.examples / split.examples)
-                for s in shards for c in CLASSES)
+    worst = max(
+        abs(s.class_counts[c] - split.class_counts[c] * s.examples / split.examples) for s in shards for c in CLASSES
+    )
     assert split.max_deviation == round(worst, 3)
     # The keys were dealt for this layout (no input rejected): every class, not only the strata, follows.
     assert split.max_deviation <= 1.5, [s.class_counts for s in shards]
@@ -185,9 +187,16 @@ def test_bad_annotations_each_give_their_reason_and_counts_reconcile(tmp_path, r
     assert m.inputs.boxes.dropped_by_reason["image_rejected"] == len(images[5].shapes) + 1
 
 
-@pytest.mark.parametrize("args, reason", [
-    (("--bad-boxes", "reject-image"), None), (("--crowd", "reject-image"), None), (("--crowd", "drop"), "crowd"),
-    (("--skip-empty",), "no_objects"), (("--unannotated", "keep"), None)])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (("--bad-boxes", "reject-image"), None),
+        (("--crowd", "reject-image"), None),
+        (("--crowd", "drop"), "crowd"),
+        (("--skip-empty",), "no_objects"),
+        (("--unannotated", "keep"), None),
+    ],
+)
 def test_policies(tmp_path, run_cli, args, reason):
     images, path = _bad_set(tmp_path)
     out = tmp_path / "out"
@@ -225,18 +234,23 @@ def test_the_four_formats_give_the_same_boxes_and_labels(tmp_path, run_cli):
     for name in ("coco.json", "voc", "yolo", "boxes.csv"):
         out = tmp_path / f"out-{name}"
         convert(run_cli, source, out, tmp_path / name, "--classes", classes)
-        found[name] = {path: [(o.label, o.text, *(round(v, 4) for v in (o.xmin, o.ymin, o.xmax, o.ymax)))
-                              for o in r.objects] for path, r in records(out).items()}
+        found[name] = {
+            path: [(o.label, o.text, *(round(v, 4) for v in (o.xmin, o.ymin, o.xmax, o.ymax))) for o in r.objects]
+            for path, r in records(out).items()
+        }
         assert len(found[name]) == 10
     assert found["coco.json"] == found["voc"] == found["yolo"] == found["boxes.csv"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--annotations", "a.json", "--masks", "m"), "pass one of them"),
-    (("--crowd", "drop"), "needs --annotations"),
-    (("--annotations", "a.json", "--empty-classes", "drop"), "--empty-classes drop"),
-    (("--annotations", "a.json", "--max-per-class", "3"), "--max-per-class"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--annotations", "a.json", "--masks", "m"), "pass one of them"),
+        (("--crowd", "drop"), "needs --annotations"),
+        (("--annotations", "a.json", "--empty-classes", "drop"), "--empty-classes drop"),
+        (("--annotations", "a.json", "--max-per-class", "3"), "--max-per-class"),
+    ],
+)
 def test_contradictory_options_give_one_error_line(tmp_path, run_cli, args, message):
     (tmp_path / "src").mkdir()
     result = run_cli("convert", tmp_path / "src", tmp_path / "out", *args)
@@ -247,8 +261,15 @@ def test_contradictory_options_give_one_error_line(tmp_path, run_cli, args, mess
 def test_the_detection_sample_converts_upright_with_every_box(tmp_path, run_cli):
     sample = pathlib.Path(__file__).resolve().parents[2] / "samples" / "shapes_detection"
     out = tmp_path / "out"
-    result = run_cli("convert", sample / "images", out, "--annotations", sample / "instances.json",
-                     "--split", "train=0.8,validation=0.2")
+    result = run_cli(
+        "convert",
+        sample / "images",
+        out,
+        "--annotations",
+        sample / "instances.json",
+        "--split",
+        "train=0.8,validation=0.2",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads((sample / "instances.json").read_text())
     m = Manifest.load(str(out))
@@ -282,7 +303,7 @@ def test_resume_reuses_prepared_detection_chunks_and_gives_the_same_dataset(shap
     with monkeypatch.context() as patch:
         patch.setattr(storage, "open_write", full_disk)
         assert convert(run_cli, source, out, path, "--split", "train=0.75,test=0.25", ok=False).exit_code == 1
-    result = convert(run_cli, source, out, path, "--split", "train=0.75,test=0.25", "--resume")
+    convert(run_cli, source, out, path, "--split", "train=0.75,test=0.25", "--resume")
     resumed = Manifest.load(str(out)).run.resumed
     assert resumed.chunks_reused == resumed.chunks > 0  # no image read again: boxes and counts from the indexes
     assert_same_dataset(out, reference, shards=4)
@@ -299,8 +320,9 @@ def test_detection_from_an_object_store_gives_the_same_dataset(shapes, tmp_path,
     reference = tmp_path / "ref"
     convert(run_cli, source, reference, path, "--seed", 4)
     out = tmp_path / "out"
-    config = build_config(to_url(str(source)), to_url(str(out)), {"annotations": to_url(str(path)), "num_shards": 2,
-                                                                   "seed": 4})
+    config = build_config(
+        to_url(str(source)), to_url(str(out)), {"annotations": to_url(str(path)), "num_shards": 2, "seed": 4}
+    )
     conversion.convert(config, list_inputs(config))
     assert_same_dataset(out, reference, shards=2)
 

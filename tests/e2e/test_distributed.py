@@ -87,8 +87,9 @@ def test_mirrored_strategy_balances_replicas_and_fits(runs, devices, steps):
     check_padded_eval([r["eval"]], split, padding={2: 1, 3: 5}[devices], steps={2: 8, 3: 6}[devices])
     assert len(r["fit_distribute_losses"]) == 2 and all(loss > 0 for loss in r["fit_distribute_losses"])
     assert r["fit_load_loss"] > 0
-    assert r["uneven_batch_error"] == (f"global_batch_size {devices + 1} is not a multiple of the {devices} "
-                                       f"replicas in sync")
+    assert r["uneven_batch_error"] == (
+        f"global_batch_size {devices + 1} is not a multiple of the {devices} replicas in sync"
+    )
     assert len(r["loop_losses"]) == 1 and r["loop_losses"][0] > 0
     assert r["fit_load_steps"] == steps
 

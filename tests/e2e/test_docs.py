@@ -15,9 +15,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_docs_site_builds_strictly(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site"),
-                             "--config-file", str(ROOT / "mkdocs.yml")],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--site-dir",
+            str(tmp_path / "site"),
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
     for command in ("convert", "verify", "inspect", "report"):  # generated from the click commands
@@ -29,8 +44,9 @@ def test_docs_site_builds_strictly(tmp_path):
 
 def test_readme_links_point_at_files():
     text = (ROOT / "README.md").read_text()
-    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-               for h in re.findall(r"^#+ (.*)$", text, flags=re.M)}
+    anchors = {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, flags=re.M)
+    }
     broken = []
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if "://" in target or target.startswith("mailto:"):

@@ -21,18 +21,23 @@ from tests.support.shards import manifest_without_run, other_files, read_dataset
 
 ARGS = ("--num-shards", 2, "--workers", 2, "--index")
 COUNTS = {"ant": 9, "cat": 7, "dog": 6}
-EXPECTED_ERROR = ("Error: class 'bee' has no example (every input rejected, or none listed) and --empty-classes is "
-                  "fail; the images read so far are kept: to write the dataset, run the same command again with "
-                  "--empty-classes keep (or drop) and --resume\n")
+EXPECTED_ERROR = (
+    "Error: class 'bee' has no example (every input rejected, or none listed) and --empty-classes is "
+    "fail; the images read so far are kept: to write the dataset, run the same command again with "
+    "--empty-classes keep (or drop) and --resume\n"
+)
 
 
-@pytest.mark.parametrize("present, num_classes, policy, empty, ids", [
-    ({0, 1, 2}, 3, "drop", (), (0, 1, 2)),
-    ({0, 2}, 3, "keep", (1,), (0, 1, 2)),  # keep: ids stable
-    ({0, 2}, 3, "drop", (1,), (0, -1, 1)),
-    ({1, 3}, 5, "drop", (0, 2, 4), (-1, 0, -1, 1, -1)),
-    ({4}, 5, "fail", (0, 1, 2, 3), (0, 1, 2, 3, 4)),  # fail never writes: ids as they are
-])
+@pytest.mark.parametrize(
+    "present, num_classes, policy, empty, ids",
+    [
+        ({0, 1, 2}, 3, "drop", (), (0, 1, 2)),
+        ({0, 2}, 3, "keep", (1,), (0, 1, 2)),  # keep: ids stable
+        ({0, 2}, 3, "drop", (1,), (0, -1, 1)),
+        ({1, 3}, 5, "drop", (0, 2, 4), (-1, 0, -1, 1, -1)),
+        ({4}, 5, "fail", (0, 1, 2, 3), (0, 1, 2, 3, 4)),  # fail never writes: ids as they are
+    ],
+)
 def test_empty_labels_and_the_ids_written(present, num_classes, policy, empty, ids):
     assert empty_labels(present, num_classes) == empty
     assert label_ids(num_classes, empty, policy) == ids
@@ -43,9 +48,12 @@ def test_fail_names_the_classes():
     check_empty_classes(labels, [1], "keep")
     check_empty_classes(labels, [1], "drop")
     check_empty_classes(labels, [], "fail")
-    with pytest.raises(PlanError, match=r"^classes 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9' and 2 "
-                                        r"more have no example \(every input rejected, or none listed\) and "
-                                        r"--empty-classes is fail$"):
+    with pytest.raises(
+        PlanError,
+        match=r"^classes 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9' and 2 "
+        r"more have no example \(every input rejected, or none listed\) and "
+        r"--empty-classes is fail$",
+    ):
         check_empty_classes(labels, list(range(12)), "fail")
 
 
@@ -82,14 +90,24 @@ def convert(run_cli, source, out, *extra):
 
 
 def labels_written(out) -> dict[str, set[int]]:
-    return {name: {r["image/class/label"] for shards in read_dataset(out).values() for s in shards for r in s
-                   if r["image/class/text"].decode() == name} for name in COUNTS}
+    return {
+        name: {
+            r["image/class/label"]
+            for shards in read_dataset(out).values()
+            for s in shards
+            for r in s
+            if r["image/class/text"].decode() == name
+        }
+        for name in COUNTS
+    }
 
 
 def test_keep_warns_counts_and_keeps_ids_stable(sources, tmp_path, run_cli):
     output, manifest = convert(run_cli, sources / "mixed", tmp_path / "out")
-    assert ("warning: 2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels "
-            "with their label id (--empty-classes drop removes them)\n") in output
+    assert (
+        "warning: 2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels "
+        "with their label id (--empty-classes drop removes them)\n"
+    ) in output
     assert manifest["labels"] == ["ant", "bee", "cat", "dog", "eel"]
     assert manifest["inputs"]["empty_classes"] == ["bee", "eel"]
     assert "empty_classes" not in manifest["options"]  # the default is not recorded
@@ -100,8 +118,10 @@ def test_keep_warns_counts_and_keeps_ids_stable(sources, tmp_path, run_cli):
     weights = loaders.class_weights(tmp_path / "out", "train")
     assert weights == pytest.approx({0: 23 / (3 * 9), 1: 0.0, 2: 23 / (3 * 8), 3: 23 / (3 * 6), 4: 0.0})
     result = run_cli("inspect", tmp_path / "out")
-    assert ("2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels with their "
-            "label id (--empty-classes drop removes them)") in result.output.splitlines()
+    assert (
+        "2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels with their "
+        "label id (--empty-classes drop removes them)"
+    ) in result.output.splitlines()
 
 
 def test_without_empty_classes_nothing_is_added(sources, tmp_path, run_cli):
@@ -116,8 +136,10 @@ def test_without_empty_classes_nothing_is_added(sources, tmp_path, run_cli):
 @pytest.mark.parametrize("extra", [(), ("--resize", 8)])  # images kept as they are, and re-encoded
 def test_drop_renumbers_byte_for_byte_as_if_the_classes_never_were(sources, tmp_path, run_cli, extra):
     output, manifest = convert(run_cli, sources / "mixed", tmp_path / "out", "--empty-classes", "drop", *extra)
-    assert ("warning: dropped 2 classes with no example (bee, eel) from labels: the label ids of the classes after "
-            "them moved down\n") in output
+    assert (
+        "warning: dropped 2 classes with no example (bee, eel) from labels: the label ids of the classes after "
+        "them moved down\n"
+    ) in output
     _, clean = convert(run_cli, sources / "clean", tmp_path / "clean", *extra)
     assert manifest["labels"] == clean["labels"] == ["ant", "cat", "dog"]
     assert manifest["options"]["empty_classes"] == "drop" and manifest["inputs"]["empty_classes"] == ["bee", "eel"]
@@ -140,7 +162,8 @@ def test_fail_stops_before_any_shard_and_resume_recovers(sources, tmp_path, run_
     assert manifest["run"]["resumed"]["chunks_reused"] == manifest["run"]["resumed"]["chunks"] == 2  # none read again
     _, fresh = convert(run_cli, sources / "rejected", tmp_path / "fresh")
     assert shard_bytes(out) == shard_bytes(tmp_path / "fresh") and manifest_without_run(out) == manifest_without_run(
-        tmp_path / "fresh")
+        tmp_path / "fresh"
+    )
     assert "warning: 1 class with no example (bee)" in output
     assert manifest["inputs"]["empty_classes"] == ["bee"]
 
@@ -148,8 +171,10 @@ def test_fail_stops_before_any_shard_and_resume_recovers(sources, tmp_path, run_
 def test_fail_on_a_class_with_no_input_at_all_stops_before_reading(sources, tmp_path, run_cli):
     result = run_cli("convert", sources / "mixed", tmp_path / "out", *ARGS, "--empty-classes", "fail")
     assert (result.exit_code, result.output) == (
-        1, "Error: class 'eel' has no example (every input rejected, or none listed) and --empty-classes is fail; "
-           "nothing was read: run again with --empty-classes keep (or drop) to write the dataset\n")
+        1,
+        "Error: class 'eel' has no example (every input rejected, or none listed) and --empty-classes is fail; "
+        "nothing was read: run again with --empty-classes keep (or drop) to write the dataset\n",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -160,11 +185,13 @@ def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_
     broken["inputs"]["empty_classes"] = ["ant", "zebra"]
     assert [p.message for p in check_manifest(Manifest.from_json(broken))] == [
         "inputs.empty_classes names 'ant', which holds 9 record(s)",
-        "inputs.empty_classes names 'zebra', which is not in labels"]
+        "inputs.empty_classes names 'zebra', which is not in labels",
+    ]
     broken["options"]["empty_classes"] = "drop"
     broken["inputs"]["empty_classes"] = ["bee"]
     assert [p.message for p in check_manifest(Manifest.from_json(broken))] == [
-        "inputs.empty_classes names 'bee' as dropped (--empty-classes drop), but it is in labels"]
+        "inputs.empty_classes names 'bee' as dropped (--empty-classes drop), but it is in labels"
+    ]
     broken["inputs"]["empty_classes"] = "bee"
     with pytest.raises(ManifestError, match=r"inputs.empty_classes must be a list, got 'bee'"):
         Manifest.from_json(broken)
@@ -183,4 +210,5 @@ def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
     convert(run_cli, sources / "clean", tmp_path / "clean")
     assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")
     assert {k: v for k, v in other_files(tmp_path / "out").items() if k.endswith(".idx")} == {
-        k: v for k, v in other_files(tmp_path / "clean").items() if k.endswith(".idx")}
+        k: v for k, v in other_files(tmp_path / "clean").items() if k.endswith(".idx")
+    }

@@ -17,8 +17,17 @@ from PIL import Image
 
 from prep.core.schema import FILENAME, ImageRecord, decode_example
 from prep.core.tfrecord import read_records
-from tests.support.imagegen import (bomb_png, encode, image_bytes, marker_image, oriented, png_raw, truncated_exif_jpeg,
-                            write_class_tree, ycck_jpeg)
+from tests.support.imagegen import (
+    bomb_png,
+    encode,
+    image_bytes,
+    marker_image,
+    oriented,
+    png_raw,
+    truncated_exif_jpeg,
+    write_class_tree,
+    ycck_jpeg,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -58,8 +67,11 @@ def close(actual, expected, tolerance=12) -> bool:
 def same_picture(actual, expected) -> bool:
     """Equal colours at the centre of every 16x16 block (JPEG smears colour edges) and a small mean error."""
     actual = np.asarray(actual)
-    return actual.shape == expected.shape and close(actual[8::16, 8::16], expected[8::16, 8::16]) and bool(
-        np.abs(actual - expected).mean() < 4)
+    return (
+        actual.shape == expected.shape
+        and close(actual[8::16, 8::16], expected[8::16, 8::16])
+        and bool(np.abs(actual - expected).mean() < 4)
+    )
 
 
 def frames(fmt: str, colours, **save) -> bytes:
@@ -89,41 +101,73 @@ def build_source(src: pathlib.Path) -> tuple[dict, dict]:
     jpeg = image_bytes("JPEG", size=(10, 10))
     put("a/jpeg_named.png", jpeg, lambda r: r.encoded == jpeg and r.format == "jpeg")
     red = np.full((16, 16, 3), (220, 30, 30), np.uint8)
-    put("a/cmyk.jpg", encode(Image.fromarray(red).convert("CMYK"), "JPEG", quality=95),
-        lambda r: r.format == "jpeg" and r.channels == 3 and close(pixels(r), red))
+    put(
+        "a/cmyk.jpg",
+        encode(Image.fromarray(red).convert("CMYK"), "JPEG", quality=95),
+        lambda r: r.format == "jpeg" and r.channels == 3 and close(pixels(r), red),
+    )
     put("a/ycck.jpg", ycck_jpeg(upright), lambda r: r.format == "jpeg" and same_picture(pixels(r), upright))
     level = np.zeros((8, 8), np.uint16)
     level[:, :4], level[:, 4:] = 0x8000, 0xFFFF
-    put("a/gray16.png", encode(Image.fromarray(level, "I;16"), "PNG"),
-        lambda r: r.format == "png" and r.channels == 1 and pixels(r)[0, 0] == 128 and pixels(r)[0, 7] == 255)
-    put("a/gray16_dark.png", encode(Image.fromarray(np.full((8, 8), 200, np.uint16), "I;16"), "PNG"),
-        lambda r: r.channels == 1 and pixels(r).max() == 0)  # 200 of 65535 is black, not 200 of 255
+    put(
+        "a/gray16.png",
+        encode(Image.fromarray(level, "I;16"), "PNG"),
+        lambda r: r.format == "png" and r.channels == 1 and pixels(r)[0, 0] == 128 and pixels(r)[0, 7] == 255,
+    )
+    put(
+        "a/gray16_dark.png",
+        encode(Image.fromarray(np.full((8, 8), 200, np.uint16), "I;16"), "PNG"),
+        lambda r: r.channels == 1 and pixels(r).max() == 0,
+    )  # 200 of 65535 is black, not 200 of 255
     rgb16 = np.zeros((8, 8, 3), np.uint16)
     rgb16[...] = (0xFF00, 0x8000, 0x0000)
     put("a/rgb16.png", png_raw(rgb16, 16, 2), lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 128, 0), 1))
     palette = Image.fromarray(np.array([[0, 1] * 4] * 8, np.uint8), "P")
     palette.putpalette([0, 0, 0, 10, 200, 10] + [0] * 762)
-    put("a/palette_transparent.png", encode(palette, "PNG", transparency=0),
-        lambda r: r.channels == 3 and close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 1], (10, 200, 10), 0))
+    put(
+        "a/palette_transparent.png",
+        encode(palette, "PNG", transparency=0),
+        lambda r: (
+            r.channels == 3 and close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 1], (10, 200, 10), 0)
+        ),
+    )
     la = np.zeros((8, 8, 2), np.uint8)
     la[..., 0], la[:, 4:, 1] = 50, 255
-    put("a/la.png", encode(Image.fromarray(la, "LA"), "PNG"),
-        lambda r: close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 7], (50, 50, 50), 0))
+    put(
+        "a/la.png",
+        encode(Image.fromarray(la, "LA"), "PNG"),
+        lambda r: close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 7], (50, 50, 50), 0),
+    )
     rgba = np.zeros((8, 8, 4), np.uint8)
     rgba[...] = (0, 0, 255, 0)
     rgba[:, 4:, 3] = 255
-    put("a/rgba.png", encode(Image.fromarray(rgba, "RGBA"), "PNG"),
-        lambda r: close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 7], (0, 0, 255), 0))
+    put(
+        "a/rgba.png",
+        encode(Image.fromarray(rgba, "RGBA"), "PNG"),
+        lambda r: close(pixels(r)[0, 0], (255, 255, 255), 0) and close(pixels(r)[0, 7], (0, 0, 255), 0),
+    )
     for o in range(2, 9):
-        put(f"a/exif_{o}.jpg", oriented(upright, o),
-            lambda r: (r.width, r.height, r.format) == (48, 32, "jpeg") and same_picture(pixels(r), upright))
+        put(
+            f"a/exif_{o}.jpg",
+            oriented(upright, o),
+            lambda r: (r.width, r.height, r.format) == (48, 32, "jpeg") and same_picture(pixels(r), upright),
+        )
     put("a/exif_6.png", oriented(upright, 6, "PNG"), lambda r: r.format == "png" and close(pixels(r), upright, 0))
-    put("b/animated.gif", frames("GIF", [(255, 0, 0), (0, 0, 255)]),
-        lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 0, 0), 0))
-    put("b/animated.png", frames("PNG", [(255, 0, 0), (0, 0, 255)]),
-        lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 0, 0), 0))
-    put("b/camera.mpo.jpg", frames("MPO", [(255, 0, 0), (0, 0, 255)]),
-        lambda r: r.format == "jpeg" and close(pixels(r)[0, 0], (255, 0, 0)))
+    put(
+        "b/animated.gif",
+        frames("GIF", [(255, 0, 0), (0, 0, 255)]),
+        lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 0, 0), 0),
+    )
+    put(
+        "b/animated.png",
+        frames("PNG", [(255, 0, 0), (0, 0, 255)]),
+        lambda r: r.format == "png" and close(pixels(r)[0, 0], (255, 0, 0), 0),
+    )
+    put(
+        "b/camera.mpo.jpg",
+        frames("MPO", [(255, 0, 0), (0, 0, 255)]),
+        lambda r: r.format == "jpeg" and close(pixels(r)[0, 0], (255, 0, 0)),
+    )
     # The same image under another path is another input; in another class it is a label conflict,
     # which the default --conflicts reject rejects whole, naming the other member.
     os.symlink("../a/gray.jpg", b / "alias.jpg")
@@ -172,8 +216,9 @@ def test_every_hostile_input_is_written_truthfully_or_rejected_with_a_reason(tmp
     names = {raw.decode("utf-8", "surrogateescape") for raw in records}
     assert names == set(expected_records)
     assert b"b/caf\xe9.jpg" in records  # image/filename holds the raw bytes of the name
-    failed = [path for path, check in expected_records.items()
-              if not check(records[path.encode("utf-8", "surrogateescape")])]
+    failed = [
+        path for path, check in expected_records.items() if not check(records[path.encode("utf-8", "surrogateescape")])
+    ]
     assert failed == []
     assert {path: r["reason"] for path, r in rejects.items()} == expected_rejects
     assert rejects["b/bad\\xff.jpg"]["path_hex"] == b"b/bad\xff.jpg".hex()
@@ -182,7 +227,11 @@ def test_every_hostile_input_is_written_truthfully_or_rejected_with_a_reason(tmp
     assert rejects["a/gray.jpg"]["detail"] == "a duplicate of b/alias.jpg (b) with another label"
     inputs = manifest["inputs"]
     assert inputs["found"] == len(expected_records) + len(expected_rejects) == 46
-    assert (inputs["written"], inputs["rejected"], inputs["capped"]) == (len(expected_records), len(expected_rejects), 0)
+    assert (inputs["written"], inputs["rejected"], inputs["capped"]) == (
+        len(expected_records),
+        len(expected_rejects),
+        0,
+    )
     assert inputs["found"] == inputs["written"] + inputs["rejected"] + inputs["capped"]
 
 
@@ -193,8 +242,10 @@ def test_non_utf8_class_folder_is_a_clear_error(tmp_path, run_cli):
         f.write(image_bytes())
     result = run_cli("convert", tmp_path / "src", tmp_path / "out")
     assert result.exit_code == 1
-    assert result.output == ("Error: class folder name 'b\\\\xe9' is not UTF-8; class names go into records and "
-                             "the manifest as text: rename the folder\n")
+    assert result.output == (
+        "Error: class folder name 'b\\\\xe9' is not UTF-8; class names go into records and "
+        "the manifest as text: rename the folder\n"
+    )
 
 
 @pytest.fixture
@@ -235,8 +286,20 @@ def label_source(tmp_path):
 
 
 def convert_labels(run_cli, tmp_path, out, *extra):
-    result = run_cli("convert", tmp_path / "src", out, "--labels", tmp_path / "labels.csv", "--classes",
-                     tmp_path / "classes.txt", "--max-pixels", 500, "--num-shards", 1, *extra)
+    result = run_cli(
+        "convert",
+        tmp_path / "src",
+        out,
+        "--labels",
+        tmp_path / "labels.csv",
+        "--classes",
+        tmp_path / "classes.txt",
+        "--max-pixels",
+        500,
+        "--num-shards",
+        1,
+        *extra,
+    )
     assert result.exit_code == 0, result.output
     return read_output(out)
 
@@ -248,8 +311,21 @@ def test_label_file_rows_are_written_or_rejected(tmp_path, run_cli, label_source
     assert records[b"a/ok1.jpg"].text == "cat"  # the first row wins
     assert {(p, r["reason"]) for p, r in rejects.items()} <= expected_rejects
     assert sorted(r["reason"] for r in rejects.values()) == sorted(
-        ["duplicate", "bad_row", "bad_row", "unknown_label", "outside_source", "outside_source", "unreadable",
-         "unreadable", "missing", "too_large", "bad_row", "empty_label"])
+        [
+            "duplicate",
+            "bad_row",
+            "bad_row",
+            "unknown_label",
+            "outside_source",
+            "outside_source",
+            "unreadable",
+            "unreadable",
+            "missing",
+            "too_large",
+            "bad_row",
+            "empty_label",
+        ]
+    )
     assert len(rejects) == 12  # two duplicate rows of a/ok1.jpg share a path in the mapping
     assert manifest["inputs"]["found"] == 17 == manifest["inputs"]["written"] + manifest["inputs"]["rejected"] + 0
     assert manifest["inputs"]["rejected"] == 13
@@ -284,8 +360,14 @@ def run_unprivileged(*args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     preexec = _drop_file_permission_override if os.geteuid() == 0 else None
     try:
-        return subprocess.run([sys.executable, "-m", "prep.cli", "convert", *map(str, args)], env=env,
-                              preexec_fn=preexec, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "prep.cli", "convert", *map(str, args)],
+            env=env,
+            preexec_fn=preexec,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     except subprocess.SubprocessError as exc:
         if "prctl" in str(exc):
             pytest.skip(f"cannot drop root's permission override here: {exc}")
@@ -299,9 +381,25 @@ def test_pillow_warnings_do_not_reach_the_terminal(tmp_path):
         (src / label / "exif.jpg").write_bytes(truncated_exif_jpeg())
         (src / label / "plain.jpg").write_bytes(image_bytes("JPEG"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-m", "prep.cli", "convert", str(src), str(tmp_path / "out"),
-                           "--workers", "2", "--no-progress", "--duplicates", "off"],  # a and b hold the same images
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prep.cli",
+            "convert",
+            str(src),
+            str(tmp_path / "out"),
+            "--workers",
+            "2",
+            "--no-progress",
+            "--duplicates",
+            "off",
+        ],  # a and b hold the same images
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "written 4" in done.stdout
     assert "Truncated File Read" not in done.stderr and "Warning" not in done.stderr, done.stderr
@@ -325,7 +423,8 @@ def test_unreadable_files_and_folders_are_rejected_and_unwritable_output_is_an_e
         rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
         assert rejects == [
             {"path": "a/locked.jpg", "reason": "unreadable", "detail": "Permission denied"},
-            {"path": "b/locked_dir", "reason": "unreadable", "detail": "cannot list folder: Permission denied"}]
+            {"path": "b/locked_dir", "reason": "unreadable", "detail": "cannot list folder: Permission denied"},
+        ]
         manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
         assert manifest["inputs"]["found"] == 8 and manifest["inputs"]["written"] == 6
 

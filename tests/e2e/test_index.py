@@ -43,7 +43,7 @@ def framing(path) -> bytes:
 
     lines, data, offset = [], path.read_bytes(), 0
     while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset:offset + 8])
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
         size = 12 + length + 4
         lines.append(f"{offset} {size}\n")
         offset += size
@@ -69,8 +69,11 @@ def test_every_offset_matches_the_framing_and_the_manifest_records_each_index(da
         data = index.read_bytes()
         assert data == framing(dataset / shard["file"])
         assert len(data.splitlines()) == shard["examples"]
-        assert shard["index_file"] == {"file": index.name, "bytes": len(data),
-                                       "sha256": hashlib.sha256(data).hexdigest()}
+        assert shard["index_file"] == {
+            "file": index.name,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
     assert json.loads((dataset / "manifest.json").read_text())["options"]["index"] is True
     assert verify(str(dataset)).ok
 
@@ -151,17 +154,23 @@ def test_the_tfrecord_package_reads_shards_through_the_index(dataset):
     """The pure-Python reader PyTorch users use (docs/other-readers.md, "PyTorch")."""
     if importlib.util.find_spec("tfrecord") is None:
         pytest.skip("the tfrecord package is not installed")
-    expected = {str(dataset / shard["file"]): [[hashlib.sha256(r["image/encoded"]).hexdigest(),
-                                                int(r["image/class/label"])] for r in records]
-                for split, files in read_dataset(dataset).items()
-                for shard, records in zip([s for s in shards(dataset) if s["file"].startswith(split)], files)}
-    done = subprocess.run([sys.executable, "-c", TFRECORD_READER, *expected], capture_output=True, text=True,
-                          check=True)
+    expected = {
+        str(dataset / shard["file"]): [
+            [hashlib.sha256(r["image/encoded"]).hexdigest(), int(r["image/class/label"])] for r in records
+        ]
+        for split, files in read_dataset(dataset).items()
+        for shard, records in zip([s for s in shards(dataset) if s["file"].startswith(split)], files)
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", TFRECORD_READER, *expected], capture_output=True, text=True, check=True
+    )
     assert json.loads(done.stdout) == expected
-    done = subprocess.run([sys.executable, "-c", TFRECORD_MULTI, str(dataset), "train"], capture_output=True,
-                          text=True, check=True)
-    assert json.loads(done.stdout) == sorted(r for path, records in expected.items() if "/train-" in path
-                                             for r in records)
+    done = subprocess.run(
+        [sys.executable, "-c", TFRECORD_MULTI, str(dataset), "train"], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == sorted(
+        r for path, records in expected.items() if "/train-" in path for r in records
+    )
 
 
 def test_dali_reads_a_shard_through_the_index(dataset):
@@ -174,9 +183,15 @@ def test_dali_reads_a_shard_through_the_index(dataset):
 
     @pipeline_def(batch_size=len(expected), num_threads=1, device_id=None)
     def pipeline():
-        records = fn.readers.tfrecord(path=[str(shard)], index_path=[str(shard) + ".idx"], random_shuffle=False,
-                                      features={"image/encoded": tfrecord.FixedLenFeature((), tfrecord.string, ""),
-                                                "image/class/label": tfrecord.FixedLenFeature([1], tfrecord.int64, -1)})
+        records = fn.readers.tfrecord(
+            path=[str(shard)],
+            index_path=[str(shard) + ".idx"],
+            random_shuffle=False,
+            features={
+                "image/encoded": tfrecord.FixedLenFeature((), tfrecord.string, ""),
+                "image/class/label": tfrecord.FixedLenFeature([1], tfrecord.int64, -1),
+            },
+        )
         images = fn.decoders.image(records["image/encoded"], device="cpu", output_type=types.RGB)
         return records["image/encoded"], records["image/class/label"], images
 

@@ -17,16 +17,24 @@ SIZE = (32, 32)
 def out(tmp_path_factory):
     root = tmp_path_factory.mktemp("keras-fit")
     write_class_tree(root / "src", COUNTS, size=SIZE)
-    return convert_with_cli(root / "src", root / "out", "--split", "train=0.75,validation=0.25", "--num-shards", 2,
-                            "--no-progress")
+    return convert_with_cli(
+        root / "src", root / "out", "--split", "train=0.75,validation=0.25", "--num-shards", 2, "--no-progress"
+    )
 
 
 def small_model(optimizer="adam"):
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((*SIZE, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
-                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(len(COUNTS))])
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.Input((*SIZE, 3)),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(len(COUNTS)),
+        ]
+    )
+    model.compile(
+        optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+    )
     return model
 
 
@@ -38,7 +46,9 @@ def test_the_readme_fit_call_runs(out):
         steps_per_epoch=loaders.steps_per_epoch(out, "train", 8),
         validation_data=loaders.load(out, "validation", batch_size=8, image_size=SIZE, training=False),
         class_weight=loaders.class_weights(out),
-        epochs=2, verbose=0)
+        epochs=2,
+        verbose=0,
+    )
     assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
     assert len(history.history["loss"]) == 2  # the second epoch found data: each epoch reads the split anew
     assert all(np.isfinite(v) for values in history.history.values() for v in values)

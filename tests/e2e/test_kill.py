@@ -48,11 +48,18 @@ def start(source, out, pause: str) -> subprocess.Popen:
     # Beam's own temporary folder (Pipeline.local_tempdir) outlives a SIGKILL: keep it out of the real /tmp.
     tmp = pathlib.Path(out).parent / "killed-tmp"
     tmp.mkdir(exist_ok=True)
-    env = dict(os.environ, PREP_TEST_PAUSE=pause, TMPDIR=str(tmp),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.Popen([sys.executable, "-m", "tests.support.paused_cli", "convert", str(source), str(out),
-                             *map(str, ARGS)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = dict(
+        os.environ,
+        PREP_TEST_PAUSE=pause,
+        TMPDIR=str(tmp),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.paused_cli", "convert", str(source), str(out), *map(str, ARGS)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def kill_when(proc: subprocess.Popen, ready) -> None:
@@ -94,8 +101,10 @@ POINTS = {
     "before_any_chunk": ("chunk=60", lambda out: (out / ".prep-tmp" / "run.json").exists()),
     "after_some_chunks": ("chunk=0.4", lambda out: len(chunk_indexes(out)) >= 2),
     "after_some_shards": ("shard=1.5", lambda out: len(sidecars(out)) >= 1),
-    "during_manifest_write": ("manifest=60", lambda out: out.exists() and any(
-        storage.is_temp_of(p.name, "manifest.json") for p in out.iterdir())),
+    "during_manifest_write": (
+        "manifest=60",
+        lambda out: out.exists() and any(storage.is_temp_of(p.name, "manifest.json") for p in out.iterdir()),
+    ),
 }
 
 
@@ -133,7 +142,8 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
     assert manifest_without_run(out) == manifest_without_run(reference)
     assert other_files(out) == other_files(reference)
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
-        ["manifest.json", "shard_counts.jsonl", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()])
+        ["manifest.json", "shard_counts.jsonl", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names()]
+    )
 
     resumed = json.loads((out / "manifest.json").read_text())["run"]["resumed"]
     total = resumed["chunks"]
@@ -150,7 +160,8 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
         reused = [n for n in before if f"{n}.json" in shards_done]
         assert reused  # and they were not written again:
         assert {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in reused} == {
-            n: before[n] for n in reused}
+            n: before[n] for n in reused
+        }
 
 
 def test_a_real_write_failure_while_preparing_is_one_line_and_no_manifest(source, tmp_path):

@@ -74,8 +74,9 @@ def test_the_table_lists_each_pair_and_a_summary(trees, run_cli):
     copy_a, copy_b = next((a, b) for kind, a, b in planted if kind == "copy")
     row = next(line.split() for line in lines if copy_a in line.split())
     assert row[0:2] == ["exact", "0"] and row[3] == copy_a and row[5] == copy_b
-    assert lines[-1].startswith(f"{sum(1 for line in lines if line.startswith(('exact', 'near ')))} pairs across A "
-                                f"and B: 10 exact, ")
+    assert lines[-1].startswith(
+        f"{sum(1 for line in lines if line.startswith(('exact', 'near ')))} pairs across A and B: 10 exact, "
+    )
 
 
 def test_no_shared_image_exits_0(trees, run_cli):
@@ -130,8 +131,9 @@ def test_an_image_that_does_not_decode_is_compared_by_sha256_and_named(fresh, ru
     shard = manifest["splits"]["train"]["shards"][0]
     datas = datasets.records(outs["c"] / shard["file"])
     record = ImageRecord.from_bytes(datas[0])
-    broken = ImageRecord.build(b"\xff\xd8 not really a jpeg", "jpeg", 4, 4, 3, record.label, record.text,
-                               record.filename)
+    broken = ImageRecord.build(
+        b"\xff\xd8 not really a jpeg", "jpeg", 4, 4, 3, record.label, record.text, record.filename
+    )
     datasets.rewrite_split(outs["c"], "train", [[broken.to_bytes()] + datas[1:]])
     result = run_cli("leakage", outs["c"], outs["a"])
     assert result.exit_code == 0
@@ -140,16 +142,19 @@ def test_an_image_that_does_not_decode_is_compared_by_sha256_and_named(fresh, ru
     assert [u["file"] for u in doc["a"]["unreadable"]] == [record.filename]
 
 
-@pytest.mark.parametrize("setup, message", [
-    ("missing", "Error: {path} does not exist"),
-    ("remote", "Error: gs://bucket/x: prep leakage reads local folders only; copy the dataset here first"),
-    ("file", "Error: {path} is not a folder"),
-    ("empty", "Error: {path}/manifest.json does not exist: {path} is not a finished dataset"),
-    ("not_json", "Error: {path}/manifest.json is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
-    ("malformed", "Error: {path}/manifest.json is malformed: labels must be a list, got 'cat'"),
-    ("shard_gone", "Error: cannot access {path}/test-00000-of-00001.tfrecord: No such file or directory"),
-    ("bad_crc", "Error: {path}/test-00000-of-00001.tfrecord: record 0 at byte 0: data CRC mismatch"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("missing", "Error: {path} does not exist"),
+        ("remote", "Error: gs://bucket/x: prep leakage reads local folders only; copy the dataset here first"),
+        ("file", "Error: {path} is not a folder"),
+        ("empty", "Error: {path}/manifest.json does not exist: {path} is not a finished dataset"),
+        ("not_json", "Error: {path}/manifest.json is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("malformed", "Error: {path}/manifest.json is malformed: labels must be a list, got 'cat'"),
+        ("shard_gone", "Error: cannot access {path}/test-00000-of-00001.tfrecord: No such file or directory"),
+        ("bad_crc", "Error: {path}/test-00000-of-00001.tfrecord: record 0 at byte 0: data CRC mismatch"),
+    ],
+)
 def test_errors_exit_2_with_one_error_line(trees, tmp_path, run_cli, setup, message):
     _, outs = trees
     path = tmp_path / "x"
@@ -216,8 +221,8 @@ def test_a_dataset_against_itself_lists_its_own_duplicates_once(tmp_path, run_cl
     assert result.exit_code == 1, result.output
     got = {(p["a"], p["b"], p["kind"]) for p in json.loads(result.output)["pairs"]}
     assert got == {(f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_copy.jpg", "exact") for i in range(2)} | {
-        (f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)} | {
-        (f"cat/p{i:02d}_copy.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)}
+        (f"cat/p{i:02d}.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)
+    } | {(f"cat/p{i:02d}_copy.jpg", f"cat/p{i:02d}_q60.jpg", "near") for i in range(2)}
 
 
 def test_worker_processes_give_the_keys_hashed_in_process(fresh, monkeypatch):
@@ -258,8 +263,9 @@ def test_convert_overwrite_replaces_a_dataset_with_its_key_sidecar(fresh, run_cl
     result = run_cli("convert", source, outs["c"], "--split", "train=0.5,test=0.5", "--overwrite", "--no-progress")
     assert result.exit_code == 0, result.output
     again = dataset_keys(str(outs["c"]))  # the new conversion's own sidecar, valid for its new shards
-    assert again.computed == 0 and again.cached == sum(s["examples"] for split in datasets.load(outs["c"])[
-        "splits"].values() for s in split["shards"])
+    assert again.computed == 0 and again.cached == sum(
+        s["examples"] for split in datasets.load(outs["c"])["splits"].values() for s in split["shards"]
+    )
 
 
 @pytest.mark.parametrize("options", [{}, {"resize": 120}])
@@ -277,8 +283,9 @@ def test_convert_records_the_keys_leakage_would_compute(tmp_path, options):
     src, out = tmp_path / "src", tmp_path / "out"
     write_class_tree(src, {"ant": 7, "bee": 9}, size=(300, 260), png_every=3)
     write_class_tree(src, {"cat": 6}, size=(90, 70), png_every=4)
-    config = build_config(str(src), str(out), {"split": "train=0.7,validation=0.3", "num_shards": 2, "seed": 3,
-                                               "workers": 2, **options})
+    config = build_config(
+        str(src), str(out), {"split": "train=0.7,validation=0.3", "num_shards": 2, "seed": 3, "workers": 2, **options}
+    )
     conversion.convert(config, list_inputs(config), group_target=4)
     manifest = datasets.load(out)
     digests = {s["file"]: s["sha256"] for split in manifest["splits"].values() for s in split["shards"]}

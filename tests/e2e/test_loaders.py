@@ -67,12 +67,19 @@ def test_evaluation_reads_the_whole_split_in_order_with_the_right_labels(data):
 def test_pixels_survive_the_round_trip(data):
     """Decoded at the stored size, PNG pixels are exact and JPEG pixels match Pillow's decode closely."""
     out, src = data
-    ds = loaders.load(out, "train", batch_size=31, image_size=SIZE, training=False, eval_crop="resize",
-                      normalize="none", output="features")
+    ds = loaders.load(
+        out,
+        "train",
+        batch_size=31,
+        image_size=SIZE,
+        training=False,
+        eval_crop="resize",
+        normalize="none",
+        output="features",
+    )
     batch = next(iter(ds))
     checked = Counter()
-    for name, fmt, image in zip(batch["image/filename"].numpy(), batch["image/format"].numpy(),
-                                batch["image"].numpy()):
+    for name, fmt, image in zip(batch["image/filename"].numpy(), batch["image/format"].numpy(), batch["image"].numpy()):
         expected = np.asarray(Image.open(src / name.decode()).convert("RGB"), np.float32)
         diff = np.abs(image - expected)
         if fmt == b"png":
@@ -106,8 +113,9 @@ def test_every_epoch_reshuffles_and_the_same_seed_repeats(data):
 
 def test_padding_has_weight_zero(data):
     out, _ = data
-    shares = [list(loaders.load(out, "train", 4, (8, 8), training=False, remainder="pad", pipeline=(i, 2)))
-              for i in range(2)]
+    shares = [
+        list(loaders.load(out, "train", 4, (8, 8), training=False, remainder="pad", pipeline=(i, 2))) for i in range(2)
+    ]
     weights = [np.concatenate([b[2].numpy() for b in s]) for s in shares]
     assert [len(w) for w in weights] == [16, 16]
     assert sorted(weights[0]) == [1.0] * 16 and sorted(weights[1]) == [0.0] + [1.0] * 15
@@ -180,8 +188,7 @@ def test_aspect_buckets_batch_similar_shapes_without_decoding_first(tmp_path):
             (src / cls / f"{i}.png").write_bytes(image_bytes("PNG", size=size, seed=100 * c + i))
     out = convert(src, tmp_path / "out", "--num-shards", 2)
     for training in (True, False):
-        ds = loaders.load(out, "train", 4, (16, 16), training=training, aspect_buckets=(0.5, 2.0),
-                          output="features")
+        ds = loaders.load(out, "train", 4, (16, 16), training=training, aspect_buckets=(0.5, 2.0), output="features")
         batches = list(ds)
         for batch in batches:
             ratios = set((batch["image/width"].numpy() / batch["image/height"].numpy()).tolist())
@@ -213,8 +220,11 @@ def test_clear_errors(broken, tmp_path):
         loaders.load(tmp_path / "nowhere")
     with pytest.raises(LoaderError, match=r"split 'test' is not in .* \(splits: train\)"):
         loaders.load(broken, "test")
-    with pytest.raises(LoaderError, match="a batch is larger than a replica's data: the input pipeline reads 31 "
-                                          r"record\(s\) per epoch, fewer than one step's 32 \(batch 32\)"):
+    with pytest.raises(
+        LoaderError,
+        match="a batch is larger than a replica's data: the input pipeline reads 31 "
+        r"record\(s\) per epoch, fewer than one step's 32 \(batch 32\)",
+    ):
         loaders.load(broken, "train", batch_size=32)
     with pytest.raises(LoaderError, match="batch_size must be a positive int, got 0"):
         loaders.load(broken, "train", batch_size=0)
@@ -230,8 +240,11 @@ def test_clear_errors(broken, tmp_path):
     manifest = json.loads((broken / "manifest.json").read_text())
     del manifest["splits"]["train"]["shards"][0]["bytes"]
     (broken / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ManifestError, match=r"manifest.json is malformed: splits.train.shards\[0\].bytes must be an "
-                                            "integer >= 0, got None"):
+    with pytest.raises(
+        ManifestError,
+        match=r"manifest.json is malformed: splits.train.shards\[0\].bytes must be an "
+        "integer >= 0, got None",
+    ):
         loaders.load(broken)
     manifest["version"] = 99
     (broken / "manifest.json").write_text(json.dumps(manifest))

@@ -23,8 +23,17 @@ BORDER = 2
 def converted(tmp_path_factory):
     root = tmp_path_factory.mktemp("converted")
     _, path = ds.write_coco_set(root, 36, CLASSES, orientations=(1, 3, 6, 8) * 3)
-    out = convert_with_cli(root / "images", root / "out", "--annotations", path, "--split",
-                           "train=0.75,validation=0.25", "--num-shards", 2, "--no-progress")
+    out = convert_with_cli(
+        root / "images",
+        root / "out",
+        "--annotations",
+        path,
+        "--split",
+        "train=0.75,validation=0.25",
+        "--num-shards",
+        2,
+        "--no-progress",
+    )
     return out
 
 
@@ -56,8 +65,9 @@ def test_an_evaluation_epoch_of_a_converted_split_returns_every_box(converted):
 
 def test_converted_masks_and_boxes_follow_the_pixels_through_training_crops(converted):
     """Each instance mask (less a border) is its class's colour, and lies inside its box (to a pixel)."""
-    data = loaders.load(converted, "train", 4, (60, 80), output="features", normalize="none", seed=2,
-                        area_range=(0.3, 1.0))
+    data = loaders.load(
+        converted, "train", 4, (60, 80), output="features", normalize="none", seed=2, area_range=(0.3, 1.0)
+    )
     checked = 0
     for _ in range(2):
         for batch in data:
@@ -69,7 +79,9 @@ def test_converted_masks_and_boxes_follow_the_pixels_through_training_crops(conv
                     if len(ys) < 10:
                         continue
                     y0, x0, y1, x1 = batch["boxes"][b, j].numpy() * [60, 80, 60, 80]
-                    assert ys.min() >= y0 - 1 and ys.max() + 1 <= y1 + 1 and xs.min() >= x0 - 1 and xs.max() + 1 <= x1 + 1
+                    assert (
+                        ys.min() >= y0 - 1 and ys.max() + 1 <= y1 + 1 and xs.min() >= x0 - 1 and xs.max() + 1 <= x1 + 1
+                    )
                     core = mask.copy()
                     for axis in (0, 1):  # erode by BORDER pixels along each axis
                         for shift in range(1, BORDER + 1):
@@ -78,7 +90,7 @@ def test_converted_masks_and_boxes_follow_the_pixels_through_training_crops(conv
                         continue
                     # each pixel's nearest colour among the classes' and white is its class's (JPEG's 4:2:0
                     # chroma and resizing pull saturated colours far from their value, but not past another's)
-                    palette = np.array(ds.COLOURS[:len(CLASSES)] + ((255, 255, 255),), np.float32)
+                    palette = np.array(ds.COLOURS[: len(CLASSES)] + ((255, 255, 255),), np.float32)
                     nearest = np.abs(images[b][core][:, None] - palette[None]).sum(-1).argmin(-1)
                     assert (nearest == int(batch["classes"][b, j]) - 1).all(), (b, j, np.bincount(nearest))
                     checked += 1
@@ -97,13 +109,22 @@ def converted_segmentation(tmp_path_factory):
     for img in images:
         ds.class_map(img, SEG_CLASSES).save(root / "masks" / (img.path.rsplit(".", 1)[0] + ".png"))
     (root / "classes.txt").write_text("\n".join(SEG_CLASSES) + "\n")
-    return convert_with_cli(root / "images", root / "out", "--masks", root / "masks", "--classes",
-                            root / "classes.txt", "--num-shards", 2, "--no-progress")
+    return convert_with_cli(
+        root / "images",
+        root / "out",
+        "--masks",
+        root / "masks",
+        "--classes",
+        root / "classes.txt",
+        "--num-shards",
+        2,
+        "--no-progress",
+    )
 
 
 def test_converted_class_maps_follow_the_pixels_through_training_crops(converted_segmentation):
     data = loaders.load(converted_segmentation, "train", 4, (54, 72), normalize="none", seed=4, area_range=(0.3, 1.0))
-    palette = np.array(((255, 255, 255),) + ds.COLOURS[1:len(SEG_CLASSES)], np.float32)
+    palette = np.array(((255, 255, 255),) + ds.COLOURS[1 : len(SEG_CLASSES)], np.float32)
     k = 2 * BORDER + 1
     checked, values = 0, set()
     for _ in range(2):

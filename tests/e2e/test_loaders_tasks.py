@@ -25,14 +25,22 @@ BORDER = 2  # output pixels next to a box's or a mask region's edge are not chec
 def sets(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tasks")
     out = {}
-    for task, fmt in (("detection", "jpeg"), ("detection", "png"), ("segmentation", "jpeg"),
-                      ("segmentation", "png"), ("multilabel", "jpeg")):
-        out[task, fmt] = write_dataset(tmp / f"{task}-{fmt}", task, {"train": 40, "validation": 12}, fmt=fmt,
-                                       seed=len(out))
-    out["fixed"] = write_dataset(tmp / "fixed", "segmentation", {"train": 8, "validation": 6}, fmt="png",
-                                 size_range=(40, 40), seed=9)
-    out["fixed-det"] = write_dataset(tmp / "fixed-det", "detection", {"train": 8, "validation": 6}, fmt="png",
-                                     size_range=(40, 40), seed=10)
+    for task, fmt in (
+        ("detection", "jpeg"),
+        ("detection", "png"),
+        ("segmentation", "jpeg"),
+        ("segmentation", "png"),
+        ("multilabel", "jpeg"),
+    ):
+        out[task, fmt] = write_dataset(
+            tmp / f"{task}-{fmt}", task, {"train": 40, "validation": 12}, fmt=fmt, seed=len(out)
+        )
+    out["fixed"] = write_dataset(
+        tmp / "fixed", "segmentation", {"train": 8, "validation": 6}, fmt="png", size_range=(40, 40), seed=9
+    )
+    out["fixed-det"] = write_dataset(
+        tmp / "fixed-det", "detection", {"train": 8, "validation": 6}, fmt="png", size_range=(40, 40), seed=10
+    )
     return out
 
 
@@ -66,7 +74,7 @@ def check_class_map(images, masks, ignore=255) -> int:
     checked = 0
     for image, mask in zip(images, masks[..., 0]):
         windows = np.lib.stride_tricks.sliding_window_view(mask, (k, k))
-        uniform = (windows.min(axis=(2, 3)) == windows.max(axis=(2, 3)))
+        uniform = windows.min(axis=(2, 3)) == windows.max(axis=(2, 3))
         centre = mask[BORDER:-BORDER, BORDER:-BORDER]
         pixels = image[BORDER:-BORDER, BORDER:-BORDER]
         for value in np.unique(centre[uniform]):
@@ -89,8 +97,9 @@ def test_training_boxes_hold_their_class_colour_after_crop_and_flip(sets, fmt):
     checked = edges = 0
     for _ in range(3):  # epochs: new crops and flips
         for images, targets in ds:
-            c, e = check_boxes(images.numpy(), targets["boxes"].numpy(), targets["classes"].numpy(),
-                               targets["num_boxes"].numpy())
+            c, e = check_boxes(
+                images.numpy(), targets["boxes"].numpy(), targets["classes"].numpy(), targets["num_boxes"].numpy()
+            )
             checked, edges = checked + c, edges + e
     assert checked > 100 and edges > 5  # crops did cut boxes, and those were checked too
 
@@ -103,12 +112,19 @@ def test_the_augment_hook_receives_and_returns_the_targets(sets):
         return tf.reverse(images, [2]), {**targets, "boxes": tf.where(valid[..., None], flipped, 0.0)}
 
     ds = loaders.load(sets["detection", "png"], "train", 8, (40, 40), normalize="none", augment=mirror, flip=False)
-    checked = sum(check_boxes(i.numpy(), t["boxes"].numpy(), t["classes"].numpy(), t["num_boxes"].numpy())[0]
-                  for i, t in ds)
+    checked = sum(
+        check_boxes(i.numpy(), t["boxes"].numpy(), t["classes"].numpy(), t["num_boxes"].numpy())[0] for i, t in ds
+    )
     assert checked > 30
     seen = []
-    ds = loaders.load(sets["segmentation", "png"], "train", 8, (40, 40), normalize="none",
-                      augment=lambda im, m: (seen.append(m.shape) or tf.reverse(im, [2]), tf.reverse(m, [2])))
+    ds = loaders.load(
+        sets["segmentation", "png"],
+        "train",
+        8,
+        (40, 40),
+        normalize="none",
+        augment=lambda im, m: (seen.append(m.shape) or tf.reverse(im, [2]), tf.reverse(m, [2])),
+    )
     assert sum(check_class_map(i.numpy(), m.numpy()) for i, m in ds) > 1000 and seen == [(8, 40, 40, 1)]
 
 
@@ -116,16 +132,25 @@ def test_the_augment_hook_receives_and_returns_the_targets(sets):
 def test_an_evaluation_epoch_returns_every_box_of_the_split(sets, letterbox):
     data = sets["detection", "jpeg"]
     records = {r.source_id: r for r in read_split(data, "validation", "detection")}
-    ds = loaders.load(data, "validation", 5, (50, 50), training=False, output="features", normalize="none",
-                      letterbox=letterbox)
+    ds = loaders.load(
+        data, "validation", 5, (50, 50), training=False, output="features", normalize="none", letterbox=letterbox
+    )
     got = {}
     for batch in ds:
-        assert check_boxes(batch["image"].numpy(), batch["boxes"].numpy(), batch["classes"].numpy(),
-                           batch["num_boxes"].numpy())[0] >= 0
+        assert (
+            check_boxes(
+                batch["image"].numpy(), batch["boxes"].numpy(), batch["classes"].numpy(), batch["num_boxes"].numpy()
+            )[0]
+            >= 0
+        )
         for i, sid in enumerate(batch["image/source_id"].numpy()):
             n = int(batch["num_boxes"][i])
-            got[sid.decode()] = (batch["boxes"][i, :n].numpy(), batch["classes"][i, :n].numpy(),
-                                 batch["image/height"][i].numpy(), batch["image/width"][i].numpy())
+            got[sid.decode()] = (
+                batch["boxes"][i, :n].numpy(),
+                batch["classes"][i, :n].numpy(),
+                batch["image/height"][i].numpy(),
+                batch["image/width"][i].numpy(),
+            )
     assert set(got) == set(records)
     total = 0
     for sid, record in records.items():
@@ -179,7 +204,7 @@ def test_instance_masks_follow_their_boxes(sets):
                 assert abs(xs.min() - x0) <= 1 and abs(xs.max() + 1 - x1) <= 1
                 klass = int(batch["classes"][b, j])
                 one = masks[b, j][..., None].astype(np.int32) * klass
-                checked += check_class_map(images[b:b + 1] * (one > 0), one[None]) > 0
+                checked += check_class_map(images[b : b + 1] * (one > 0), one[None]) > 0
     assert checked > 10
 
 
@@ -200,8 +225,9 @@ def test_segmentation_evaluation_at_the_stored_size_is_the_drawn_mask(sets, lett
     data = sets["fixed"]
     records = {r.filename: r for r in read_split(data, "validation", "segmentation")}
     size = (40, 60) if letterbox else (40, 40)
-    ds = loaders.load(data, "validation", 3, size, training=False, output="features", normalize="none",
-                      letterbox=letterbox)
+    ds = loaders.load(
+        data, "validation", 3, size, training=False, output="features", normalize="none", letterbox=letterbox
+    )
     seen = 0
     for batch in ds:
         for name, image, mask in zip(batch["image/filename"].numpy(), batch["image"].numpy(), batch["masks"].numpy()):

@@ -25,11 +25,17 @@ IMAGE = (24, 24)
 def epoch(strategy, dataset, weights: bool = False) -> dict:
     """Per local replica: batches, batch sizes, file names, boxes per image (and weights) of one epoch."""
     local = len(strategy.extended.worker_devices)
-    out = {"batches": [0] * local, "sizes": [[] for _ in range(local)], "files": [[] for _ in range(local)],
-           "boxes": [[] for _ in range(local)], "weights": [[] for _ in range(local)]}
+    out = {
+        "batches": [0] * local,
+        "sizes": [[] for _ in range(local)],
+        "files": [[] for _ in range(local)],
+        "boxes": [[] for _ in range(local)],
+        "weights": [[] for _ in range(local)],
+    }
     for batch in dataset:
-        parts = [strategy.experimental_local_results(batch[k]) for k in ("image/filename", "num_boxes", "boxes",
-                                                                          "image")]
+        parts = [
+            strategy.experimental_local_results(batch[k]) for k in ("image/filename", "num_boxes", "boxes", "image")
+        ]
         ws = strategy.experimental_local_results(batch["weight"]) if weights else [None] * local
         for r, (names, num, boxes, images) in enumerate(zip(*parts)):
             if names.shape[0] == 0:
@@ -49,12 +55,15 @@ def checks(strategy, data: str) -> dict:
 
     batch = 2 * strategy.num_replicas_in_sync
     train = loaders.distribute(strategy, data, "train", batch, IMAGE, output="features")
-    evaluation = loaders.distribute(strategy, data, "train", batch, IMAGE, training=False, remainder="pad",
-                                    output="features")
-    return {"steps": loaders.steps_per_epoch(data, "train", batch, strategy=strategy),
-            "pipelines": loaders.num_input_pipelines(strategy),
-            "train": [epoch(strategy, train), epoch(strategy, train)],
-            "eval": epoch(strategy, evaluation, weights=True)}
+    evaluation = loaders.distribute(
+        strategy, data, "train", batch, IMAGE, training=False, remainder="pad", output="features"
+    )
+    return {
+        "steps": loaders.steps_per_epoch(data, "train", batch, strategy=strategy),
+        "pipelines": loaders.num_input_pipelines(strategy),
+        "train": [epoch(strategy, train), epoch(strategy, train)],
+        "eval": epoch(strategy, evaluation, weights=True),
+    }
 
 
 def worker() -> None:
@@ -67,8 +76,12 @@ def worker() -> None:
     parser.add_argument("--ports", default="")
     args = parser.parse_args()
     if args.mode == "mwms":
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in args.ports.split(",")]},
-                                              "task": {"type": "worker", "index": args.index}})
+        os.environ["TF_CONFIG"] = json.dumps(
+            {
+                "cluster": {"worker": [f"127.0.0.1:{p}" for p in args.ports.split(",")]},
+                "task": {"type": "worker", "index": args.index},
+            }
+        )
     import tensorflow as tf
 
     if args.mode == "mirrored":
@@ -88,8 +101,8 @@ if __name__ == "__main__":
 
 import pytest  # noqa: E402 (the worker above needs neither pytest nor the test support)
 
-from tests.support.workers import free_port, run_workers  # noqa: E402
 from tests.support.task_records import read_split, write_dataset  # noqa: E402
+from tests.support.workers import free_port, run_workers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +112,12 @@ def runs(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("TF_CONFIG", None)
     ports = f"{free_port()},{free_port()}"
-    jobs = {"mirrored2": ["mirrored", "--devices", "2"], "mirrored3": ["mirrored", "--devices", "3"],
-            "mwms0": ["mwms", "--index", "0", "--ports", ports], "mwms1": ["mwms", "--index", "1", "--ports", ports]}
+    jobs = {
+        "mirrored2": ["mirrored", "--devices", "2"],
+        "mirrored3": ["mirrored", "--devices", "3"],
+        "mwms0": ["mwms", "--index", "0", "--ports", ports],
+        "mwms1": ["mwms", "--index", "1", "--ports", ports],
+    }
     results = run_workers(__file__, data, tmp, jobs, env)
     boxes = {r.filename: len(r.objects) for r in read_split(data, "train", "detection")}
     return results, boxes
@@ -121,8 +138,12 @@ def check_eval(epochs, boxes, padding, steps):
     """Padded evaluation: equal full batches; every image once with weight 1, with all its boxes."""
     for e in epochs:
         assert e["batches"] == [steps] * len(e["batches"])
-    reads = [(f, n, w) for e in epochs for fs, ns, ws in zip(e["files"], e["boxes"], e["weights"])
-             for f, n, w in zip(fs, ns, ws)]
+    reads = [
+        (f, n, w)
+        for e in epochs
+        for fs, ns, ws in zip(e["files"], e["boxes"], e["weights"])
+        for f, n, w in zip(fs, ns, ws)
+    ]
     real = {f: n for f, n, w in reads if w == 1.0}
     assert real == boxes  # every image of the split, every box of it
     assert len([w for _, _, w in reads if w == 0.0]) == padding

@@ -24,8 +24,11 @@ def outputs(tmp_path_factory):
     outs = {}
     for shards in (2, 60):
         out = tmp_path_factory.mktemp("scale") / f"out{shards}"
-        result = CliRunner().invoke(main, ["convert", str(src), str(out), "--num-shards", str(shards),
-                                           "--duplicates", "off", "--no-progress"], catch_exceptions=False)
+        result = CliRunner().invoke(
+            main,
+            ["convert", str(src), str(out), "--num-shards", str(shards), "--duplicates", "off", "--no-progress"],
+            catch_exceptions=False,
+        )
         assert result.exit_code == 0, result.output
         outs[shards] = out
     return outs

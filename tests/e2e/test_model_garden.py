@@ -50,8 +50,9 @@ def default(source):
 
 def ours(out, split):
     """Our records of `split`, parsed by our schema, in the order of the input_path glob in docs/other-readers.md."""
-    return [schema.ImageRecord.from_bytes(r) for path in sorted(out.glob(f"{split}-*-of-*.tfrecord"))
-            for r in records(path)]
+    return [
+        schema.ImageRecord.from_bytes(r) for path in sorted(out.glob(f"{split}-*-of-*.tfrecord")) for r in records(path)
+    ]
 
 
 def classification(out, split, training):
@@ -89,8 +90,11 @@ def test_the_imagenet_experiment_reads_the_dataset_with_its_defaults_and_our_glo
     config.task.model.input_size = [24, 24, 3]
     data = config.task.validation_data
     data.input_path, data.global_batch_size, data.drop_remainder = str(target / "validation-*-of-*.tfrecord"), 4, False
-    labels = [int(x) for _, batch in image_classification.ImageClassificationTask(config.task).build_inputs(data)
-              for x in batch.numpy()]
+    labels = [
+        int(x)
+        for _, batch in image_classification.ImageClassificationTask(config.task).build_inputs(data)
+        for x in batch.numpy()
+    ]
     assert sorted(labels) == sorted(r.label for r in ours(target, "validation"))
 
 
@@ -119,8 +123,12 @@ def test_default_conversion_fails_in_the_parser_and_verify_names_its_png_records
     result = CliRunner().invoke(main, ["verify", str(default), "--target", "model-garden"])
     assert result.exit_code == 1
     named = [line for line in result.output.splitlines() if "image/encoded is PNG" in line]
-    expected = sorted(f"{path.name} record {i}" for path in default.glob("*.tfrecord")
-                      for i, r in enumerate(map(schema.ImageRecord.from_bytes, records(path))) if r.format == "png")
+    expected = sorted(
+        f"{path.name} record {i}"
+        for path in default.glob("*.tfrecord")
+        for i, r in enumerate(map(schema.ImageRecord.from_bytes, records(path)))
+        if r.format == "png"
+    )
     assert sorted(line.split(":")[0].strip() for line in named) == expected
     report = json.loads(CliRunner().invoke(main, ["verify", str(default), "--target", "model-garden", "--json"]).output)
     assert report["target"]["by_reason"] == {"not_jpeg": len(expected), "no_source_id": 18}
@@ -132,6 +140,7 @@ def test_default_conversion_fails_in_the_parser_and_verify_names_its_png_records
     assert words[:2] == ["prep", "convert"]
     fixed = CliRunner().invoke(main, words[1:])
     assert fixed.exit_code == 0, fixed.output
-    assert sorted(p.read_bytes() for p in (tmp_path / "fixed").glob("*.tfrecord")) == \
-        sorted(p.read_bytes() for p in default.parent.joinpath("target").glob("*.tfrecord"))
+    assert sorted(p.read_bytes() for p in (tmp_path / "fixed").glob("*.tfrecord")) == sorted(
+        p.read_bytes() for p in default.parent.joinpath("target").glob("*.tfrecord")
+    )
     assert CliRunner().invoke(main, ["verify", str(tmp_path / "fixed")]).exit_code == 0

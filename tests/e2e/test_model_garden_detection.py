@@ -18,7 +18,8 @@ from PIL import Image
 
 from prep.core.task_record import TaskRecord
 from prep.verify import verify
-from tests.support import datasets, task_datasets as td
+from tests.support import datasets
+from tests.support import task_datasets as td
 
 tf = pytest.importorskip("tensorflow")
 # Not importorskip: without Model Garden these tests would pass having checked nothing.
@@ -77,10 +78,15 @@ def test_tf_example_decoder_gives_our_boxes_classes_areas_crowds_and_masks(detec
 def test_swapped_box_lists_or_a_missing_source_id_do_not_pass(detection, tmp_path):
     """The checks above can fail: a writer that put x where y belongs, or left out image/source_id."""
     decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)
-    record = next(r for r in ours(detection, "train", "detection") if r.objects and any(
-        o.xmin != o.ymin for o in r.objects))
-    swapped = dataclasses.replace(record, objects=tuple(
-        dataclasses.replace(o, xmin=o.ymin, ymin=o.xmin, xmax=o.ymax, ymax=o.xmax) for o in record.objects))
+    record = next(
+        r for r in ours(detection, "train", "detection") if r.objects and any(o.xmin != o.ymin for o in r.objects)
+    )
+    swapped = dataclasses.replace(
+        record,
+        objects=tuple(
+            dataclasses.replace(o, xmin=o.ymin, ymin=o.xmin, xmax=o.ymax, ymax=o.xmax) for o in record.objects
+        ),
+    )
     with pytest.raises(AssertionError):
         assert_decoded_equals(decoder.decode(tf.constant(swapped.to_bytes())), record)
     nameless = dataclasses.replace(record, source_id=None)
@@ -98,13 +104,25 @@ def test_swapped_box_lists_or_a_missing_source_id_do_not_pass(detection, tmp_pat
 @pytest.mark.parametrize("training", [True, False], ids=["training", "evaluation"])
 def test_mask_rcnn_parser_makes_a_batch_of_our_records(detection, training):
     decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)
-    parser = maskrcnn_input.Parser(output_size=[64, 64], min_level=3, max_level=5, num_scales=1,
-                                   aspect_ratios=[1.0], anchor_size=3, include_mask=True, mask_crop_size=16,
-                                   max_num_instances=8)
+    parser = maskrcnn_input.Parser(
+        output_size=[64, 64],
+        min_level=3,
+        max_level=5,
+        num_scales=1,
+        aspect_ratios=[1.0],
+        anchor_size=3,
+        include_mask=True,
+        mask_crop_size=16,
+        max_num_instances=8,
+    )
     mine = ours(detection, "train", "detection")
     assert any(not r.objects for r in mine) and any(o.crowd for r in mine for o in r.objects)
-    dataset = (tf.data.TFRecordDataset(shards(detection, "train")).map(decoder.decode)
-               .map(parser.parse_fn(is_training=training)).batch(4))
+    dataset = (
+        tf.data.TFRecordDataset(shards(detection, "train"))
+        .map(decoder.decode)
+        .map(parser.parse_fn(is_training=training))
+        .batch(4)
+    )
     batches = list(dataset)
     assert len(batches) == 3
     images, labels = batches[0]
@@ -113,7 +131,7 @@ def test_mask_rcnn_parser_makes_a_batch_of_our_records(detection, training):
         assert labels["gt_boxes"].shape == (4, 8, 4) and labels["gt_masks"].shape == (4, 8, 16, 16)
         kept = [[o.label for o in r.objects if not o.crowd] for r in mine[:4]]  # crowds skipped in training
         got = labels["gt_classes"].numpy().tolist()
-        assert [row[:len(k)] for row, k in zip(got, kept)] == kept
+        assert [row[: len(k)] for row, k in zip(got, kept)] == kept
     else:
         truth = labels["groundtruths"]
         assert truth["source_id"].numpy().tolist() == [int(r.source_id) for r in mine[:4]]
@@ -132,8 +150,12 @@ def test_segmentation_decoder_and_parser_read_our_class_maps(tmp_path):
         np.testing.assert_array_equal(label, pixels(r.segmentation))
     parser = segmentation_input.Parser(output_size=[32, 32], ignore_label=255)
     for training in (True, False):
-        dataset = tf.data.TFRecordDataset(shards(out, "train")).map(decoder.decode).map(
-            parser.parse_fn(is_training=training)).batch(4)
+        dataset = (
+            tf.data.TFRecordDataset(shards(out, "train"))
+            .map(decoder.decode)
+            .map(parser.parse_fn(is_training=training))
+            .batch(4)
+        )
         image, labels = next(iter(dataset))
         assert image.shape == (4, 32, 32, 3)
         values = set(np.unique(labels["masks"].numpy()).tolist())
@@ -155,10 +177,24 @@ def test_model_garden_reads_datasets_converted_by_prep_convert(tmp_path):
             assert_decoded_equals(d, r, area_is_mask=False)
             seen += len(r.objects)
     assert seen == datasets.load(out)["inputs"]["boxes"]["written"] == 288
-    parser = maskrcnn_input.Parser(output_size=[64, 64], min_level=3, max_level=5, num_scales=1,
-                                   aspect_ratios=[1.0], anchor_size=3, include_mask=True, mask_crop_size=16)
-    batch = next(iter(tf.data.TFRecordDataset(shards(out, "train")).map(decoder.decode)
-                      .map(parser.parse_fn(is_training=True)).batch(8)))
+    parser = maskrcnn_input.Parser(
+        output_size=[64, 64],
+        min_level=3,
+        max_level=5,
+        num_scales=1,
+        aspect_ratios=[1.0],
+        anchor_size=3,
+        include_mask=True,
+        mask_crop_size=16,
+    )
+    batch = next(
+        iter(
+            tf.data.TFRecordDataset(shards(out, "train"))
+            .map(decoder.decode)
+            .map(parser.parse_fn(is_training=True))
+            .batch(8)
+        )
+    )
     assert batch[0].shape == (8, 64, 64, 3)
 
     seg = td.converted_segmentation(tmp_path / "seg")
@@ -183,4 +219,6 @@ def test_png_detection_records_decode_and_pass_the_target(tmp_path):
     for d, r in zip(decoded, ours(out, "train", "detection")):
         assert_decoded_equals(d, r)
         if r.format == "png":  # lossless: the same pixels (JPEG decoders may differ by a level)
-            np.testing.assert_array_equal(d["image"].numpy(), np.asarray(Image.open(io.BytesIO(r.encoded)).convert("RGB")))
+            np.testing.assert_array_equal(
+                d["image"].numpy(), np.asarray(Image.open(io.BytesIO(r.encoded)).convert("RGB"))
+            )

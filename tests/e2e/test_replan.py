@@ -18,12 +18,15 @@ from tests.support.shards import assert_same_dataset, convert_with_cli
 # The bundled sample's class sizes (samples/shapes: 204 images in 5 uneven classes).
 SHAPES = {"circle": 60, "square": 48, "triangle": 40, "star": 32, "cross": 24}
 ARGS = ("--split", "train=0.7,validation=0.3", "--num-shards", 3, "--workers", 2, "--index")
-REPLAN_HINT = ("the images read so far are kept: run the same command again with the corrected option and --resume "
-               "to plan them anew without reading them again")
+REPLAN_HINT = (
+    "the images read so far are kept: run the same command again with the corrected option and --resume "
+    "to plan them anew without reading them again"
+)
 
 
 def no_reading(monkeypatch):
     """Makes preparing any image fail: a resumed run that reads an image again cannot succeed."""
+
     def prepare_batch(*args, **kwargs):
         raise AssertionError("an image was prepared again")
 
@@ -45,32 +48,41 @@ def shapes(tmp_path_factory):
     return root
 
 
-def test_too_many_shards_names_the_command_that_recovers_and_resume_reuses_every_image(shapes, tmp_path, run_cli,
-                                                                                      monkeypatch):
+def test_too_many_shards_names_the_command_that_recovers_and_resume_reuses_every_image(
+    shapes, tmp_path, run_cli, monkeypatch
+):
     out = tmp_path / "out"
     result = run_cli("convert", shapes, out, "--num-shards", 500)
     assert (result.exit_code, result.output) == (
-        1, f"Error: split 'train' has 204 example(s), fewer than --num-shards 500; use --num-shards 204 or less; "
-           f"{REPLAN_HINT}\n")
+        1,
+        f"Error: split 'train' has 204 example(s), fewer than --num-shards 500; use --num-shards 204 or less; "
+        f"{REPLAN_HINT}\n",
+    )
     assert list(out.glob("*.tfrecord")) == [] and not (out / "manifest.json").exists()
     spills = spill_files(out)
     assert spills
 
     result = run_cli("convert", shapes, out, "--num-shards", 4)
     assert (result.exit_code, result.output) == (
-        1, f"Error: OUTPUT {out} holds an unfinished conversion; pass --resume to finish it (same inputs and image "
-           "options; the planning options may change) or --overwrite to start over\n")
+        1,
+        f"Error: OUTPUT {out} holds an unfinished conversion; pass --resume to finish it (same inputs and image "
+        "options; the planning options may change) or --overwrite to start over\n",
+    )
     result = run_cli("convert", shapes, out, "--num-shards", 4, "--resize", 12, "--resume")
     assert (result.exit_code, result.output) == (
-        1, "Error: cannot resume: the inputs or options differ from the interrupted run: --resize was unset, now 12; "
-           "run with --overwrite instead to start over\n")
+        1,
+        "Error: cannot resume: the inputs or options differ from the interrupted run: --resize was unset, now 12; "
+        "run with --overwrite instead to start over\n",
+    )
     assert spill_files(out) == spills  # refusing changed nothing
 
     with monkeypatch.context() as patch:
         no_reading(patch)
         real_delete = checkpoints.delete_work
         seen = {}
-        patch.setattr(checkpoints, "delete_work", lambda work: (seen.update(spills=spill_files(out)), real_delete(work)))
+        patch.setattr(
+            checkpoints, "delete_work", lambda work: (seen.update(spills=spill_files(out)), real_delete(work))
+        )
         result = run_cli("convert", shapes, out, "--num-shards", 4, "--resume")
     assert result.exit_code == 0, result.output
     assert "resumed: reused 13 of 13 prepared chunks and 0 of 4 shards" in result.output
@@ -85,7 +97,7 @@ def with_changes(args, changes) -> list:
     for name, value in changes:
         if name in args:
             i = args.index(name)
-            del args[i:i + 2]
+            del args[i : i + 2]
         if value is not None:
             args += [name, value]
     return args
@@ -107,17 +119,19 @@ def interrupt(source, out, run_cli, monkeypatch, args=ARGS):
     assert len(list(out.glob("*.tfrecord"))) == 6
 
 
-@pytest.mark.parametrize("changes, shards, reused", [
-    ([("--num-shards", 2)], 4, 0),  # the old plan's -of-00003 shards must go
-    ([("--seed", 7)], 6, 0),  # same shard names, other members: their sidecars' digests differ
-    ([("--max-per-class", 10)], 6, 0),
-    ([("--split", "train=0.5,validation=0.5")], 6, 0),
-    ([("--num-shards", None), ("--shard-size", "8KiB")], 9, 3),  # validation: 3 shards as before, same members
-    ([("--empty-classes", "drop")], 6, 6),  # no class is empty: the same shards, kept
-    ([("--seed", 7), ("--num-shards", 1), ("--max-per-class", 20)], 2, 0),
-])
-def test_resume_plans_anew_as_a_fresh_conversion_would(source, tmp_path, run_cli, monkeypatch, changes, shards,
-                                                       reused):
+@pytest.mark.parametrize(
+    "changes, shards, reused",
+    [
+        ([("--num-shards", 2)], 4, 0),  # the old plan's -of-00003 shards must go
+        ([("--seed", 7)], 6, 0),  # same shard names, other members: their sidecars' digests differ
+        ([("--max-per-class", 10)], 6, 0),
+        ([("--split", "train=0.5,validation=0.5")], 6, 0),
+        ([("--num-shards", None), ("--shard-size", "8KiB")], 9, 3),  # validation: 3 shards as before, same members
+        ([("--empty-classes", "drop")], 6, 6),  # no class is empty: the same shards, kept
+        ([("--seed", 7), ("--num-shards", 1), ("--max-per-class", 20)], 2, 0),
+    ],
+)
+def test_resume_plans_anew_as_a_fresh_conversion_would(source, tmp_path, run_cli, monkeypatch, changes, shards, reused):
     out = tmp_path / "out"
     interrupt(source, out, run_cli, monkeypatch)
     args = with_changes(ARGS, changes)
@@ -137,14 +151,17 @@ def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkey
     os.remove(WorkDir(str(out)).chunk_index(1))  # as if killed while chunk 1 was prepared
     result = run_cli("convert", source, out, *ARGS, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
-        1, "Error: cannot resume with --seed 7: the interrupted run (--seed 0) had not read every image yet, and the "
-           "order of another seed needs them all; resume with --seed 0, or run with --overwrite instead to start "
-           "over\n")
+        1,
+        "Error: cannot resume with --seed 7: the interrupted run (--seed 0) had not read every image yet, and the "
+        "order of another seed needs them all; resume with --seed 0, or run with --overwrite instead to start "
+        "over\n",
+    )
     result = run_cli("convert", source, out, *ARGS, "--num-shards", 2, "--resume")  # other options: fine
     assert result.exit_code == 0, result.output
     assert resumed(out)["chunks_reused"] == 4
-    assert_same_dataset(out, convert_with_cli(source, tmp_path / "fresh", *with_changes(ARGS, [("--num-shards", 2)])),
-                        shards=4)
+    assert_same_dataset(
+        out, convert_with_cli(source, tmp_path / "fresh", *with_changes(ARGS, [("--num-shards", 2)])), shards=4
+    )
 
 
 def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, run_cli, monkeypatch):
@@ -155,9 +172,11 @@ def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, ru
     interrupt(source, out, run_cli, monkeypatch, args)
     result = run_cli("convert", source, out, *args, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
-        1, "Error: cannot resume with --seed 7: with --target model-garden every prepared record holds an "
-           "image/source_id from the order of --seed 0; resume with --seed 0, or run with --overwrite instead to "
-           "start over\n")
+        1,
+        "Error: cannot resume with --seed 7: with --target model-garden every prepared record holds an "
+        "image/source_id from the order of --seed 0; resume with --seed 0, or run with --overwrite instead to "
+        "start over\n",
+    )
     result = run_cli("convert", source, out, *args, "--num-shards", 2, "--resume")  # other options: fine
     assert result.exit_code == 0, result.output
     reference = convert_with_cli(source, tmp_path / "fresh", *with_changes(args, [("--num-shards", 2)]))
@@ -174,8 +193,10 @@ def test_restaged_chunks_are_never_prepared_again(source, tmp_path, run_cli, mon
     spill.unlink()
     result = run_cli("convert", source, out, *ARGS, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
-        1, f"Error: cannot resume: images prepared by the interrupted run are missing from {out}/.prep-tmp (its "
-           "spill files were changed or deleted); run with --overwrite instead to start over\n")
+        1,
+        f"Error: cannot resume: images prepared by the interrupted run are missing from {out}/.prep-tmp (its "
+        "spill files were changed or deleted); run with --overwrite instead to start over\n",
+    )
 
 
 def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp_path, run_cli, monkeypatch):
@@ -203,10 +224,14 @@ def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp
 def test_planning_options_are_told_apart_from_the_others():
     from prep.core.run_record import RUN_VERSION, differences, replanned
 
-    old = {"version": RUN_VERSION, "tool": {}, "labels": ["a"], "listing": {},
-           "options": {"seed": 0, "num_shards": 3, "resize": None, "split": None}}
-    new = dict(old, options={"seed": 1, "num_shards": 3, "resize": 8, "split": "a=0.5,b=0.5",
-                             "empty_classes": "drop"})
+    old = {
+        "version": RUN_VERSION,
+        "tool": {},
+        "labels": ["a"],
+        "listing": {},
+        "options": {"seed": 0, "num_shards": 3, "resize": None, "split": None},
+    }
+    new = dict(old, options={"seed": 1, "num_shards": 3, "resize": 8, "split": "a=0.5,b=0.5", "empty_classes": "drop"})
     assert replanned(old, new) == ["--empty-classes", "--seed", "--split"]
     assert differences(old, new, planning=False) == ["--resize was unset, now 8"]
     assert len(differences(old, new)) == 4  # a finished dataset is compared with every option

@@ -25,8 +25,9 @@ def _checks(visit: browser.PageVisit) -> None:
     """What every report page must do in a browser."""
     assert visit.errors == []
     assert visit.requests == [visit.url]  # the page itself, nothing else
-    assert visit.images and all(i["complete"] and i["natural_width"] > 0 for i in visit.images), \
-        [i for i in visit.images if not i["natural_width"]]
+    assert visit.images and all(i["complete"] and i["natural_width"] > 0 for i in visit.images), [
+        i for i in visit.images if not i["natural_width"]
+    ]
     pixels = np.asarray(Image.open(io.BytesIO(visit.screenshot)).convert("L"), dtype=np.float64)
     assert pixels.std() > 20  # not a blank (or single-colour) page
 
@@ -35,11 +36,24 @@ def _checks(visit: browser.PageVisit) -> None:
 def sample(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "shapes"
     from click.testing import CliRunner
+
     from prep.cli import main
 
-    result = CliRunner().invoke(main, ["convert", str(ROOT / "samples" / "shapes"), str(out), "--split",
-                                       "train=0.8,validation=0.1,test=0.1", "--num-shards", "2", "--no-progress",
-                                       "--report"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(ROOT / "samples" / "shapes"),
+            str(out),
+            "--split",
+            "train=0.8,validation=0.1,test=0.1",
+            "--num-shards",
+            "2",
+            "--no-progress",
+            "--report",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert f"wrote {out / 'report.html'}" in result.output
     return out
@@ -52,17 +66,19 @@ def dirty(tmp_path_factory):
     src = base / "src"
     write_class_tree(src, {"apple": 8, "banana": 6}, size=(40, 30))
     whole = image_bytes("JPEG", size=(64, 64), seed=3)
-    (src / "banana" / "cut.jpg").write_bytes(whole[:len(whole) * 2 // 3])  # truncated: decodes in part
+    (src / "banana" / "cut.jpg").write_bytes(whole[: len(whole) * 2 // 3])  # truncated: decodes in part
     (src / "banana" / "zero.jpg").write_bytes(b"")
     (src / "cherry").mkdir()
     (src / "cherry" / "notes.jpg").write_bytes(b"not an image at all")
     (src / "cherry" / "half.png").write_bytes(image_bytes("PNG", size=(32, 32), seed=5)[:120])
     out = base / "out"
     from click.testing import CliRunner
+
     from prep.cli import main
 
-    result = CliRunner().invoke(main, ["convert", str(src), str(out), "--num-shards", "2", "--no-progress"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["convert", str(src), str(out), "--num-shards", "2", "--no-progress"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(main, ["report", str(out), "--verify"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -92,8 +108,9 @@ def test_report_with_rejects_and_an_empty_class(dirty):
         for summary in page.query_selector_all("details.reason-block > summary"):
             if summary.evaluate("s => !s.parentElement.open"):
                 summary.click()
-        return {"reject_images": page.eval_on_selector_all(
-            ".reject img", "els => els.map(e => [e.alt, e.naturalWidth])")}
+        return {
+            "reject_images": page.eval_on_selector_all(".reject img", "els => els.map(e => [e.alt, e.naturalWidth])")
+        }
 
     visit = browser.visit(dirty / "report.html", open_rejects)
     _checks(visit)
@@ -117,6 +134,7 @@ def test_report_without_its_source_still_opens(dirty, tmp_path):
     manifest["run"]["source"] = str(tmp_path / "gone")
     (copy / "manifest.json").write_text(json.dumps(manifest))
     from click.testing import CliRunner
+
     from prep.cli import main
 
     result = CliRunner().invoke(main, ["report", str(copy), "-o", str(tmp_path / "r.html")], catch_exceptions=False)
@@ -133,6 +151,7 @@ def large(tmp_path_factory):
 
     out = large_dataset.write(tmp_path_factory.mktemp("large") / "big")
     from click.testing import CliRunner
+
     from prep.cli import main
 
     result = CliRunner().invoke(main, ["report", str(out)], catch_exceptions=False)
@@ -154,7 +173,9 @@ def test_large_report_stays_small(large):
 @needs_browser
 def test_large_report_in_browser(large):
     def page_through(page):
-        rows = lambda: page.eval_on_selector_all("#class-table tbody tr", "els => els.filter(e => e.offsetParent).length")
+        rows = lambda: page.eval_on_selector_all(
+            "#class-table tbody tr", "els => els.filter(e => e.offsetParent).length"
+        )
         first = rows()
         page.fill("input.filter", "class_0999")
         found = page.inner_text("#class-table tbody")

@@ -42,8 +42,15 @@ def assert_same(out, reference):
     assert_same_dataset(out, reference, shards=6)
     indexes = [p.name + ".idx" for p in out.glob("*.tfrecord")]
     assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".tfrecord")) == sorted(
-        ["manifest.json", "shard_counts.jsonl", "rejects.jsonl", keys_sidecar.FILENAME, *tfds_meta.file_names(),
-         *indexes])
+        [
+            "manifest.json",
+            "shard_counts.jsonl",
+            "rejects.jsonl",
+            keys_sidecar.FILENAME,
+            *tfds_meta.file_names(),
+            *indexes,
+        ]
+    )
 
 
 def resumed(out) -> dict:
@@ -57,7 +64,7 @@ class FullDisk:
         self._file = open(path, "wb")
 
     def write(self, data):
-        self._file.write(data[:len(data) // 2])
+        self._file.write(data[: len(data) // 2])
         self._file.flush()
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
@@ -87,19 +94,31 @@ def fail_writes(monkeypatch, where, make):
 def test_differences_name_each_change_in_the_users_terms():
     from prep.core.run_record import RUN_VERSION, differences, listing_change
 
-    old = {"version": RUN_VERSION, "tool": {"version": "0.1.0", "pillow": "12.3.0"}, "labels": ["a", "b"],
-           "options": {"seed": 0, "split": None, "label_file": "l.csv"}, "listing": {"sha256": "x"}}
+    old = {
+        "version": RUN_VERSION,
+        "tool": {"version": "0.1.0", "pillow": "12.3.0"},
+        "labels": ["a", "b"],
+        "options": {"seed": 0, "split": None, "label_file": "l.csv"},
+        "listing": {"sha256": "x"},
+    }
     new = dict(old, options={"seed": 0, "split": "train=0.5,test=0.5", "label_file": "m.csv"})
     assert differences(old, old) == []
-    assert differences(old, new) == ["--labels was \"l.csv\", now \"m.csv\"",
-                                     "--split was unset, now \"train=0.5,test=0.5\""]
+    assert differences(old, new) == [
+        "--labels was \"l.csv\", now \"m.csv\"",
+        "--split was unset, now \"train=0.5,test=0.5\"",
+    ]
     assert differences(old, dict(old, labels=["b", "a"], listing={"sha256": "y"})) == [
-        "the classes were a, b, now b, a", "SOURCE lists other inputs"]
+        "the classes were a, b, now b, a",
+        "SOURCE lists other inputs",
+    ]
     assert differences({"version": 0}, new) == ["the interrupted run was recorded by another version of tfrecord-prep"]
-    assert differences(dict(old, version=1), new)[0] == "the interrupted run was recorded by another version of tfrecord-prep"
-    assert listing_change([("a/1.jpg", "a", None), ("a/2.jpg", "a", None)],
-                          [("a/1.jpg", "b", None), ("a/3.jpg", "a", None)]) == (
-        "a/3.jpg is new; a/2.jpg is gone; a/1.jpg is listed with another label, split or reason")
+    assert (
+        differences(dict(old, version=1), new)[0]
+        == "the interrupted run was recorded by another version of tfrecord-prep"
+    )
+    assert listing_change(
+        [("a/1.jpg", "a", None), ("a/2.jpg", "a", None)], [("a/1.jpg", "b", None), ("a/3.jpg", "a", None)]
+    ) == ("a/3.jpg is new; a/2.jpg is gone; a/1.jpg is listed with another label, split or reason")
 
 
 def test_disk_full_while_writing_shards_then_resume(source, reference, tmp_path, run_cli, monkeypatch):
@@ -122,8 +141,9 @@ def test_disk_full_while_writing_shards_then_resume(source, reference, tmp_path,
 
 def test_permission_denied_while_preparing_is_one_line_and_no_manifest(source, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
-    fail_writes(monkeypatch, "/spill/chunk-",
-                lambda path: PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
+    fail_writes(
+        monkeypatch, "/spill/chunk-", lambda path: PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    )
     result = run_cli("convert", source, out, *ARGS)
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot write {out}/.prep-tmp/spill/chunk-0000")
@@ -156,13 +176,13 @@ def test_resume_refuses_what_would_not_give_the_same_output(source, reference, i
     out = interrupted
     expect = {
         (): f"Error: OUTPUT {out} holds an unfinished conversion; pass --resume to finish it (same inputs and "
-            "image options; the planning options may change) or --overwrite to start over",
+        "image options; the planning options may change) or --overwrite to start over",
         ("--resume", "--overwrite"): "Error: --resume finishes the conversion in OUTPUT and --overwrite starts it "
-                                     "over: pass one of them",
+        "over: pass one of them",
         # --seed alone would be accepted (a planning option: tests/test_replan.py); --quality is not.
         ("--resume", "--seed", 1, "--quality", 90, "--resize", 8): "Error: cannot resume: the inputs or options "
-            "differ from the interrupted run: --quality was 95, now 90; --resize was unset, now 8; run with "
-            "--overwrite instead to start over",
+        "differ from the interrupted run: --quality was 95, now 90; --resize was unset, now 8; run with "
+        "--overwrite instead to start over",
     }
     for extra, message in expect.items():
         result = run_cli("convert", source, out, *ARGS, *extra)
@@ -175,9 +195,12 @@ def test_resume_refuses_what_would_not_give_the_same_output(source, reference, i
     finally:
         (source / "ant" / "new.jpg").unlink()
         (source / "bee" / "ant_0000.jpg").unlink()
-    assert (result.exit_code, result.output) == (1, "Error: cannot resume: the inputs or options differ from the "
+    assert (result.exit_code, result.output) == (
+        1,
+        "Error: cannot resume: the inputs or options differ from the "
         "interrupted run: SOURCE lists other inputs (ant/new.jpg and 1 more are new); run with --overwrite "
-        "instead to start over\n")
+        "instead to start over\n",
+    )
 
     changed = source / "cat" / "cat_0003.jpg"
     before = os.stat(changed)
@@ -186,8 +209,11 @@ def test_resume_refuses_what_would_not_give_the_same_output(source, reference, i
         result = run_cli("convert", source, out, *ARGS, "--resume")
     finally:
         os.utime(changed, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert (result.exit_code, result.output) == (1, "Error: cannot resume: input cat/cat_0003.jpg changed since "
-        "the interrupted run (size, modification time or permissions); run with --overwrite instead to start over\n")
+    assert (result.exit_code, result.output) == (
+        1,
+        "Error: cannot resume: input cat/cat_0003.jpg changed since "
+        "the interrupted run (size, modification time or permissions); run with --overwrite instead to start over\n",
+    )
 
     assert not (out / "manifest.json").exists()  # refusing changed nothing: the resume still works
     inodes = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.tfrecord")}
@@ -199,10 +225,15 @@ def test_resume_refuses_what_would_not_give_the_same_output(source, reference, i
 
     result = run_cli("convert", source, out, *ARGS, "--resume")
     assert (result.exit_code, result.output) == (
-        1, f"Error: OUTPUT {out} holds a finished dataset (manifest.json): nothing to resume\n")
+        1,
+        f"Error: OUTPUT {out} holds a finished dataset (manifest.json): nothing to resume\n",
+    )
     result = run_cli("convert", source, tmp_path / "empty", *ARGS, "--resume")
-    assert (result.exit_code, result.output) == (1, f"Error: nothing to resume: OUTPUT {tmp_path}/empty holds no "
-                                                    "interrupted conversion (no .prep-tmp folder); run without --resume\n")
+    assert (result.exit_code, result.output) == (
+        1,
+        f"Error: nothing to resume: OUTPUT {tmp_path}/empty holds no "
+        "interrupted conversion (no .prep-tmp folder); run without --resume\n",
+    )
 
 
 def test_damaged_or_missing_shards_are_rewritten_multi_part_too(source, reference, tmp_path, monkeypatch):
@@ -247,15 +278,18 @@ def test_resume_that_starts_over_clears_what_an_earlier_run_left(source, referen
     assert_same(out, reference)
 
 
-def test_resume_checks_a_finished_dataset_against_its_manifest_when_run_json_is_gone(source, reference, tmp_path,
-                                                                                   run_cli):
+def test_resume_checks_a_finished_dataset_against_its_manifest_when_run_json_is_gone(
+    source, reference, tmp_path, run_cli
+):
     out = tmp_path / "out"
     shutil.copytree(reference, out)
     (out / ".prep-tmp").mkdir()  # a kill after deleting .prep-tmp's last file, run.json, before the folder
     result = run_cli("convert", source, out, *[2 if a == 3 else a for a in ARGS], "--resume")  # --num-shards 2
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: cannot resume: the inputs or options differ from the interrupted run: "
-                                     "--num-shards was 3, now 2; run with --overwrite instead to start over")
+    assert result.output.strip() == (
+        "Error: cannot resume: the inputs or options differ from the interrupted run: "
+        "--num-shards was 3, now 2; run with --overwrite instead to start over"
+    )
     result = run_cli("convert", source, out, *ARGS, "--resume")
     assert result.exit_code == 0, result.output
     assert not (out / ".prep-tmp").exists()
@@ -288,8 +322,15 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
     config = build_config(to_url(str(source)), to_url(str(out)), OPTIONS)
     with monkeypatch.context() as patch:
         real = storage.open_write
-        patch.setattr(storage, "open_write", lambda p: (_ for _ in ()).throw(
-            OSError(errno.ENOSPC, "No space left on device")) if storage.is_temp_of(os.path.basename(p), "manifest.json") else real(p))
+        patch.setattr(
+            storage,
+            "open_write",
+            lambda p: (
+                (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+                if storage.is_temp_of(os.path.basename(p), "manifest.json")
+                else real(p)
+            ),
+        )
         with pytest.raises(Exception, match="No space left on device"):
             conversion.convert(config, list_inputs(config))
     shutil.rmtree(out / ".prep-tmp" / "done")  # no sidecars: every shard is written again
@@ -300,14 +341,18 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
 
 
 def test_the_listing_digest_does_not_depend_on_how_it_is_batched_and_sees_every_input():
-    from prep.core.run_record import listing_digest
     from prep.core.listing import InputRef, Listing, Reject
+    from prep.core.run_record import listing_digest
 
     refs = tuple(InputRef(f"c/{i}.jpg", "c", None if i % 3 else "train") for i in range(50))
     listing = Listing(refs, (Reject("x.txt", "not_image", "d"),), ("c",))
     whole = listing_digest(listing, batch=10**6)
-    assert whole == hashlib.sha256(json.dumps(
-        [["c"], [r.fields() for r in refs], [["x.txt", "not_image", "d"]]]).encode()).hexdigest()
+    assert (
+        whole
+        == hashlib.sha256(
+            json.dumps([["c"], [r.fields() for r in refs], [["x.txt", "not_image", "d"]]]).encode()
+        ).hexdigest()
+    )
     assert {listing_digest(listing, batch=b) for b in (1, 7, 49, 50)} == {whole}
     moved = Listing(refs[:49] + (InputRef("c/49.jpg", "c", "test"),), listing.rejects, ("c",))
     assert listing_digest(moved, batch=7) != whole

@@ -18,8 +18,14 @@ from tests.support.shards import assert_same_dataset, manifest_without_run, shar
 
 DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # index: record indexes must be identical through every runner, also for shards written in parts.
-OPTIONS = {"split": "train=0.7,validation=0.3", "num_shards": 2, "max_per_class": 30, "seed": 5, "workers": 2,
-           "index": True}
+OPTIONS = {
+    "split": "train=0.7,validation=0.3",
+    "num_shards": 2,
+    "max_per_class": 30,
+    "seed": 5,
+    "workers": 2,
+    "index": True,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +57,10 @@ def assert_same(out, reference):
 
 
 def test_direct_runner_in_memory(source, reference, tmp_path):
-    assert_same(convert(source, tmp_path / "out", runner="DirectRunner",
-                        beam_args=["--direct_running_mode=in_memory"]), reference)
+    assert_same(
+        convert(source, tmp_path / "out", runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"]),
+        reference,
+    )
 
 
 def test_many_rank_tasks_and_multi_part_shards(source, reference, tmp_path):
@@ -86,8 +94,13 @@ def test_file_systems_that_return_short_reads(source, reference, tmp_path, monke
 
 
 def test_direct_runner_multi_processing(source, reference, tmp_path):
-    out = convert(source, tmp_path / "out", runner="DirectRunner",
-                  beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"], group_target=5)
+    out = convert(
+        source,
+        tmp_path / "out",
+        runner="DirectRunner",
+        beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        group_target=5,
+    )
     assert_same(out, reference)
 
 
@@ -118,11 +131,18 @@ def portable_services(tmp_path):
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     procs = [
-        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
-                          "--port", str(job_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                          f"--service_port={pool_port}"], cwd=tmp_path, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen(
+            [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
     ]
     try:
         wait_for_port(job_port, procs[0])
@@ -136,34 +156,55 @@ def portable_services(tmp_path):
 
 def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, portable_services):
     job_port, pool_port = portable_services
-    out = convert(source, tmp_path / "out", runner="PortableRunner", group_target=5, beam_args=[
-        f"--job_endpoint=localhost:{job_port}", "--environment_type=EXTERNAL",
-        f"--environment_config=localhost:{pool_port}"])
+    out = convert(
+        source,
+        tmp_path / "out",
+        runner="PortableRunner",
+        group_target=5,
+        beam_args=[
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{pool_port}",
+        ],
+    )
     assert_same(out, reference)
 
 
 def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_the_right_one(
-        source, reference, tmp_path, portable_services):
+    source, reference, tmp_path, portable_services
+):
     from prep.core.errors import RunnerError
 
     job_port, pool_port = portable_services
     worker = ["--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"]
     nobody = free_port()
-    with pytest.raises(RunnerError, match=f"^no job service answered at --job_endpoint localhost:{nobody} within "
-                                          "2 s .*; the work done so far is kept: .* --resume to finish$"):
-        convert(source, tmp_path / "out", runner="PortableRunner", group_target=5,
-                beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker])
+    with pytest.raises(
+        RunnerError,
+        match=f"^no job service answered at --job_endpoint localhost:{nobody} within "
+        "2 s .*; the work done so far is kept: .* --resume to finish$",
+    ):
+        convert(
+            source,
+            tmp_path / "out",
+            runner="PortableRunner",
+            group_target=5,
+            beam_args=[f"--job_endpoint=localhost:{nobody}", "--job_server_timeout=2", *worker],
+        )
     config = build_config(str(source), str(tmp_path / "out"), dict(OPTIONS, resume=True))
-    conversion.convert(config, list_inputs(config), runner="PortableRunner", group_target=5,
-                       beam_args=[f"--job_endpoint=localhost:{job_port}", *worker])
+    conversion.convert(
+        config,
+        list_inputs(config),
+        runner="PortableRunner",
+        group_target=5,
+        beam_args=[f"--job_endpoint=localhost:{job_port}", *worker],
+    )
     assert_same(tmp_path / "out", reference)
 
 
 def test_dask_runner_on_local_cluster(source, reference, tmp_path):
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         address = f"--dask_client_address={cluster.scheduler_address}"
         out = convert(source, tmp_path / "out", runner=DASK, beam_args=[address], group_target=5)
     assert_same(out, reference)
@@ -176,8 +217,9 @@ def test_dask_partitions_follow_the_clusters_task_slots():
 
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
     slots = (os.cpu_count() or 1) + 1  # not this machine's count, which is the answer without a scheduler
-    with distributed.LocalCluster(n_workers=slots, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=slots, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         address = f"--dask_client_address={cluster.scheduler_address}"
         assert dask_partition_args(DASK, [address], 40) == [address, f"--dask_npartitions={slots}"]
         assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
@@ -227,8 +269,9 @@ def detection_source(tmp_path_factory):
 
 
 def convert_detection(root, out, runner="local", beam_args=(), group_target=None):
-    config = build_config(str(root / "images"), str(out), dict(DETECTION, annotations=str(root / "instances.json"),
-                                                                bad_boxes="clip"))
+    config = build_config(
+        str(root / "images"), str(out), dict(DETECTION, annotations=str(root / "instances.json"), bad_boxes="clip")
+    )
     kwargs = {} if group_target is None else {"group_target": group_target}
     conversion.convert(config, list_inputs(config), runner=runner, beam_args=list(beam_args), **kwargs)
     return out
@@ -243,13 +286,17 @@ def detection_reference(detection_source, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("runner, beam_args, group_target", [
-    ("local", (), 3),  # many rank tasks, shards written in parts
-    ("DirectRunner", ("--direct_running_mode=in_memory",), None),
-    ("DirectRunner", ("--direct_running_mode=multi_processing", "--direct_num_workers=2"), 5),
-])
-def test_detection_through_the_runners(detection_source, detection_reference, tmp_path, runner, beam_args,
-                                       group_target):
+@pytest.mark.parametrize(
+    "runner, beam_args, group_target",
+    [
+        ("local", (), 3),  # many rank tasks, shards written in parts
+        ("DirectRunner", ("--direct_running_mode=in_memory",), None),
+        ("DirectRunner", ("--direct_running_mode=multi_processing", "--direct_num_workers=2"), 5),
+    ],
+)
+def test_detection_through_the_runners(
+    detection_source, detection_reference, tmp_path, runner, beam_args, group_target
+):
     out = convert_detection(detection_source, tmp_path / "out", runner, beam_args, group_target)
     assert_same(out, detection_reference)
 
@@ -257,8 +304,7 @@ def test_detection_through_the_runners(detection_source, detection_reference, tm
 def test_detection_on_the_dask_runner(detection_source, detection_reference, tmp_path):
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         address = f"--dask_client_address={cluster.scheduler_address}"
         out = convert_detection(detection_source, tmp_path / "out", DASK, [address], group_target=5)
     assert_same(out, detection_reference)

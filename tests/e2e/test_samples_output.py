@@ -10,8 +10,17 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-NOISE = ("absl::InitializeLog", "cuInit", "cudart_stub", "auto_shard", "cpu_feature_guard", "shuffle=True",
-         "I0000", "W0000", "E0000")
+NOISE = (
+    "absl::InitializeLog",
+    "cuInit",
+    "cudart_stub",
+    "auto_shard",
+    "cpu_feature_guard",
+    "shuffle=True",
+    "I0000",
+    "W0000",
+    "E0000",
+)
 
 
 def _run(*args) -> subprocess.CompletedProcess:
@@ -21,8 +30,19 @@ def _run(*args) -> subprocess.CompletedProcess:
 
 def test_train_sample_prints_only_its_results(tmp_path, run_cli):
     data = tmp_path / "shapes"
-    assert run_cli("convert", ROOT / "samples" / "shapes", data, "--split", "train=0.8,validation=0.1,test=0.1",
-                   "--num-shards", "2", "--no-progress").exit_code == 0
+    assert (
+        run_cli(
+            "convert",
+            ROOT / "samples" / "shapes",
+            data,
+            "--split",
+            "train=0.8,validation=0.1,test=0.1",
+            "--num-shards",
+            "2",
+            "--no-progress",
+        ).exit_code
+        == 0
+    )
     result = _run(ROOT / "samples" / "train.py", "--data", data, "--epochs", "1")
     assert result.returncode == 0, result.stderr
     lines = (result.stdout + result.stderr).splitlines()
@@ -35,11 +55,26 @@ def test_train_sample_prints_only_its_results(tmp_path, run_cli):
 def test_model_garden_sample_prints_only_its_results(tmp_path, run_cli):
     pytest.importorskip("official", reason="tf-models-official is not installed (the README's test command does)")
     data = tmp_path / "shapes"
-    assert run_cli("convert", ROOT / "samples" / "shapes", data, "--split", "train=0.8,validation=0.1,test=0.1",
-                   "--num-shards", "2", "--target", "model-garden", "--no-progress").exit_code == 0
+    assert (
+        run_cli(
+            "convert",
+            ROOT / "samples" / "shapes",
+            data,
+            "--split",
+            "train=0.8,validation=0.1,test=0.1",
+            "--num-shards",
+            "2",
+            "--target",
+            "model-garden",
+            "--no-progress",
+        ).exit_code
+        == 0
+    )
     result = _run(ROOT / "samples" / "model_garden.py", data)
     assert result.returncode == 0, result.stderr
     lines = (result.stdout + result.stderr).splitlines()
     assert [line for line in lines if any(word in line for word in NOISE)] == []
-    assert [line.split(":")[0] for line in lines] == ["train (training, decode_jpeg_only=True)",
-                                                      "validation (evaluation, decode_jpeg_only=True)"]
+    assert [line.split(":")[0] for line in lines] == [
+        "train (training, decode_jpeg_only=True)",
+        "validation (evaluation, decode_jpeg_only=True)",
+    ]

@@ -19,8 +19,16 @@ from PIL import Image
 from prep.core.headers import predictable, read_header
 from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
 from prep.core.run.sandbox import Sandbox
-from tests.support.imagegen import (damaged_deflate_tiff, gray_png, huge_j2k, icns, ico, image_bytes, rgba_png,
-                            write_class_tree)
+from tests.support.imagegen import (
+    damaged_deflate_tiff,
+    gray_png,
+    huge_j2k,
+    icns,
+    ico,
+    image_bytes,
+    rgba_png,
+    write_class_tree,
+)
 from tests.support.proctree import TreePeak
 from tests.support.shards import convert_with_cli, shard_bytes
 
@@ -54,10 +62,14 @@ def test_container_declaring_a_small_image_holding_a_huge_one_is_too_large(sandb
     # The 240 KB ICNS of the issue: its header says 256x256, its JPEG 2000 260 gigapixels.
     data = icns([(b"ic08", huge_j2k())])
     assert Image.open(io.BytesIO(data)).size == (256, 256)
-    for reject in (rejected(sandbox, data, ImageOptions()),
-                   pytest.raises(ImageRejected, prepare_image, data, ImageOptions()).value):
+    for reject in (
+        rejected(sandbox, data, ImageOptions()),
+        pytest.raises(ImageRejected, prepare_image, data, ImageOptions()).value,
+    ):
         assert (reject.reason, reject.detail) == (
-            "too_large", "an inner image or frame of 260100000000 pixels exceeds --max-pixels 89478485")
+            "too_large",
+            "an inner image or frame of 260100000000 pixels exceeds --max-pixels 89478485",
+        )
 
 
 def test_decoder_allocating_far_more_than_declared_is_image_memory(sandbox):
@@ -104,13 +116,16 @@ def test_codec_messages_are_captured_with_their_input(sandbox, capfd):
     assert capfd.readouterr().err == ""  # libtiff printed it in the worker, not on our console
 
 
-@pytest.mark.parametrize("data, options", [
-    (image_bytes("JPEG", size=(64, 48)), ImageOptions()),
-    (image_bytes("JPEG", size=(64, 48)), ImageOptions(resize=20)),
-    (image_bytes("PNG", size=(33, 17), mode="RGBA"), ImageOptions()),
-    (image_bytes("GIF", size=(33, 17), mode="P"), ImageOptions(image_format="jpeg", quality=80)),
-    (image_bytes("TIFF", size=(33, 17), mode="I;16"), ImageOptions()),
-])
+@pytest.mark.parametrize(
+    "data, options",
+    [
+        (image_bytes("JPEG", size=(64, 48)), ImageOptions()),
+        (image_bytes("JPEG", size=(64, 48)), ImageOptions(resize=20)),
+        (image_bytes("PNG", size=(33, 17), mode="RGBA"), ImageOptions()),
+        (image_bytes("GIF", size=(33, 17), mode="P"), ImageOptions(image_format="jpeg", quality=80)),
+        (image_bytes("TIFF", size=(33, 17), mode="I;16"), ImageOptions()),
+    ],
+)
 def test_sandbox_gives_the_bytes_of_the_calling_thread(sandbox, data, options):
     assert sandbox.prepare(data, options)[0] == prepare_image(data, options)
 
@@ -150,8 +165,13 @@ OFFENDERS = {  # path: (bytes, reason)
 def run_cli_process(*args, env=None) -> tuple[subprocess.CompletedProcess, int]:
     """`prep ...` as its own process (with this checkout's code); returns it and the peak RSS of its tree."""
     env = dict(env or os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "prep.cli", *map(str, args)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prep.cli", *map(str, args)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     with TreePeak(proc.pid) as peak:
         out, err = proc.communicate(timeout=600)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), peak.peak
@@ -203,10 +223,17 @@ def test_resume_prepares_the_killed_batch_in_the_sandbox(tmp_path):
     args = ("--isolate", "none", "--max-image-memory", "64MiB", "--workers", "1", "--num-shards", "2")
     reference = convert_with_cli(clean, tmp_path / "ref", *args)
     out = tmp_path / "out"
-    env = dict(os.environ, PREP_TEST_PAUSE="batch=600",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.paused_cli", "convert", str(src), str(out), *args],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(
+        os.environ,
+        PREP_TEST_PAUSE="batch=600",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.paused_cli", "convert", str(src), str(out), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 180
         while not list((out / ".prep-tmp" / "inflight").glob("*.json")):
@@ -217,8 +244,10 @@ def test_resume_prepares_the_killed_batch_in_the_sandbox(tmp_path):
         proc.wait()
     result, _ = run_cli_process("convert", src, out, *args, "--resume", "--no-progress")
     assert result.returncode == 0, result.stderr
-    assert ("resumed: 16 inputs were being read when the run was killed; prepared again in the sandbox, "
-            "not in-process: rejected image_memory 1") in result.stdout
+    assert (
+        "resumed: 16 inputs were being read when the run was killed; prepared again in the sandbox, "
+        "not in-process: rejected image_memory 1"
+    ) in result.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["run"]["resumed"]["in_flight"] == {"inputs": 16, "rejected_by_reason": {"image_memory": 1}}
     assert shard_bytes(out) == shard_bytes(reference)

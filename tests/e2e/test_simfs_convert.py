@@ -25,9 +25,20 @@ def store(tmp_path, monkeypatch):
 def _converted(store, out, *options):
     """Runs `prep convert` in this process (the embedded runner's threads are here too); its requests."""
     before, _ = simfs.local_counts()
-    result = CliRunner().invoke(main, ["convert", simfs.source_url(CLASSES, PER_CLASS, DUP_EVERY), out,
-                                       "--split", "train=0.8,validation=0.2", "--num-shards", "2", "--no-progress",
-                                       *options])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            simfs.source_url(CLASSES, PER_CLASS, DUP_EVERY),
+            out,
+            "--split",
+            "train=0.8,validation=0.2",
+            "--num-shards",
+            "2",
+            "--no-progress",
+            *options,
+        ],
+    )
     assert result.exit_code == 0, result.output
     after, _ = simfs.local_counts()
     return after - before
@@ -51,9 +62,11 @@ def test_a_conversion_through_the_simulated_store(store):
     for (kind, _, _), n in counts.items():
         by_kind[kind] += n
     src_reads = sum(n for (kind, obj, _), n in counts.items() if kind == "read" and obj == "src")
-    print(f"\n{kept} kept images; requests per kept image: "
-          + ", ".join(f"{k} {by_kind[k] / kept:.2f}" for k in simfs.KINDS)
-          + f"; all told {simfs.requests(counts) / kept:.2f} (a rename counted as a copy and a delete)")
+    print(
+        f"\n{kept} kept images; requests per kept image: "
+        + ", ".join(f"{k} {by_kind[k] / kept:.2f}" for k in simfs.KINDS)
+        + f"; all told {simfs.requests(counts) / kept:.2f} (a rename counted as a copy and a delete)"
+    )
     for kind in ("list", "stat", "read", "write", "rename", "delete"):
         assert by_kind[kind] > 0, kind
     assert src_reads >= kept  # each kept image is read at least once (to check it)
@@ -73,10 +86,26 @@ def test_counts_reach_the_counts_folder_from_a_child_process(store, tmp_path, mo
     folder = tmp_path / "counts"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, SIMFS_COUNTS=str(folder), PYTHONPATH=root)
-    code = ("import sys; from tests.support import simfs; from prep.cli import main; "
-            "sys.argv = ['prep', *sys.argv[1:]]; main()")
-    proc = subprocess.run([sys.executable, "-c", code, "convert", simfs.source_url(2, 5), "simfs://out/child",
-                           "--no-progress", "--duplicates", "off"], env=env, capture_output=True, text=True)
+    code = (
+        "import sys; from tests.support import simfs; from prep.cli import main; "
+        "sys.argv = ['prep', *sys.argv[1:]]; main()"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "convert",
+            simfs.source_url(2, 5),
+            "simfs://out/child",
+            "--no-progress",
+            "--duplicates",
+            "off",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     counts, nbytes = simfs.load_counts(str(folder))
     assert sum(n for (kind, obj, _), n in counts.items() if kind == "read" and obj == "src") >= 10

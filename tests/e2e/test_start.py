@@ -40,10 +40,16 @@ print("listing alive when the pipeline was imported:", seen)
 print("examples:", manifest.splits["train"].examples)
 """
 
+
 def test_the_listing_is_staged_and_freed_before_beam_is_imported(tmp_path):
     source = Path(ROOT) / "samples" / "shapes"
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(source), str(tmp_path / "out")], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(source), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0] == "beam imported while starting: False"

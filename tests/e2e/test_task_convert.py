@@ -105,8 +105,18 @@ def segmentation(tmp_path_factory):
 def test_segmentation_masks_equal_the_drawn_shapes(segmentation, tmp_path, run_cli, extra):
     root, images = segmentation
     out = tmp_path / "out"
-    result = run_cli("convert", root / "images", out, "--masks", root / "masks", "--classes", root / "classes.txt",
-                     "--num-shards", 3, *extra)
+    result = run_cli(
+        "convert",
+        root / "images",
+        out,
+        "--masks",
+        root / "masks",
+        "--classes",
+        root / "classes.txt",
+        "--num-shards",
+        3,
+        *extra,
+    )
     assert result.exit_code == 0, result.output
     m = Manifest.load(str(out), shard_counts=True)
     assert m.task == "segmentation" and m.ignore_value == 255 and m.labels == SEG_CLASSES
@@ -133,8 +143,19 @@ def test_segmentation_is_byte_identical_at_one_and_two_workers(segmentation, tmp
     outs = []
     for workers in (1, 2):
         out = tmp_path / f"out{workers}"
-        result = run_cli("convert", root / "images", out, "--masks", root / "masks", "--classes",
-                         root / "classes.txt", "--num-shards", 2, "--workers", workers)
+        result = run_cli(
+            "convert",
+            root / "images",
+            out,
+            "--masks",
+            root / "masks",
+            "--classes",
+            root / "classes.txt",
+            "--num-shards",
+            2,
+            "--workers",
+            workers,
+        )
         assert result.exit_code == 0, result.output
         outs.append(out)
     assert shard_bytes(outs[0]) == shard_bytes(outs[1])

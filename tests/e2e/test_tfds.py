@@ -31,8 +31,9 @@ def dataset(tmp_path_factory):
     for i, (mode, fmt, _, _) in enumerate(CASES):
         ext = "png" if fmt == "PNG" else "jpg"
         (root / "src" / "moth" / f"{mode}_{i}.{ext}").write_bytes(image_bytes(fmt, size=(15, 9), mode=mode, seed=i))
-    return convert_with_cli(root / "src", root / "out", "--split", "train=0.6,validation=0.4", "--num-shards", 2,
-                            "--no-progress")
+    return convert_with_cli(
+        root / "src", root / "out", "--split", "train=0.6,validation=0.4", "--num-shards", 2, "--no-progress"
+    )
 
 
 def test_every_record_reads_back_through_tfds(dataset):
@@ -73,16 +74,17 @@ def test_features_json_is_what_tfds_itself_writes(dataset):
     features.update({key: tfds.features.Scalar(dtype=np.int64) for key in schema.INT64_FEATURES})
     features[schema.ENCODED] = tfds.features.Image(shape=(None, None, 3))
     features[schema.LABEL] = tfds.features.ClassLabel(names=labels)
-    assert json.loads((dataset / tfds_meta.FEATURES_FILE).read_text()) == tfds.features.FeaturesDict(
-        features).to_json()
+    assert json.loads((dataset / tfds_meta.FEATURES_FILE).read_text()) == tfds.features.FeaturesDict(features).to_json()
 
 
 @pytest.mark.parametrize("count", [1, 3, 16, 99_999])
 def test_tfds_template_gives_our_shard_names(count):
     for index in {0, count // 2, count - 1}:
         template = tfds.core.ShardedFileTemplate(data_dir="/d", template=TFDS_TEMPLATE, split="train")
-        assert template.sharded_filepath(shard_index=index, num_shards=count).name == \
-            ShardName("train", index, count).filename
+        assert (
+            template.sharded_filepath(shard_index=index, num_shards=count).name
+            == ShardName("train", index, count).filename
+        )
 
 
 def test_metadata_is_written_before_the_manifest_and_verified(dataset, tmp_path):
@@ -96,4 +98,5 @@ def test_metadata_is_written_before_the_manifest_and_verified(dataset, tmp_path)
     (out / tfds_meta.INFO_FILE).write_text(json.dumps(info))
     assert [str(p) for p in verify(str(out)).problems] == [
         "dataset_info.json: differs from the tfds metadata of this manifest, so tensorflow-datasets would read "
-        "other splits, shard lengths or labels"]
+        "other splits, shard lengths or labels"
+    ]

@@ -18,7 +18,8 @@ from PIL import Image
 from prep.core import schema, tfds_meta
 from prep.core.task_record import TaskRecord
 from prep.verify import verify
-from tests.support import datasets, task_datasets as td
+from tests.support import datasets
+from tests.support import task_datasets as td
 
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")
@@ -26,7 +27,9 @@ utils = pytest.importorskip("tensorflow_datasets.core.utils")
 
 
 def ours(out, split, task) -> list[TaskRecord]:
-    return [TaskRecord.from_bytes(r, task) for p in sorted(out.glob(f"{split}-*.tfrecord")) for r in datasets.records(p)]
+    return [
+        TaskRecord.from_bytes(r, task) for p in sorted(out.glob(f"{split}-*.tfrecord")) for r in datasets.records(p)
+    ]
 
 
 def theirs(out, split) -> list[dict]:
@@ -92,8 +95,9 @@ def test_tfds_boxes_frame_our_objects_when_drawn_as_tfds_users_draw_them(detecti
     """The usual tfds detection code: `tf.image.draw_bounding_boxes(image, ex['image/object']['bbox'])`.
     Each box, drawn alone on a blank image of the record's size, outlines our object's box in pixels
     (within a pixel), so the order is tfds' yxyx, not xyxy."""
-    read = tfds.builder_from_directory(str(detection)).as_dataset(split="train", shuffle_files=False,
-                                                                  read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    read = tfds.builder_from_directory(str(detection)).as_dataset(
+        split="train", shuffle_files=False, read_config=tfds.ReadConfig(interleave_cycle_length=1)
+    )
     drawn = 0
     for r, t in zip(ours(detection, "train", "detection"), read):
         for o, box in zip(r.objects, t[tfds_meta.OBJECTS][tfds_meta.BBOX]):
@@ -104,8 +108,9 @@ def test_tfds_boxes_frame_our_objects_when_drawn_as_tfds_users_draw_them(detecti
             np.testing.assert_allclose((xs.min(), ys.min(), xs.max(), ys.max()), want, atol=1)
             drawn += 1
     # Some boxes would be drawn elsewhere with x and y swapped, so the order is tested, not assumed.
-    assert drawn > 0 and any(abs(o.xmin - o.ymin) * r.width > 2 for r in ours(detection, "train", "detection")
-                             for o in r.objects)
+    assert drawn > 0 and any(
+        abs(o.xmin - o.ymin) * r.width > 2 for r in ours(detection, "train", "detection") for o in r.objects
+    )
 
 
 def test_tfds_show_examples_and_the_bbox_thumbnail_work(detection):
@@ -118,8 +123,11 @@ def test_tfds_show_examples_and_the_bbox_thumbnail_work(detection):
     assert len(figure.axes) == 2
     # What tfds.as_dataframe shows for the boxes of a record (it needs pandas, which we do not install).
     boxes = next(b for b in tfds.as_numpy(ds) if len(b[tfds_meta.OBJECTS][tfds_meta.BBOX]))
-    html = builder.info.features[tfds_meta.OBJECTS].feature[tfds_meta.BBOX].repr_html_batch(
-        boxes[tfds_meta.OBJECTS][tfds_meta.BBOX])
+    html = (
+        builder.info.features[tfds_meta.OBJECTS]
+        .feature[tfds_meta.BBOX]
+        .repr_html_batch(boxes[tfds_meta.OBJECTS][tfds_meta.BBOX])
+    )
     assert html.startswith("<img src=\"data:image/png;base64,")
 
 
@@ -130,17 +138,29 @@ def test_features_json_is_what_tfds_itself_writes_for_every_task():
     common[schema.ENCODED] = f.Image(shape=(None, None, 3))
     labels = ["a", "b", "c"]
     expected = {
-        "multilabel": common | {schema.LABEL: f.Sequence(f.ClassLabel(names=labels)),
-                                schema.TEXT: f.Sequence(f.Text())},
-        "segmentation": common | {
-            schema.SOURCE_ID: f.Text(), schema.SEGMENTATION_FORMAT: f.Text(),
-            schema.SEGMENTATION: f.LabeledImage(labels=labels, shape=(None, None, 1), encoding_format="png")},
-        "detection": common | {
+        "multilabel": common
+        | {schema.LABEL: f.Sequence(f.ClassLabel(names=labels)), schema.TEXT: f.Sequence(f.Text())},
+        "segmentation": common
+        | {
             schema.SOURCE_ID: f.Text(),
-            "image/object": f.Sequence({
-                "bbox/yxyx": f.BBoxFeature(), "class/label": f.ClassLabel(names=["background", *labels]),
-                "class/text": f.Text(), "area": np.float32, "is_crowd": np.int64, "difficult": np.int64}),
-            schema.OBJECT_MASK: f.Sequence(f.Image(shape=(None, None, 1), encoding_format="png"))},
+            schema.SEGMENTATION_FORMAT: f.Text(),
+            schema.SEGMENTATION: f.LabeledImage(labels=labels, shape=(None, None, 1), encoding_format="png"),
+        },
+        "detection": common
+        | {
+            schema.SOURCE_ID: f.Text(),
+            "image/object": f.Sequence(
+                {
+                    "bbox/yxyx": f.BBoxFeature(),
+                    "class/label": f.ClassLabel(names=["background", *labels]),
+                    "class/text": f.Text(),
+                    "area": np.float32,
+                    "is_crowd": np.int64,
+                    "difficult": np.int64,
+                }
+            ),
+            schema.OBJECT_MASK: f.Sequence(f.Image(shape=(None, None, 1), encoding_format="png")),
+        },
     }
     for task, features in expected.items():
         features = f.FeaturesDict(features)
@@ -148,8 +168,17 @@ def test_features_json_is_what_tfds_itself_writes_for_every_task():
         # The Example keys tfds parses: for detection the box list written for it, then Model Garden's own keys.
         keys = set(utils.flatten_nest_dict(features.get_serialized_info()))
         assert keys == set(tfds_meta.features_json(labels, task)["content"]["features"]) - {"image/object"} | (
-            {schema.OBJECT_BBOX, schema.OBJECT_LABEL, schema.OBJECT_TEXT, schema.OBJECT_AREA, schema.OBJECT_CROWD,
-             schema.OBJECT_DIFFICULT} if task == "detection" else set()), task
+            {
+                schema.OBJECT_BBOX,
+                schema.OBJECT_LABEL,
+                schema.OBJECT_TEXT,
+                schema.OBJECT_AREA,
+                schema.OBJECT_CROWD,
+                schema.OBJECT_DIFFICULT,
+            }
+            if task == "detection"
+            else set()
+        ), task
 
 
 def test_a_detection_dataset_without_masks_reads_with_empty_mask_sequences(tmp_path):
@@ -183,8 +212,9 @@ def test_tfds_reads_multilabel_and_segmentation_datasets(tmp_path):
         assert t[schema.SEGMENTATION].shape == (r.height, r.width, 1)
         np.testing.assert_array_equal(t[schema.SEGMENTATION][..., 0], pixels(r.segmentation))
     assert 255 in np.unique(read[0][schema.SEGMENTATION])  # the ignore value passes through as it is
-    image, target = next(iter(tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True,
-                                                               shuffle_files=False))))
+    image, target = next(
+        iter(tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True, shuffle_files=False)))
+    )
     assert image.shape[-1] == 3 and target.shape[-1] == 1
 
 
@@ -198,14 +228,19 @@ class WithoutTfdsBoxes(TaskRecord):
 def test_records_without_the_tfds_box_list_read_as_boxless_and_verify_names_each(tmp_path):
     """Why verify insists on image/object/bbox/yxyx: tfds reads the sequence with allow_missing, so a record
     without it reads as having no boxes at all, without an error."""
-    records = [WithoutTfdsBoxes(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)})
-               for r in td.detection_records(n=6)]
+    records = [
+        WithoutTfdsBoxes(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)})
+        for r in td.detection_records(n=6)
+    ]
     out = td.write(tmp_path / "out", "detection", td.DETECTION_LABELS, {"train": records}, 2)
     assert sum(len(r.objects) for r in ours(out, "train", "detection")) > 0
     assert all(t[tfds_meta.OBJECTS][tfds_meta.BBOX].shape == (0, 4) for t in theirs(out, "train"))  # lost, silently
-    named = {(p.file, p.record) for p in verify(str(out)).problems
-             if p.message == f"{schema.OBJECT_BBOX} is missing: tensorflow-datasets would read this record as "
-                              "having no boxes"}
+    named = {
+        (p.file, p.record)
+        for p in verify(str(out)).problems
+        if p.message == f"{schema.OBJECT_BBOX} is missing: tensorflow-datasets would read this record as "
+        "having no boxes"
+    }
     assert len(named) == sum(1 for r in records if r.objects) == len(records) - 1  # not the record without objects
 
 

@@ -58,8 +58,9 @@ def visit(path: pathlib.Path, actions=None, width: int = 1280, height: int = 900
             url = path.resolve().as_uri()
             page.goto(url, wait_until="load")
             images = page.eval_on_selector_all(
-                "img", "els => els.map(e => ({src: e.src.slice(0, 40), natural_width: e.naturalWidth,"
-                       " complete: e.complete}))")
+                "img",
+                "els => els.map(e => ({src: e.src.slice(0, 40), natural_width: e.naturalWidth, complete: e.complete}))",
+            )
             extra = actions(page) if actions else {}
             text = page.inner_text("body")
             shot = page.screenshot()

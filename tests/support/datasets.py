@@ -9,7 +9,8 @@ import shutil
 from click.testing import CliRunner
 
 from prep.cli import main
-from prep.core import manifest as manifest_lib, shard_counts, tfds_meta
+from prep.core import manifest as manifest_lib
+from prep.core import shard_counts, tfds_meta
 from prep.core.errors import ManifestError
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import frame, read_records
@@ -58,7 +59,7 @@ def save(out: pathlib.Path, manifest: dict) -> None:
         typed = manifest_lib.Manifest.from_json(manifest)
     except ManifestError:
         typed = None
-    for name, data in (tfds_meta.files(typed).items() if typed is not None else ()):
+    for name, data in tfds_meta.files(typed).items() if typed is not None else ():
         (out / name).write_bytes(data)
     (out / manifest_lib.FILENAME).write_bytes(manifest_lib.dumps(manifest))
 
@@ -96,8 +97,7 @@ def rewrite_split(out: pathlib.Path, split: str, shards: list[list[bytes]]) -> N
                 continue
             if 0 <= label < len(labels):
                 counts[labels[label]] += 1
-        entry.update(examples=len(datas), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
-                     class_counts=counts)
+        entry.update(examples=len(datas), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(), class_counts=counts)
     info["examples"] = sum(s["examples"] for s in info["shards"])
     info["bytes"] = sum(s["bytes"] for s in info["shards"])
     info["class_counts"] = {name: sum(s["class_counts"][name] for s in info["shards"]) for name in labels}

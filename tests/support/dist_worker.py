@@ -29,8 +29,13 @@ def epoch(strategy, dataset, weights: bool = False) -> dict:
     """Per replica: number of batches, batch sizes, file names (and sample weights) read in one epoch."""
     replicas = strategy.num_replicas_in_sync
     local = len(strategy.extended.worker_devices)
-    out = {"batches": [0] * local, "sizes": [[] for _ in range(local)], "files": [[] for _ in range(local)],
-           "weights": [[] for _ in range(local)], "replicas": replicas}
+    out = {
+        "batches": [0] * local,
+        "sizes": [[] for _ in range(local)],
+        "files": [[] for _ in range(local)],
+        "weights": [[] for _ in range(local)],
+        "replicas": replicas,
+    }
     for batch in dataset:
         names = strategy.experimental_local_results(batch["image/filename"])
         ws = strategy.experimental_local_results(batch["weight"]) if weights else [None] * len(names)
@@ -48,21 +53,26 @@ def epoch(strategy, dataset, weights: bool = False) -> dict:
 
 
 def small_model(keras, classes: int):
-    return keras.Sequential([
-        keras.Input(IMAGE + (3,)),
-        keras.layers.Conv2D(4, 3, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(classes),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input(IMAGE + (3,)),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(classes),
+        ]
+    )
 
 
 def data_checks(strategy, loaders, data: str, global_batch: int) -> dict:
-    result = {"steps": loaders.steps_per_epoch(data, "train", global_batch, strategy=strategy),
-              "pipelines": loaders.num_input_pipelines(strategy)}
+    result = {
+        "steps": loaders.steps_per_epoch(data, "train", global_batch, strategy=strategy),
+        "pipelines": loaders.num_input_pipelines(strategy),
+    }
     train = loaders.distribute(strategy, data, "train", global_batch, IMAGE, output="features")
     result["train"] = [epoch(strategy, train), epoch(strategy, train)]
-    evaluation = loaders.distribute(strategy, data, "train", global_batch, IMAGE, training=False, remainder="pad",
-                                    output="features")
+    evaluation = loaders.distribute(
+        strategy, data, "train", global_batch, IMAGE, training=False, remainder="pad", output="features"
+    )
     result["eval"] = epoch(strategy, evaluation, weights=True)
     return result
 
@@ -106,11 +116,11 @@ def mirrored(args) -> dict:
 
 def mwms(args) -> dict:
     ports = args.ports.split(",")
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                                          "task": {"type": "worker", "index": args.index}})
-    import tensorflow as tf
-
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": args.index}}
+    )
     import keras
+    import tensorflow as tf
 
     import loaders
 

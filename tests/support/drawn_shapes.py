@@ -80,7 +80,7 @@ def class_map(img: DrawnImage, classes: tuple[str, ...]) -> Image.Image:
     picture = draw(img, classes)
     arr = np.asarray(picture).astype(int)
     out = np.zeros(arr.shape[:2], np.uint8)
-    for i, colour in enumerate(COLOURS[:len(classes)]):
+    for i, colour in enumerate(COLOURS[: len(classes)]):
         out[np.abs(arr - colour).sum(axis=2) == 0] = i
     return Image.fromarray(out, "L")
 
@@ -100,8 +100,17 @@ def encode(img: DrawnImage, classes: tuple[str, ...]) -> bytes:
     return buf.getvalue()
 
 
-def make_images(n: int, classes: tuple[str, ...], seed: int = 0, size=(96, 72), max_objects: int = 4,
-                empty_every: int = 7, jpeg_every: int = 3, orientations=(), prefix: str = "img") -> list[DrawnImage]:
+def make_images(
+    n: int,
+    classes: tuple[str, ...],
+    seed: int = 0,
+    size=(96, 72),
+    max_objects: int = 4,
+    empty_every: int = 7,
+    jpeg_every: int = 3,
+    orientations=(),
+    prefix: str = "img",
+) -> list[DrawnImage]:
     """`n` images with 1..max_objects shapes each (every `empty_every`-th none), on a grid of cells
     so that shapes never touch; the images listed in `orientations` order get EXIF orientations."""
     rng = random.Random(seed)
@@ -117,12 +126,14 @@ def make_images(n: int, classes: tuple[str, ...], seed: int = 0, size=(96, 72), 
             cx, cy = (cell % cols) * cw, (cell // cols) * ch
             bw, bh = rng.randint(cw // 2, cw - 8), rng.randint(ch // 2, ch - 8)  # >= 8 px between shapes
             x0, y0 = cx + rng.randint(4, cw - bw - 4), cy + rng.randint(4, ch - bh - 4)
-            shapes.append(Shape(rng.choice(classes), rng.choice(("rect", "ellipse", "triangle")),
-                                (x0, y0, x0 + bw, y0 + bh)))
+            shapes.append(
+                Shape(rng.choice(classes), rng.choice(("rect", "ellipse", "triangle")), (x0, y0, x0 + bw, y0 + bh))
+            )
         orientation = orientations[i] if i < len(orientations) else 1
         fmt = "JPEG" if orientation != 1 or (jpeg_every and i % jpeg_every == 0) else "PNG"
-        out.append(DrawnImage(f"{prefix}{i:04d}.{'jpg' if fmt == 'JPEG' else 'png'}", size, tuple(shapes),
-                              orientation, fmt))
+        out.append(
+            DrawnImage(f"{prefix}{i:04d}.{'jpg' if fmt == 'JPEG' else 'png'}", size, tuple(shapes), orientation, fmt)
+        )
     return out
 
 
@@ -135,18 +146,28 @@ def write_images(root: pathlib.Path, images, classes) -> None:
 
 def coco(images, classes, image_ids=None) -> dict:
     """A COCO instances document for `images` (sparse category ids, polygons, displayed sizes)."""
-    doc = {"images": [], "annotations": [], "categories": [
-        {"id": SOURCE_IDS[i], "name": name} for i, name in enumerate(classes)]}
+    doc = {
+        "images": [],
+        "annotations": [],
+        "categories": [{"id": SOURCE_IDS[i], "name": name} for i, name in enumerate(classes)],
+    }
     ann_id = 1
     for n, img in enumerate(images):
         image_id = image_ids[n] if image_ids else 1000 + n
         doc["images"].append({"id": image_id, "file_name": img.path, "width": img.size[0], "height": img.size[1]})
         for s in img.shapes:
             x0, y0, x1, y1 = s.box
-            doc["annotations"].append({"id": ann_id, "image_id": image_id, "category_id":
-                                       SOURCE_IDS[classes.index(s.label)], "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                       "area": float((x1 - x0) * (y1 - y0)), "iscrowd": 0,
-                                       "segmentation": [s.polygon()]})
+            doc["annotations"].append(
+                {
+                    "id": ann_id,
+                    "image_id": image_id,
+                    "category_id": SOURCE_IDS[classes.index(s.label)],
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": float((x1 - x0) * (y1 - y0)),
+                    "iscrowd": 0,
+                    "segmentation": [s.polygon()],
+                }
+            )
             ann_id += 1
     return doc
 
@@ -158,9 +179,12 @@ def write_voc(folder: pathlib.Path, images) -> None:
         objs = "".join(
             f"<object><name>{s.label}</name><difficult>0</difficult><bndbox><xmin>{s.box[0] + 1}</xmin>"
             f"<ymin>{s.box[1] + 1}</ymin><xmax>{s.box[2]}</xmax><ymax>{s.box[3]}</ymax></bndbox></object>"
-            for s in img.shapes)
-        xml = (f"<annotation><filename>{img.path}</filename><size><width>{img.size[0]}</width>"
-               f"<height>{img.size[1]}</height><depth>3</depth></size>{objs}</annotation>")
+            for s in img.shapes
+        )
+        xml = (
+            f"<annotation><filename>{img.path}</filename><size><width>{img.size[0]}</width>"
+            f"<height>{img.size[1]}</height><depth>3</depth></size>{objs}</annotation>"
+        )
         (folder / (img.path.rsplit(".", 1)[0] + ".xml")).write_text(xml)
 
 
@@ -170,8 +194,11 @@ def write_yolo(folder: pathlib.Path, images, classes) -> None:
     (folder / "classes.txt").write_text("\n".join(classes) + "\n")
     for img in images:
         w, h = img.size
-        lines = [f"{classes.index(s.label)} {(s.box[0] + s.box[2]) / 2 / w:.8f} {(s.box[1] + s.box[3]) / 2 / h:.8f} "
-                 f"{(s.box[2] - s.box[0]) / w:.8f} {(s.box[3] - s.box[1]) / h:.8f}" for s in img.shapes]
+        lines = [
+            f"{classes.index(s.label)} {(s.box[0] + s.box[2]) / 2 / w:.8f} {(s.box[1] + s.box[3]) / 2 / h:.8f} "
+            f"{(s.box[2] - s.box[0]) / w:.8f} {(s.box[3] - s.box[1]) / h:.8f}"
+            for s in img.shapes
+        ]
         (folder / (img.path.rsplit(".", 1)[0] + ".txt")).write_text("\n".join(lines) + ("\n" if lines else ""))
 
 

@@ -20,15 +20,20 @@ from tests.support.imagegen import damaged_deflate_tiff, huge_j2k, icns, ico
 
 # format folder: (Pillow format, file suffix, [(mode, size, save options)])
 FORMATS = {
-    "jpeg": ("JPEG", "jpg", [("RGB", (48, 32), {}), ("L", (40, 40), {"progressive": True}),
-                             ("CMYK", (24, 24), {})]),
-    "png": ("PNG", "png", [("RGBA", (40, 30), {}), ("P", (32, 32), {"transparency": 0}),
-                           ("I;16", (20, 20), {})]),
+    "jpeg": ("JPEG", "jpg", [("RGB", (48, 32), {}), ("L", (40, 40), {"progressive": True}), ("CMYK", (24, 24), {})]),
+    "png": ("PNG", "png", [("RGBA", (40, 30), {}), ("P", (32, 32), {"transparency": 0}), ("I;16", (20, 20), {})]),
     "bmp": ("BMP", "bmp", [("RGB", (37, 21), {}), ("P", (16, 16), {})]),
     "gif": ("GIF", "gif", [("P", (40, 30), {}), ("RGB", (20, 20), {"save_all": True, "frames": 3})]),
-    "tiff": ("TIFF", "tif", [("RGB", (40, 30), {"compression": "tiff_lzw"}),
-                             ("L", (33, 20), {"compression": "tiff_adobe_deflate"}),
-                             ("RGB", (24, 24), {"compression": "jpeg"}), ("I;16", (16, 16), {})]),
+    "tiff": (
+        "TIFF",
+        "tif",
+        [
+            ("RGB", (40, 30), {"compression": "tiff_lzw"}),
+            ("L", (33, 20), {"compression": "tiff_adobe_deflate"}),
+            ("RGB", (24, 24), {"compression": "jpeg"}),
+            ("I;16", (16, 16), {}),
+        ],
+    ),
     "webp": ("WEBP", "webp", [("RGB", (40, 30), {"quality": 80}), ("RGBA", (24, 24), {"lossless": True})]),
     "ico": ("ICO", "ico", [("RGBA", (32, 32), {}), ("RGB", (48, 48), {"sizes": [(16, 16), (48, 48)]})]),
     "icns": ("ICNS", "icns", [("RGBA", (64, 64), {})]),
@@ -54,10 +59,11 @@ DAMAGE = ("intact", "truncated", "flipped", "zeroed", "spliced", "junk", "sizes"
 
 def _picture(mode: str, size: tuple[int, int], rng: np.random.Generator) -> Image.Image:
     w, h = size
-    base = np.clip(np.add.outer(np.arange(h), np.arange(w))[..., None] * 4 + rng.integers(0, 40, (h, w, 4)),
-                   0, 255).astype(np.uint8)
+    base = np.clip(
+        np.add.outer(np.arange(h), np.arange(w))[..., None] * 4 + rng.integers(0, 40, (h, w, 4)), 0, 255
+    ).astype(np.uint8)
     if mode == "I;16":
-        return Image.fromarray((base[..., 0].astype(np.uint16) * 257))
+        return Image.fromarray(base[..., 0].astype(np.uint16) * 257)
     if mode == "F":
         return Image.fromarray(base[..., 0].astype(np.float32))
     rgba = Image.fromarray(base, "RGBA")
@@ -82,7 +88,7 @@ def damage(data: bytes, kind: str, rng: random.Random, other: bytes) -> bytes:
     if kind == "intact" or len(data) < 8:
         return data
     if kind == "truncated":
-        return data[:rng.randrange(1, len(data))]
+        return data[: rng.randrange(1, len(data))]
     if kind == "flipped":
         out = bytearray(data)
         for _ in range(rng.randint(1, 12)):
@@ -90,7 +96,7 @@ def damage(data: bytes, kind: str, rng: random.Random, other: bytes) -> bytes:
         return bytes(out)
     if kind == "zeroed":
         start = rng.randrange(len(data))
-        return data[:start] + bytes(min(len(data) - start, rng.randint(8, 256))) + data[start + 256:]
+        return data[:start] + bytes(min(len(data) - start, rng.randint(8, 256))) + data[start + 256 :]
     if kind == "spliced":  # another file's header on this file's body
         cut = rng.randint(8, 64)
         return other[:cut] + data[cut:]
@@ -99,11 +105,13 @@ def damage(data: bytes, kind: str, rng: random.Random, other: bytes) -> bytes:
     if kind == "sizes":  # every 16- and 32-bit word of the header that looks like a size, scrambled
         out = bytearray(data)
         for pos in range(0, min(64, len(out) - 4)):
-            if struct.unpack_from(">H", out, pos)[0] in (16, 17, 20, 21, 24, 30, 32, 33, 37, 40, 48, 64) \
-                    and rng.random() < 0.5:
+            if (
+                struct.unpack_from(">H", out, pos)[0] in (16, 17, 20, 21, 24, 30, 32, 33, 37, 40, 48, 64)
+                and rng.random() < 0.5
+            ):
                 struct.pack_into(">H", out, pos, rng.choice((0, 1, 0x7FFF, 0xFFFF)))
         return bytes(out)
-    return data[rng.randint(1, 16):]  # cut_head
+    return data[rng.randint(1, 16) :]  # cut_head
 
 
 def write_corpus(root: pathlib.Path, seed: int = 0) -> dict[str, int]:
@@ -124,9 +132,15 @@ def write_corpus(root: pathlib.Path, seed: int = 0) -> dict[str, int]:
     extra = root / "offenders"
     extra.mkdir(exist_ok=True)
     small = base_file("PNG", "RGBA", (16, 16), {}, seed)
-    files = {"icns_j2k.icns": icns([(b"ic08", huge_j2k())]), "ico_png.ico": ico(16, 16, small),
-             "tiff_damaged.tif": damaged_deflate_tiff(), "empty.png": b"", "text.jpg": b"not an image\n",
-             "png_header_only.png": small[:33], "jpeg_soi_only.jpg": b"\xff\xd8\xff"}
+    files = {
+        "icns_j2k.icns": icns([(b"ic08", huge_j2k())]),
+        "ico_png.ico": ico(16, 16, small),
+        "tiff_damaged.tif": damaged_deflate_tiff(),
+        "empty.png": b"",
+        "text.jpg": b"not an image\n",
+        "png_header_only.png": small[:33],
+        "jpeg_soi_only.jpg": b"\xff\xd8\xff",
+    }
     for name, data in files.items():
         (extra / name).write_bytes(data)
     counts["offenders"] = len(files)

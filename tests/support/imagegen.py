@@ -21,7 +21,8 @@ def image_bytes(fmt: str = "JPEG", size=(24, 18), mode: str = "RGB", seed: int =
         img = Image.fromarray(arr, "I;16")
     elif mode == "P":
         img = Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8), "RGB").convert(
-            "P", palette=Image.Palette.ADAPTIVE)
+            "P", palette=Image.Palette.ADAPTIVE
+        )
     else:
         arr = rng.integers(0, 255, (size[1], size[0], channels), dtype=np.uint8)
         img = Image.fromarray(arr[..., 0] if channels == 1 else arr, mode)
@@ -30,8 +31,9 @@ def image_bytes(fmt: str = "JPEG", size=(24, 18), mode: str = "RGB", seed: int =
     return buf.getvalue()
 
 
-def write_class_tree(root: pathlib.Path, counts: dict[str, int], size=(20, 16), png_every: int = 5,
-                     seed: int = 0, order: str = "forward") -> list[pathlib.Path]:
+def write_class_tree(
+    root: pathlib.Path, counts: dict[str, int], size=(20, 16), png_every: int = 5, seed: int = 0, order: str = "forward"
+) -> list[pathlib.Path]:
     """Writes root/<class>/<i>.jpg|png with `counts` images per class; returns the paths."""
     jobs = []
     for cls, n in counts.items():
@@ -53,6 +55,7 @@ def write_class_tree(root: pathlib.Path, counts: dict[str, int], size=(20, 16), 
 
 # --- hostile inputs --------------------------------------------------------------------
 
+
 def encode(img: Image.Image, fmt: str, **save) -> bytes:
     buf = io.BytesIO()
     img.save(buf, fmt, **save)
@@ -65,7 +68,7 @@ def marker_image(width: int = 48, height: int = 32) -> np.ndarray:
     blocks, so JPEG keeps the colours)."""
     arr = np.full((height, width, 3), 255, np.uint8)
     arr[:16, :16] = (220, 30, 30)
-    arr[:16, width - 16:] = (30, 60, 200)
+    arr[:16, width - 16 :] = (30, 60, 200)
     return arr
 
 
@@ -88,8 +91,12 @@ def stored_for_orientation(upright: np.ndarray, orientation: int) -> np.ndarray:
 def oriented(upright: np.ndarray, orientation: int, fmt: str = "JPEG") -> bytes:
     exif = Image.Exif()
     exif[0x0112] = orientation
-    return encode(Image.fromarray(stored_for_orientation(upright, orientation)), fmt, exif=exif, **(
-        {"quality": 95} if fmt == "JPEG" else {}))
+    return encode(
+        Image.fromarray(stored_for_orientation(upright, orientation)),
+        fmt,
+        exif=exif,
+        **({"quality": 95} if fmt == "JPEG" else {}),
+    )
 
 
 def ycck_jpeg(target: np.ndarray) -> bytes:
@@ -103,14 +110,19 @@ def ycck_jpeg(target: np.ndarray) -> bytes:
     """
     inv = 255.0 - target.astype(np.float64)
     r, g, b = inv[..., 0], inv[..., 1], inv[..., 2]
-    ycc = np.stack([0.299 * r + 0.587 * g + 0.114 * b,
-                    -0.168736 * r - 0.331264 * g + 0.5 * b + 128,
-                    0.5 * r - 0.418688 * g - 0.081312 * b + 128], -1)
+    ycc = np.stack(
+        [
+            0.299 * r + 0.587 * g + 0.114 * b,
+            -0.168736 * r - 0.331264 * g + 0.5 * b + 128,
+            0.5 * r - 0.418688 * g - 0.081312 * b + 128,
+        ],
+        -1,
+    )
     ycc = np.clip(np.round(ycc), 0, 255).astype(np.uint8)
     components = np.concatenate([255 - ycc, np.zeros(ycc.shape[:2] + (1,), np.uint8)], -1)
     data = bytearray(encode(Image.fromarray(components, "CMYK"), "JPEG", quality=95))
     at = data.find(b"\xff\xee")
-    if at < 0 or data[at + 4:at + 9] != b"Adobe":
+    if at < 0 or data[at + 4 : at + 9] != b"Adobe":
         raise RuntimeError("Pillow wrote no Adobe APP14 marker")
     data[at + 15] = 2  # transform: 0 CMYK, 1 YCbCr, 2 YCCK
     return bytes(data)
@@ -163,6 +175,7 @@ def write_dirty_tree(root: pathlib.Path, counts: dict[str, int], size=(14, 10)) 
 
 # --- offenders: files that make a decoder spend far more than their header says -----------------
 
+
 def gray_png(width: int, height: int) -> bytes:
     """An 8-bit grayscale PNG of zeros: cheap to store (~1.2 KB per Mpx), slow to decode when large.
     Every row uses the Paeth filter, the slowest to undo (89 Mpx: 0.58 s here, 0.30 s unfiltered)."""
@@ -197,7 +210,7 @@ def damaged_deflate_tiff(size=(64, 64)) -> bytes:
     """A deflate TIFF whose strip data is overwritten: libtiff prints 'ZIPDecode: Decoding error'."""
     data = bytearray(image_bytes("TIFF", size=size, compression="tiff_adobe_deflate"))
     start = len(data) * 3 // 10
-    data[start:start + 200] = b"\xab" * 200
+    data[start : start + 200] = b"\xab" * 200
     return bytes(data)
 
 

@@ -29,9 +29,15 @@ def balanced(counts: np.ndarray, shards: int) -> np.ndarray:
     return matrix
 
 
-def write(out: pathlib.Path, examples: int = 1_000_000, classes: int = 1_000, per_class: int = 2,
-          rejects: int = 5_000, splits: dict[str, tuple[float, int]] = SPLITS,
-          labels: list[str] | None = None) -> pathlib.Path:
+def write(
+    out: pathlib.Path,
+    examples: int = 1_000_000,
+    classes: int = 1_000,
+    per_class: int = 2,
+    rejects: int = 5_000,
+    splits: dict[str, tuple[float, int]] = SPLITS,
+    labels: list[str] | None = None,
+) -> pathlib.Path:
     """Writes the dataset folder `out`; `splits` maps a split to (fraction, shards), the last takes the rest."""
     split_plan = splits
     rng = np.random.default_rng(0)
@@ -49,29 +55,68 @@ def write(out: pathlib.Path, examples: int = 1_000_000, classes: int = 1_000, pe
         shard_list = []
         for s in range(shards):
             column = matrix[:, s]
-            shard_list.append({"file": f"{name}-{s:05d}-of-{shards:05d}.tfrecord", "index": s,
-                               "examples": int(column.sum()), "bytes": int(column.sum()) * 110_000,
-                               "sha256": "0" * 64, "class_counts": dict(zip(labels, map(int, column)))})
-        splits[name] = {"examples": int(part.sum()), "num_shards": shards, "bytes": int(part.sum()) * 110_000,
-                        "class_counts": dict(zip(labels, map(int, part))), "shards": shard_list}
+            shard_list.append(
+                {
+                    "file": f"{name}-{s:05d}-of-{shards:05d}.tfrecord",
+                    "index": s,
+                    "examples": int(column.sum()),
+                    "bytes": int(column.sum()) * 110_000,
+                    "sha256": "0" * 64,
+                    "class_counts": dict(zip(labels, map(int, column))),
+                }
+            )
+        splits[name] = {
+            "examples": int(part.sum()),
+            "num_shards": shards,
+            "bytes": int(part.sum()) * 110_000,
+            "class_counts": dict(zip(labels, map(int, part))),
+            "shards": shard_list,
+        }
     reasons = ["undecodable", "too_large", "empty"]
     manifest = {
-        "format": "tfrecord-prep", "version": 1, "labels": labels,
+        "format": "tfrecord-prep",
+        "version": 1,
+        "labels": labels,
         "tool": {"name": "tfrecord-prep", "version": "0.1.0", "pillow": "12.3.0"},
-        "options": {"seed": 0, "num_shards": None, "shard_size": 200_000_000, "split": "train=0.8,validation=0.1,test=0.1"},
+        "options": {
+            "seed": 0,
+            "num_shards": None,
+            "shard_size": 200_000_000,
+            "split": "train=0.8,validation=0.1,test=0.1",
+        },
         "splits": splits,
-        "inputs": {"found": examples + rejects, "written": examples, "rejected": rejects, "capped": 0, "converted": 0,
-                   "rejected_by_reason": {r: n for r in reasons if (n := sum(1 for i in range(rejects) if reasons[i % 3] == r))},
-                   "capped_by_class": {}},
-        "run": {"runner": "DataflowRunner", "workers": 64, "source": str(out.parent / "gone"),
-                "started": 0, "created": "2026-11-24T00:00:00Z", "seconds": 3600.0},
+        "inputs": {
+            "found": examples + rejects,
+            "written": examples,
+            "rejected": rejects,
+            "capped": 0,
+            "converted": 0,
+            "rejected_by_reason": {
+                r: n for r in reasons if (n := sum(1 for i in range(rejects) if reasons[i % 3] == r))
+            },
+            "capped_by_class": {},
+        },
+        "run": {
+            "runner": "DataflowRunner",
+            "workers": 64,
+            "source": str(out.parent / "gone"),
+            "started": 0,
+            "created": "2026-11-24T00:00:00Z",
+            "seconds": 3600.0,
+        },
     }
     (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
     with open(out / "rejects.jsonl", "w") as f:
         for i in range(rejects):
-            f.write(json.dumps({"path": f"{labels[i % classes]}/bad_{i:06d}.jpg", "reason": reasons[i % 3],
-                                "detail": "synthetic"}) + "\n")
-    with open(out / splits[next(iter(split_plan))]["shards"][0]["file"], "wb") as f:  # the one shard the sample grid reads
+            f.write(
+                json.dumps(
+                    {"path": f"{labels[i % classes]}/bad_{i:06d}.jpg", "reason": reasons[i % 3], "detail": "synthetic"}
+                )
+                + "\n"
+            )
+    with open(
+        out / splits[next(iter(split_plan))]["shards"][0]["file"], "wb"
+    ) as f:  # the one shard the sample grid reads
         for k in range(per_class):
             for label, name in enumerate(labels):
                 encoded = image_bytes("JPEG", size=(160, 120), seed=label * per_class + k)  # noise: the worst case

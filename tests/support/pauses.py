@@ -17,7 +17,7 @@ class Pauses:
     seconds: tuple[tuple[str, float], ...]
 
     @classmethod
-    def parse(cls, spec: str) -> "Pauses":
+    def parse(cls, spec: str) -> Pauses:
         items = []
         for item in filter(None, spec.split(",")):
             name, _, seconds = item.partition("=")

@@ -28,7 +28,7 @@ def _noise(rng: np.random.Generator, h: int, w: int, octaves: int = 5, base: int
     out = np.zeros((h, w), np.float32)
     amp, total = 1.0, 0.0
     for octave in range(octaves):
-        cells = base * 2 ** octave
+        cells = base * 2**octave
         grid = rng.random((cells + 1, int(cells * w / h) + 1), dtype=np.float32)
         layer = np.asarray(Image.fromarray(grid, "F").resize((w, h), Image.BICUBIC))
         out += amp * layer
@@ -48,8 +48,7 @@ def _blend(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _textured(rng, h, w, dark, light, octaves=5, base=3):
-    return _blend(np.broadcast_to(dark, (h, w, 3)), np.broadcast_to(light, (h, w, 3)),
-                  _noise(rng, h, w, octaves, base))
+    return _blend(np.broadcast_to(dark, (h, w, 3)), np.broadcast_to(light, (h, w, 3)), _noise(rng, h, w, octaves, base))
 
 
 def _shapes(rng: np.random.Generator, canvas: np.ndarray, count: int, scale: float) -> np.ndarray:
@@ -65,8 +64,9 @@ def _shapes(rng: np.random.Generator, canvas: np.ndarray, count: int, scale: flo
         else:
             angles = np.sort(rng.uniform(0, 2 * np.pi, int(rng.integers(3, 8))))
             radii = r * rng.uniform(0.5, 1.3, len(angles))
-            draw.polygon([(float(cx + q * np.cos(a)), float(cy + q * np.sin(a))) for a, q in zip(angles, radii)],
-                         fill=255)
+            draw.polygon(
+                [(float(cx + q * np.cos(a)), float(cy + q * np.sin(a))) for a, q in zip(angles, radii)], fill=255
+            )
         alpha = np.asarray(mask.filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 3))), np.float32) / 255
         base = _colour(rng)
         fill = _textured(rng, h, w, base * rng.uniform(0.4, 0.8), np.minimum(base * 1.3 + 20, 255), 4, 4)
@@ -76,8 +76,11 @@ def _shapes(rng: np.random.Generator, canvas: np.ndarray, count: int, scale: flo
 
 def _scene(rng: np.random.Generator, kind: str, h: int, w: int) -> np.ndarray:
     if kind == "landscape":
-        sky = _blend(np.broadcast_to(_colour(rng, 120), (h, w, 3)), np.broadcast_to(_colour(rng, 60), (h, w, 3)),
-                     np.broadcast_to(np.linspace(0, 1, h, dtype=np.float32)[:, None], (h, w)))
+        sky = _blend(
+            np.broadcast_to(_colour(rng, 120), (h, w, 3)),
+            np.broadcast_to(_colour(rng, 60), (h, w, 3)),
+            np.broadcast_to(np.linspace(0, 1, h, dtype=np.float32)[:, None], (h, w)),
+        )
         clouds = _noise(rng, h, w, 5, 2) ** 2
         sky = _blend(sky, np.full((h, w, 3), 240, np.float32), clouds * rng.uniform(0.2, 0.8))
         ridge = (rng.uniform(0.3, 0.75) + 0.15 * (_noise(rng, 8, w, 4, 2)[0] - 0.5)) * h
@@ -97,7 +100,7 @@ def _scene(rng: np.random.Generator, kind: str, h: int, w: int) -> np.ndarray:
     canvas[:, corner:] *= rng.uniform(0.6, 0.9)
     canvas[floor:] = _textured(rng, h - floor, w, _colour(rng, 20, 100), _colour(rng, 80, 180), 5, 4)
     x0, y0 = int(rng.uniform(0.05, 0.6) * w), int(rng.uniform(0.05, 0.3) * h)
-    canvas[y0:y0 + int(0.3 * h), x0:x0 + int(0.25 * w)] = _colour(rng, 200)
+    canvas[y0 : y0 + int(0.3 * h), x0 : x0 + int(0.25 * w)] = _colour(rng, 200)
     return _shapes(rng, canvas, int(rng.integers(1, 4)), 0.2)
 
 
@@ -179,8 +182,7 @@ def planted_set(originals: int, edited: int, seed: int = 0, size: tuple[int, int
     return images, planted
 
 
-def write_leaky_pair(root, per_kind: int = 8, unrelated: int = 20, size: tuple[int, int] = (160, 120),
-                     seed: int = 0):
+def write_leaky_pair(root, per_kind: int = 8, unrelated: int = 20, size: tuple[int, int] = (160, 120), seed: int = 0):
     """Two class trees: `root/a` with photos, `root/b` with an edited copy of `per_kind` of them per kind of
     `EDITS`, plus `unrelated` other photos; and `root/c` with only other photos.
 

@@ -21,7 +21,7 @@ class TreePeak:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
-    def __enter__(self) -> "TreePeak":
+    def __enter__(self) -> TreePeak:
         self._thread.start()
         return self
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from prep.core.layout import Group, PlanOptions, make_layout
 from prep.core.naming import ShardName
@@ -64,7 +64,8 @@ def make_plan(examples: Sequence[Example], num_classes: int, options: PlanOption
     shards = []
     for split in layout.splits:
         for i in range(split.num_shards):
-            ordered = sorted(members.get((split.name, i), []),
-                             key=lambda m: sort_key(options.seed, examples[m].path, "order"))
+            ordered = sorted(
+                members.get((split.name, i), []), key=lambda m: sort_key(options.seed, examples[m].path, "order")
+            )
             shards.append(ShardPlan(ShardName(split.name, i, split.num_shards), tuple(ordered)))
     return Plan(tuple(shards), tuple(sorted(capped)))

@@ -38,8 +38,11 @@ def manifest_without_run(output: pathlib.Path) -> dict:
 
 def other_files(output: pathlib.Path) -> dict[str, bytes]:
     """Every file but the shards and manifest.json (rejects.jsonl, tfds metadata, record indexes)."""
-    return {p.name: p.read_bytes() for p in sorted(output.iterdir())
-            if p.is_file() and p.suffix != ".tfrecord" and p.name != "manifest.json"}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(output.iterdir())
+        if p.is_file() and p.suffix != ".tfrecord" and p.name != "manifest.json"
+    }
 
 
 def assert_same_dataset(out: pathlib.Path, reference: pathlib.Path, shards: int) -> None:

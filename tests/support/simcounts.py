@@ -78,7 +78,7 @@ def what(path: str) -> str:
     """How a request's object is counted: "src", or its key with varying parts as #."""
     if path.startswith(ROOT + "/"):
         return "src"
-    return _VARYING.sub("#", path[len(PREFIX):] if path.startswith(PREFIX) else path)
+    return _VARYING.sub("#", path[len(PREFIX) :] if path.startswith(PREFIX) else path)
 
 
 def count(kind: str, path: str, n: int = 1, nbytes: int = 0) -> None:
@@ -153,5 +153,6 @@ def load_counts(folder: str) -> tuple[collections.Counter, collections.Counter]:
 def requests(counts: collections.Counter, kind: str | None = None) -> int:
     """Requests a real object store would serve: a rename is a copy and a delete there."""
     weight = {"rename": 2}
-    return sum(n * (weight.get(k, 1) if kind is None else 1) for (k, _, _), n in counts.items()
-               if kind is None or k == kind)
+    return sum(
+        n * (weight.get(k, 1) if kind is None else 1) for (k, _, _), n in counts.items() if kind is None or k == kind
+    )

@@ -140,7 +140,7 @@ class SimFileSystem(FileSystem):
 
     @staticmethod
     def _local(path: str) -> str:
-        key = path[len(PREFIX):]
+        key = path[len(PREFIX) :]
         if not key or key.startswith(("/", ".")) or "/../" in key:
             raise BeamIOError(f"bad simfs key: {path}", {})
         return os.path.join(store_root(), key)
@@ -161,12 +161,15 @@ class SimFileSystem(FileSystem):
 
     def _list_source(self, prefix: str):
         folder, classes, per_class, _, _ = parse_source(prefix.rstrip("/") + "/")
-        return (FileMetadata(url, IMAGE_BYTES, 0.0) for url in
-                (f"{folder}/{name}" for name in source_names(classes, per_class)) if url.startswith(prefix))
+        return (
+            FileMetadata(url, IMAGE_BYTES, 0.0)
+            for url in (f"{folder}/{name}" for name in source_names(classes, per_class))
+            if url.startswith(prefix)
+        )
 
     def _list_store(self, prefix: str) -> list[FileMetadata]:
-        key = prefix[len(PREFIX):]
-        base = os.path.join(store_root(), key[:key.rfind("/") + 1] if "/" in key else "")
+        key = prefix[len(PREFIX) :]
+        base = os.path.join(store_root(), key[: key.rfind("/") + 1] if "/" in key else "")
         out = []
         for dirpath, _, files in os.walk(base):
             for name in files:
@@ -270,6 +273,7 @@ class SimFileSystem(FileSystem):
                 raise BeamIOError(f"the simfs source is read-only: {src}", {})
             self._copy_one(src, dst)
             os.remove(self._local(src))
+
         self._each("rename", source_file_names, destination_file_names, move)
 
     def delete(self, paths):

@@ -26,7 +26,7 @@ _IMAGE = re.compile(r"class-(\d{4})/img-(\d{7})\.jpg")
 
 def parse_source(path: str) -> tuple[str, int, int, int | None, str]:
     """(spec folder URL, classes, per_class, duplicate_every, rest of the key) of a source path."""
-    key = path[len(ROOT) + 1:]
+    key = path[len(ROOT) + 1 :]
     spec, _, rest = key.partition("/")
     m = _SPEC.fullmatch(spec)
     if not m:

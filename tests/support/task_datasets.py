@@ -21,7 +21,8 @@ import pathlib
 import numpy as np
 from PIL import Image, ImageDraw
 
-from prep.core import manifest as m, tfds_meta
+from prep.core import manifest as m
+from prep.core import tfds_meta
 from prep.core.naming import ShardName
 from prep.core.schema import IGNORE_VALUE
 from prep.core.task_record import BoxObject, TaskRecord
@@ -43,8 +44,14 @@ def jpeg(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def detection_record(index: int, size: tuple[int, int], objects: list[tuple[int, tuple[int, int, int, int]]],
-                     labels: list[str], masks: bool = True, fmt: str = "jpeg") -> TaskRecord:
+def detection_record(
+    index: int,
+    size: tuple[int, int],
+    objects: list[tuple[int, tuple[int, int, int, int]]],
+    labels: list[str],
+    masks: bool = True,
+    fmt: str = "jpeg",
+) -> TaskRecord:
     """A JPEG of `size` (w, h) with each object (class id from 1, pixel box x0, y0, x1, y1 exclusive) drawn
     filled in its class colour; the mask of an object is its ellipse, 0/1."""
     w, h = size
@@ -56,21 +63,43 @@ def detection_record(index: int, size: tuple[int, int], objects: list[tuple[int,
         ImageDraw.Draw(mask).ellipse((x0, y0, x1 - 1, y1 - 1), fill=1)
         draw.bitmap((0, 0), mask.point(lambda v: 255 * v), fill=COLOURS[(label - 1) % len(COLOURS)])
         area = float(np.asarray(mask).sum())
-        boxes.append(BoxObject(label, labels[label - 1], x0 / w, y0 / h, x1 / w, y1 / h, area, crowd=int(index % 7 == 3),
-                               difficult=0, mask=png(np.asarray(mask)) if masks else None))
+        boxes.append(
+            BoxObject(
+                label,
+                labels[label - 1],
+                x0 / w,
+                y0 / h,
+                x1 / w,
+                y1 / h,
+                area,
+                crowd=int(index % 7 == 3),
+                difficult=0,
+                mask=png(np.asarray(mask)) if masks else None,
+            )
+        )
     if fmt == "png":
         buf = io.BytesIO()
         img.save(buf, "PNG")
         encoded = buf.getvalue()
     else:
         encoded = jpeg(img)
-    return TaskRecord.build("detection", encoded, format=fmt, height=h, width=w, channels=3,
-                            filename=f"img_{index:04d}.{'png' if fmt == 'png' else 'jpg'}", source_id=str(index + 1),
-                            objects=tuple(boxes), masks=masks)
+    return TaskRecord.build(
+        "detection",
+        encoded,
+        format=fmt,
+        height=h,
+        width=w,
+        channels=3,
+        filename=f"img_{index:04d}.{'png' if fmt == 'png' else 'jpg'}",
+        source_id=str(index + 1),
+        objects=tuple(boxes),
+        masks=masks,
+    )
 
 
-def segmentation_record(index: int, size: tuple[int, int], regions: list[tuple[int, tuple[int, int, int, int]]],
-                        ignore_border: bool = True) -> TaskRecord:
+def segmentation_record(
+    index: int, size: tuple[int, int], regions: list[tuple[int, tuple[int, int, int, int]]], ignore_border: bool = True
+) -> TaskRecord:
     """A PNG image and its class map: value 0 (background) everywhere, each region (class value, box) filled,
     and with `ignore_border` a 1-pixel IGNORE_VALUE frame."""
     w, h = size
@@ -84,14 +113,32 @@ def segmentation_record(index: int, size: tuple[int, int], regions: list[tuple[i
         rgb[cls == value] = COLOURS[value]
     buf = io.BytesIO()
     Image.fromarray(rgb, "RGB").save(buf, "PNG")
-    return TaskRecord.build("segmentation", buf.getvalue(), format="png", height=h, width=w, channels=3,
-                            filename=f"seg_{index:04d}.png", source_id=str(index + 1), segmentation=png(cls))
+    return TaskRecord.build(
+        "segmentation",
+        buf.getvalue(),
+        format="png",
+        height=h,
+        width=w,
+        channels=3,
+        filename=f"seg_{index:04d}.png",
+        source_id=str(index + 1),
+        segmentation=png(cls),
+    )
 
 
 def multilabel_record(index: int, ids: tuple[int, ...], labels: list[str], size=(20, 16)) -> TaskRecord:
     img = Image.new("RGB", size, COLOURS[ids[0] % len(COLOURS)] if ids else BACKGROUND)
-    return TaskRecord.build("multilabel", jpeg(img), format="jpeg", height=size[1], width=size[0], channels=3,
-                            filename=f"ml_{index:04d}.jpg", labels=ids, texts=tuple(labels[i] for i in ids))
+    return TaskRecord.build(
+        "multilabel",
+        jpeg(img),
+        format="jpeg",
+        height=size[1],
+        width=size[0],
+        channels=3,
+        filename=f"ml_{index:04d}.jpg",
+        labels=ids,
+        texts=tuple(labels[i] for i in ids),
+    )
 
 
 def present(record: TaskRecord, labels: list[str]) -> list[str]:
@@ -108,12 +155,20 @@ def strata(records: list[TaskRecord], labels: list[str]) -> list[str]:
     """Each record's stratum: its rarest class by images containing it (ties by id), or NO_STRATUM."""
     frequency = collections.Counter(name for r in records for name in present(r, labels))
     order = {name: i for i, name in enumerate(labels)}
-    return [min(names, key=lambda n: (frequency[n], order[n])) if names else m.NO_STRATUM
-            for names in (present(r, labels) for r in records)]
+    return [
+        min(names, key=lambda n: (frequency[n], order[n])) if names else m.NO_STRATUM
+        for names in (present(r, labels) for r in records)
+    ]
 
 
-def write(out: pathlib.Path, task: str, labels: list[str], splits: dict[str, list[TaskRecord]],
-          num_shards: int | dict[str, int] = 2, boxes_dropped: dict[str, int] | None = None) -> pathlib.Path:
+def write(
+    out: pathlib.Path,
+    task: str,
+    labels: list[str],
+    splits: dict[str, list[TaskRecord]],
+    num_shards: int | dict[str, int] = 2,
+    boxes_dropped: dict[str, int] | None = None,
+) -> pathlib.Path:
     """Writes the dataset in OUT: shards laid out as the planner does, manifest.json, tfds metadata,
     and label_map files for detection. Returns OUT."""
     out.mkdir(parents=True, exist_ok=True)
@@ -137,8 +192,9 @@ def write(out: pathlib.Path, task: str, labels: list[str], splits: dict[str, lis
     for name, data in tfds_meta.files(manifest).items():
         (out / name).write_bytes(data)
     if task == "detection":
-        (out / "label_map.pbtxt").write_text("".join(f"item {{\n  id: {i}\n  name: '{n}'\n}}\n"
-                                                     for i, n in enumerate(labels, 1)))
+        (out / "label_map.pbtxt").write_text(
+            "".join(f"item {{\n  id: {i}\n  name: '{n}'\n}}\n" for i, n in enumerate(labels, 1))
+        )
         (out / "label_map.csv").write_text("id,name\n" + "".join(f"{i},{n}\n" for i, n in enumerate(labels, 1)))
     document, counts = manifest.documents()
     (out / m.SHARD_COUNTS).write_bytes(counts)
@@ -146,41 +202,71 @@ def write(out: pathlib.Path, task: str, labels: list[str], splits: dict[str, lis
     return out
 
 
-def _shard_info(name: ShardName, shard: list[TaskRecord], blob: bytes, labels: list[str], task: str,
-                stratum_of: dict) -> m.ShardInfo:
+def _shard_info(
+    name: ShardName, shard: list[TaskRecord], blob: bytes, labels: list[str], task: str, stratum_of: dict
+) -> m.ShardInfo:
     counts = collections.Counter(n for r in shard for n in present(r, labels))
     extra = {}
     if task in ("multilabel", "detection"):
         extra["stratum_counts"] = dict(sorted(collections.Counter(stratum_of[id(r)] for r in shard).items()))
     if task == "detection":
-        boxes = collections.Counter(labels[o.label - 1] for r in shard for o in r.objects if 1 <= o.label <= len(labels))
+        boxes = collections.Counter(
+            labels[o.label - 1] for r in shard for o in r.objects if 1 <= o.label <= len(labels)
+        )
         extra["box_counts"] = {label: boxes[label] for label in labels}
-    return m.ShardInfo(name.filename, name.index, len(shard), len(blob), hashlib.sha256(blob).hexdigest(),
-                       {label: counts[label] for label in labels}, **extra)
+    return m.ShardInfo(
+        name.filename,
+        name.index,
+        len(shard),
+        len(blob),
+        hashlib.sha256(blob).hexdigest(),
+        {label: counts[label] for label in labels},
+        **extra,
+    )
 
 
-def build_manifest(task: str, labels: list[str], written, found: int, boxes_dropped: dict[str, int],
-                   max_boxes: dict[str, int]) -> m.Manifest:
+def build_manifest(
+    task: str, labels: list[str], written, found: int, boxes_dropped: dict[str, int], max_boxes: dict[str, int]
+) -> m.Manifest:
     """The manifest of the shards `written` ((ShardName, ShardInfo) pairs), with the task's fields."""
-    base = m.Manifest.build(labels, {"seed": 0, "task": task}, written,
-                            m.Inputs(found, found, 0, 0), {"name": "tfrecord-prep", "version": "test"}, m.Run())
+    base = m.Manifest.build(
+        labels,
+        {"seed": 0, "task": task},
+        written,
+        m.Inputs(found, found, 0, 0),
+        {"name": "tfrecord-prep", "version": "test"},
+        m.Run(),
+    )
     splits = base.splits
     boxes = None
     if task == "detection":
         splits = {}
         for name, info in base.splits.items():
             box_counts = {label: sum(s.box_counts[label] for s in info.shards) for label in labels}
-            splits[name] = m.SplitInfo(info.name, info.examples, info.bytes, info.num_shards, info.class_counts,
-                                       info.shards, box_counts=box_counts, max_boxes=max_boxes[name])
+            splits[name] = m.SplitInfo(
+                info.name,
+                info.examples,
+                info.bytes,
+                info.num_shards,
+                info.class_counts,
+                info.shards,
+                box_counts=box_counts,
+                max_boxes=max_boxes[name],
+            )
         kept = sum(sum(s.box_counts.values()) for s in splits.values())
         dropped = sum(boxes_dropped.values())
         boxes = m.BoxAccounting(kept + dropped, kept, dropped, 0, dict(boxes_dropped))
     inputs = m.Inputs(found, found, 0, 0, boxes=boxes)
-    return m.Manifest(labels=tuple(labels), options=base.options, splits=splits, inputs=inputs, tool=base.tool,
-                      task=task,
-                      categories=tuple(m.Category(i, n, None) for i, n in enumerate(labels, 1))
-                      if task == "detection" else None,
-                      ignore_value=IGNORE_VALUE if task == "segmentation" else None)
+    return m.Manifest(
+        labels=tuple(labels),
+        options=base.options,
+        splits=splits,
+        inputs=inputs,
+        tool=base.tool,
+        task=task,
+        categories=tuple(m.Category(i, n, None) for i, n in enumerate(labels, 1)) if task == "detection" else None,
+        ignore_value=IGNORE_VALUE if task == "segmentation" else None,
+    )
 
 
 # --- the standard small datasets ------------------------------------------------------
@@ -208,16 +294,24 @@ def detection_records(n: int = 18, masks: bool = True, seed: int = 0, png_every:
 
 def detection_dataset(out: pathlib.Path, masks: bool = True) -> pathlib.Path:
     records = detection_records(masks=masks)
-    return write(out, "detection", DETECTION_LABELS, {"train": records[:12], "validation": records[12:]},
-                 {"train": 3, "validation": 2})
+    return write(
+        out,
+        "detection",
+        DETECTION_LABELS,
+        {"train": records[:12], "validation": records[12:]},
+        {"train": 3, "validation": 2},
+    )
 
 
 def segmentation_records(n: int = 8) -> list[TaskRecord]:
     out = []
     for i in range(n):
         w, h = 32 + 2 * i, 24
-        regions = [(1, (0, 16, w, 24))] + ([(2, (4 + i, 6, 14 + i, 14))] if i % 2 == 0 else []) + \
-                  ([(3, (20, 2, 26, 14))] if i % 3 == 0 else [])
+        regions = (
+            [(1, (0, 16, w, 24))]
+            + ([(2, (4 + i, 6, 14 + i, 14))] if i % 2 == 0 else [])
+            + ([(3, (20, 2, 26, 14))] if i % 3 == 0 else [])
+        )
         out.append(segmentation_record(i, (w, h), regions))
     return out
 
@@ -249,8 +343,16 @@ def _convert(*args) -> None:
 def converted_detection(out: pathlib.Path) -> pathlib.Path:
     """samples/shapes_detection (drawn shapes with polygons, EXIF-turned JPEGs, images without objects)
     converted as COCO with masks."""
-    _convert(SAMPLE / "images", out, "--annotations", SAMPLE / "instances.json", "--split",
-             "train=0.8,validation=0.2", "--num-shards", 2)
+    _convert(
+        SAMPLE / "images",
+        out,
+        "--annotations",
+        SAMPLE / "instances.json",
+        "--split",
+        "train=0.8,validation=0.2",
+        "--num-shards",
+        2,
+    )
     return out
 
 
@@ -265,8 +367,9 @@ def converted_segmentation(root: pathlib.Path) -> pathlib.Path:
     for img in images:
         ds.class_map(img, classes).save(root / "masks" / (img.path.rsplit(".", 1)[0] + ".png"))
     (root / "classes.txt").write_text("\n".join(classes) + "\n")
-    _convert(root / "images", root / "out", "--masks", root / "masks", "--classes", root / "classes.txt",
-             "--num-shards", 2)
+    _convert(
+        root / "images", root / "out", "--masks", root / "masks", "--classes", root / "classes.txt", "--num-shards", 2
+    )
     return root / "out"
 
 

@@ -55,8 +55,9 @@ def _free(box, placed, gap: int) -> bool:
     return all(x1 + gap <= a or a1 + gap <= x0 or y1 + gap <= b or b1 + gap <= y0 for a, b, a1, b1 in placed)
 
 
-def draw(rng: random.Random, height: int, width: int, max_objects: int = 4, kinds=("rect",),
-         min_side: int = 8) -> Drawn:
+def draw(
+    rng: random.Random, height: int, width: int, max_objects: int = 4, kinds=("rect",), min_side: int = 8
+) -> Drawn:
     """An image of 0..max_objects shapes that do not touch (3 px apart), with its class map."""
     image = Image.new("RGB", (width, height), BACKGROUND)
     mask = Image.new("L", (width, height), 0)
@@ -101,8 +102,9 @@ def encode(pixels: np.ndarray, fmt: str) -> bytes:
 
 def record(task: str, drawn: Drawn, index: int, fmt: str, masks: bool = True) -> TaskRecord:
     h, w = drawn.pixels.shape[:2]
-    common = dict(format=fmt, height=h, width=w, channels=3, filename=f"img{index:05d}.{fmt[:3]}",
-                  source_id=str(index + 1))
+    common = dict(
+        format=fmt, height=h, width=w, channels=3, filename=f"img{index:05d}.{fmt[:3]}", source_id=str(index + 1)
+    )
     encoded = encode(drawn.pixels, fmt)
     if task == "detection":
         objects = []
@@ -110,15 +112,26 @@ def record(task: str, drawn: Drawn, index: int, fmt: str, masks: bool = True) ->
             x0, y0, x1, y1 = s.box
             m = np.zeros((h, w), np.uint8)
             m[y0:y1, x0:x1] = 1
-            objects.append(BoxObject(s.label, NAMES[s.label - 1], x0 / w, y0 / h, x1 / w, y1 / h,
-                                     float((x1 - x0) * (y1 - y0)), mask=png(m) if masks else None))
+            objects.append(
+                BoxObject(
+                    s.label,
+                    NAMES[s.label - 1],
+                    x0 / w,
+                    y0 / h,
+                    x1 / w,
+                    y1 / h,
+                    float((x1 - x0) * (y1 - y0)),
+                    mask=png(m) if masks else None,
+                )
+            )
         return TaskRecord.build(task, encoded, **common, objects=tuple(objects), masks=masks)
     if task == "segmentation":
         return TaskRecord.build(task, encoded, **common, segmentation=png(drawn.class_map))
     if task == "multilabel":
         present = sorted({s.label for s in drawn.shapes})
-        return TaskRecord.build(task, encoded, **common, labels=tuple(p - 1 for p in present),
-                                texts=tuple(NAMES[p - 1] for p in present))
+        return TaskRecord.build(
+            task, encoded, **common, labels=tuple(p - 1 for p in present), texts=tuple(NAMES[p - 1] for p in present)
+        )
     raise ValueError(f"no synthetic {task} records")
 
 
@@ -141,9 +154,18 @@ def layout(strata: list[str | None], num_shards: int) -> list[list[int]]:
     return shards
 
 
-def write_dataset(out, task: str, splits: dict[str, int] | None = None, shards: dict[str, int] | None = None,
-                  seed: int = 0, fmt: str = "jpeg", size_range=(48, 96), max_objects: int = 4,
-                  masks: bool = True, kinds=None) -> pathlib.Path:
+def write_dataset(
+    out,
+    task: str,
+    splits: dict[str, int] | None = None,
+    shards: dict[str, int] | None = None,
+    seed: int = 0,
+    fmt: str = "jpeg",
+    size_range=(48, 96),
+    max_objects: int = 4,
+    masks: bool = True,
+    kinds=None,
+) -> pathlib.Path:
     """Writes a `task` dataset of drawn shapes into OUT and returns OUT.
 
     Args:
@@ -162,8 +184,10 @@ def write_dataset(out, task: str, splits: dict[str, int] | None = None, shards: 
     rng = random.Random(seed)
     infos, boxes_written, index = {}, 0, 0
     for split in sorted(splits):
-        drawn = [draw(rng, rng.randint(*size_range), rng.randint(*size_range), max_objects, kinds)
-                 for _ in range(splits[split])]
+        drawn = [
+            draw(rng, rng.randint(*size_range), rng.randint(*size_range), max_objects, kinds)
+            for _ in range(splits[split])
+        ]
         frequency = {n: sum(n in _present(task, d) for d in drawn) for n in labels}
         strata = [min(_present(task, d), key=lambda n: (frequency[n], labels.index(n)), default=None) for d in drawn]
         count = (shards or {}).get(split, 3 if split == "train" else 2)
@@ -183,24 +207,50 @@ def write_dataset(out, task: str, splits: dict[str, int] | None = None, shards: 
             file = ShardName(split, number, count).filename
             (out / file).write_bytes(blob)
             detection = task == "detection"
-            shard_infos.append(ShardInfo(file, number, len(members), len(blob), hashlib.sha256(blob).hexdigest(),
-                                         class_counts, box_counts=box_counts if detection else None,
-                                         stratum_counts=stratum_counts if task != "segmentation" else None))
+            shard_infos.append(
+                ShardInfo(
+                    file,
+                    number,
+                    len(members),
+                    len(blob),
+                    hashlib.sha256(blob).hexdigest(),
+                    class_counts,
+                    box_counts=box_counts if detection else None,
+                    stratum_counts=stratum_counts if task != "segmentation" else None,
+                )
+            )
             for n in labels:
                 split_boxes[n] += box_counts[n]
         boxes_written += sum(split_boxes.values())
         index += len(drawn)
-        infos[split] = SplitInfo(split, len(drawn), sum(s.bytes for s in shard_infos), count,
-                                 {n: sum(s.class_counts[n] for s in shard_infos) for n in labels}, tuple(shard_infos),
-                                 box_counts=split_boxes if task == "detection" else None,
-                                 max_boxes=max_boxes if task == "detection" else None)
+        infos[split] = SplitInfo(
+            split,
+            len(drawn),
+            sum(s.bytes for s in shard_infos),
+            count,
+            {n: sum(s.class_counts[n] for s in shard_infos) for n in labels},
+            tuple(shard_infos),
+            box_counts=split_boxes if task == "detection" else None,
+            max_boxes=max_boxes if task == "detection" else None,
+        )
     detection = task == "detection"
-    inputs = Inputs(found=index, written=index, rejected=0, capped=0,
-                    boxes=BoxAccounting(boxes_written, boxes_written, 0, 0, {}) if detection else None)
-    manifest = Manifest(labels=labels, options={"synthetic": task, "seed": seed, "format": fmt}, splits=infos,
-                        inputs=inputs, tool={"name": "tests.support.task_records"}, task=task,
-                        categories=tuple(Category(i + 1, n, i + 1) for i, n in enumerate(NAMES)) if detection else None,
-                        ignore_value=schema.IGNORE_VALUE if task == "segmentation" else None)
+    inputs = Inputs(
+        found=index,
+        written=index,
+        rejected=0,
+        capped=0,
+        boxes=BoxAccounting(boxes_written, boxes_written, 0, 0, {}) if detection else None,
+    )
+    manifest = Manifest(
+        labels=labels,
+        options={"synthetic": task, "seed": seed, "format": fmt},
+        splits=infos,
+        inputs=inputs,
+        tool={"name": "tests.support.task_records"},
+        task=task,
+        categories=tuple(Category(i + 1, n, i + 1) for i, n in enumerate(NAMES)) if detection else None,
+        ignore_value=schema.IGNORE_VALUE if task == "segmentation" else None,
+    )
     (out / "manifest.json").write_bytes(manifest.dumps())
     return out
 
@@ -230,7 +280,13 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, nargs=2, default=(48, 96))
     parser.add_argument("--no-masks", action="store_true")
     a = parser.parse_args()
-    write_dataset(a.out, a.task, {"train": a.train, "validation": a.validation}, seed=a.seed,
-                  size_range=tuple(a.size), masks=not a.no_masks,
-                  shards={"train": 8, "validation": 2})
+    write_dataset(
+        a.out,
+        a.task,
+        {"train": a.train, "validation": a.validation},
+        seed=a.seed,
+        size_range=tuple(a.size),
+        masks=not a.no_masks,
+        shards={"train": 8, "validation": 2},
+    )
     print(a.out)

@@ -12,7 +12,7 @@ PREFIX = "testfs://"
 
 
 def to_local(path: str) -> str:
-    return path[len(PREFIX):] if path.startswith(PREFIX) else path
+    return path[len(PREFIX) :] if path.startswith(PREFIX) else path
 
 
 def to_url(path: str) -> str:
@@ -41,8 +41,13 @@ class TestFileSystem(LocalFileSystem):
             limit = None if limits is None else [limits[i]]
             (result,) = super().match([to_local(pattern)], limit)
             if pattern.startswith(PREFIX):
-                result = MatchResult(pattern, [FileMetadata(to_url(m.path), m.size_in_bytes, m.last_updated_in_seconds)
-                                               for m in result.metadata_list])
+                result = MatchResult(
+                    pattern,
+                    [
+                        FileMetadata(to_url(m.path), m.size_in_bytes, m.last_updated_in_seconds)
+                        for m in result.metadata_list
+                    ],
+                )
             results.append(result)
         return results
 
@@ -56,8 +61,7 @@ class TestFileSystem(LocalFileSystem):
         return super().copy([to_local(p) for p in source_file_names], [to_local(p) for p in destination_file_names])
 
     def rename(self, source_file_names, destination_file_names):
-        return super().rename([to_local(p) for p in source_file_names],
-                              [to_local(p) for p in destination_file_names])
+        return super().rename([to_local(p) for p in source_file_names], [to_local(p) for p in destination_file_names])
 
     def exists(self, path):
         return super().exists(to_local(path))

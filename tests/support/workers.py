@@ -26,8 +26,12 @@ def run_workers(script, data, tmp: pathlib.Path, jobs: dict[str, list[str]], env
     procs = {}
     for name, args in jobs.items():
         with open(tmp / f"{name}.log", "wb") as log:
-            procs[name] = subprocess.Popen([sys.executable, str(script), args[0], str(data), str(tmp / f"{name}.json"),
-                                            *args[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
+            procs[name] = subprocess.Popen(
+                [sys.executable, str(script), args[0], str(data), str(tmp / f"{name}.json"), *args[1:]],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
     failed = []
     try:
         for name, proc in procs.items():

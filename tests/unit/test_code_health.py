@@ -52,8 +52,11 @@ def string_tag_routing(path: Path) -> list[str]:
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.In)):
             right = node.comparators[0]
             tags = [right] if isinstance(node.ops[0], ast.Eq) else getattr(right, "elts", [])
-            if _first_place(node.left) and tags and all(
-                    isinstance(t, ast.Constant) and isinstance(t.value, str) for t in tags):
+            if (
+                _first_place(node.left)
+                and tags
+                and all(isinstance(t, ast.Constant) and isinstance(t.value, str) for t in tags)
+            ):
                 found.append(f"{_where(path, node)} routes by a string in position 0")
     return found
 
@@ -61,8 +64,13 @@ def string_tag_routing(path: Path) -> list[str]:
 def pickle_imports(path: Path) -> list[str]:
     found = []
     for node in ast.walk(_tree(path)):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         if any(n.split(".")[0] in ("pickle", "cPickle", "dill", "cloudpickle") for n in names):
             found.append(f"{_where(path, node)} imports {', '.join(names)}")
     return found
@@ -89,8 +97,12 @@ def work_paths_outside_workdir(path: Path) -> list[str]:
             name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
             if name == "join" and any(isinstance(a, ast.Attribute) and a.attr == "root" for a in node.args):
                 found.append(f"{_where(path, node)} builds a path under the work directory's root")
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and ".prep-tmp" in node.value
-                and id(node) not in docs):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and ".prep-tmp" in node.value
+            and id(node) not in docs
+        ):
             found.append(f"{_where(path, node)} spells the work directory's name")
     return found
 
@@ -119,6 +131,5 @@ folder = ".prep-tmp"
 def test_each_check_finds_what_it_looks_for(check, tmp_path):
     path = tmp_path / "bad.py"
     path.write_text(BAD)
-    expected = {"wide_signatures": 1, "string_tag_routing": 2, "pickle_imports": 1,
-                "work_paths_outside_workdir": 2}
+    expected = {"wide_signatures": 1, "string_tag_routing": 2, "pickle_imports": 1, "work_paths_outside_workdir": 2}
     assert len(check(path)) == expected[check.__name__]

@@ -115,8 +115,12 @@ def test_module_keeps_its_layer(module):
 
 def test_beam_jobs_are_imported_by_prep_convert_only():
     # Only the convert command reaches the pipeline; every other edge stays free of Beam's import time.
-    importers = sorted(m for m in MODULES if _is_prep_edge(m) or m == "prep"
-                       if any((_project(i) or "").startswith("beam_jobs") for i in IMPORTS[m]))
+    importers = sorted(
+        m
+        for m in MODULES
+        if _is_prep_edge(m) or m == "prep"
+        if any((_project(i) or "").startswith("beam_jobs") for i in IMPORTS[m])
+    )
     assert importers == ["prep.cli"]
 
 
@@ -163,8 +167,9 @@ def test_no_module_over_the_size_limit():
 def test_the_checks_see_a_broken_layer(tmp_path):
     # The reading itself must be able to fail: a core module importing Beam lazily, inside a function.
     path = tmp_path / "bad.py"
-    path.write_text("def f():\n    from apache_beam import Map\n    import beam_jobs.graph\n"
-                    "    from prep.core.run import spill\n")
+    path.write_text(
+        "def f():\n    from apache_beam import Map\n    import beam_jobs.graph\n    from prep.core.run import spill\n"
+    )
     IMPORTS["prep.core.bad"] = _imports("prep.core.bad", path)
     try:
         assert len(_breaks("prep.core.bad")) == 5  # prep.core.run and prep.core.run.spill both named

@@ -19,15 +19,31 @@ from prep.core.annotations.voc import read_voc
 from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
 
-__all__ = ["AnnotationSet", "BoxPolicy", "Category", "FORMATS", "ImageAnnotation", "Obj", "Placed",
-           "PlacedObject", "Problem", "detect_format", "label_map_csv", "label_map_pbtxt", "place_objects",
-           "prepare_mask", "read_annotations", "stratify"]
+__all__ = [
+    "AnnotationSet",
+    "BoxPolicy",
+    "Category",
+    "FORMATS",
+    "ImageAnnotation",
+    "Obj",
+    "Placed",
+    "PlacedObject",
+    "Problem",
+    "detect_format",
+    "label_map_csv",
+    "label_map_pbtxt",
+    "place_objects",
+    "prepare_mask",
+    "read_annotations",
+    "stratify",
+]
 
 _READERS = {"coco": read_coco, "voc": read_voc, "yolo": read_yolo, "csv": read_box_csv}
 
 
-def read_annotations(source: str, path: str, fmt: str | None = None,
-                     classes: tuple[str, ...] | None = None) -> AnnotationSet:
+def read_annotations(
+    source: str, path: str, fmt: str | None = None, classes: tuple[str, ...] | None = None
+) -> AnnotationSet:
     """Reads the annotations at PATH for the images under SOURCE.
 
     Args:

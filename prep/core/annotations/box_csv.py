@@ -19,8 +19,7 @@ import posixpath
 from collections.abc import Collection, Iterator
 
 from prep.core.annotations.files import image_path, read_text
-from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
+from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish
 from prep.core.errors import SourceError
 
 COLUMNS = ("path", "label", "xmin", "ymin", "xmax", "ymax")
@@ -46,13 +45,15 @@ def _rows(path: str) -> Iterator[tuple[int, dict[str, str]]]:
         _check_columns(path, seen)
         return
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if name.endswith(".tsv") else ",",
-                                skipinitialspace=True)
+        reader = csv.DictReader(
+            io.StringIO(text, newline=""), delimiter="\t" if name.endswith(".tsv") else ",", skipinitialspace=True
+        )
         _check_columns(path, [c.strip() for c in reader.fieldnames or ()])
         for row in reader:
             if None in row or any(v is None for v in row.values()):
-                raise SourceError(f"box file {path} line {reader.line_num} has a different number of fields "
-                                  "than the header")
+                raise SourceError(
+                    f"box file {path} line {reader.line_num} has a different number of fields than the header"
+                )
             yield reader.line_num, {k.strip(): v for k, v in row.items()}
     except csv.Error as exc:
         raise SourceError(f"box file {path} is not valid CSV: {exc}") from None
@@ -83,14 +84,24 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
         written = row.get("path", "").strip()
         rel = image_path(source, written) if written else None
         if rel is None:
-            problems.append(Problem(written or file_name, "outside_source" if written else "bad_row",
-                                    f"line {number}: " + ("the path is outside SOURCE" if written else "no path")))
+            problems.append(
+                Problem(
+                    written or file_name,
+                    "outside_source" if written else "bad_row",
+                    f"line {number}: " + ("the path is outside SOURCE" if written else "no path"),
+                )
+            )
             continue
         index = len(rows.setdefault(rel, []))
         split = row.get("split", "").strip() or None
         if rel in splits and splits[rel] != split:
-            problems.append(Problem(rel, "split_conflict", f"line {number} gives split {split!r}, an earlier "
-                                    f"row {splits[rel]!r}; the first is kept"))
+            problems.append(
+                Problem(
+                    rel,
+                    "split_conflict",
+                    f"line {number} gives split {split!r}, an earlier row {splits[rel]!r}; the first is kept",
+                )
+            )
         splits.setdefault(rel, split)
         w, h = (as_float(row.get(k, "")) for k in ("width", "height"))
         if w and h and w > 0 and h > 0 and w == int(w) and h == int(h):
@@ -108,12 +119,20 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
             problems.append(Problem(rel, "no_label", f"line {number}: a box without a label", index))
             rows[rel].append(None)
         else:
-            rows[rel].append(Obj(index, label, tuple(values), crowd=_flag(row.get("crowd", "")),
-                                 difficult=_flag(row.get("difficult", ""))))
+            rows[rel].append(
+                Obj(
+                    index,
+                    label,
+                    tuple(values),
+                    crowd=_flag(row.get("crowd", "")),
+                    difficult=_flag(row.get("difficult", "")),
+                )
+            )
     images = {}
     for rel, objects in rows.items():
         w, h = frame.get(rel, (None, None))
-        images[rel] = ImageAnnotation(rel, w, h, False, tuple(o for o in objects if o is not None), None,
-                                      splits.get(rel))
+        images[rel] = ImageAnnotation(
+            rel, w, h, False, tuple(o for o in objects if o is not None), None, splits.get(rel)
+        )
     found = sorted({o.label for a in images.values() for o in a.objects})
     return finish(images, [(None, n) for n in found], classes, problems)

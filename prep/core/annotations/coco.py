@@ -20,8 +20,7 @@ import posixpath
 from typing import Any, NoReturn
 
 from prep.core.annotations.files import image_path, read_text
-from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Json, Obj, Problem, as_float, finish)
+from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Json, Obj, Problem, as_float, finish
 from prep.core.errors import SourceError
 
 ImageId = int | str  # an image's `id` in the file
@@ -99,8 +98,13 @@ def _segmentation(seg: object) -> tuple[tuple[tuple[float, ...], ...], Json | No
         size, counts = seg.get("size"), seg.get("counts")
         if not (isinstance(size, list) and len(size) == 2 and all(_size(v) for v in size)):
             return (), None, "RLE 'size' is not [height, width]"
-        if not (isinstance(counts, str) or (isinstance(counts, list) and all(
-                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts))):
+        if not (
+            isinstance(counts, str)
+            or (
+                isinstance(counts, list)
+                and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+            )
+        ):
             return (), None, "RLE 'counts' is neither a string nor a list of counts"
         return (), {"size": list(size), "counts": counts}, None
     return (), None, f"segmentation is a {type(seg).__name__}, not polygons or RLE"
@@ -119,8 +123,7 @@ def _object(ann: Json, index: int, label: str) -> Obj | tuple[str, str]:
     x, y, w, h = floats
     crowd = ann.get("iscrowd", 0)
     area = as_float(ann.get("area"))
-    return Obj(index, label, (x, y, x + w, y + h), crowd=crowd in (1, True), area=area,
-               polygons=polygons, rle=rle)
+    return Obj(index, label, (x, y, x + w, y + h), crowd=crowd in (1, True), area=area, polygons=polygons, rle=rle)
 
 
 def _id(ann: object) -> object:
@@ -151,8 +154,14 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
         iid = ann.get("image_id") if isinstance(ann, dict) else None
         if iid is None or isinstance(iid, (list, dict, bool)) or iid not in images:
             why = "is not an object with an 'image_id'" if iid is None else f"names image id {iid!r}, not in 'images'"
-            problems.append(Problem(file_name, "unknown_image" if iid is not None else "bad_annotation",
-                                    f"annotations[{position}] (id {_id(ann)!r}) {why}", position))
+            problems.append(
+                Problem(
+                    file_name,
+                    "unknown_image" if iid is not None else "bad_annotation",
+                    f"annotations[{position}] (id {_id(ann)!r}) {why}",
+                    position,
+                )
+            )
             continue
         per_image[iid].append(ann)
     result: dict[str, ImageAnnotation] = {}
@@ -163,8 +172,14 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
         for index, ann in enumerate(per_image[iid]):
             cid = ann.get("category_id")
             if isinstance(cid, bool) or cid not in names:
-                problems.append(Problem(rel, "unknown_category", f"annotation id {ann.get('id')!r} names category "
-                                        f"id {cid!r}, not in 'categories'", index))
+                problems.append(
+                    Problem(
+                        rel,
+                        "unknown_category",
+                        f"annotation id {ann.get('id')!r} names category id {cid!r}, not in 'categories'",
+                        index,
+                    )
+                )
                 continue
             made = _object(ann, index, names[cid])
             if isinstance(made, Obj):

@@ -45,14 +45,20 @@ def detect_format(path: str) -> str:
         return "csv"
     if not is_folder(path):
         if storage.exists(path):
-            raise SourceError(f"--annotations {path}: a file must end in .json (COCO) or .csv, .tsv, .jsonl "
-                              "(one box per row); give --annotation-format to read it otherwise")
+            raise SourceError(
+                f"--annotations {path}: a file must end in .json (COCO) or .csv, .tsv, .jsonl "
+                "(one box per row); give --annotation-format to read it otherwise"
+            )
         raise SourceError(f"--annotations {path} does not exist")
     files = files_under(path)
     if any(f.lower().endswith(".xml") for f in files):
         return "voc"
-    if any(f.lower().endswith(".txt") and posixpath.basename(f) != "classes.txt" for f in files) \
-            and yolo_class_file(path) is not None:
+    if (
+        any(f.lower().endswith(".txt") and posixpath.basename(f) != "classes.txt" for f in files)
+        and yolo_class_file(path) is not None
+    ):
         return "yolo"
-    raise SourceError(f"--annotations {path}: a folder must hold Pascal VOC .xml files, or YOLO .txt files with "
-                      "a classes.txt or data.yaml; give --annotation-format to say which")
+    raise SourceError(
+        f"--annotations {path}: a folder must hold Pascal VOC .xml files, or YOLO .txt files with "
+        "a classes.txt or data.yaml; give --annotation-format to say which"
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class Category(Protocol):

@@ -112,8 +112,9 @@ def to_png(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def prepare_mask(data: bytes, stored: tuple[int, int], orientation: int, final: tuple[int, int],
-                 num_classes: int) -> bytes:
+def prepare_mask(
+    data: bytes, stored: tuple[int, int], orientation: int, final: tuple[int, int], num_classes: int
+) -> bytes:
     """A semantic class map checked, turned and resized as its image (nearest neighbour).
 
     The map must be single-channel (grayscale, or a palette whose indices are the
@@ -134,22 +135,27 @@ def prepare_mask(data: bytes, stored: tuple[int, int], orientation: int, final: 
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise ImageRejected("bad_mask", f"the mask cannot be decoded: {exc}") from None
     if img.mode not in ("L", "P", "1", "I", "I;16", "I;16B", "I;16L"):
-        raise ImageRejected("bad_mask", f"the mask has mode {img.mode} ({len(img.getbands())} channels), "
-                            "not a single-channel class map")
+        raise ImageRejected(
+            "bad_mask", f"the mask has mode {img.mode} ({len(img.getbands())} channels), not a single-channel class map"
+        )
     shown = displayed_size(stored, orientation)
     if img.size == shown:
         turn = 1
     elif img.size == tuple(stored) and swaps_sides(orientation):
         turn = orientation
     else:
-        raise ImageRejected("mask_size_mismatch", f"the mask is {img.size[0]}x{img.size[1]}, the image "
-                            f"{shown[0]}x{shown[1]} as displayed")
+        raise ImageRejected(
+            "mask_size_mismatch",
+            f"the mask is {img.size[0]}x{img.size[1]}, the image {shown[0]}x{shown[1]} as displayed",
+        )
     values = np.asarray(img).astype(np.int64)
     bad = values[(values >= num_classes) & (values != IGNORE_VALUE)]
     if bad.size or (values < 0).any():
         shown_value = int(bad.max()) if bad.size else int(values.min())
-        raise ImageRejected("bad_mask", f"the mask holds value {shown_value}: classes are 0..{num_classes - 1} "
-                            f"and {IGNORE_VALUE} (ignore)")
+        raise ImageRejected(
+            "bad_mask",
+            f"the mask holds value {shown_value}: classes are 0..{num_classes - 1} and {IGNORE_VALUE} (ignore)",
+        )
     out = turn_image(Image.fromarray(values.astype(np.uint8), "L"), turn)
     if out.size != tuple(final):
         out = out.resize((final[0], final[1]), Image.Resampling.NEAREST)

@@ -95,19 +95,34 @@ class ImageAnnotation(NamedTuple):
         return out
 
     @classmethod
-    def from_json(cls, obj: Json) -> "ImageAnnotation":
+    def from_json(cls, obj: Json) -> ImageAnnotation:
         """The inverse of `to_json`."""
         objects = []
         for item in obj["o"]:
             flags = item.get("f", 0)
             area = item.get("a")
-            objects.append(Obj(
-                index=item["i"], label=item["l"], box=tuple(_num_in(v) for v in item["b"]),
-                crowd=bool(flags & 1), difficult=bool(flags & 2), truncated=bool(flags & 4),
-                area=None if area is None else _num_in(area),
-                polygons=tuple(tuple(p) for p in item.get("p", ())), rle=item.get("r")))
-        return cls(path=obj["p"], width=obj.get("w"), height=obj.get("h"), normalized=bool(obj.get("n", 0)),
-                   objects=tuple(objects), source_id=obj.get("s"), split=obj.get("t"))
+            objects.append(
+                Obj(
+                    index=item["i"],
+                    label=item["l"],
+                    box=tuple(_num_in(v) for v in item["b"]),
+                    crowd=bool(flags & 1),
+                    difficult=bool(flags & 2),
+                    truncated=bool(flags & 4),
+                    area=None if area is None else _num_in(area),
+                    polygons=tuple(tuple(p) for p in item.get("p", ())),
+                    rle=item.get("r"),
+                )
+            )
+        return cls(
+            path=obj["p"],
+            width=obj.get("w"),
+            height=obj.get("h"),
+            normalized=bool(obj.get("n", 0)),
+            objects=tuple(objects),
+            source_id=obj.get("s"),
+            split=obj.get("t"),
+        )
 
 
 class AnnotationSet(NamedTuple):
@@ -146,8 +161,12 @@ def number_categories(names_by_source: Sequence[tuple[int | str | None, str]]) -
     return tuple(Category(i, name, source) for i, (source, name) in enumerate(names_by_source, 1))
 
 
-def finish(images: dict[str, ImageAnnotation], found: Sequence[tuple[int | str | None, str]],
-           classes: tuple[str, ...] | None, problems: list[Problem]) -> AnnotationSet:
+def finish(
+    images: dict[str, ImageAnnotation],
+    found: Sequence[tuple[int | str | None, str]],
+    classes: tuple[str, ...] | None,
+    problems: list[Problem],
+) -> AnnotationSet:
     """The set a reader returns: categories from the (source id, name) pairs it found (or --classes,
     whose unknown labels become Problems), images sorted by path, problems in a stable order."""
     categories = choose_categories(found, classes)
@@ -155,12 +174,16 @@ def finish(images: dict[str, ImageAnnotation], found: Sequence[tuple[int | str |
         known = {c.name for c in categories}
         images = {p: keep_known(a, known, problems, "--classes") for p, a in images.items()}
     ordered = tuple(images[p] for p in sorted(images))
-    return AnnotationSet(ordered, tuple(categories),
-                         tuple(sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))))
+    return AnnotationSet(
+        ordered,
+        tuple(categories),
+        tuple(sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))),
+    )
 
 
-def choose_categories(found: Sequence[tuple[int | str | None, str]], classes: tuple[str, ...] | None
-                      ) -> tuple[Category, ...]:
+def choose_categories(
+    found: Sequence[tuple[int | str | None, str]], classes: tuple[str, ...] | None
+) -> tuple[Category, ...]:
     """Categories from the (source id, name) pairs a reader found, in its order; with `classes`
     (--classes), exactly those names in that order, each keeping the source id it was found with."""
     if classes is None:
@@ -176,6 +199,7 @@ def keep_known(ann: ImageAnnotation, known: set[str], problems: list[Problem], w
         if o.label in known:
             kept.append(o)
         else:
-            problems.append(Problem(ann.path, "unknown_class", f"label {o.label!r} is not one of the classes "
-                                    f"({where})", o.index))
+            problems.append(
+                Problem(ann.path, "unknown_class", f"label {o.label!r} is not one of the classes ({where})", o.index)
+            )
     return ann if len(kept) == len(ann.objects) else ann._replace(objects=tuple(kept))

@@ -15,8 +15,15 @@ from PIL import Image
 
 T = Image.Transpose
 # Pillow's ImageOps.exif_transpose table.
-METHODS = {2: T.FLIP_LEFT_RIGHT, 3: T.ROTATE_180, 4: T.FLIP_TOP_BOTTOM, 5: T.TRANSPOSE,
-           6: T.ROTATE_270, 7: T.TRANSVERSE, 8: T.ROTATE_90}
+METHODS = {
+    2: T.FLIP_LEFT_RIGHT,
+    3: T.ROTATE_180,
+    4: T.FLIP_TOP_BOTTOM,
+    5: T.TRANSPOSE,
+    6: T.ROTATE_270,
+    7: T.TRANSVERSE,
+    8: T.ROTATE_90,
+}
 
 
 def swaps_sides(orientation: int) -> bool:

@@ -56,8 +56,11 @@ class BoxPolicy:
             raise OptionsError(f"--bad-boxes must be one of {', '.join(BAD_BOXES)}, got {self.bad_boxes!r}")
         if self.crowd not in CROWDS:
             raise OptionsError(f"--crowd must be one of {', '.join(CROWDS)}, got {self.crowd!r}")
-        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) \
-                or not 0 <= self.tolerance <= 1e6:
+        if (
+            isinstance(self.tolerance, bool)
+            or not isinstance(self.tolerance, (int, float))
+            or not 0 <= self.tolerance <= 1e6
+        ):
             raise OptionsError(f"--box-tolerance must be a number of pixels in [0, 1e6], got {self.tolerance!r}")
 
 
@@ -95,13 +98,17 @@ def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> i
         return 1
     if declared == tuple(stored) and swaps_sides(orientation):
         return orientation
-    raise ImageRejected("size_mismatch", f"the annotation is for a {declared[0]}x{declared[1]} image, the image is "
-                        f"{shown[0]}x{shown[1]} as displayed ({stored[0]}x{stored[1]} stored, EXIF orientation "
-                        f"{orientation})")
+    raise ImageRejected(
+        "size_mismatch",
+        f"the annotation is for a {declared[0]}x{declared[1]} image, the image is "
+        f"{shown[0]}x{shown[1]} as displayed ({stored[0]}x{stored[1]} stored, EXIF orientation "
+        f"{orientation})",
+    )
 
 
-def _judge(obj: Obj, turn_to_shown: Callable[[Box], Box], shown: tuple[int, int], policy: BoxPolicy,
-           path: str) -> Problem | tuple[Rect, Problem | None]:
+def _judge(
+    obj: Obj, turn_to_shown: Callable[[Box], Box], shown: tuple[int, int], policy: BoxPolicy, path: str
+) -> Problem | tuple[Rect, Problem | None]:
     """The problem if the box is dropped, else (box in displayed pixels clipped to the image, the problem
     if it was clipped). Judged as written first (a NaN, xmax <= xmin), then in the displayed frame."""
     w, h = shown
@@ -132,8 +139,14 @@ def _fmt(box: Box) -> str:
     return "(" + ", ".join(f"{v:.6g}" for v in box) + ")"
 
 
-def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: int, final: tuple[int, int],
-                  policy: BoxPolicy, masks: bool) -> Placed:
+def place_objects(
+    ann: ImageAnnotation,
+    stored: tuple[int, int],
+    orientation: int,
+    final: tuple[int, int],
+    policy: BoxPolicy,
+    masks: bool,
+) -> Placed:
     """The objects of `ann` on the stored output image, under `policy`.
 
     Args:
@@ -189,13 +202,23 @@ def place_objects(ann: ImageAnnotation, stored: tuple[int, int], orientation: in
             mask_png, area = to_png(mask), float(mask.sum())
         if clip is not None:
             clipped.append(clip)
-        placed.append(PlacedObject(obj.label, box[0] / w, box[1] / h, box[2] / w, box[3] / h, obj.crowd,
-                                   obj.difficult, area, mask_png))
+        placed.append(
+            PlacedObject(
+                obj.label, box[0] / w, box[1] / h, box[2] / w, box[3] / h, obj.crowd, obj.difficult, area, mask_png
+            )
+        )
     return Placed(tuple(placed), tuple(dropped), tuple(clipped))
 
 
-def _mask(obj: Obj, ann: ImageAnnotation, box: Rect, stored: tuple[int, int], turn: int, shown: tuple[int, int],
-          final: tuple[int, int]) -> npt.NDArray[np.uint8]:
+def _mask(
+    obj: Obj,
+    ann: ImageAnnotation,
+    box: Rect,
+    stored: tuple[int, int],
+    turn: int,
+    shown: tuple[int, int],
+    final: tuple[int, int],
+) -> npt.NDArray[np.uint8]:
     """The object's 0/1 mask at `final`: its RLE, its polygons, or its box (already displayed-frame)."""
     (w, h), (fw, fh) = shown, final
     if obj.rle is not None:

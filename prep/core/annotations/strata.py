@@ -28,7 +28,7 @@ cells x labels table, so the strata could be dealt one at a time from staged gro
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from prep.core.annotations.strata_cells import cell_ranks
 from prep.core.annotations.strata_dyadic import dyadic_ranks
@@ -54,8 +54,12 @@ def strata_of(images: Sequence[tuple[str, tuple[int, ...]]], num_classes: int) -
     return [min(set(labels), key=lambda c: (counts[c], c)) if labels else None for _, labels in images]
 
 
-def stratify(images: Sequence[tuple[str, tuple[int, ...]]], num_classes: int, seed: int,
-             locate: Callable[[int | None, int], Hashable] | None = None) -> list[tuple[int | None, bytes]]:
+def stratify(
+    images: Sequence[tuple[str, tuple[int, ...]]],
+    num_classes: int,
+    seed: int,
+    locate: Callable[[int | None, int], Hashable] | None = None,
+) -> list[tuple[int | None, bytes]]:
     """(stratum, sort key) of each (path, label ids present) image, in input order.
 
     Args:

@@ -18,13 +18,18 @@ labels costs least where it lands.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
 
-def cell_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]], num_classes: int,
-               coins: Sequence[bytes], locate: Callable[[int | None, int], Hashable]) -> dict[int, int]:
+def cell_ranks(
+    groups: dict[int | None, list[int]],
+    labels: Sequence[tuple[int, ...]],
+    num_classes: int,
+    coins: Sequence[bytes],
+    locate: Callable[[int | None, int], Hashable],
+) -> dict[int, int]:
     """{image: rank} for the images of every group ({stratum: [image]}), `labels[i]` the image's
     labels but its stratum."""
     slots: dict[int | None, dict[Hashable, list[int]]] = {}  # stratum -> {cell: [ranks]}

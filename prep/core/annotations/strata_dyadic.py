@@ -11,20 +11,28 @@ in every label. Other shard counts, and a split's prefix, are about as random.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 COUPLED_DEPTH = 12  # residues mod 2 .. 4096 of the position share their balance across strata
 
 
 def _count(start: int, end: int, residue: int, modulus: int) -> int:
     """How many positions p in [start, end) have p = residue (mod modulus)."""
+
     def below(x: int) -> int:
         return max(0, (x - residue + modulus - 1) // modulus)
+
     return below(end) - below(start)
 
 
-def _split(subset: list[int], caps: tuple[int, int], labels: Sequence[tuple[int, ...]], diff: dict[int, int],
-           coins: Sequence[bytes], depth: int) -> tuple[list[int], list[int]]:
+def _split(
+    subset: list[int],
+    caps: tuple[int, int],
+    labels: Sequence[tuple[int, ...]],
+    diff: dict[int, int],
+    coins: Sequence[bytes],
+    depth: int,
+) -> tuple[list[int], list[int]]:
     """`subset` (in visiting order) into two sides of sizes `caps`, balancing `diff` (label -> count on
     side 0 minus count on side 1, over the same residues in the strata before)."""
     zero: list[int] = []
@@ -49,8 +57,13 @@ def _split(subset: list[int], caps: tuple[int, int], labels: Sequence[tuple[int,
     return zero, one
 
 
-def _place(members: list[int], start: int, labels: Sequence[tuple[int, ...]], coins: Sequence[bytes],
-           shared: dict[tuple[int, int], dict[int, int]]) -> dict[int, int]:
+def _place(
+    members: list[int],
+    start: int,
+    labels: Sequence[tuple[int, ...]],
+    coins: Sequence[bytes],
+    shared: dict[tuple[int, int], dict[int, int]],
+) -> dict[int, int]:
     """Ranks of `members` (in visiting order), whose group holds positions [start, start + n).
 
     The positions of residue j mod 2^d are split into residues j and j + 2^d mod 2^(d+1), and
@@ -79,8 +92,9 @@ def _place(members: list[int], start: int, labels: Sequence[tuple[int, ...]], co
     return rank
 
 
-def dyadic_ranks(groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]],
-                 coins: Sequence[bytes]) -> dict[int, int]:
+def dyadic_ranks(
+    groups: dict[int | None, list[int]], labels: Sequence[tuple[int, ...]], coins: Sequence[bytes]
+) -> dict[int, int]:
     """{image: rank} for the images of every group ({stratum: [image]})."""
     shared: dict[tuple[int, int], dict[int, int]] = {}
     rank: dict[int, int] = {}

@@ -18,8 +18,7 @@ import xml.etree.ElementTree as ET
 
 from prep.core import storage
 from prep.core.annotations.files import StemIndex, files_under, image_path, read_text, strip_ext
-from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
+from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish
 
 
 def _text(node: ET.Element, tag: str) -> str | None:
@@ -44,12 +43,20 @@ def _objects(root: ET.Element, rel: str, problems: list[Problem]) -> list[Obj]:
         if not name:
             problems.append(Problem(rel, "bad_box", "object has no <name>", index))
         elif any(v is None for v in values):
-            problems.append(Problem(rel, "bad_box", f"object {name!r}: <bndbox> lacks a numeric xmin, ymin, xmax "
-                                    "or ymax", index))
+            problems.append(
+                Problem(rel, "bad_box", f"object {name!r}: <bndbox> lacks a numeric xmin, ymin, xmax or ymax", index)
+            )
         else:
             x0, y0, x1, y1 = [v for v in values if v is not None]  # all four are
-            objects.append(Obj(index, name, (x0 - 1, y0 - 1, x1, y1), difficult=_flag(node, "difficult"),
-                               truncated=_flag(node, "truncated")))
+            objects.append(
+                Obj(
+                    index,
+                    name,
+                    (x0 - 1, y0 - 1, x1, y1),
+                    difficult=_flag(node, "difficult"),
+                    truncated=_flag(node, "truncated"),
+                )
+            )
     return objects
 
 
@@ -82,8 +89,9 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
                 continue
             rel = match[0]
         if rel in images:
-            problems.append(Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first "
-                                    "one read is used"))
+            problems.append(
+                Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first one read is used")
+            )
             continue
         objects = _objects(root, rel, problems)
         images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))

@@ -19,8 +19,7 @@ import posixpath
 from prep.core import storage
 from prep.core.annotations.detect import CLASS_FILES, yolo_class_file
 from prep.core.annotations.files import StemIndex, files_under, read_text, strip_ext
-from prep.core.annotations.model import (
-    AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish)
+from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish
 from prep.core.errors import SourceError
 
 
@@ -40,12 +39,12 @@ def read_names(path: str) -> list[str]:
     except yaml.YAMLError as exc:
         raise SourceError(f"YOLO data file {path} is not YAML: {str(exc).splitlines()[0]}") from None
     names = doc.get("names") if isinstance(doc, dict) else None
-    if isinstance(names, dict) and all(isinstance(k, int) for k in names) \
-            and sorted(names) == list(range(len(names))):
+    if isinstance(names, dict) and all(isinstance(k, int) for k in names) and sorted(names) == list(range(len(names))):
         names = [names[i] for i in range(len(names))]
     if not isinstance(names, list) or not names or not all(isinstance(n, (str, int)) for n in names):
-        raise SourceError(f"YOLO data file {path}: 'names' is not a list of class names or a dict "
-                          "{0: name, 1: name, ...}")
+        raise SourceError(
+            f"YOLO data file {path}: 'names' is not a list of class names or a dict {{0: name, 1: name, ...}}"
+        )
     names = [str(n) for n in names]
     if len(set(names)) != len(names):
         raise SourceError(f"YOLO data file {path}: a class name is given twice")
@@ -61,20 +60,28 @@ def _objects(text: str, rel: str, names: list[str], problems: list[Problem]) -> 
         values = [v for v in read if v is not None]
         cls = fields[0]
         if len(read) < 4 or (len(read) > 4 and (len(read) % 2 or len(read) < 6)) or len(values) < len(read):
-            problems.append(Problem(rel, "bad_box", f"line {line.strip()!r} is not 'class cx cy w h' "
-                                    "(or 'class x1 y1 x2 y2 ...')", index))
+            problems.append(
+                Problem(
+                    rel,
+                    "bad_box",
+                    f"line {line.strip()!r} is not 'class cx cy w h' (or 'class x1 y1 x2 y2 ...')",
+                    index,
+                )
+            )
             continue
         if not cls.isdigit() or int(cls) >= len(names):
-            problems.append(Problem(rel, "unknown_category", f"class {cls!r} is not an index of the "
-                                    f"{len(names)} class names", index))
+            problems.append(
+                Problem(
+                    rel, "unknown_category", f"class {cls!r} is not an index of the {len(names)} class names", index
+                )
+            )
             continue
         if len(values) == 4:
             cx, cy, w, h = values
             objects.append(Obj(index, names[int(cls)], (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)))
         else:
             xs, ys = values[0::2], values[1::2]
-            objects.append(Obj(index, names[int(cls)], (min(xs), min(ys), max(xs), max(ys)),
-                               polygons=(tuple(values),)))
+            objects.append(Obj(index, names[int(cls)], (min(xs), min(ys), max(xs), max(ys)), polygons=(tuple(values),)))
     return objects
 
 

@@ -24,8 +24,8 @@ import hashlib
 import json
 import struct
 import typing
-from collections.abc import Iterable
-from typing import Any, Callable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from prep.core import storage
 from prep.core.errors import ResumeError
@@ -120,12 +120,17 @@ def read_listing_boxes(work: WorkDir) -> tuple[list[BoxNote], BoxTally] | None:
     return [BoxNote(*n) for n in notes], BoxTally(tally[0], tally[1], tally[2], tuple(map(tuple, tally[3])))
 
 
-def write_chunk_index(work: WorkDir, chunk: int, outcomes: Iterable[tuple[str, object]], spills: dict[int, int],
-                      inputs: list[str]) -> None:
+def write_chunk_index(
+    work: WorkDir, chunk: int, outcomes: Iterable[tuple[str, object]], spills: dict[int, int], inputs: list[str]
+) -> None:
     """Records a prepared chunk: outcomes ([(kind, NamedTuple)], or as an index holds them), {spill id: bytes}
     of its spill files, input signatures."""
-    data = {"version": INDEX_VERSION, "spills": sorted(spills.items()),
-            "outcomes": [[kind, _by_name(value)] for kind, value in outcomes], "inputs": inputs}
+    data = {
+        "version": INDEX_VERSION,
+        "spills": sorted(spills.items()),
+        "outcomes": [[kind, _by_name(value)] for kind, value in outcomes],
+        "inputs": inputs,
+    }
     storage.write_atomic(work.chunk_index(chunk), json.dumps(data).encode())
 
 
@@ -147,8 +152,7 @@ def _by_name(value: object) -> object:
 def check_index_version(data: dict[str, Any], path: str) -> None:
     """Raises ResumeError unless `data`, a chunk index read from `path`, is of INDEX_VERSION."""
     if data.get("version") != INDEX_VERSION:
-        raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to "
-                          "start over")
+        raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to start over")
 
 
 def read_chunk_index(work: WorkDir, chunk: int) -> ChunkIndex | None:
@@ -192,8 +196,9 @@ def entries_digest(entries: Iterable[PlannedEntry]) -> str:
     for e in entries:
         digest.update(e.order)
         # `relabel` too: the same prepared record written with another label id is another record.
-        digest.update(struct.pack(">QQQQ?QQq", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image,
-                                  e.relabel))
+        digest.update(
+            struct.pack(">QQQQ?QQq", e.spill, e.offset, e.length, e.label, e.converted, e.cut, e.image, e.relabel)
+        )
         digest.update(struct.pack(">Q", len(e.source)) + e.source)
     return digest.hexdigest()
 

@@ -82,8 +82,9 @@ class Place(Protocol):  # where a prepared record waits (a PreparedRef, a plan E
 def report_notes(header: dict[str, Any], batches: Iterable[int] = ()) -> GroupNotes:
     """The manifest's counts of duplicates.jsonl's header (`groups.summarize`), and its group batches."""
     names = {"groups": "duplicate_groups", "images": "duplicate_images"}
-    return GroupNotes(tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")),
-                      tuple(batches))
+    return GroupNotes(
+        tuple((names.get(k, k), v) for k, v in sorted(header.items()) if k not in ("format", "version")), tuple(batches)
+    )
 
 
 class Slice(typing.NamedTuple):
@@ -134,15 +135,18 @@ def _read_arrays(f: BinaryIO, path: str, *dtypes: np.dtype[Any], read: bool = Tr
         except ValueError:
             found, shape = None, ()
         if found != dtype:
-            raise ResumeError(f"{path} was written by another version of tfrecord-prep; run with --overwrite to "
-                              "start over")
+            raise ResumeError(
+                f"{path} was written by another version of tfrecord-prep; run with --overwrite to start over"
+            )
         count = math.prod(shape)
         if n == len(dtypes) and not read:
             return [*out, count]
         array = np.frombuffer(storage.read_exact(f, count * dtype.itemsize), dtype).reshape(shape)
         if n == 0 and int(array) != FILE_VERSION:
-            raise ResumeError(f"{path} was written by another version of tfrecord-prep (file version {int(array)}); "
-                              "run with --overwrite to start over")
+            raise ResumeError(
+                f"{path} was written by another version of tfrecord-prep (file version {int(array)}); "
+                "run with --overwrite to start over"
+            )
         if n:
             out.append(array)
     return out
@@ -185,7 +189,7 @@ def read_scales(work: WorkDir, chunks: Iterable[int], scales: Sequence[int]) -> 
     for chunk in chunks:
         path = work.scan_keys(chunk)
         with storage.open_read(path) as f:
-            rows, = _read_arrays(f, path, KEY_DTYPE)
+            (rows,) = _read_arrays(f, path, KEY_DTYPE)
         items.append(rows["item"].copy())
         hashes.append(rows["hashes"][:, list(scales)])
     if not items:
@@ -215,8 +219,10 @@ def read_rows(work: WorkDir, chunk: int) -> tuple[np.ndarray, bytes]:
     """
     path = work.key_rows(chunk)
     if not storage.exists(path):
-        raise ResumeError("the interrupted run read images without computing their content keys "
-                          "(--duplicates off); resume with --duplicates off, or run with --overwrite")
+        raise ResumeError(
+            "the interrupted run read images without computing their content keys "
+            "(--duplicates off); resume with --duplicates off, or run with --overwrite"
+        )
     with storage.open_read(path) as f:
         rows, block = _read_arrays(f, path, KEY_ROWS, np.dtype(np.uint8))
     return rows, block.tobytes()
@@ -242,8 +248,10 @@ class RowTable:
         chunk = rows_chunk(spill)
         if chunk not in self._chunks:
             rows, _ = read_rows(self._work, chunk)
-            self._chunks[chunk] = (dict(zip(zip(rows["spill"].tolist(), rows["offset"].tolist()), range(len(rows)))),
-                                   rows)
+            self._chunks[chunk] = (
+                dict(zip(zip(rows["spill"].tolist(), rows["offset"].tolist()), range(len(rows)))),
+                rows,
+            )
         where, rows = self._chunks[chunk]
         at = where.get((spill, offset))
         return None if at is None else rows[at]
@@ -346,8 +354,9 @@ def _read_slice(where: Slice) -> list[dict[str, Any]]:
 
 def write_members(work: WorkDir, chunk: int, by_batch: dict[int, list[tuple[int, Member]]]) -> dict[int, Slice]:
     """Records a chunk's grouped images by group batch: {batch: [(group, Member)]} -> {batch: Slice}."""
-    return _write_slices(work.members(chunk),
-                         {b: [{"group": g, **m._asdict()} for g, m in rows] for b, rows in by_batch.items()})
+    return _write_slices(
+        work.members(chunk), {b: [{"group": g, **m._asdict()} for g, m in rows] for b, rows in by_batch.items()}
+    )
 
 
 def read_members(where: Slice) -> list[tuple[int, Member]]:
@@ -356,8 +365,10 @@ def read_members(where: Slice) -> list[tuple[int, Member]]:
 
 def write_decisions(work: WorkDir, batch: int, by_chunk: dict[int, list[Decision]]) -> dict[int, Slice]:
     """Records a group batch's decisions by chunk: {chunk: [Decision]} -> {chunk: Slice}."""
-    return _write_slices(work.decisions(batch), {c: [{**d._asdict(), "reject": d.reject and d.reject._asdict()}
-                                                     for d in ds] for c, ds in by_chunk.items()})
+    return _write_slices(
+        work.decisions(batch),
+        {c: [{**d._asdict(), "reject": d.reject and d.reject._asdict()} for d in ds] for c, ds in by_chunk.items()},
+    )
 
 
 def read_decisions(where: Slice) -> list[Decision]:

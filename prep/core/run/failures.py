@@ -16,7 +16,8 @@ from prep.core.errors import OutputError, PrepError
 from prep.core.listing import printable
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
-# "prep.core.errors.PlanError: ..." as a remote worker's traceback shows it (and "prep.core.errors." before the core moved).
+# "prep.core.errors.PlanError: ..." as a remote worker's traceback shows it ("prep.errors." before the core
+# moved).
 _REMOTE_ERROR = re.compile(r"prep\.(?:core\.)?errors\.(\w+Error): (.*?)(?: \[while running|$)", re.MULTILINE)
 _REMOTE_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]*)')?(?: \[while running|$)", re.MULTILINE)
 
@@ -53,13 +54,14 @@ def find_prep_error(exc: BaseException, output: str | None = None) -> PrepError 
     return None
 
 
-def runner_failure(runner: str, job_endpoint: str | None, job_server_timeout: object,
-                   exc: BaseException) -> str:
+def runner_failure(runner: str, job_endpoint: str | None, job_server_timeout: object, exc: BaseException) -> str:
     """One line for what stopped a run on a runner that submits a job (`runners.submits_job`)."""
     if type(exc).__name__ == "FutureTimeoutError":  # grpc's, while Beam waits for the job service
         where = f" at --job_endpoint {job_endpoint}" if job_endpoint else ""
-        return (f"no job service answered{where} within {job_server_timeout} s "
-                "(--job_server_timeout); is it running and reachable?")
+        return (
+            f"no job service answered{where} within {job_server_timeout} s "
+            "(--job_server_timeout); is it running and reachable?"
+        )
     text = " ".join(str(exc).split())
     return f"the {runner} run failed: {type(exc).__name__}" + (f": {text[:400]}" if text else "")
 

@@ -30,17 +30,27 @@ def prepare_output(output: str, overwrite: bool) -> None:
         return
     if not overwrite:
         if TMP_DIR in names and FILENAME not in names:
-            raise OutputError(f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
-                              "(same inputs and image options; the planning options may change) or --overwrite "
-                              "to start over")
+            raise OutputError(
+                f"OUTPUT {output} holds an unfinished conversion; pass --resume to finish it "
+                "(same inputs and image options; the planning options may change) or --overwrite "
+                "to start over"
+            )
         raise OutputError(f"OUTPUT {output} is not empty; pass --overwrite to replace what prep wrote there")
     written = _written_names()
     ours = {TMP_DIR, *written, *(name + ".part" for name in written)}
-    foreign = [n for n in names if n not in ours and ShardName.parse(n) is None and ShardName.parse_index(n) is None
-               and not _is_leftover(n, written)]
+    foreign = [
+        n
+        for n in names
+        if n not in ours
+        and ShardName.parse(n) is None
+        and ShardName.parse_index(n) is None
+        and not _is_leftover(n, written)
+    ]
     if foreign:
-        raise OutputError(f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
-                          "refusing to delete them with --overwrite")
+        raise OutputError(
+            f"OUTPUT {output} holds files prep did not write (e.g. {foreign[0]}); "
+            "refusing to delete them with --overwrite"
+        )
     # The manifest goes first so that nothing left behind looks finished.
     storage.delete(storage.join(output, FILENAME))
     for name in names:
@@ -50,8 +60,17 @@ def prepare_output(output: str, overwrite: bool) -> None:
 def _written_names() -> tuple[str, ...]:
     """The files other than shards and indexes that prep writes in OUTPUT (`prep leakage` its key
     sidecar, `prep report` its page)."""
-    return (FILENAME, SHARD_COUNTS, REJECTS, *tfds_meta.all_file_names(), keys_sidecar.FILENAME, REPORT, LABEL_MAP_PBTXT,
-            LABEL_MAP_CSV, DUPLICATES_FILE)
+    return (
+        FILENAME,
+        SHARD_COUNTS,
+        REJECTS,
+        *tfds_meta.all_file_names(),
+        keys_sidecar.FILENAME,
+        REPORT,
+        LABEL_MAP_PBTXT,
+        LABEL_MAP_CSV,
+        DUPLICATES_FILE,
+    )
 
 
 def _is_leftover(name: str, written: tuple[str, ...]) -> bool:

@@ -37,8 +37,15 @@ _WANT = np.dtype([("key", "<u8"), ("shard", "<u4"), ("record", "<u4")])  # a rec
 _T = TypeVar("_T")
 _U = TypeVar("_U")
 ShardRef = tuple[str, str, str]  # (split, shard file name, the shard's sha256)
-_JOINED = np.dtype([("shard", "<u4"), ("record", "<u4"), ("sha256", "u1", (32,)),
-                    ("hashes", "<u8", (dedupe_files.NUM_HASHES,)), ("path", "<u4")])  # path: its length in bytes
+_JOINED = np.dtype(
+    [
+        ("shard", "<u4"),
+        ("record", "<u4"),
+        ("sha256", "u1", (32,)),
+        ("hashes", "<u8", (dedupe_files.NUM_HASHES,)),
+        ("path", "<u4"),
+    ]
+)  # path: its length in bytes
 
 
 def write_sidecar(output: str, work: WorkDir, shards: Sequence[ShardRef], run_bytes: int = RUN_BYTES) -> None:
@@ -70,6 +77,7 @@ def write_sidecar(output: str, work: WorkDir, shards: Sequence[ShardRef], run_by
 
 def _place_runs(work: WorkDir, shards: Sequence[ShardRef], run_bytes: int) -> list[str]:
     """Step 1: run files of every shard's records as _WANT rows, bucketed by the chunk holding their keys."""
+
     def wants() -> Iterator[np.ndarray]:
         for shard, (_, filename, _) in enumerate(shards):
             places = dedupe_files.read_shard_order(work, filename)
@@ -77,8 +85,10 @@ def _place_runs(work: WorkDir, shards: Sequence[ShardRef], run_bytes: int) -> li
             want["key"], want["shard"], want["record"] = _key(places), shard, np.arange(len(places))
             yield want
 
-    return [_write_places(work.join_run("places", n), want)
-            for n, want in enumerate(_batched(wants(), run_bytes, lambda w: w.nbytes, np.concatenate))]
+    return [
+        _write_places(work.join_run("places", n), want)
+        for n, want in enumerate(_batched(wants(), run_bytes, lambda w: w.nbytes, np.concatenate))
+    ]
 
 
 def _write_places(path: str, want: np.ndarray) -> str:
@@ -103,8 +113,10 @@ def _joined_runs(work: WorkDir, places: list[str], run_bytes: int) -> tuple[list
     def concat(held: list[tuple[np.ndarray, bytes]]) -> tuple[np.ndarray, bytes]:
         return np.concatenate([joined for joined, _ in held]), b"".join(paths for _, paths in held)
 
-    runs = [_write_joined(work.join_run("joined", n), *held)
-            for n, held in enumerate(_batched(chunks(), run_bytes, lambda h: h[0].nbytes + len(h[1]), concat))]
+    runs = [
+        _write_joined(work.join_run("joined", n), *held)
+        for n, held in enumerate(_batched(chunks(), run_bytes, lambda h: h[0].nbytes + len(h[1]), concat))
+    ]
     return runs, unkeyed
 
 
@@ -129,8 +141,13 @@ def _write_joined(path: str, joined: np.ndarray, paths: bytes) -> str:
     ends = np.cumsum(joined["path"], dtype=np.int64)
     starts = ends - joined["path"]
     order = np.argsort(joined["shard"], kind="stable")
-    return _write_run(path, ((shard, _pack(joined[at], _gather(paths, starts[at], ends[at])))
-                             for shard, at in ((s, order[a:b]) for s, a, b in _cuts(joined["shard"][order]))))
+    return _write_run(
+        path,
+        (
+            (shard, _pack(joined[at], _gather(paths, starts[at], ends[at])))
+            for shard, at in ((s, order[a:b]) for s, a, b in _cuts(joined["shard"][order]))
+        ),
+    )
 
 
 def _pack(joined: np.ndarray, paths: bytes) -> bytes:
@@ -156,11 +173,19 @@ def _shard_lines(shard: ShardRef, payloads: list[bytes]) -> typing.Iterator[byte
     starts = ends - joined["path"]
     order = np.argsort(joined["record"], kind="stable")
     for at in range(0, len(order), LINES_AT_ONCE):
-        rows = order[at:at + LINES_AT_ONCE]
-        names = [paths[a:b].decode("utf-8", "surrogateescape")
-                 for a, b in zip(starts[rows].tolist(), ends[rows].tolist())]
-        yield keys_sidecar.shard_lines(split, filename, digest, joined["record"][rows].tolist(), names,
-                                       joined["sha256"][rows].tobytes().hex(), joined["hashes"][rows]).encode()
+        rows = order[at : at + LINES_AT_ONCE]
+        names = [
+            paths[a:b].decode("utf-8", "surrogateescape") for a, b in zip(starts[rows].tolist(), ends[rows].tolist())
+        ]
+        yield keys_sidecar.shard_lines(
+            split,
+            filename,
+            digest,
+            joined["record"][rows].tolist(),
+            names,
+            joined["sha256"][rows].tobytes().hex(),
+            joined["hashes"][rows],
+        ).encode()
 
 
 def _key(places: np.ndarray) -> np.ndarray:
@@ -173,8 +198,9 @@ def _gather(block: bytes, starts: np.ndarray, ends: np.ndarray) -> bytes:
     return b"".join(block[a:b] for a, b in zip(starts.tolist(), ends.tolist()))
 
 
-def _batched(items: Iterable[_T], run_bytes: int, size: Callable[[_T], int], concat: Callable[[list[_T]], _U]
-             ) -> Iterator[_U]:
+def _batched(
+    items: Iterable[_T], run_bytes: int, size: Callable[[_T], int], concat: Callable[[list[_T]], _U]
+) -> Iterator[_U]:
     """`concat` of consecutive items whose `size` adds up to `run_bytes` (the last one less), the items
     let go before it is handed on."""
     held: list[_T] = []
@@ -216,8 +242,8 @@ class _Run:
     def take(self) -> bytes:
         """The payload of bucket `bucket`, reading the head of the next in the same visit."""
         data = self._read(self._size + _HEAD.itemsize)
-        payload = data[:self._size]
-        self._head(data[self._size:])
+        payload = data[: self._size]
+        self._head(data[self._size :])
         return payload
 
     def _read(self, n: int) -> bytes:

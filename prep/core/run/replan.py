@@ -41,8 +41,13 @@ def all_prepared(work: WorkDir, num_chunks: int) -> bool:
     return all(checkpoints.read_chunk_index(work, chunk) is not None for chunk in range(num_chunks))
 
 
-def replan(work: WorkDir, old: dict[str, Any], record: dict[str, Any], staged: list[list[InputRef]],
-           chunks: list[list[InputRef]]) -> None:
+def replan(
+    work: WorkDir,
+    old: dict[str, Any],
+    record: dict[str, Any],
+    staged: list[list[InputRef]],
+    chunks: list[list[InputRef]],
+) -> None:
     """Makes the work directory plan as `record` says: `staged` are the interrupted run's chunks,
     `chunks` this run's.
 
@@ -58,13 +63,17 @@ def replan(work: WorkDir, old: dict[str, Any], record: dict[str, Any], staged: l
     if targets.get(target).source_id:
         # Prepared records carry an image/source_id from their place in the old seed's order; the
         # new seed's fresh conversion would number them otherwise, and its bytes must be the same.
-        raise ResumeError(f"cannot resume with --seed {now}: with --target {target} every prepared record "
-                          f"holds an image/source_id from the order of --seed {then}; resume with --seed {then}, "
-                          "or run with --overwrite instead to start over")
+        raise ResumeError(
+            f"cannot resume with --seed {now}: with --target {target} every prepared record "
+            f"holds an image/source_id from the order of --seed {then}; resume with --seed {then}, "
+            "or run with --overwrite instead to start over"
+        )
     if not all_prepared(work, len(staged)):
-        raise ResumeError(f"cannot resume with --seed {now}: the interrupted run (--seed {then}) had not read "
-                          "every image yet, and the order of another seed needs them all; resume with "
-                          f"--seed {then}, or run with --overwrite instead to start over")
+        raise ResumeError(
+            f"cannot resume with --seed {now}: the interrupted run (--seed {then}) had not read "
+            "every image yet, and the order of another seed needs them all; resume with "
+            f"--seed {then}, or run with --overwrite instead to start over"
+        )
     storage.delete(work.run_record)
     dedupe_files.forget_chunk_keys(work)  # their item ids name the chunks of the old order
     restage(work, staged, chunks)

@@ -23,8 +23,14 @@ FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
 _START_OVER = "run with --overwrite instead to start over"
 
 
-def open_interrupted(output: str, source: str, record: dict[str, Any], listing: Listing, chunks: list[list[InputRef]],
-                     chunks_for: Callable[[int], list[list[InputRef]]] | None = None) -> str:
+def open_interrupted(
+    output: str,
+    source: str,
+    record: dict[str, Any],
+    listing: Listing,
+    chunks: list[list[InputRef]],
+    chunks_for: Callable[[int], list[list[InputRef]]] | None = None,
+) -> str:
     """Checks OUTPUT for an interrupted conversion that this one may finish.
 
     Returns FINISHED when OUTPUT already holds this finished dataset (a leftover
@@ -53,8 +59,10 @@ def open_interrupted(output: str, source: str, record: dict[str, Any], listing: 
         checkpoints.delete_work(work)
         return FINISHED
     if TMP_DIR not in names:
-        raise ResumeError(f"nothing to resume: OUTPUT {output} holds no interrupted conversion (no "
-                          f"{TMP_DIR} folder); run without --resume")
+        raise ResumeError(
+            f"nothing to resume: OUTPUT {output} holds no interrupted conversion (no "
+            f"{TMP_DIR} folder); run without --resume"
+        )
     if old is None:
         storage.delete(work.root)
         return FRESH
@@ -63,12 +71,16 @@ def open_interrupted(output: str, source: str, record: dict[str, Any], listing: 
     staged = chunks if old_seed == record["options"]["seed"] or chunks_for is None else chunks_for(old_seed)
     changed = changed_input(source, work, staged)
     if changed is not None:
-        raise ResumeError(f"cannot resume: input {printable(changed)} changed since the interrupted run "
-                          f"(size, modification time or permissions); {_START_OVER}")
+        raise ResumeError(
+            f"cannot resume: input {printable(changed)} changed since the interrupted run "
+            f"(size, modification time or permissions); {_START_OVER}"
+        )
     if old.get("restaged") and not replan.all_prepared(work, len(staged)):
         # Its chunks' references cross chunks: preparing one again would overwrite spill files others use.
-        raise ResumeError(f"cannot resume: images prepared by the interrupted run are missing from "
-                          f"{work.root} (its spill files were changed or deleted); {_START_OVER}")
+        raise ResumeError(
+            f"cannot resume: images prepared by the interrupted run are missing from "
+            f"{work.root} (its spill files were changed or deleted); {_START_OVER}"
+        )
     if replanned(old, record):
         replan.replan(work, old, record, staged, chunks)
     return RESUME
@@ -84,8 +96,9 @@ def _record_from_manifest(path: str, record: dict[str, Any]) -> dict[str, Any]:
     return dict(record, options=manifest.options, tool=manifest.tool, labels=list(manifest.labels))
 
 
-def _refuse_if_different(old: dict[str, Any], record: dict[str, Any], work: WorkDir, listing: Listing,
-                         planning: bool = True) -> None:
+def _refuse_if_different(
+    old: dict[str, Any], record: dict[str, Any], work: WorkDir, listing: Listing, planning: bool = True
+) -> None:
     found = differences(old, record, planning)
     if not found:
         return
@@ -94,8 +107,9 @@ def _refuse_if_different(old: dict[str, Any], record: dict[str, Any], work: Work
             found[-1] += f" ({listing_change(staged_entries(work, old), current_entries(listing))})"
         except (OSError, ValueError):
             pass  # the staged listing is damaged: the plain phrase is all we can say
-    raise ResumeError(f"cannot resume: the inputs or options differ from the interrupted run: "
-                      f"{'; '.join(found)}; {_START_OVER}")
+    raise ResumeError(
+        f"cannot resume: the inputs or options differ from the interrupted run: {'; '.join(found)}; {_START_OVER}"
+    )
 
 
 def current_entries(listing: Listing) -> list[tuple[object, ...]]:

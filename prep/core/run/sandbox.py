@@ -58,8 +58,14 @@ class _Worker:
         code = f"import sys; sys.path.insert(0, {root!r}); from prep.core.run.sandbox import serve; serve()"
         # One BLAS thread: numpy's default pool reserves address space per core.
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None  # PIPEs
         self._send = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self._recv = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
@@ -149,16 +155,21 @@ class Sandbox:
                 return answer.image, answer.message
             if answer.kind is Kind.REJECTED:
                 detail = answer.detail
-                raise ImageRejected(answer.reason, f"{detail} (the codec said: {answer.message})"
-                                    if answer.message else detail)
+                raise ImageRejected(
+                    answer.reason, f"{detail} (the codec said: {answer.message})" if answer.message else detail
+                )
             if answer.kind is Kind.TIMEOUT:
-                raise ImageRejected("image_timeout", f"not prepared within --image-timeout "
-                                                     f"{options.image_timeout:g} s; stopped")
+                raise ImageRejected(
+                    "image_timeout", f"not prepared within --image-timeout {options.image_timeout:g} s; stopped"
+                )
             if answer.kind is Kind.MALFORMED:
-                raise ImageRejected("crashed_decoder", "the decoder's process sent an answer that does not "
-                                                       "read as one; it was stopped")
-            raise ImageRejected("crashed_decoder", f"the decoder's process died ({_describe(answer.status)}) after "
-                                                   f"{time.monotonic() - started:.1f} s")
+                raise ImageRejected(
+                    "crashed_decoder", "the decoder's process sent an answer that does not read as one; it was stopped"
+                )
+            raise ImageRejected(
+                "crashed_decoder",
+                f"the decoder's process died ({_describe(answer.status)}) after {time.monotonic() - started:.1f} s",
+            )
         finally:
             self._idle.put(worker)
 
@@ -234,8 +245,7 @@ def serve() -> None:
     Image.init()  # every format plugin, now rather than during an image's time
     images.quiet_pillow()
     recv, send = Connection(os.dup(0), writable=False), Connection(os.dup(1), readable=False)
-    capture = os.memfd_create("prep-sandbox-stderr") if hasattr(os, "memfd_create") else os.open(
-        os.devnull, os.O_RDWR)
+    capture = os.memfd_create("prep-sandbox-stderr") if hasattr(os, "memfd_create") else os.open(os.devnull, os.O_RDWR)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     send.send_bytes(_READY)
     os.dup2(capture, 2)  # codecs print here; nothing reaches the console
@@ -258,9 +268,11 @@ def serve() -> None:
                 except images.ImageRejected as exc:
                     answer = Answer(Kind.REJECTED, reason=exc.reason, detail=exc.detail)
                 except MemoryError:  # outside the codec, e.g. while converting
-                    answer = Answer(Kind.REJECTED, reason="image_memory",
-                                    detail=f"preparing it needs more than --max-image-memory "
-                                           f"{options.max_image_memory} bytes")
+                    answer = Answer(
+                        Kind.REJECTED,
+                        reason="image_memory",
+                        detail=f"preparing it needs more than --max-image-memory {options.max_image_memory} bytes",
+                    )
             del data
         finally:
             resource.setrlimit(resource.RLIMIT_AS, (hard, hard))

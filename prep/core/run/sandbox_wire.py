@@ -81,8 +81,9 @@ def send_answer(conn: Connection, answer: Answer) -> None:
     if answer.kind is Kind.OK:
         image = answer.image
         assert image is not None  # an OK answer carries its image
-        header = _OK.pack(Kind.OK.value, image.converted, image.channels, image.orientation, image.height,
-                          image.width, *image.stored) + _texts(image.format, answer.message)
+        header = _OK.pack(
+            Kind.OK.value, image.converted, image.channels, image.orientation, image.height, image.width, *image.stored
+        ) + _texts(image.format, answer.message)
         payload = image.encoded
     else:
         header = _REJECTED.pack(Kind.REJECTED.value) + _texts(answer.reason, answer.detail, answer.message)
@@ -103,8 +104,11 @@ def read_answer(conn: Connection) -> Answer:
         if kind is Kind.OK:
             _, converted, channels, orientation, height, width, *stored = _OK.unpack_from(header)
             image_format, message = _read_texts(header, _OK.size, 2)
-            return Answer(kind, PreparedImage(payload, image_format, height, width, channels, converted,
-                                              tuple(stored), orientation), message=message)
+            return Answer(
+                kind,
+                PreparedImage(payload, image_format, height, width, channels, converted, tuple(stored), orientation),
+                message=message,
+            )
         if kind is Kind.REJECTED and not payload:
             reason, detail, message = _read_texts(header, _REJECTED.size, 3)
             return Answer(kind, reason=reason, detail=detail, message=message)
@@ -124,7 +128,7 @@ def _read_texts(header: bytes, offset: int, count: int) -> list[str]:
         (n,), offset = _LENGTH.unpack_from(header, offset), offset + _LENGTH.size
         if offset + n > len(header):
             raise ValueError("a text runs past the header")
-        texts.append(header[offset:offset + n].decode("utf-8", "surrogatepass"))
+        texts.append(header[offset : offset + n].decode("utf-8", "surrogatepass"))
         offset += n
     if offset != len(header):
         raise ValueError("bytes after the header's texts")

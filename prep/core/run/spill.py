@@ -41,8 +41,12 @@ Spilled = tuple[bytes, int, int, bool]  # read_and_prepare's (spilled bytes, cut
 Prepared = tuple[int, int, bool, int, int]  # prepare_batch's (offset, length, converted, cut, image)
 # prepare_batch's per input: (Prepared or Reject, input signature), the TaskInfo third when there is a task
 Outcome = tuple[Prepared | Reject, str] | tuple[Prepared | Reject, str, TaskInfo | None]
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device"}
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def read_input(path: str) -> bytes | tuple[str, str]:
@@ -75,7 +79,10 @@ def read_input(path: str) -> bytes | tuple[str, str]:
         with open(fd, "rb") as f:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'folder or special file')})"
+                return (
+                    "unreadable",
+                    f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'folder or special file')})",
+                )
             return f.read()
     except FileNotFoundError:
         return "missing", "file does not exist"
@@ -99,28 +106,48 @@ class PrepareOptions:
     suspects: frozenset[str] = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
 
     @classmethod
-    def from_config(cls, config: ConvertConfig, task: TaskSpec | None = None,
-                    suspects: Iterable[str] = frozenset()) -> "PrepareOptions":
+    def from_config(
+        cls, config: ConvertConfig, task: TaskSpec | None = None, suspects: Iterable[str] = frozenset()
+    ) -> PrepareOptions:
         """`config`'s (a prep.core.config.ConvertConfig), for the listing's `task` and a resumed run's `suspects`."""
-        return cls(config.source, config.image, targets.get(config.target).source_id, task, config.dedupe.keys,
-                   frozenset(suspects))
+        return cls(
+            config.source,
+            config.image,
+            targets.get(config.target).source_id,
+            task,
+            config.dedupe.keys,
+            frozenset(suspects),
+        )
 
 
-def _prepare(data: bytes, options: ImageOptions, buffer: EncodeBuffer | None, sandbox: Sandbox | None,
-             suspect: bool, keys: bool = False) -> PreparedImage:
+def _prepare(
+    data: bytes,
+    options: ImageOptions,
+    buffer: EncodeBuffer | None,
+    sandbox: Sandbox | None,
+    suspect: bool,
+    keys: bool = False,
+) -> PreparedImage:
     """prepare_image, in the calling thread or in `sandbox` (see prep/core/run/sandbox.py): there go
     suspects of a killed run, and under --isolate auto every input whose header does not promise
     a decode within the bounds (`predictable`), under --isolate all every input. `keys`: see
     prepare_image (a sandbox's image comes without its gray pixels)."""
-    if sandbox is not None and (suspect or options.isolate == "all" or (
-            options.isolate == "auto" and not predictable(data, options))):
+    if sandbox is not None and (
+        suspect or options.isolate == "all" or (options.isolate == "auto" and not predictable(data, options))
+    ):
         return sandbox.prepare(data, options)[0]
     return prepare_image(data, options, buffer, keys)
 
 
-def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer: EncodeBuffer | None = None,
-                     source_id: str | None = None, sandbox: Sandbox | None = None, keys: KeyBatch | None = None
-                     ) -> tuple[Spilled | Reject, str, TaskInfo | None]:
+def read_and_prepare(
+    options: PrepareOptions,
+    ref: InputRef,
+    label: int,
+    buffer: EncodeBuffer | None = None,
+    source_id: str | None = None,
+    sandbox: Sandbox | None = None,
+    keys: KeyBatch | None = None,
+) -> tuple[Spilled | Reject, str, TaskInfo | None]:
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
 
@@ -151,8 +178,9 @@ def read_and_prepare(options: PrepareOptions, ref: InputRef, label: int, buffer:
     info = None
     record: ImageRecord | TaskRecord
     if task is None:
-        record = ImageRecord.build(image.encoded, image.format, image.height, image.width, image.channels,
-                                   label, ref.label, ref.path)
+        record = ImageRecord.build(
+            image.encoded, image.format, image.height, image.width, image.channels, label, ref.label, ref.path
+        )
         if source_id is not None:
             record = dataclasses.replace(record, source_id=source_id)
     else:
@@ -194,8 +222,10 @@ def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) 
     data = _read_again(storage.input_path(source, name), image)
     before, after = spilled[:cut], spilled[cut:]
     if isinstance(data, str) or not framed_around_matches(before, data, after):
-        raise SourceError(f"input {printable(name)} changed while it was being converted "
-                          f"({data if isinstance(data, str) else 'its bytes differ'}); convert again")
+        raise SourceError(
+            f"input {printable(name)} changed while it was being converted "
+            f"({data if isinstance(data, str) else 'its bytes differ'}); convert again"
+        )
     return [before, data, after]
 
 
@@ -220,9 +250,15 @@ def _read_again(path: str, size: int) -> bytes | str:
     return data if len(data) == size else "its bytes differ"
 
 
-def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list[InputRef], label_ids: dict[str, int],
-                  sandbox: Sandbox | None = None, pause: Callable[[], object] | None = None
-                  ) -> tuple[list[Outcome], int, BatchKeys | None]:
+def prepare_batch(
+    options: PrepareOptions,
+    work: WorkDir,
+    spill: int,
+    refs: list[InputRef],
+    label_ids: dict[str, int],
+    sandbox: Sandbox | None = None,
+    pause: Callable[[], object] | None = None,
+) -> tuple[list[Outcome], int, BatchKeys | None]:
     """Prepares `refs` in order and writes what each record needs to spill file `spill`.
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
@@ -254,8 +290,7 @@ def prepare_batch(options: PrepareOptions, work: WorkDir, spill: int, refs: list
     with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if options.source_ids and task is None else None
-            result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox,
-                                                       batch)
+            result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox, batch)
             outcome: Prepared | Reject
             if isinstance(result, Reject):
                 outcome = result

@@ -48,8 +48,12 @@ class Ready(typing.NamedTuple):
     finished: Manifest | None  # when OUTPUT already holds this finished dataset
 
 
-def stage_listing(work: WorkDir, chunks: list[list[InputRef]], rejects: Iterable[Reject],
-                  boxes: tuple[Iterable[BoxNote], BoxTally] | None = None) -> None:
+def stage_listing(
+    work: WorkDir,
+    chunks: list[list[InputRef]],
+    rejects: Iterable[Reject],
+    boxes: tuple[Iterable[BoxNote], BoxTally] | None = None,
+) -> None:
     """Writes the listing's chunks (`ordering.listing_chunks`), early rejects and, for detection,
     `boxes` (the listing's box notes and tally) for the pipeline to read."""
     for i, refs in enumerate(chunks):
@@ -72,12 +76,24 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     work = WorkDir(config.output)
     chunks = listing_chunks(listing, config.plan.seed)
     record = run_record(config.manifest_options(), tool_info(), listing)
-    staged = Staged(listing.classes, listing.found, tuple(sorted({r.split for r in listing.refs if r.split})),
-                    listing.task, listing.groups, listing.categories, listing.masks)
+    staged = Staged(
+        listing.classes,
+        listing.found,
+        tuple(sorted({r.split for r in listing.refs if r.split})),
+        listing.task,
+        listing.groups,
+        listing.categories,
+        listing.masks,
+    )
     sizes = [len(c) for c in chunks]
     try:
-        state = resume.open_interrupted(config.output, config.source, record, listing, chunks,
-                                        lambda seed: listing_chunks(listing, seed)) if config.resume else None
+        state = (
+            resume.open_interrupted(
+                config.output, config.source, record, listing, chunks, lambda seed: listing_chunks(listing, seed)
+            )
+            if config.resume
+            else None
+        )
         if state in (resume.FINISHED, resume.RESUME):
             delete_leftovers(config.output)
         if state == resume.FINISHED:
@@ -88,8 +104,9 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
                 prepare_output(config.output, config.overwrite)
             else:  # FRESH: what an earlier, resume run wrote goes, as with --overwrite
                 prepare_output(config.output, overwrite=True)
-            stage_listing(work, chunks, listing.rejects,
-                          None if listing.boxes is None else (listing.box_notes, listing.boxes))
+            stage_listing(
+                work, chunks, listing.rejects, None if listing.boxes is None else (listing.box_notes, listing.boxes)
+            )
             checkpoints.write_run(work, record)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
@@ -113,5 +130,6 @@ def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
     try:
         check_empty_classes(listing.classes, empty, config.plan.empty_classes)
     except PlanError as exc:
-        raise PlanError(f"{exc}; nothing was read: run again with --empty-classes keep "
-                        "(or drop) to write the dataset") from None
+        raise PlanError(
+            f"{exc}; nothing was read: run again with --empty-classes keep (or drop) to write the dataset"
+        ) from None

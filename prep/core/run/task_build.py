@@ -56,54 +56,90 @@ def rejected_info(spec: TaskSpec, ref: InputRef) -> TaskInfo | None:
     return TaskInfo(tally=dropped_tally(n, [BOX_REJECTED_IMAGE] * n))
 
 
-def build_record(spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input: ReadInput
-                 ) -> tuple[TaskRecord | Reject, TaskInfo]:
+def build_record(
+    spec: TaskSpec, ref: InputRef, image: PreparedImage, read_input: ReadInput
+) -> tuple[TaskRecord | Reject, TaskInfo]:
     """The record of `ref` around `image`, or a Reject, and the input's counts.
 
     `read_input(path)` gives a file's bytes or (reason, detail) (segmentation reads masks with it).
     """
     assert ref.extra is not None  # task_inputs gives every input of a task its extra
     extra = json.loads(ref.extra)
-    common: dict[str, Any] = dict(format=image.format, height=image.height, width=image.width, channels=image.channels,
-                  filename=ref.path, source_id=extra.get("s"))
+    common: dict[str, Any] = dict(
+        format=image.format,
+        height=image.height,
+        width=image.width,
+        channels=image.channels,
+        filename=ref.path,
+        source_id=extra.get("s"),
+    )
     if spec.task == "multilabel":
         ids = tuple(extra["l"])
-        record = TaskRecord.build("multilabel", image.encoded, **{**common, "source_id": None}, labels=ids,
-                                  texts=tuple(spec.classes[i] for i in ids))
+        record = TaskRecord.build(
+            "multilabel",
+            image.encoded,
+            **{**common, "source_id": None},
+            labels=ids,
+            texts=tuple(spec.classes[i] for i in ids),
+        )
         return record, TaskInfo(tags=tuple((i, 0) for i in ids))
     if spec.task == "segmentation":
         return _segmentation(spec, ref, image, extra, common, read_input)
     return _detection(spec, ref, image, extra, common)
 
 
-def _detection(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
-               ) -> tuple[TaskRecord | Reject, TaskInfo]:
+def _detection(
+    spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
+) -> tuple[TaskRecord | Reject, TaskInfo]:
     from prep.core.annotations import BoxPolicy, ImageAnnotation, place_objects
 
     ann = ImageAnnotation.from_json(extra["a"])
     read = len(ann.objects)
     try:
-        placed = place_objects(ann, image.stored, image.orientation, (image.width, image.height),
-                               BoxPolicy(bad_boxes=spec.bad_boxes, crowd=spec.crowd), spec.masks)
+        placed = place_objects(
+            ann,
+            image.stored,
+            image.orientation,
+            (image.width, image.height),
+            BoxPolicy(bad_boxes=spec.bad_boxes, crowd=spec.crowd),
+            spec.masks,
+        )
     except ImageRejected as exc:
         return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
-            tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read))
+            tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read)
+        )
     notes = tuple(_note(ref.path, p) for p in placed.dropped) + tuple(
-        _note(ref.path, p, clipped=True) for p in placed.clipped)
+        _note(ref.path, p, clipped=True) for p in placed.clipped
+    )
     dropped: dict[str, int] = {}
     for p in placed.dropped:
         dropped[p.reason] = dropped.get(p.reason, 0) + 1
     written = len(placed.objects)
     if written + len(placed.dropped) != read:
-        raise RuntimeError(f"internal error: {ref.path}: {read} boxes read, {written} placed and "
-                           f"{len(placed.dropped)} dropped")
+        raise RuntimeError(
+            f"internal error: {ref.path}: {read} boxes read, {written} placed and {len(placed.dropped)} dropped"
+        )
     ids = {name: i for i, name in enumerate(spec.classes)}
     if not placed.objects and spec.skip_empty:
         tally = BoxTally(read, 0, 0, tuple(sorted(dropped.items())))
         return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(
-            notes=tuple(n for n in notes if not n.clipped), tally=tally)
-    objects = tuple(BoxObject(ids[o.label] + 1, o.label, o.xmin, o.ymin, o.xmax, o.ymax, o.area, int(o.crowd),
-                              int(o.difficult), o.mask_png if spec.masks else None) for o in placed.objects)
+            notes=tuple(n for n in notes if not n.clipped), tally=tally
+        )
+    objects = tuple(
+        BoxObject(
+            ids[o.label] + 1,
+            o.label,
+            o.xmin,
+            o.ymin,
+            o.xmax,
+            o.ymax,
+            o.area,
+            int(o.crowd),
+            int(o.difficult),
+            o.mask_png if spec.masks else None,
+        )
+        for o in placed.objects
+    )
     counts: dict[int, int] = {}
     for o in objects:
         counts[o.label - 1] = counts.get(o.label - 1, 0) + 1
@@ -117,8 +153,14 @@ def _note(path: str, p: Problem, clipped: bool = False) -> BoxNote:
     return BoxNote(path, p.box, p.reason, p.detail, clipped)
 
 
-def _segmentation(spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any],
-                  read_input: ReadInput) -> tuple[TaskRecord | Reject, TaskInfo]:
+def _segmentation(
+    spec: TaskSpec,
+    ref: InputRef,
+    image: PreparedImage,
+    extra: dict[str, Any],
+    common: dict[str, Any],
+    read_input: ReadInput,
+) -> tuple[TaskRecord | Reject, TaskInfo]:
     import numpy as np
     from PIL import Image
 

@@ -11,13 +11,23 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import prepare
-from prep.core.run import checkpoints
-from beam_jobs.plan import (Capped, Entry, PartEntries, PlanShards, layout_tasks, pack_entry,
-                                   prefix_bits, rank_task, read_section, unpack_entries)
+from beam_jobs.plan import (
+    Capped,
+    Entry,
+    PartEntries,
+    PlanShards,
+    layout_tasks,
+    pack_entry,
+    prefix_bits,
+    rank_task,
+    read_section,
+    unpack_entries,
+)
 from prep.core.errors import PlanError
 from prep.core.layout import PlanOptions, parse_split_fractions
 from prep.core.listing import InputRef, Reject
 from prep.core.ordering import listing_order
+from prep.core.run import checkpoints
 from prep.core.workdir import WorkDir
 from tests.support.reference_plan import Example, make_plan
 
@@ -30,21 +40,38 @@ def stage(counts, options, tmp_path, splits=("",), reject_every=0):
     left in the source (`image`).
     Returns (examples kept, [(chunk, counts)])."""
     names = ("", "é", "\udcff")  # plain, not ASCII, and a file name that is not UTF-8
-    inputs = [InputRef(f"c{label}/{split}{names[i % 3]}{i:06d}.jpg", f"class{label:02d}", split or None)
-              for split in splits for label, n in enumerate(counts) for i in range(n)]
+    inputs = [
+        InputRef(f"c{label}/{split}{names[i % 3]}{i:06d}.jpg", f"class{label:02d}", split or None)
+        for split in splits
+        for label, n in enumerate(counts)
+        for i in range(n)
+    ]
     random.Random(1).shuffle(inputs)  # the order found on disk must not matter
     ordered = listing_order(inputs, options.seed)
     examples, elements = [], []
     for chunk, start in enumerate(range(0, len(ordered), CHUNK)):
         outcomes = []
-        for i, ref in enumerate(ordered[start:start + CHUNK], start=start):
+        for i, ref in enumerate(ordered[start : start + CHUNK], start=start):
             if (reject_every > 0 and i % reject_every == 0) or (reject_every < 0 and chunk == 1):
                 outcomes.append((prepare.REJECT, Reject(ref.path, "corrupt", "")))
                 continue
             label = int(ref.label[5:])
-            outcomes.append((prepare.OK, prepare.PreparedRef(
-                path=ref.path.encode("utf-8", "surrogateescape"), label=label, split=ref.split or "",
-                spill=len(examples), offset=0, length=100 + i % 7, converted=False, cut=3, image=50 * (i % 2))))
+            outcomes.append(
+                (
+                    prepare.OK,
+                    prepare.PreparedRef(
+                        path=ref.path.encode("utf-8", "surrogateescape"),
+                        label=label,
+                        split=ref.split or "",
+                        spill=len(examples),
+                        offset=0,
+                        length=100 + i % 7,
+                        converted=False,
+                        cut=3,
+                        image=50 * (i % 2),
+                    ),
+                )
+            )
             examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
         checkpoints.write_chunk_index(WorkDir(str(tmp_path)), chunk, outcomes, {}, [])
         good = prepare.read_prepared(WorkDir(str(tmp_path)), chunk)
@@ -65,16 +92,23 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
     """
     tmp = WorkDir(str(tmp_path))
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        ranked = (p | beam.Create(elements)
-                  | PlanShards(num_classes, options, tmp, group_target=group_target))
-        parts = (ranked
-                 | "Entries" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
-                 | beam.GroupByKey())
-        capped = (ranked
-                  | "Capped" >> beam.FlatMap(lambda r: [(("capped", r.label), r.count)] if isinstance(r, Capped) else [])
-                  | beam.CombinePerKey(sum))
-        ((parts, capped) | beam.Flatten() | "All" >> beam.combiners.ToList()
-         | beam.Map(_dump, str(tmp_path / "plan.pickle")))
+        ranked = p | beam.Create(elements) | PlanShards(num_classes, options, tmp, group_target=group_target)
+        parts = (
+            ranked
+            | "Entries" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
+            | beam.GroupByKey()
+        )
+        capped = (
+            ranked
+            | "Capped" >> beam.FlatMap(lambda r: [(("capped", r.label), r.count)] if isinstance(r, Capped) else [])
+            | beam.CombinePerKey(sum)
+        )
+        (
+            (parts, capped)
+            | beam.Flatten()
+            | "All" >> beam.combiners.ToList()
+            | beam.Map(_dump, str(tmp_path / "plan.pickle"))
+        )
     with open(tmp_path / "plan.pickle", "rb") as f:
         out = pickle.load(f)
     capped = {key[1]: n for key, n in out if key[0] == "capped"}
@@ -89,17 +123,23 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
             assert e.cut == 3 and e.source == (path if e.image else b"")
         largest = max(largest, len(entries))
         shards.setdefault((split, shard, count), []).extend((part, e) for e in entries)
-    return {k: [e.spill for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))]
-            for k, v in shards.items()}, capped, largest
+    return (
+        {k: [e.spill for _, e in sorted(v, key=lambda pe: (pe[0], pe[1].order))] for k, v in shards.items()},
+        capped,
+        largest,
+    )
 
 
-@pytest.mark.parametrize("counts, options, group_target", [
-    ([3, 50, 400], PlanOptions(num_shards=4, seed=3), 16),
-    ([1, 7, 100, 1000], PlanOptions(num_shards=3, split_fractions=parse_split_fractions("a=0.7,b=0.3")), 64),
-    ([40, 900], PlanOptions(num_shards=2, max_per_class=500), 32),
-    ([600], PlanOptions(num_shards=1), 50),  # one shard cut into parts
-    ([5, 5], PlanOptions(shard_size=300), 20000),  # shard count from the size
-])
+@pytest.mark.parametrize(
+    "counts, options, group_target",
+    [
+        ([3, 50, 400], PlanOptions(num_shards=4, seed=3), 16),
+        ([1, 7, 100, 1000], PlanOptions(num_shards=3, split_fractions=parse_split_fractions("a=0.7,b=0.3")), 64),
+        ([40, 900], PlanOptions(num_shards=2, max_per_class=500), 32),
+        ([600], PlanOptions(num_shards=1), 50),  # one shard cut into parts
+        ([5, 5], PlanOptions(shard_size=300), 20000),  # shard count from the size
+    ],
+)
 @pytest.mark.parametrize("reject_every", [0, 5, -1])
 def test_plan_from_chunk_counts_equals_reference_plan(counts, options, group_target, reject_every, tmp_path):
     examples, elements = stage(counts, options, tmp_path, reject_every=reject_every)
@@ -146,9 +186,12 @@ def test_a_split_emptied_by_the_layout_is_a_plan_error(tmp_path):
 
 
 def test_entries_survive_packing():
-    entries = [Entry(bytes(range(32)), 2**40, 5, 7, 3, True, "caf\u00e9/\udcff.jpg".encode("utf-8", "surrogateescape"),
-                     11, 13),
-               Entry(b"\xff" * 32, 0, 0, 1, 0, False, b"", 0, 0)]
+    entries = [
+        Entry(
+            bytes(range(32)), 2**40, 5, 7, 3, True, "caf\u00e9/\udcff.jpg".encode("utf-8", "surrogateescape"), 11, 13
+        ),
+        Entry(b"\xff" * 32, 0, 0, 1, 0, False, b"", 0, 0),
+    ]
     assert unpack_entries(b"".join(map(pack_entry, entries))) == entries
     assert unpack_entries(b"") == []
 

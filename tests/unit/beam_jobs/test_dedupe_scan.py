@@ -44,16 +44,19 @@ def work(tmp_path):
     for n, item in enumerate(originals[::4]):
         chunk = (dedupe_files.item_chunk(item) + 1) % 3
         scale = rnd.randrange(SCALES)
-        copy = tuple(h if n % 4 == 0 else swapped(h, rnd, rnd.randint(1, 3) if s == scale else 10)
-                     for s, h in enumerate(keys[item]))
+        copy = tuple(
+            h if n % 4 == 0 else swapped(h, rnd, rnd.randint(1, 3) if s == scale else 10)
+            for s, h in enumerate(keys[item])
+        )
         keys[dedupe_files.item_id(chunk, 300 + n)] = copy
     by_chunk: dict[int, list] = {}
     for item, hashes in sorted(keys.items()):
         by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, hashes))
     counts = []
     for chunk, rows in sorted(by_chunk.items()):
-        n = dedupe_files.write_chunk_keys(work, chunk, np.array([i for i, _ in rows], np.int64),
-                                          np.array([h for _, h in rows], np.uint64))
+        n = dedupe_files.write_chunk_keys(
+            work, chunk, np.array([i for i, _ in rows], np.int64), np.array([h for _, h in rows], np.uint64)
+        )
         counts.append(KeyFile(chunk, n))
     return work, keys, counts
 

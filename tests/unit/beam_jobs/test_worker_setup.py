@@ -10,32 +10,45 @@ import pytest
 from beam_jobs.worker_setup import needs_staging, staging_args, write_setup_folder
 
 
-@pytest.mark.parametrize("runner, args, expected", [
-    ("DataflowRunner", ["--project=p", "--region=r"], True),
-    ("FlinkRunner", ["--flink_master=host:8081"], True),
-    ("SparkRunner", [], True),
-    ("PortableRunner", ["--job_endpoint=localhost:8099", "--environment_type=DOCKER"], True),
-    ("PortableRunner", ["--job_endpoint=localhost:8099", "--environment_type=EXTERNAL",
-                        "--environment_config=localhost:50000"], False),
-    ("PortableRunner", ["--environment_type", "LOOPBACK"], False),
-    ("DataflowRunner", ["--setup_file=./setup.py"], False),
-    ("DataflowRunner", ["--extra_package=dist/x.whl"], False),
-    ("DataflowRunner", ["--sdk_container_image=gcr.io/p/img"], False),
-    ("local", [], False),
-    ("DirectRunner", [], False),
-    ("apache_beam.runners.dask.dask_runner.DaskRunner", [], False),
-    # The names Beam's create_runner also accepts.
-    ("dataflow", [], True), ("flink", [], True), ("portable", [], True), ("sparkrunner", [], True),
-    ("Direct", [], False),
-])
+@pytest.mark.parametrize(
+    "runner, args, expected",
+    [
+        ("DataflowRunner", ["--project=p", "--region=r"], True),
+        ("FlinkRunner", ["--flink_master=host:8081"], True),
+        ("SparkRunner", [], True),
+        ("PortableRunner", ["--job_endpoint=localhost:8099", "--environment_type=DOCKER"], True),
+        (
+            "PortableRunner",
+            ["--job_endpoint=localhost:8099", "--environment_type=EXTERNAL", "--environment_config=localhost:50000"],
+            False,
+        ),
+        ("PortableRunner", ["--environment_type", "LOOPBACK"], False),
+        ("DataflowRunner", ["--setup_file=./setup.py"], False),
+        ("DataflowRunner", ["--extra_package=dist/x.whl"], False),
+        ("DataflowRunner", ["--sdk_container_image=gcr.io/p/img"], False),
+        ("local", [], False),
+        ("DirectRunner", [], False),
+        ("apache_beam.runners.dask.dask_runner.DaskRunner", [], False),
+        # The names Beam's create_runner also accepts.
+        ("dataflow", [], True),
+        ("flink", [], True),
+        ("portable", [], True),
+        ("sparkrunner", [], True),
+        ("Direct", [], False),
+    ],
+)
 def test_needs_staging(runner, args, expected):
     assert needs_staging(runner, args) is expected
 
 
 def test_generated_setup_builds_an_sdist_with_our_packages(tmp_path):
     setup_py = write_setup_folder(str(tmp_path))
-    subprocess.run([sys.executable, setup_py, "-q", "sdist", "--dist-dir", str(tmp_path / "dist")],
-                   cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, setup_py, "-q", "sdist", "--dist-dir", str(tmp_path / "dist")],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     names = tarfile.open(sdist).getnames()
     for module in ("prep/core/layout.py", "prep/core/image_rules.py", "beam_jobs/graph.py", "beam_jobs/prepare.py"):

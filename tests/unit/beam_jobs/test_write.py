@@ -97,13 +97,18 @@ def test_task_counts_name_only_the_classes_and_strata_held():
     from beam_jobs.write import add_counts, task_counts
 
     labels = tuple(f"c{i}" for i in range(1000))
-    entries = [types.SimpleNamespace(label=7, tags=()), types.SimpleNamespace(label=3, tags=()),
-               types.SimpleNamespace(label=7, tags=())]
+    entries = [
+        types.SimpleNamespace(label=7, tags=()),
+        types.SimpleNamespace(label=3, tags=()),
+        types.SimpleNamespace(label=7, tags=()),
+    ]
     assert task_counts(entries, labels, None, "classification").class_counts == {"c3": 1, "c7": 2}
     boxes = [types.SimpleNamespace(label=1, tags=((5, 2), (9, 1))), types.SimpleNamespace(label=0, tags=((5, 1),))]
     counts = task_counts(boxes, labels, ("(none)", "c5", "c9"), "detection")
     assert counts.class_counts == {"c5": 2, "c9": 1}
-    assert counts.extra == {"stratum_counts": {"(none)": 1, "c5": 1}, "box_counts": {"c5": 3, "c9": 1},
-                            "max_boxes": 3}
+    assert counts.extra == {"stratum_counts": {"(none)": 1, "c5": 1}, "box_counts": {"c5": 3, "c9": 1}, "max_boxes": 3}
     assert add_counts([counts.extra, {"stratum_counts": {"c9": 2}, "box_counts": {"c9": 4}, "max_boxes": 4}]) == {
-        "stratum_counts": {"(none)": 1, "c5": 1, "c9": 2}, "box_counts": {"c5": 3, "c9": 5}, "max_boxes": 4}
+        "stratum_counts": {"(none)": 1, "c5": 1, "c9": 2},
+        "box_counts": {"c5": 3, "c9": 5},
+        "max_boxes": 4,
+    }

@@ -28,11 +28,20 @@ def test_every_documented_keyword_is_used(dataset):
 
     records = json.loads((dataset / "manifest.json").read_text())["splits"]["train"]["examples"]
     assert records == 21
-    size = loaders.epoch_size(dataset, "train", 4, num_pipelines=2, num_replicas=2, training=False,
-                              remainder="drop", drop_remainder=False, aspect_buckets=None, on_corrupt="error")
+    size = loaders.epoch_size(
+        dataset,
+        "train",
+        4,
+        num_pipelines=2,
+        num_replicas=2,
+        training=False,
+        remainder="drop",
+        drop_remainder=False,
+        aspect_buckets=None,
+        on_corrupt="error",
+    )
     assert size == epoch.epoch_size(records, 2, 2, 1, False, "drop")
-    assert loaders.epoch_size(dataset, "train", 4, remainder="pad") == epoch.epoch_size(records, 4, 1, 1, True,
-                                                                                           "pad")
+    assert loaders.epoch_size(dataset, "train", 4, remainder="pad") == epoch.epoch_size(records, 4, 1, 1, True, "pad")
     assert loaders.epoch_size(dataset, "train", 4, training=False).steps == 6  # partial batch kept
     assert loaders.epoch_size(dataset, "train", 4, training=False, drop_remainder=True).steps == 5
     bucketed = loaders.steps_per_epoch(dataset, "train", 4, aspect_buckets=(0.5, 2.0), on_corrupt="skip")

@@ -11,7 +11,7 @@ from tests.support.imagegen import write_class_tree
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory, ):
+def dataset(tmp_path_factory):
     from click.testing import CliRunner
 
     from prep.cli import main
@@ -27,7 +27,7 @@ def dataset(tmp_path_factory, ):
 def record_offsets(path):
     data, offsets, pos = path.read_bytes(), [], 0
     while pos < len(data):
-        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
         offsets.append((pos, length))
         pos += 12 + length + 4
     return offsets
@@ -59,7 +59,10 @@ def test_corrupt_record_error_names_shard_and_record(dataset, tmp_path, how):
 
     out, shard = damaged_copy(dataset, tmp_path, how)
     ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"\[shard\] \[\S*{shard}\] \[is corrupt: a record from index\] \[0\] \[to\] \[\d+\] \[cannot be read"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=rf"\[shard\] \[\S*{shard}\] \[is corrupt: a record from index\] \[0\] \[to\] \[\d+\] \[cannot be read",
+    ):
         count(ds)
 
 
@@ -86,8 +89,14 @@ def test_skip_mode_keeps_pipelines_equal(dataset, tmp_path):
     import loaders
 
     out, _ = damaged_copy(dataset, tmp_path, "data")  # 20 good records left over 2 shards
-    sizes = [count(loaders.load(out, "train", batch_size=1, image_size=(8, 8), training=False,
-                                on_corrupt="skip", pipeline=(i, 3))) for i in range(3)]
+    sizes = [
+        count(
+            loaders.load(
+                out, "train", batch_size=1, image_size=(8, 8), training=False, on_corrupt="skip", pipeline=(i, 3)
+            )
+        )
+        for i in range(3)
+    ]
     assert sizes == [6, 6, 6]  # 20 // 3, at most 2 dropped (remainder="drop")
 
 
@@ -113,8 +122,11 @@ def test_skip_mode_refuses_a_shard_with_more_records_than_the_manifest(dataset, 
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["splits"]["train"]["shards"][0]["examples"] -= 2
     (out / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(LoaderError, match=f"shard {out / shard} holds 11 readable records, but the manifest "
-                                          "records 9: it is not the shard that was converted"):
+    with pytest.raises(
+        LoaderError,
+        match=f"shard {out / shard} holds 11 readable records, but the manifest "
+        "records 9: it is not the shard that was converted",
+    ):
         loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")
 
 
@@ -124,7 +136,7 @@ def test_skip_mode_on_truncated_shard(dataset, tmp_path):
     out, shard = damaged_copy(dataset, tmp_path, "none")
     path = out / shard
     pos, _ = record_offsets(path)[5]
-    path.write_bytes(path.read_bytes()[:pos + 7])  # cut inside record 5's header
+    path.write_bytes(path.read_bytes()[: pos + 7])  # cut inside record 5's header
     with pytest.raises(Exception, match="has .* bytes, but manifest.json records"):
         loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False)
     ds = loaders.load(out, "train", batch_size=4, image_size=(8, 8), training=False, on_corrupt="skip")

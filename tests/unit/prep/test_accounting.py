@@ -16,8 +16,14 @@ from prep.core.task_inputs import BoxNote
 
 def test_merged_runs_are_the_order_of_one_sort_and_stream_in_pieces():
     rng = random.Random(0)
-    rejects = [Reject(f"{rng.choice('abc')}/{rng.randrange(50):03d}.jpg", rng.choice(["duplicate_of", "truncated"]),
-                      str(rng.randrange(3))) for _ in range(300)]
+    rejects = [
+        Reject(
+            f"{rng.choice('abc')}/{rng.randrange(50):03d}.jpg",
+            rng.choice(["duplicate_of", "truncated"]),
+            str(rng.randrange(3)),
+        )
+        for _ in range(300)
+    ]
     runs = [accounting.sort_rejects(rejects[i::4]) for i in range(4)]
     merged = list(accounting.merged_rejects(runs))
     assert merged == sorted(rejects, key=lambda r: (r.path, r.reason, r.detail))
@@ -29,11 +35,19 @@ def test_merged_runs_are_the_order_of_one_sort_and_stream_in_pieces():
 
 def test_box_notes_follow_their_image_by_index():
     rejects = [Reject("a.jpg", "truncated", "x"), Reject("c.jpg", "truncated", "y")]
-    notes = [BoxNote("c.jpg", 1, "out_of_image", "z"), BoxNote("b.jpg", 0, "degenerate", "w"),
-             BoxNote("c.jpg", 0, "degenerate", "v")]
+    notes = [
+        BoxNote("c.jpg", 1, "out_of_image", "z"),
+        BoxNote("b.jpg", 0, "degenerate", "w"),
+        BoxNote("c.jpg", 0, "degenerate", "v"),
+    ]
     out = list(accounting.with_box_notes(iter(rejects), notes))
-    assert [(x.path, getattr(x, "box", -1)) for x in out] == [("a.jpg", -1), ("b.jpg", 0), ("c.jpg", -1),
-                                                                 ("c.jpg", 0), ("c.jpg", 1)]
+    assert [(x.path, getattr(x, "box", -1)) for x in out] == [
+        ("a.jpg", -1),
+        ("b.jpg", 0),
+        ("c.jpg", -1),
+        ("c.jpg", 0),
+        ("c.jpg", 1),
+    ]
 
 
 def test_group_rejects_must_match_the_reports_count():

@@ -44,7 +44,7 @@ def test_crops_beat_the_plain_phash(planted):
 def test_the_dct_is_scipys_orthonormal_dct_ii():
     fft = pytest.importorskip("scipy.fft")
     x = np.random.default_rng(0).random((ck.GRID, ck.GRID))
-    want = fft.dctn(x, type=2, norm="ortho")[:ck.HASH_SIDE, :ck.HASH_SIDE]
+    want = fft.dctn(x, type=2, norm="ortho")[: ck.HASH_SIDE, : ck.HASH_SIDE]
     np.testing.assert_allclose(ck._DCT @ x @ ck._DCT.T, want, atol=1e-9)
 
 
@@ -66,7 +66,9 @@ def test_a_flat_picture_hashes_alike_at_any_gray_level_and_size():
     assert not ck.comparable(ck.image_keys(encode(Image.new("RGB", (64, 48), (200, 30, 30)), "PNG")))
     assert ck.comparable(ck.image_keys(encode(photo(4, (96, 72)), "PNG")))
     assert ck.comparable_rows(np.array([[(1 << 32) - 1, 1 << 63], [(1 << 32) - 1] * 2], np.uint64)).tolist() == [
-        False, True]
+        False,
+        True,
+    ]
 
 
 def test_a_colour_jpeg_is_hashed_from_its_luma():
@@ -81,8 +83,13 @@ def test_a_colour_jpeg_is_hashed_from_its_luma():
         img.draft("RGB", (50, 37))
         via_rgb = np.asarray(img.convert("L"), dtype=np.int16)
     assert np.abs(luma - via_rgb).max() <= 1
-    assert ck.distance(ck.image_keys(data), ck.ContentKeys(ck.image_keys(data).sha256,
-                                                           ck.gray_hashes([via_rgb.astype(np.uint8)])[0])) <= 2
+    assert (
+        ck.distance(
+            ck.image_keys(data),
+            ck.ContentKeys(ck.image_keys(data).sha256, ck.gray_hashes([via_rgb.astype(np.uint8)])[0]),
+        )
+        <= 2
+    )
 
 
 def test_sha256_is_of_the_bytes_and_the_keys_have_one_hash_per_scale():
@@ -110,8 +117,7 @@ def test_transparency_is_composited_on_white():
     rgba = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
     on_white = rgb.copy()
     on_white[:, :40] = 255
-    assert ck.distance(ck.image_keys(encode(rgba, "PNG")),
-                       ck.image_keys(encode(Image.fromarray(on_white), "PNG"))) == 0
+    assert ck.distance(ck.image_keys(encode(rgba, "PNG")), ck.image_keys(encode(Image.fromarray(on_white), "PNG"))) == 0
 
 
 def test_sixteen_bit_gray_is_the_same_picture_as_eight_bit():
@@ -171,8 +177,12 @@ def _pillow_phashes(gray: np.ndarray, scales=ck.CROP_SCALES) -> list[int]:
     """imagehash.phash's way, one crop at a time: Pillow's LANCZOS resize to 32x32, its DCT, the median split."""
     out = []
     for left, top, w, h in ck.crop_boxes(gray.shape[1], gray.shape[0], scales):
-        grid = np.asarray(Image.fromarray(gray[top:top + h, left:left + w], "L").resize(
-            (ck.GRID, ck.GRID), Image.Resampling.LANCZOS), dtype=np.float64)
+        grid = np.asarray(
+            Image.fromarray(gray[top : top + h, left : left + w], "L").resize(
+                (ck.GRID, ck.GRID), Image.Resampling.LANCZOS
+            ),
+            dtype=np.float64,
+        )
         low = (ck._DCT @ grid @ ck._DCT.T).ravel()
         out.append(int("".join("1" if v > np.median(low) else "0" for v in low), 2))
     return out
@@ -207,16 +217,26 @@ def test_all_crops_of_a_stack_have_the_frequencies_of_each_crop_alone():
         got = ck._low_frequencies(stack, boxes).reshape(len(stack), len(boxes), ck.HASH_SIDE, ck.HASH_SIDE)
         for b, gray in enumerate(stack):
             for i, (left, top, cw, ch) in enumerate(boxes):
-                want = ck._DCT @ lanczos.resize(gray[top:top + ch, left:left + cw], ck.GRID) @ ck._DCT.T
+                want = ck._DCT @ lanczos.resize(gray[top : top + ch, left : left + cw], ck.GRID) @ ck._DCT.T
                 np.testing.assert_allclose(got[b, i], want, atol=1e-6, err_msg=str((h, w, i)))
 
 
 def test_a_batch_gives_each_image_the_keys_it_has_alone():
     """KeyBatch hashes images of one size together and large ones on arrival; each gets image_keys'
     answer, in order, and bytes that do not decode get None (never an error)."""
-    datas = [encode(photo(s, size), fmt, **({"quality": 90} if fmt == "JPEG" else {}))
-             for s, (size, fmt) in enumerate([((96, 72), "JPEG"), ((96, 72), "JPEG"), ((80, 80), "PNG"),
-                                              ((96, 72), "PNG"), ((600, 400), "PNG"), ((640, 480), "JPEG")])]
+    datas = [
+        encode(photo(s, size), fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+        for s, (size, fmt) in enumerate(
+            [
+                ((96, 72), "JPEG"),
+                ((96, 72), "JPEG"),
+                ((80, 80), "PNG"),
+                ((96, 72), "PNG"),
+                ((600, 400), "PNG"),
+                ((640, 480), "JPEG"),
+            ]
+        )
+    ]
     datas.insert(3, b"not an image")
     batch = ck.KeyBatch()
     for d in datas:
@@ -237,15 +257,18 @@ def test_batches_taken_and_hashed_together_give_each_image_its_own_keys(monkeypa
     parts, taken = [], []
     for start in range(0, len(datas), 4):
         batch = ck.KeyBatch()
-        for d in datas[start:start + 4]:
+        for d in datas[start : start + 4]:
             batch.add(d)
         digests, hashes, has, waiting = batch.take()
         assert all(image.shape in ((72, 96), (60, 80)) for _, images in waiting for image in images)  # not 900x700
         parts.append((hashes, waiting))
         taken.append((digests, hashes, has))
     ck.hash_waiting(parts)
-    got = [ck.ContentKeys(d, tuple(h)) if ok else None
-           for digests, hashes, has in taken for d, h, ok in zip(digests, hashes.tolist(), has)]
+    got = [
+        ck.ContentKeys(d, tuple(h)) if ok else None
+        for digests, hashes, has in taken
+        for d, h, ok in zip(digests, hashes.tolist(), has)
+    ]
     assert got[4] is None
     assert [k for i, k in enumerate(got) if i != 4] == [ck.image_keys(d) for i, d in enumerate(datas) if i != 4]
 
@@ -257,16 +280,18 @@ def test_pictures_of_many_sizes_hashed_together_get_the_hashes_each_has_alone(mo
     monkeypatch.setattr(ck, "_STACK_PIXELS", 5000)  # blocks of a few pictures: cut within widths
     rng = np.random.default_rng(3)
     sides = [1, 2, 31, 32, 33, 47, 63, 90]
-    grays = [rng.integers(0, 256, (int(rng.choice(sides)), int(rng.choice(sides))), dtype=np.uint8)
-             for _ in range(150)]
-    grays += [np.asarray(photo(s, (int(w), int(h))).convert("L")) for s, (w, h) in
-              enumerate(rng.integers(20, 128, (40, 2)))]
+    grays = [rng.integers(0, 256, (int(rng.choice(sides)), int(rng.choice(sides))), dtype=np.uint8) for _ in range(150)]
+    grays += [
+        np.asarray(photo(s, (int(w), int(h))).convert("L")) for s, (w, h) in enumerate(rng.integers(20, 128, (40, 2)))
+    ]
     hashes = [np.zeros((len(grays), 1 + len(ck.CROP_SCALES)), np.uint64) for _ in range(2)]
     half = len(grays) // 2  # two batches' parts, their pictures in no order of size
-    parts = [(hashes[0], [([i], g[None]) for i, g in enumerate(grays[:half])]),
-             (hashes[1], [([i], g[None]) for i, g in enumerate(grays[half:])])]
+    parts = [
+        (hashes[0], [([i], g[None]) for i, g in enumerate(grays[:half])]),
+        (hashes[1], [([i], g[None]) for i, g in enumerate(grays[half:])]),
+    ]
     ck.hash_waiting(parts)
-    got = np.concatenate([hashes[0][:half], hashes[1][:len(grays) - half]])
+    got = np.concatenate([hashes[0][:half], hashes[1][: len(grays) - half]])
     want = np.array([ck.stack_hashes(g[None])[0] for g in grays], np.uint64)
     assert len({g.shape for g in grays}) > 60
     np.testing.assert_array_equal(got, want)

@@ -74,8 +74,11 @@ def test_an_interrupted_streamed_write_leaves_no_file(tmp_path):
 
 
 def test_rejects_round_trip_in_rejects_order_whatever_order_they_come_in(work):
-    rejects = [Reject("b.jpg", "label_conflict", "others: a.jpg"), Reject("a\udcff.jpg", "duplicate_of", "c.jpg"),
-               Reject("a.jpg", "label_conflict", "others: b.jpg")]
+    rejects = [
+        Reject("b.jpg", "label_conflict", "others: a.jpg"),
+        Reject("a\udcff.jpg", "duplicate_of", "c.jpg"),
+        Reject("a.jpg", "label_conflict", "others: b.jpg"),
+    ]
     dedupe_files.write_rejects(work, 3, rejects)
     first = open(work.policy_rejects(3), "rb").read()
     assert list(dedupe_files.read_rejects(work, 3)) == sorted(rejects)
@@ -91,11 +94,17 @@ def test_work_files_are_json_objects_by_name(work):
     rejected = Decision(8, Reject("b.jpg", "duplicate_of", "a.jpg"), "", "")
     dedupe_files.write_decisions(work, 1, {0: [rejected]})
     [record] = [json.loads(line) for line in open(work.decisions(1), "rb")]
-    assert record == {"item": 8, "reject": {"path": "b.jpg", "reason": "duplicate_of", "detail": "a.jpg"},
-                      "pin": "", "movable": ""}
+    assert record == {
+        "item": 8,
+        "reject": {"path": "b.jpg", "reason": "duplicate_of", "detail": "a.jpg"},
+        "pin": "",
+        "movable": "",
+    }
     dedupe_files.write_groups(work, 3, {(2, 10): "train", (1, 0): None})
-    assert json.loads(open(work.placements(3), "rb").read()) == [{"spill": 1, "offset": 0, "pin": None},
-                                                                 {"spill": 2, "offset": 10, "pin": "train"}]
+    assert json.loads(open(work.placements(3), "rb").read()) == [
+        {"spill": 1, "offset": 0, "pin": None},
+        {"spill": 2, "offset": 10, "pin": "train"},
+    ]
 
     class Ref(typing.NamedTuple):
         spill: int
@@ -107,8 +116,9 @@ def test_work_files_are_json_objects_by_name(work):
 
 def test_key_files_are_versioned_npy_that_numpy_reads_without_pickle(work):
     items = np.arange(3, dtype=np.int64)
-    hashes = np.array([[0x5555_5555_5555_5555 << s & (2**64 - 1) | 1 for s in range(dedupe_files.NUM_HASHES)]] * 3,
-                      np.uint64)
+    hashes = np.array(
+        [[0x5555_5555_5555_5555 << s & (2**64 - 1) | 1 for s in range(dedupe_files.NUM_HASHES)]] * 3, np.uint64
+    )
     n = dedupe_files.write_chunk_keys(work, 4, items, hashes)
     assert dedupe_files.chunk_keys_count(work, 4) == n
     with open(work.scan_keys(4), "rb") as f:
@@ -137,9 +147,18 @@ def test_a_key_file_of_another_version_is_refused(work, damage):
         dedupe_files.read_rows(work, 0)
 
 
-DEDUPE_MODULES = ("beam_jobs/dedupe.py", "prep/core/run/dedupe_types.py", "beam_jobs/dedupe_decide.py",
-                  "prep/core/run/dedupe_files.py", "beam_jobs/dedupe_scan.py", "prep/core/run/publish_keys.py", "beam_jobs/prepare.py",
-                  "prep/core/run/checkpoints.py", "prep/core/workdir.py", "prep/core/groups.py")
+DEDUPE_MODULES = (
+    "beam_jobs/dedupe.py",
+    "prep/core/run/dedupe_types.py",
+    "beam_jobs/dedupe_decide.py",
+    "prep/core/run/dedupe_files.py",
+    "beam_jobs/dedupe_scan.py",
+    "prep/core/run/publish_keys.py",
+    "beam_jobs/prepare.py",
+    "prep/core/run/checkpoints.py",
+    "prep/core/workdir.py",
+    "prep/core/groups.py",
+)
 
 
 @pytest.mark.parametrize("module", DEDUPE_MODULES)

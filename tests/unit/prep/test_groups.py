@@ -7,8 +7,7 @@ from fractions import Fraction
 import pytest
 
 from prep.core.errors import OptionsError
-from prep.core.groups import (DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize,
-                              user_group)
+from prep.core.groups import DedupeOptions, Member, balance_pins, decide, merge_units, pin_split, summarize, user_group
 from prep.core.label_file import list_label_file
 from prep.core.layout import PlanOptions, largest_remainder, make_layout, parse_split_fractions
 
@@ -45,8 +44,9 @@ def test_group_by_reads_the_column_of_the_label_file(tmp_path):
     assert [(r.path, r.group) for r in refs] == [("a.jpg", "P1"), ("b.jpg", None), ("c.jpg", "P1")]
     assert refs[1].fields() == ["b.jpg", "dog", None]  # no group: staged as before the option
     assert list_label_file(str(tmp_path), str(tmp_path / "l.csv")).refs[0].group is None
-    (tmp_path / "l.jsonl").write_text('{"path": "a.jpg", "label": "cat", "patient": 7}\n'
-                                      '{"path": "b.jpg", "label": "cat"}\n')
+    (tmp_path / "l.jsonl").write_text(
+        '{"path": "a.jpg", "label": "cat", "patient": 7}\n{"path": "b.jpg", "label": "cat"}\n'
+    )
     refs = list_label_file(str(tmp_path), str(tmp_path / "l.jsonl"), group_by="patient").refs
     assert [r.group for r in refs] == ["7", None]
 
@@ -104,8 +104,11 @@ def test_a_conflict_rejects_every_member_naming_the_others_unless_kept():
 
 
 def test_cross_split_remove_keeps_train_then_the_first_split_by_name():
-    members = [member(1, "test/a.jpg", split="test"), member(2, "val/a.jpg", split="validation"),
-               member(3, "train/a.jpg", split="train")]
+    members = [
+        member(1, "test/a.jpg", split="test"),
+        member(2, "val/a.jpg", split="validation"),
+        member(3, "train/a.jpg", split="train"),
+    ]
     decisions, line = decide(members, DedupeOptions(cross_split="remove"), 0, None, True)
     got = {d.item: d.reject for d in decisions}
     assert got[3] is None and got[1].reason == got[2].reason == "cross_split_duplicate"
@@ -119,7 +122,7 @@ def test_cross_split_remove_keeps_train_then_the_first_split_by_name():
 def check_balance(layout, sizes, options):
     """Every rank of every group placed once; positions of a split cover 0..n-1 once."""
     positions = {}
-    for group, n in sizes.items():
+    for group in sizes:
         for rank in range(layout.kept[group]):
             split, _ = layout.locate(group, rank)
             if len(group) == 3:
@@ -141,7 +144,9 @@ def test_pinned_groups_land_in_their_split_and_the_free_ones_fill_the_fractions(
             split, _ = layout.locate(group, rank)
             per_class[split, group[1]] = per_class.get((split, group[1]), 0) + 1
     for label, total in ((0, 36), (1, 44)):  # exact largest-remainder shares: the pinned ones fit inside them
-        assert [per_class.get((s, label), 0) for s, _ in FRACTIONS] == largest_remainder(total, [f for _, f in FRACTIONS])
+        assert [per_class.get((s, label), 0) for s, _ in FRACTIONS] == largest_remainder(
+            total, [f for _, f in FRACTIONS]
+        )
 
 
 def test_a_pinned_group_larger_than_its_share_takes_from_the_other_splits():

@@ -36,18 +36,21 @@ def test_valid_jpeg_and_png_keep_their_bytes(fmt, mode):
     assert prepared.format == fmt.lower()
 
 
-@pytest.mark.parametrize("fmt, mode, save, out_format, channels", [
-    ("JPEG", "CMYK", {}, "jpeg", 3),
-    ("PNG", "RGBA", {}, "png", 3),
-    ("PNG", "LA", {}, "png", 3),
-    ("PNG", "P", {"transparency": 0}, "png", 3),
-    ("PNG", "P", {}, "png", 3),
-    ("PNG", "I;16", {}, "png", 1),
-    ("GIF", "P", {}, "png", 3),
-    ("BMP", "RGB", {}, "png", 3),
-    ("TIFF", "RGB", {}, "png", 3),
-    ("WEBP", "RGB", {"lossless": True}, "png", 3),
-])
+@pytest.mark.parametrize(
+    "fmt, mode, save, out_format, channels",
+    [
+        ("JPEG", "CMYK", {}, "jpeg", 3),
+        ("PNG", "RGBA", {}, "png", 3),
+        ("PNG", "LA", {}, "png", 3),
+        ("PNG", "P", {"transparency": 0}, "png", 3),
+        ("PNG", "P", {}, "png", 3),
+        ("PNG", "I;16", {}, "png", 1),
+        ("GIF", "P", {}, "png", 3),
+        ("BMP", "RGB", {}, "png", 3),
+        ("TIFF", "RGB", {}, "png", 3),
+        ("WEBP", "RGB", {"lossless": True}, "png", 3),
+    ],
+)
 def test_other_images_are_converted(fmt, mode, save, out_format, channels):
     prepared = prepare_image(image_bytes(fmt, size=(30, 20), mode=mode, **save), KEEP)
     assert prepared.converted
@@ -104,13 +107,16 @@ def test_resize_and_max_side():
     assert prepare_image(small, ImageOptions(resize=256)).encoded == small  # never upscales
 
 
-@pytest.mark.parametrize("size, opts, expected", [
-    ((500, 375), ImageOptions(resize=256), (341, 256)),
-    ((375, 500), ImageOptions(resize=256), (256, 341)),
-    ((500, 375), ImageOptions(resize=256, max_side=300), (300, 225)),
-    ((100, 50), ImageOptions(resize=256), (100, 50)),
-    ((4000, 10), ImageOptions(max_side=100), (100, 1)),
-])
+@pytest.mark.parametrize(
+    "size, opts, expected",
+    [
+        ((500, 375), ImageOptions(resize=256), (341, 256)),
+        ((375, 500), ImageOptions(resize=256), (256, 341)),
+        ((500, 375), ImageOptions(resize=256, max_side=300), (300, 225)),
+        ((100, 50), ImageOptions(resize=256), (100, 50)),
+        ((4000, 10), ImageOptions(max_side=100), (100, 1)),
+    ],
+)
 def test_target_size_table(size, opts, expected):
     assert target_size(*size, opts) == expected
 
@@ -162,12 +168,15 @@ def test_format_comes_from_content_not_name():
     assert prepare_image(png, KEEP).format == "png"
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "empty"),
-    (b"\x00\x01 random bytes that are not an image" * 10, "undecodable"),
-    (image_bytes("JPEG", size=(200, 200))[:600], "undecodable"),
-    (image_bytes("PNG", size=(200, 200))[:300], "undecodable"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty"),
+        (b"\x00\x01 random bytes that are not an image" * 10, "undecodable"),
+        (image_bytes("JPEG", size=(200, 200))[:600], "undecodable"),
+        (image_bytes("PNG", size=(200, 200))[:300], "undecodable"),
+    ],
+)
 def test_bad_bytes_are_rejected_with_reason(data, reason):
     with pytest.raises(ImageRejected) as info:
         prepare_image(data, KEEP)
@@ -184,11 +193,11 @@ def _noisy_png() -> bytes:
 def _damage_idat(png: bytes, fix_crc: bool) -> bytes:
     """Flips a byte inside the first IDAT chunk's data; with `fix_crc`, rewrites the chunk's CRC to match."""
     at = png.index(b"IDAT")
-    (length,) = struct.unpack(">I", png[at - 4:at])
+    (length,) = struct.unpack(">I", png[at - 4 : at])
     data = bytearray(png)
     data[at + 4 + length // 2] ^= 0xFF
     if fix_crc:
-        data[at + 4 + length:at + 8 + length] = struct.pack(">I", zlib.crc32(bytes(data[at:at + 4 + length])))
+        data[at + 4 + length : at + 8 + length] = struct.pack(">I", zlib.crc32(bytes(data[at : at + 4 + length])))
     return bytes(data)
 
 
@@ -201,12 +210,18 @@ def test_a_png_whose_pixels_do_not_decode_is_rejected_not_half_written(options):
     assert info.value.reason == "undecodable"
 
 
-@pytest.mark.parametrize("damage, detail", [
-    (lambda png: png[:-12], "PNG file ends before its IEND chunk (truncated)"),
-    (lambda png: png[:-2], "PNG file ends before its IEND chunk (truncated)"),
-    (lambda png: _damage_idat(png, fix_crc=False), "PNG chunk 'IDAT' at byte 33 fails its CRC (the file is damaged)"),
-    (lambda png: png[:-1] + bytes([png[-1] ^ 1]), "PNG chunk 'IEND' at byte"),
-])
+@pytest.mark.parametrize(
+    "damage, detail",
+    [
+        (lambda png: png[:-12], "PNG file ends before its IEND chunk (truncated)"),
+        (lambda png: png[:-2], "PNG file ends before its IEND chunk (truncated)"),
+        (
+            lambda png: _damage_idat(png, fix_crc=False),
+            "PNG chunk 'IDAT' at byte 33 fails its CRC (the file is damaged)",
+        ),
+        (lambda png: png[:-1] + bytes([png[-1] ^ 1]), "PNG chunk 'IEND' at byte"),
+    ],
+)
 def test_a_png_that_libpng_would_refuse_is_rejected(damage, detail):
     # Pillow reads these; TensorFlow's decoder (libpng) does not, so keeping
     # their bytes would fail training at read time.
@@ -236,8 +251,9 @@ def test_a_kept_jpeg_is_rejected_exactly_when_a_full_decode_fails():
     outcomes = collections.Counter()
     for i in range(400):
         out = io.BytesIO()
-        Image.fromarray(noise.integers(0, 256, (48, 72, 3), dtype=np.uint8)).convert("L" if i % 3 == 0 else "RGB") \
-            .save(out, "JPEG", quality=90, progressive=i % 2 == 1)
+        Image.fromarray(noise.integers(0, 256, (48, 72, 3), dtype=np.uint8)).convert("L" if i % 3 == 0 else "RGB").save(
+            out, "JPEG", quality=90, progressive=i % 2 == 1
+        )
         data = bytearray(out.getvalue())
         at = rng.randrange(len(data))
         kind = ("truncate", "flip a bit", "overwrite", "insert")[i % 4]
@@ -246,7 +262,7 @@ def test_a_kept_jpeg_is_rejected_exactly_when_a_full_decode_fails():
         elif kind == "flip a bit":
             data[at] ^= 1 << rng.randrange(8)
         elif kind == "overwrite":
-            data[at:at + 40] = bytes(40)
+            data[at : at + 40] = bytes(40)
         else:
             data[at:at] = rng.randbytes(rng.randrange(1, 20))
         try:
@@ -268,12 +284,15 @@ def test_pixel_limit_is_an_option():
     assert prepare_image(data, ImageOptions(max_pixels=10000)).encoded == data
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"resize": 0}, "--resize must be in"),
-    ({"quality": 101}, "--quality must be in"),
-    ({"image_format": "gif"}, "--image-format must be one of"),
-    ({"max_pixels": 0}, "--max-pixels must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"resize": 0}, "--resize must be in"),
+        ({"quality": 101}, "--quality must be in"),
+        ({"image_format": "gif"}, "--image-format must be one of"),
+        ({"max_pixels": 0}, "--max-pixels must be"),
+    ],
+)
 def test_bad_options(kwargs, message):
     with pytest.raises(OptionsError, match=message):
         ImageOptions(**kwargs)
@@ -289,12 +308,18 @@ def test_sixteen_bit_gray_png_transparent_colour_goes_onto_white():
     assert (pixels[:, :3] == 255).all() and (pixels[:, 3:] == 40_000 // 256).all()
 
 
-@pytest.mark.parametrize("make, detail", [
-    # Pillow reads an icon's PNG entry's own size when it opens the icon.
-    (lambda: ico(16, 16, bomb_png(12_000)), "144000000 pixels exceeds --max-pixels 89478485"),
-    (lambda: icns([(b"ic08", huge_j2k())]), "an inner image or frame of 260100000000 pixels exceeds --max-pixels 89478485"),
-    (lambda: ico(16, 16, image_bytes("PNG", size=(300, 200))), "60000 pixels exceeds --max-pixels 50000"),
-])
+@pytest.mark.parametrize(
+    "make, detail",
+    [
+        # Pillow reads an icon's PNG entry's own size when it opens the icon.
+        (lambda: ico(16, 16, bomb_png(12_000)), "144000000 pixels exceeds --max-pixels 89478485"),
+        (
+            lambda: icns([(b"ic08", huge_j2k())]),
+            "an inner image or frame of 260100000000 pixels exceeds --max-pixels 89478485",
+        ),
+        (lambda: ico(16, 16, image_bytes("PNG", size=(300, 200))), "60000 pixels exceeds --max-pixels 50000"),
+    ],
+)
 def test_sizes_inside_containers_are_checked_against_max_pixels(make, detail):
     limit = 50_000 if "50000" in detail else 89_478_485
     with pytest.raises(ImageRejected) as info:
@@ -302,8 +327,9 @@ def test_sizes_inside_containers_are_checked_against_max_pixels(make, detail):
     assert (info.value.reason, info.value.detail) == ("too_large", detail)
 
 
-@pytest.mark.parametrize("fmt,size", [("JPEG", (96, 72)), ("JPEG", (700, 500)), ("PNG", (90, 60)),
-                                      ("JPEG_CMYK", (96, 72))])
+@pytest.mark.parametrize(
+    "fmt,size", [("JPEG", (96, 72)), ("JPEG", (700, 500)), ("PNG", (90, 60)), ("JPEG_CMYK", (96, 72))]
+)
 def test_the_checks_decode_gives_the_content_keys_pixels(fmt, size):
     """With keys=True an image kept as it is comes with the gray pixels content_keys would decode, so one
     decode serves both; a converted one comes without, and its stored bytes are hashed instead."""

@@ -27,8 +27,9 @@ def dataset(tmp_path_factory):
             pixels = np.clip(np.array(COLOURS[name]) + rng.integers(-15, 15, (size[1], size[0], 3)), 0, 255)
             Image.fromarray(pixels.astype(np.uint8), "RGB").save(root / "src" / name / f"{i}.png")
     (root / "src" / "red" / "broken.jpg").write_bytes(b"not an image")
-    return datasets.convert(root / "src", root / "out", "--split", "train=0.75,test=0.25", "--num-shards", 2,
-                            "--seed", 5)
+    return datasets.convert(
+        root / "src", root / "out", "--split", "train=0.75,test=0.25", "--num-shards", 2, "--seed", 5
+    )
 
 
 def test_summary_json(dataset, run_cli):
@@ -38,8 +39,13 @@ def test_summary_json(dataset, run_cli):
     manifest = datasets.load(dataset)
     assert summary["labels"] == ["blue", "green", "red"] and summary["seed"] == 5
     assert summary["options"] == manifest["options"] and summary["rejects"] == 1
-    assert summary["totals"] == {"examples": 24, "shards": 4, "bytes": sum(
-        s["bytes"] for info in manifest["splits"].values() for s in info["shards"]), "classes": 3, "splits": 2}
+    assert summary["totals"] == {
+        "examples": 24,
+        "shards": 4,
+        "bytes": sum(s["bytes"] for info in manifest["splits"].values() for s in info["shards"]),
+        "classes": 3,
+        "splits": 2,
+    }
     train = summary["splits"]["train"]
     assert train["examples"] == 18 and train["num_shards"] == 2 and train["share"] == 0.75
     assert train["per_shard"] == {"min": 9, "max": 9}
@@ -63,8 +69,11 @@ def test_summary_text(dataset, run_cli):
     assert lines[7].split()[:3] == ["test", "6", "25.0%"] and lines[7].split()[6] == "3"  # bytes is two words
     at = lines.index("train: 18 records in 2 shards")
     assert lines[at + 1].split() == ["class", "records", "share", "per", "shard"]
-    assert [line.split() for line in lines[at + 2:at + 5]] == [
-        ["blue", "2", "11.1%", "1"], ["green", "9", "50.0%", "4-5"], ["red", "7", "38.9%", "3-4"]]
+    assert [line.split() for line in lines[at + 2 : at + 5]] == [
+        ["blue", "2", "11.1%", "1"],
+        ["green", "9", "50.0%", "4-5"],
+        ["red", "7", "38.9%", "3-4"],
+    ]
 
 
 def _tile_pixels(sheet, layout, row, column):
@@ -112,21 +121,42 @@ def test_plot(dataset, tmp_path, run_cli):
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10  # bars, axes and text, not a blank canvas
 
 
-@pytest.mark.parametrize("args, code, error", [
-    (lambda t, d: ["inspect", t / "nope"], 2, "Error: OUTPUT {t}/nope does not exist"),
-    (lambda t, d: ["inspect", t / "empty"], 1,
-     "Error: {t}/empty/manifest.json does not exist: {t}/empty is not a finished dataset"),
-    (lambda t, d: ["inspect", d, "--contact-sheet", t / "sheet.jpg"], 2,
-     "Error: Invalid value for '--contact-sheet': '{t}/sheet.jpg' must be a .png file name"),
-    (lambda t, d: ["inspect", d, "--plot", "plot"], 2,
-     "Error: Invalid value for '--plot': 'plot' must be a .png file name"),
-    (lambda t, d: ["inspect", d, "--per-class", 0], 2,
-     "Error: Invalid value for '--per-class': 0 is not in the range 1<=x<=100."),
-    (lambda t, d: ["inspect", d, "--contact-sheet", t / "sheet.png", "--split", "valid"], 2,
-     "Error: Invalid value for '--split': 'valid' is not a split of {d} (splits: test, train)"),
-    (lambda t, d: ["inspect", d, "--contact-sheet", t / "no" / "sheet.png"], 1,
-     "Error: cannot access {t}/no/sheet.png: No such file or directory"),
-])
+@pytest.mark.parametrize(
+    "args, code, error",
+    [
+        (lambda t, d: ["inspect", t / "nope"], 2, "Error: OUTPUT {t}/nope does not exist"),
+        (
+            lambda t, d: ["inspect", t / "empty"],
+            1,
+            "Error: {t}/empty/manifest.json does not exist: {t}/empty is not a finished dataset",
+        ),
+        (
+            lambda t, d: ["inspect", d, "--contact-sheet", t / "sheet.jpg"],
+            2,
+            "Error: Invalid value for '--contact-sheet': '{t}/sheet.jpg' must be a .png file name",
+        ),
+        (
+            lambda t, d: ["inspect", d, "--plot", "plot"],
+            2,
+            "Error: Invalid value for '--plot': 'plot' must be a .png file name",
+        ),
+        (
+            lambda t, d: ["inspect", d, "--per-class", 0],
+            2,
+            "Error: Invalid value for '--per-class': 0 is not in the range 1<=x<=100.",
+        ),
+        (
+            lambda t, d: ["inspect", d, "--contact-sheet", t / "sheet.png", "--split", "valid"],
+            2,
+            "Error: Invalid value for '--split': 'valid' is not a split of {d} (splits: test, train)",
+        ),
+        (
+            lambda t, d: ["inspect", d, "--contact-sheet", t / "no" / "sheet.png"],
+            1,
+            "Error: cannot access {t}/no/sheet.png: No such file or directory",
+        ),
+    ],
+)
 def test_errors(dataset, tmp_path, run_cli, args, code, error):
     (tmp_path / "empty").mkdir()
     result = run_cli(*args(tmp_path, dataset))
@@ -144,7 +174,8 @@ def test_corrupt_shard_ends_in_one_line_error(dataset, tmp_path, run_cli):
     result = run_cli("inspect", out, "--contact-sheet", tmp_path / "sheet.png")
     assert result.exit_code == 1
     assert result.output.splitlines()[-1] == (
-        "Error: train-00000-of-00002.tfrecord: record 0 at byte 0: data CRC mismatch")
+        "Error: train-00000-of-00002.tfrecord: record 0 at byte 0: data CRC mismatch"
+    )
 
 
 def test_help(run_cli):
@@ -158,11 +189,17 @@ def test_sheet_tiles_for_damaged_images_and_empty_classes():
 
     good = io.BytesIO()
     Image.new("RGB", (40, 10), COLOURS["red"]).save(good, "PNG")
-    records = {0: [ImageRecord.build(good.getvalue(), "png", 10, 40, 3, 0, "red", "a.png"),
-                   ImageRecord.build(b"\x89PNG broken", "png", 10, 40, 3, 0, "red", "b.png")], 1: []}
+    records = {
+        0: [
+            ImageRecord.build(good.getvalue(), "png", 10, 40, 3, 0, "red", "a.png"),
+            ImageRecord.build(b"\x89PNG broken", "png", 10, 40, 3, 0, "red", "b.png"),
+        ],
+        1: [],
+    }
     layout = SheetLayout(rows=2, columns=3, tile=20)
-    sheet = pictures.render_sheet(["red", "a-very-long-class-name-that-cannot-fit-in-the-label-column"], records,
-                                  layout)
+    sheet = pictures.render_sheet(
+        ["red", "a-very-long-class-name-that-cannot-fit-in-the-label-column"], records, layout
+    )
     assert sheet.size == layout.size
     wide = _tile_pixels(sheet, layout, 0, 0)  # 40x10 fitted into 20x20: 20x5, centred, the rest empty
     assert (wide[8:12] == COLOURS["red"]).all() and (wide[:7] == pictures.EMPTY).all()

@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from prep import pictures
@@ -48,10 +47,10 @@ def test_a_box_outline_is_drawn_at_the_box_in_its_class_colour():
     for y, x in ((y1, middle_x), (middle_y, x0), (middle_y, x1), (y0 + 1, x0), (y1, x1)):
         assert tuple(sheet[y, x]) == colour, (y, x)
     outline = np.all(sheet == colour, axis=-1)
-    assert not outline[y0 + 2:y1 - 1, x0 + 2:x1 - 1].any()  # an outline, not a fill
-    assert not outline[y1 + 2:top + h, :].any() and not outline[top:top + h, x1 + 2:left + w].any()
+    assert not outline[y0 + 2 : y1 - 1, x0 + 2 : x1 - 1].any()  # an outline, not a fill
+    assert not outline[y1 + 2 : top + h, :].any() and not outline[top : top + h, x1 + 2 : left + w].any()
     # The class name in a box of the class colour just above it, and the row's colour swatch by its name.
-    name = outline[top:y0, x0:x1 + 1]
+    name = outline[top:y0, x0 : x1 + 1]
     assert name.sum() > 20
     lx0, ly0, _, _ = layout.label_box(1)
     assert tuple(sheet[ly0 + 8, lx0 + 5]) == colour
@@ -64,8 +63,10 @@ def test_instance_mask_outlines_are_drawn_inside_the_box():
     record = one_box_record(masks=True)
     left, top, w, h = tile_origin(layout, 1, 0, record)
     o = record.objects[0]
-    inside = (slice(top + round(o.ymin * h) + 2, top + round(o.ymax * h) - 3),
-              slice(left + round(o.xmin * w) + 2, left + round(o.xmax * w) - 3))
+    inside = (
+        slice(top + round(o.ymin * h) + 2, top + round(o.ymax * h) - 3),
+        slice(left + round(o.xmin * w) + 2, left + round(o.xmax * w) - 3),
+    )
     assert not np.all(plain[inside] == colour, axis=-1).any()
     drawn = np.all(masked[inside] == colour, axis=-1)
     assert drawn.sum() > 20
@@ -74,7 +75,7 @@ def test_instance_mask_outlines_are_drawn_inside_the_box():
     ys, xs = np.nonzero(drawn)
     ys, xs = ys + inside[0].start - top, xs + inside[1].start - left
     assert mask[ys, xs].all()  # on the mask
-    edge = [mask[max(y - 1, 0):y + 2, max(x - 1, 0):x + 2].min() == 0 for y, x in zip(ys, xs)]
+    edge = [mask[max(y - 1, 0) : y + 2, max(x - 1, 0) : x + 2].min() == 0 for y, x in zip(ys, xs)]
     assert all(edge)  # and at its border
 
 
@@ -90,7 +91,8 @@ def test_the_class_map_is_a_translucent_overlay():
     assert np.abs(sheet[y, x].astype(int) - expected).max() <= 1
     y, x = top + round(20 * scale), left + round(16 * scale)  # road (value 1)
     expected = (1 - pictures.OVERLAY_ALPHA) * np.array(td.COLOURS[1]) + pictures.OVERLAY_ALPHA * np.array(
-        class_colour(1))
+        class_colour(1)
+    )
     assert np.abs(sheet[y, x].astype(int) - np.round(expected)).max() <= 1
     assert tuple(sheet[top, left + w // 2]) == (0, 0, 0)  # the ignored border is left as the image has it
 

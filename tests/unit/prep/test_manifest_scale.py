@@ -25,8 +25,9 @@ def random_layouts(seed: int, cases: int):
     rng = random.Random(seed)
     for trial in range(cases):
         shards, classes = rng.randint(1, 12), rng.randint(1, 15)
-        dense = [{f"c{c}": (rng.randint(0, 3) if rng.random() < 0.7 else 0) for c in range(classes)}
-                 for _ in range(shards)]
+        dense = [
+            {f"c{c}": (rng.randint(0, 3) if rng.random() < 0.7 else 0) for c in range(classes)} for _ in range(shards)
+        ]
         if trial % 3 == 0:  # laid out by the balance rule, as a conversion does
             dense = [{f"c{c}": 0 for c in range(classes)} for _ in range(shards)]
             p = 0
@@ -44,8 +45,10 @@ def test_sparse_deviation_is_the_dense_one_bit_for_bit():
             for k, v in d.items():
                 split[k] = split.get(k, 0) + v
         examples = sum(split.values())
-        as_shards = [[types.SimpleNamespace(class_counts=d, examples=sum(d.values())) for d in counts]
-                     for counts in (dense, sparse)]
+        as_shards = [
+            [types.SimpleNamespace(class_counts=d, examples=sum(d.values())) for d in counts]
+            for counts in (dense, sparse)
+        ]
         expected = dense_deviation(split, examples, as_shards[0])
         assert deviation(split, examples, as_shards[0]) == expected
         assert deviation(split, examples, as_shards[1]) == expected
@@ -59,9 +62,15 @@ def dense_unbalanced(split, files, counts):
         n, shards = sum(values), len(values)
         low, high = n // shards, -(-n // shards)
         allowed = f"{low}" if low == high else f"{low} or {high}"
-        problems.extend((file, f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
-                               f"so each must hold {allowed}") for file, value in zip(files, values)
-                        if value not in (low, high))
+        problems.extend(
+            (
+                file,
+                f"unbalanced: holds {value} {what}; split {split} has {n} {what} in {shards} shards, "
+                f"so each must hold {allowed}",
+            )
+            for file, value in zip(files, values)
+            if value not in (low, high)
+        )
 
     check([sum(c.values()) for c in counts], "records")
     for name in sorted(set().union(*counts)):
@@ -92,10 +101,13 @@ def test_sparse_heat_map_is_the_dense_one_binned_or_not():
         if trial % 4 == 0:
             matrix += 1  # no zero cell
         labels = tuple(f"c{i}" for i in range(classes))
-        kept = [{labels[i]: int(matrix[i, j]) for i in range(classes) if matrix[i, j] or trial % 2}
-                for j in range(shards)]  # sparse, or with the zeros of a version-1 manifest
-        manifest = types.SimpleNamespace(labels=labels, splits={"train": types.SimpleNamespace(
-            shards=[types.SimpleNamespace(class_counts=c) for c in kept])})
+        kept = [
+            {labels[i]: int(matrix[i, j]) for i in range(classes) if matrix[i, j] or trial % 2} for j in range(shards)
+        ]  # sparse, or with the zeros of a version-1 manifest
+        manifest = types.SimpleNamespace(
+            labels=labels,
+            splits={"train": types.SimpleNamespace(shards=[types.SimpleNamespace(class_counts=c) for c in kept])},
+        )
         rows, columns = rng.randint(1, 12), rng.randint(1, 12)
         found = content.split_heat_map(manifest, "train", rows, columns)
         expected = content.heat_map(content.count_matrix(manifest, "train"), rows, columns)
@@ -126,4 +138,7 @@ def test_inspect_spreads_count_a_class_a_shard_does_not_name_as_zero():
     for counts in (dense, sparse):
         classes = summary(small_manifest(counts), "out")["splits"]["train"]["classes"]
         assert {k: v["per_shard"] for k, v in classes.items()} == {
-            "a": {"min": 1, "max": 3}, "b": {"min": 0, "max": 2}, "c": {"min": 0, "max": 0}}
+            "a": {"min": 1, "max": 3},
+            "b": {"min": 0, "max": 2},
+            "c": {"min": 0, "max": 0},
+        }

@@ -57,8 +57,9 @@ def built(task: str = "classification") -> Manifest:
         name = ShardName("train", i, 2)
         extra = {"stratum_counts": strata[i]} if task == "multilabel" else {}
         written.append((name, ShardInfo(name.filename, i, 3, 10 + i, f"{i}" * 64, counts, **extra)))
-    return Manifest.build(("a", "b", "c"), {"seed": 0}, written, Inputs(6, 6, 0, 0), {"name": "tfrecord-prep"}, Run(),
-                          Extras(task=task))
+    return Manifest.build(
+        ("a", "b", "c"), {"seed": 0}, written, Inputs(6, 6, 0, 0), {"name": "tfrecord-prep"}, Run(), Extras(task=task)
+    )
 
 
 def write(manifest: Manifest, out: pathlib.Path) -> pathlib.Path:
@@ -74,12 +75,15 @@ def test_version_2_names_its_sidecar_and_reads_it_only_when_asked(tmp_path):
     out = write(manifest, tmp_path / "out")
     document = json.loads((out / FILENAME).read_bytes())
     assert document["version"] == 2
-    assert [set(s) for s in document["splits"]["train"]["shards"]] == [{"file", "index", "examples", "bytes",
-                                                                        "sha256"}] * 2
+    assert [set(s) for s in document["splits"]["train"]["shards"]] == [
+        {"file", "index", "examples", "bytes", "sha256"}
+    ] * 2
     assert document["splits"]["train"]["class_counts"] == {"a": 2, "b": 3, "c": 0}  # split totals stay
     lines = (out / SHARD_COUNTS).read_bytes()
-    assert lines == (b'{"class_counts":{"a":2,"b":1},"file":"train-00000-of-00002.tfrecord","split":"train"}\n'
-                     b'{"class_counts":{"b":2},"file":"train-00001-of-00002.tfrecord","split":"train"}\n')
+    assert lines == (
+        b'{"class_counts":{"a":2,"b":1},"file":"train-00000-of-00002.tfrecord","split":"train"}\n'
+        b'{"class_counts":{"b":2},"file":"train-00001-of-00002.tfrecord","split":"train"}\n'
+    )
     assert document["shard_counts"] == shard_counts.SidecarRef.of(lines).to_json()
 
     plain = Manifest.load(str(out))
@@ -101,22 +105,29 @@ def test_multilabel_strata_travel_in_the_sidecar(tmp_path):
     assert full == dataclasses.replace(built("multilabel"), shard_counts=full.shard_counts)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda b: b + b"\n", r"is (\d+) bytes, manifest.json says (?!\1)\d+"),
-    (lambda b: b.replace(b'"b":1', b'"b":7'), r"has sha256 [0-9a-f]{64}, manifest.json says"),
-    (lambda b: b"\n".join(reversed(b.rstrip(b"\n").split(b"\n"))) + b"\n",
-     r"line 1 must be the counts of train/train-00000-of-00002.tfrecord \(manifest order\)"),
-    (lambda b: b.replace(b'"b":2', b'"b":-2'), r"line 2: class_counts\['b'\] must be an integer >= 0, got -2"),
-    (lambda b: b.split(b"\n")[0] + b"\n", r"has 1 line\(s\) for the manifest's 2 shard\(s\)"),
-    (lambda b: b.replace(b'{"class_counts"', b"{class_counts", 1), r"line 1 is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda b: b + b"\n", r"is (\d+) bytes, manifest.json says (?!\1)\d+"),
+        (lambda b: b.replace(b'"b":1', b'"b":7'), r"has sha256 [0-9a-f]{64}, manifest.json says"),
+        (
+            lambda b: b"\n".join(reversed(b.rstrip(b"\n").split(b"\n"))) + b"\n",
+            r"line 1 must be the counts of train/train-00000-of-00002.tfrecord \(manifest order\)",
+        ),
+        (lambda b: b.replace(b'"b":2', b'"b":-2'), r"line 2: class_counts\['b'\] must be an integer >= 0, got -2"),
+        (lambda b: b.split(b"\n")[0] + b"\n", r"has 1 line\(s\) for the manifest's 2 shard\(s\)"),
+        (lambda b: b.replace(b'{"class_counts"', b"{class_counts", 1), r"line 1 is not valid JSON"),
+    ],
+)
 def test_a_sidecar_that_is_not_the_one_written_is_a_manifest_error_naming_the_line(tmp_path, edit, message):
     manifest = built()
     document, counts = manifest.documents()
     changed = edit(counts)
     if "bytes, manifest" not in message and "sha256" not in message:  # past the size and hash checks
-        document = manifest.dumps().replace(json.dumps(shard_counts.SidecarRef.of(counts).sha256).encode(),
-                                            json.dumps(shard_counts.SidecarRef.of(changed).sha256).encode())
+        document = manifest.dumps().replace(
+            json.dumps(shard_counts.SidecarRef.of(counts).sha256).encode(),
+            json.dumps(shard_counts.SidecarRef.of(changed).sha256).encode(),
+        )
         document = json.loads(document)
         document["shard_counts"]["bytes"] = len(changed)
     with pytest.raises(ManifestError, match=message):

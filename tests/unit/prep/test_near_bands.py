@@ -43,8 +43,10 @@ def planted_keys(n: int, seed: int) -> dict[int, ContentKeys]:
         else:
             flips = rnd.randint(1, 7) if kind == "near" else rnd.randint(8, 12)
             scale = rnd.randrange(SCALES)
-            hashes = tuple(h ^ sum(1 << b for b in rnd.sample(range(64), flips if s == scale or kind == "far"
-                                                                    else 20)) for s, h in enumerate(base))
+            hashes = tuple(
+                h ^ sum(1 << b for b in rnd.sample(range(64), flips if s == scale or kind == "far" else 20))
+                for s, h in enumerate(base)
+            )
         keys[len(keys)] = ContentKeys(SHA, hashes)
     return keys
 
@@ -79,8 +81,9 @@ def test_identical_hashes_are_a_star_and_an_oversized_run_is_bounded():
     found, _ = scan_all(keys)
     assert set(found) == {(0, i) for i in range(1, 50)} and set(found.values()) == {0}
     rnd = random.Random(1)
-    alike = {i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES)))
-             for i in range(60)}  # one band shared by all: a run over the cap
+    alike = {
+        i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES))) for i in range(60)
+    }  # one band shared by all: a run over the cap
     found, skipped = scan_all(alike, cap=16)
     expected, _ = near_pairs(alike, cap=16)
     assert components(found, 60) == components([(p.a, p.b) for p in expected], 60)
@@ -91,9 +94,14 @@ def test_identical_hashes_are_a_star_and_an_oversized_run_is_bounded():
 def test_seven_bits_spread_over_every_band_are_found_in_the_one_that_differs_by_one():
     rnd = random.Random(3)
     base = rnd.getrandbits(64)
-    spread = sum(1 << (16 * band + bit) for band, bits in enumerate((2, 2, 2, 1)) for bit in rnd.sample(range(16), bits))
-    keys = {0: ContentKeys(SHA, (base,) * SCALES), 1: ContentKeys(SHA, (base ^ spread,) * SCALES),
-            2: ContentKeys(SHA, (base ^ spread ^ (1 << 63),) * SCALES)}  # 8 bits from 0: no pair
+    spread = sum(
+        1 << (16 * band + bit) for band, bits in enumerate((2, 2, 2, 1)) for bit in rnd.sample(range(16), bits)
+    )
+    keys = {
+        0: ContentKeys(SHA, (base,) * SCALES),
+        1: ContentKeys(SHA, (base ^ spread,) * SCALES),
+        2: ContentKeys(SHA, (base ^ spread ^ (1 << 63),) * SCALES),
+    }  # 8 bits from 0: no pair
     found, skipped = scan_all(keys)
     assert skipped == 0 and found == {(0, 1): 7, (1, 2): 1}
 
@@ -108,8 +116,12 @@ def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together():
         whole = sorted(p for band in range(BANDS) for p in scan_band(items, hashes, band)[0])
         assert len(set(whole)) == len(whole)
         for sub_bits in (1, 3):
-            cut = sorted(p for band in range(BANDS) for sub in range(1 << sub_bits)
-                         for p in scan_band(items, hashes, band, sub=sub, sub_bits=sub_bits)[0])
+            cut = sorted(
+                p
+                for band in range(BANDS)
+                for sub in range(1 << sub_bits)
+                for p in scan_band(items, hashes, band, sub=sub, sub_bits=sub_bits)[0]
+            )
             assert cut == whole, (scale, sub_bits)
 
 
@@ -118,8 +130,12 @@ def test_probing_in_blocks_and_comparing_in_small_batches_lists_the_same_pairs(m
     batches far smaller than the set (and oversized runs among them) give exactly the pairs of one pass."""
     keys = planted_keys(900, 5)
     rnd = random.Random(2)
-    keys.update({len(keys) + i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES)))
-                 for i in range(60)})  # one band shared by all: a run over the cap
+    keys.update(
+        {
+            len(keys) + i: ContentKeys(SHA, tuple((0xFF << 56) | rnd.getrandbits(20) for _ in range(SCALES)))
+            for i in range(60)
+        }
+    )  # one band shared by all: a run over the cap
     whole = scan_all(keys, cap=16)
     monkeypatch.setattr(near_bands, "BLOCK", 37)
     monkeypatch.setattr(near_bands, "LIMIT", 5)

@@ -44,8 +44,8 @@ def test_split_cuts_into_fields_that_rebuild_the_value(value, nbits):
     for (_, field, _, _), width in zip(parts, widths):
         rebuilt = rebuilt << width | field
     assert rebuilt == value
-    for (index, field, rest, rest_bits), width in zip(parts, widths):  # rest is the value minus that field
-        low = nbits - sum(widths[:index + 1])
+    for (index, _field, rest, _rest_bits), width in zip(parts, widths):  # rest is the value minus that field
+        low = nbits - sum(widths[: index + 1])
         assert rest == ((value >> (low + width)) << low) | (value & ((1 << low) - 1))
 
 
@@ -62,8 +62,11 @@ def _clustered_keys(rnd: random.Random, n: int, scales: int) -> dict[int, Conten
 
 
 def _brute(keys: dict[int, ContentKeys], most: int) -> set[tuple[int, int, int]]:
-    return {(a, b, distance(keys[a], keys[b])) for a, b in itertools.combinations(sorted(keys), 2)
-            if distance(keys[a], keys[b]) <= most}
+    return {
+        (a, b, distance(keys[a], keys[b]))
+        for a, b in itertools.combinations(sorted(keys), 2)
+        if distance(keys[a], keys[b]) <= most
+    }
 
 
 @settings(max_examples=30, deadline=None)
@@ -127,8 +130,7 @@ def test_exact_pairs_lists_every_pair_once():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 39)), max_size=80),
-       st.integers(1, 41))
+@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 39)), max_size=80), st.integers(1, 41))
 def test_union_find_groups_are_components_no_larger_than_the_cap(n, edges, max_size):
     edges = [(a % n, b % n) for a, b in edges]
     uf = UnionFind(n, max_size)

@@ -13,8 +13,7 @@ from tests.support.reference_plan import Example, make_plan
 
 
 def examples_for(counts, split=None, size=100):
-    return [Example(f"c{label}/img{i:05d}.jpg", label, split, size)
-            for label, n in enumerate(counts) for i in range(n)]
+    return [Example(f"c{label}/img{i:05d}.jpg", label, split, size) for label, n in enumerate(counts) for i in range(n)]
 
 
 def check_balance(examples, plan, num_classes):
@@ -34,14 +33,17 @@ def members(plan):
     return sorted(m for s in plan.shards for m in s.members)
 
 
-@pytest.mark.parametrize("counts, shards, expected_sizes", [
-    ([1, 7, 100, 1000], 8, [139, 139, 139, 139, 138, 138, 138, 138]),
-    ([1, 7, 100, 1000], 3, [370, 369, 369]),
-    ([5], 5, [1, 1, 1, 1, 1]),
-    ([1, 1, 1], 2, [2, 1]),
-    ([10, 0, 3], 4, [4, 3, 3, 3]),
-    ([2, 2], 1, [4]),
-])
+@pytest.mark.parametrize(
+    "counts, shards, expected_sizes",
+    [
+        ([1, 7, 100, 1000], 8, [139, 139, 139, 139, 138, 138, 138, 138]),
+        ([1, 7, 100, 1000], 3, [370, 369, 369]),
+        ([5], 5, [1, 1, 1, 1, 1]),
+        ([1, 1, 1], 2, [2, 1]),
+        ([10, 0, 3], 4, [4, 3, 3, 3]),
+        ([2, 2], 1, [4]),
+    ],
+)
 def test_shard_sizes_table(counts, shards, expected_sizes):
     examples = examples_for(counts)
     plan = make_plan(examples, len(counts), PlanOptions(num_shards=shards))
@@ -81,14 +83,17 @@ def test_stratified_split_counts_per_class():
     assert [s.name.split for s in plan.shards] == ["train", "validation", "test"]
 
 
-@pytest.mark.parametrize("n, fractions, expected", [
-    (10, "0.8,0.1,0.1", [8, 1, 1]),
-    (7, "0.8,0.1,0.1", [5, 1, 1]),  # remainders .6 < .7 = .7
-    (1, "0.8,0.1,0.1", [1, 0, 0]),
-    (3, "0.5,0.5", [2, 1]),
-    (0, "0.5,0.5", [0, 0]),
-    (100, "0.333,0.333,0.334", [33, 33, 34]),
-])
+@pytest.mark.parametrize(
+    "n, fractions, expected",
+    [
+        (10, "0.8,0.1,0.1", [8, 1, 1]),
+        (7, "0.8,0.1,0.1", [5, 1, 1]),  # remainders .6 < .7 = .7
+        (1, "0.8,0.1,0.1", [1, 0, 0]),
+        (3, "0.5,0.5", [2, 1]),
+        (0, "0.5,0.5", [0, 0]),
+        (100, "0.333,0.333,0.334", [33, 33, 34]),
+    ],
+)
 def test_largest_remainder_table(n, fractions, expected):
     assert largest_remainder(n, [Fraction(f) for f in fractions.split(",")]) == expected
 
@@ -138,15 +143,18 @@ def test_empty_split_is_an_error():
         make_plan(examples_for([2]), 1, PlanOptions(split_fractions=parse_split_fractions("train=0.9,test=0.1")))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("train=0.8,test=0.1", "must sum to 1"),
-    ("train=0.5,train=0.5", "names 'train' twice"),
-    ("train=0.5,Train=0.5", "names 'train' and 'Train', which differ only in case"),
-    ("train", "is not NAME=FRACTION"),
-    ("train=abc,test=1", "is not a number"),
-    ("train=1.5,test=-0.5", r"must be in \(0, 1\]"),
-    ("tr-ain=1", "letters, digits"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("train=0.8,test=0.1", "must sum to 1"),
+        ("train=0.5,train=0.5", "names 'train' twice"),
+        ("train=0.5,Train=0.5", "names 'train' and 'Train', which differ only in case"),
+        ("train", "is not NAME=FRACTION"),
+        ("train=abc,test=1", "is not a number"),
+        ("train=1.5,test=-0.5", r"must be in \(0, 1\]"),
+        ("tr-ain=1", "letters, digits"),
+    ],
+)
 def test_split_spec_errors(text, message):
     with pytest.raises(OptionsError, match=message):
         parse_split_fractions(text)
@@ -174,8 +182,11 @@ def test_property_every_example_once_and_balanced(data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=5), st.integers(0, 1000),
-       st.sampled_from(["train=0.8,validation=0.1,test=0.1", "a=0.5,b=0.5", "x=0.7,y=0.3"]))
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=5),
+    st.integers(0, 1000),
+    st.sampled_from(["train=0.8,validation=0.1,test=0.1", "a=0.5,b=0.5", "x=0.7,y=0.3"]),
+)
 def test_property_stratified_split_is_proportional_and_balanced(counts, seed, spec):
     examples = examples_for(counts)
     fractions = parse_split_fractions(spec)
@@ -187,8 +198,10 @@ def test_property_stratified_split_is_proportional_and_balanced(counts, seed, sp
     assert members(plan) == list(range(len(examples)))
     for label, n in enumerate(counts):
         expected = largest_remainder(n, [f for _, f in fractions])
-        got = [sum(1 for s in plan.shards if s.name.split == name for m in s.members if examples[m].label == label)
-               for name, _ in fractions]
+        got = [
+            sum(1 for s in plan.shards if s.name.split == name for m in s.members if examples[m].label == label)
+            for name, _ in fractions
+        ]
         assert got == expected
         for name, fraction in fractions:
             assert abs(got[[n for n, _ in fractions].index(name)] - n * fraction) < 1
@@ -208,8 +221,9 @@ def test_fractions_that_plan_differently_are_recorded_differently():
     from prep.core.config import ConvertConfig
 
     def recorded(text):
-        return ConvertConfig("s", "o", plan=PlanOptions(split_fractions=parse_split_fractions(text))) \
-            .manifest_options()["split"]
+        return ConvertConfig(
+            "s", "o", plan=PlanOptions(split_fractions=parse_split_fractions(text))
+        ).manifest_options()["split"]
 
     assert recorded("a=1/3,b=1/3,c=1/3") == "a=1/3,b=1/3,c=1/3"
     assert recorded("a=0.3333333,b=0.3333333,c=0.3333334") == "a=0.3333333,b=0.3333333,c=0.3333334"

@@ -32,8 +32,9 @@ def reference_sidecar(output: str, work: WorkDir, shards) -> None:
     for _, filename, _ in shards:
         parts = json.loads(storage.read_bytes(work.shard_parts(filename)))["parts"]
         orders[filename] = [_part_order(work, filename, p) for p in parts]
-    spills = np.unique(np.concatenate([o["spill"] for parts in orders.values() for o in parts] or
-                                      [np.zeros(0, np.uint64)]))
+    spills = np.unique(
+        np.concatenate([o["spill"] for parts in orders.values() for o in parts] or [np.zeros(0, np.uint64)])
+    )
     ids, shas, hashes = [], [], []
     paths, starts, ends = bytearray(), [], []
     for chunk in np.unique(spills // np.uint64(BATCHES_PER_CHUNK)).tolist():
@@ -63,10 +64,13 @@ def reference_sidecar(output: str, work: WorkDir, shards) -> None:
                 continue
             rows = order[at]
             yield "".join(
-                keys_sidecar.record_line(split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"),
-                                         sha.hex(), h)
-                for i, (a, b, sha, h) in enumerate(zip(starts[rows].tolist(), ends[rows].tolist(),
-                                                       map(bytes, shas[rows]), hashes[rows].tolist()))).encode()
+                keys_sidecar.record_line(
+                    split, filename, digest, i, paths[a:b].decode("utf-8", "surrogateescape"), sha.hex(), h
+                )
+                for i, (a, b, sha, h) in enumerate(
+                    zip(starts[rows].tolist(), ends[rows].tolist(), map(bytes, shas[rows]), hashes[rows].tolist())
+                )
+            ).encode()
 
     storage.write_streamed(storage.join(output, keys_sidecar.FILENAME), lines())
 
@@ -102,7 +106,7 @@ def write_work(work: WorkDir, seed: int = 0) -> list[tuple[str, str, str]]:
             entries[len(entries) // 2] = types.SimpleNamespace(spill=entries[0].spill, offset=999_999_999)
         parts = [0, 0, len(entries) // 3, len(entries)] if s % 2 else [0, len(entries)]  # 3 parts, the first empty
         for p in range(len(parts) - 1):
-            dedupe_files.write_part_order(work, filename, p, entries[parts[p]:parts[p + 1]])
+            dedupe_files.write_part_order(work, filename, p, entries[parts[p] : parts[p + 1]])
         dedupe_files.write_shard_parts(work, filename, list(range(len(parts) - 1)))
         shards.append(("train" if s < 5 else "test", filename, f"{s:064x}"))
     return shards

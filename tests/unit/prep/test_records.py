@@ -7,15 +7,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prep.core.errors import RecordError
-from prep.core.schema import (ALL_FEATURES, ENCODED, ByteList, Floats, ImageRecord, Ints, decode_example, encode_example,
-                              encode_example_around)
+from prep.core.schema import (
+    ALL_FEATURES,
+    ENCODED,
+    ByteList,
+    Floats,
+    ImageRecord,
+    Ints,
+    decode_example,
+    encode_example,
+    encode_example_around,
+)
 from prep.core.tfrecord import frame, frame_around, framed_around_matches, read_records
 
 records = st.builds(
     ImageRecord.build,
     encoded=st.binary(max_size=300),
     format=st.sampled_from(["jpeg", "png"]),
-    height=st.integers(1, 2**31), width=st.integers(1, 2**31), channels=st.sampled_from([1, 3]),
+    height=st.integers(1, 2**31),
+    width=st.integers(1, 2**31),
+    channels=st.sampled_from([1, 3]),
     label=st.integers(-(2**63), 2**63 - 1),
     text=st.text(max_size=20),
     filename=st.text(max_size=40),
@@ -34,8 +45,18 @@ def test_a_record_built_around_its_image_is_the_same_record(record, size):
     # Pass-through images are not copied into spill files: the writer puts the
     # source file's bytes between a head and a tail made from the rest.
     image = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    features = dict(ImageRecord.build(image, record.format, record.height, record.width, record.channels,
-                                      record.label, record.text, record.filename).features())
+    features = dict(
+        ImageRecord.build(
+            image,
+            record.format,
+            record.height,
+            record.width,
+            record.channels,
+            record.label,
+            record.text,
+            record.filename,
+        ).features()
+    )
     head, tail = encode_example_around(features, ENCODED)
     assert head + image + tail == encode_example(features)
     before, after = frame_around(head, image, tail)
@@ -83,10 +104,13 @@ def test_tensorflow_writes_the_same_bytes_for_every_varint_width():
 
 list_features = st.dictionaries(
     st.sampled_from(["image/object/bbox/xmin", "image/object/class/label", "image/object/class/text", "a", "z"]),
-    st.one_of(st.builds(Floats, st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
-              st.builds(Ints, st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8)),
-              st.builds(ByteList, st.lists(st.binary(max_size=12), max_size=8))),
-    max_size=5)
+    st.one_of(
+        st.builds(Floats, st.lists(st.floats(width=32, allow_nan=False), max_size=8)),
+        st.builds(Ints, st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8)),
+        st.builds(ByteList, st.lists(st.binary(max_size=12), max_size=8)),
+    ),
+    max_size=5,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,12 +144,15 @@ def test_tfrecord_framing_read_by_tensorflow():
     assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == payloads
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b[:-1], "truncated record"),
-    (lambda b: b[:5], "truncated header"),
-    (lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:], "data CRC mismatch"),
-    (lambda b: bytes([b[0] ^ 4]) + b[1:], "length CRC mismatch"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[:-1], "truncated record"),
+        (lambda b: b[:5], "truncated header"),
+        (lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:], "data CRC mismatch"),
+        (lambda b: bytes([b[0] ^ 4]) + b[1:], "length CRC mismatch"),
+    ],
+)
 def test_corrupt_framing_is_named(damage, message):
     blob = frame(b"hello world, a record") + frame(b"second")
     with pytest.raises(RecordError, match=f"shard.tfrecord: record 0 at byte 0: {message}"):

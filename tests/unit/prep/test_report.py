@@ -21,13 +21,36 @@ from tests.support.imagegen import image_bytes
 def _manifest(counts: dict[str, dict[str, int]], **inputs):
     """counts: split -> {class: records}; one shard per split."""
     labels = tuple(next(iter(counts.values())))
-    splits = {s: NS(name=s, examples=sum(c.values()), bytes=0, num_shards=1, class_counts=c,
-                    shards=(NS(file=f"{s}-00000-of-00001.tfrecord", index=0, examples=sum(c.values()), bytes=0,
-                               class_counts=c),)) for s, c in counts.items()}
-    base = dict(found=0, written=0, rejected=0, capped=0, converted=0, rejected_by_reason={}, capped_by_class={},
-                empty_classes=None)
-    return NS(labels=labels, splits=splits, options={}, inputs=NS(**(base | inputs)),
-              examples=sum(s.examples for s in splits.values()))
+    splits = {
+        s: NS(
+            name=s,
+            examples=sum(c.values()),
+            bytes=0,
+            num_shards=1,
+            class_counts=c,
+            shards=(
+                NS(file=f"{s}-00000-of-00001.tfrecord", index=0, examples=sum(c.values()), bytes=0, class_counts=c),
+            ),
+        )
+        for s, c in counts.items()
+    }
+    base = dict(
+        found=0,
+        written=0,
+        rejected=0,
+        capped=0,
+        converted=0,
+        rejected_by_reason={},
+        capped_by_class={},
+        empty_classes=None,
+    )
+    return NS(
+        labels=labels,
+        splits=splits,
+        options={},
+        inputs=NS(**(base | inputs)),
+        examples=sum(s.examples for s in splits.values()),
+    )
 
 
 def test_limits_name_the_bad_value():
@@ -70,8 +93,10 @@ def test_heat_map_is_exact_when_small_and_keeps_the_worst_cell_when_binned():
 def test_balance_verdict_names_the_shard():
     m = _manifest({"train": {"a": 4, "b": 2}})
     assert content.balance_verdict(m, "train") == []
-    shards = (NS(file="train-00000-of-00002.tfrecord", class_counts={"a": 4, "b": 1}),
-              NS(file="train-00001-of-00002.tfrecord", class_counts={"a": 0, "b": 1}))
+    shards = (
+        NS(file="train-00000-of-00002.tfrecord", class_counts={"a": 4, "b": 1}),
+        NS(file="train-00001-of-00002.tfrecord", class_counts={"a": 0, "b": 1}),
+    )
     m.splits["train"].shards = shards
     problems = content.balance_verdict(m, "train")
     assert any(p.startswith("train-00000-of-00002.tfrecord: unbalanced: holds 4 of class 'a'") for p in problems)
@@ -86,8 +111,9 @@ def test_grid_shares_the_thumbnail_budget():
 
 def test_warnings_say_what_became_of_empty_classes():
     kept = _manifest({"train": {"a": 3, "b": 0}}, found=5, written=3, rejected=2, empty_classes=["b"])
-    assert content.warnings(kept)[0].startswith("1 class(es) with no example (every input rejected, or none "
-                                                "listed), kept in labels with their label id: b")
+    assert content.warnings(kept)[0].startswith(
+        "1 class(es) with no example (every input rejected, or none listed), kept in labels with their label id: b"
+    )
     assert "2 input(s) rejected: see Rejects" in content.warnings(kept)
     dropped = _manifest({"train": {"a": 3}}, found=5, written=3, rejected=2, empty_classes=["b"])
     dropped.options = {"empty_classes": "drop"}
@@ -112,7 +138,7 @@ def test_read_rejects_counts_all_lists_some_and_keeps_exact_name_bytes(tmp_path)
 
 def test_thumbnails_of_rejected_inputs(tmp_path):
     whole = image_bytes("JPEG", size=(64, 48), seed=1)
-    (tmp_path / "cut.jpg").write_bytes(whole[:len(whole) * 2 // 3])
+    (tmp_path / "cut.jpg").write_bytes(whole[: len(whole) * 2 // 3])
     (tmp_path / "text.jpg").write_bytes(b"not an image")
     assert thumbs.file_uri(str(tmp_path / "cut.jpg"), 32).startswith("data:image/jpeg;base64,")
     assert thumbs.file_uri(str(tmp_path / "text.jpg"), 32) is None
@@ -129,11 +155,19 @@ def test_thumbnails_of_rejected_inputs(tmp_path):
 
 def test_page_escapes_user_text_and_survives_missing_shards(tmp_path):
     hostile = '<script>alert("x")</script>'
-    out = large_dataset.write(tmp_path / "d", examples=40, classes=2, per_class=1, rejects=2,
-                              splits={"train": (0.8, 2), "test": (0.2, 1)}, labels=[hostile, "b & c"])
+    out = large_dataset.write(
+        tmp_path / "d",
+        examples=40,
+        classes=2,
+        per_class=1,
+        rejects=2,
+        splits={"train": (0.8, 2), "test": (0.2, 1)},
+        labels=[hostile, "b & c"],
+    )
     with open(out / "rejects.jsonl", "a") as f:
-        f.write(json.dumps({"path": "<img src=x onerror=alert(1)>.jpg", "reason": "undecodable", "detail": "</div>"})
-                + "\n")
+        f.write(
+            json.dumps({"path": "<img src=x onerror=alert(1)>.jpg", "reason": "undecodable", "detail": "</div>"}) + "\n"
+        )
     os.remove(out / "train-00000-of-00002.tfrecord")  # the shard samples are read from
     html = build(str(out)).html
     assert hostile not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
@@ -144,8 +178,9 @@ def test_page_escapes_user_text_and_survives_missing_shards(tmp_path):
 
 
 def test_manifest_is_read_through_attributes(tmp_path):
-    out = large_dataset.write(tmp_path / "d", examples=40, classes=3, per_class=1, rejects=0,
-                              splits={"train": (0.8, 2), "test": (0.2, 1)})
+    out = large_dataset.write(
+        tmp_path / "d", examples=40, classes=3, per_class=1, rejects=0, splits={"train": (0.8, 2), "test": (0.2, 1)}
+    )
     m = load_manifest(str(out))
     assert m.examples == 40 and len(m.labels) == 3 and m.inputs.rejected == 0
     assert sorted(m.splits) == ["test", "train"] and m.splits["train"].shards[1].index == 1
@@ -157,8 +192,9 @@ def test_cli_errors_are_one_line(tmp_path, run_cli):
     assert missing.exit_code == 2 and f"Error: DATASET {tmp_path / 'nope'} does not exist" in missing.output
     not_dataset = run_cli("report", tmp_path)
     assert not_dataset.exit_code == 1
-    assert not_dataset.output.strip() == (f"Error: {tmp_path / 'manifest.json'} does not exist: {tmp_path} is not a "
-                                          "finished dataset")
+    assert not_dataset.output.strip() == (
+        f"Error: {tmp_path / 'manifest.json'} does not exist: {tmp_path} is not a finished dataset"
+    )
     bad_name = run_cli("report", tmp_path, "-o", tmp_path / "r.png")
     assert bad_name.exit_code == 2 and "must be an .html file name" in bad_name.output
     remote = run_cli("convert", tmp_path, "gs://bucket/out", "--report")
@@ -166,8 +202,9 @@ def test_cli_errors_are_one_line(tmp_path, run_cli):
 
 
 def test_cli_writes_the_page_where_asked(tmp_path, run_cli):
-    out = large_dataset.write(tmp_path / "d", examples=40, classes=3, per_class=1, rejects=0,
-                              splits={"train": (0.8, 2), "test": (0.2, 1)})
+    out = large_dataset.write(
+        tmp_path / "d", examples=40, classes=3, per_class=1, rejects=0, splits={"train": (0.8, 2), "test": (0.2, 1)}
+    )
     result = run_cli("report", out, "--output", tmp_path / "page.html")
     assert result.exit_code == 0 and result.output.startswith(f"wrote {tmp_path / 'page.html'} (")
     assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")
@@ -196,12 +233,20 @@ def test_report_imports_neither_tensorflow_nor_beam(tmp_path):
     import subprocess
     import sys
 
-    out = large_dataset.write(tmp_path / "d", examples=40, classes=3, per_class=1, rejects=1,
-                              splits={"train": (0.8, 2), "test": (0.2, 1)})
-    code = ("import sys; from prep.cli import main\n"
-            "try:\n    main(['report', sys.argv[1], '--verify'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('tensorflow', 'apache_beam', 'loaders.dataset') if m in sys.modules))")
+    out = large_dataset.write(
+        tmp_path / "d", examples=40, classes=3, per_class=1, rejects=1, splits={"train": (0.8, 2), "test": (0.2, 1)}
+    )
+    code = (
+        "import sys; from prep.cli import main\n"
+        "try:\n    main(['report', sys.argv[1], '--verify'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('tensorflow', 'apache_beam', 'loaders.dataset') if m in sys.modules))"
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": root})
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr

@@ -33,7 +33,7 @@ def prepared(tmp_path):
 
 def _record(src, spilled, result, path):
     offset, length, _, cut, image = result
-    return b"".join(read_record(str(src), path.encode(), spilled[offset:offset + length - image], cut, image))
+    return b"".join(read_record(str(src), path.encode(), spilled[offset : offset + length - image], cut, image))
 
 
 def test_a_kept_image_is_read_again_from_its_source_not_spilled(prepared):
@@ -46,14 +46,17 @@ def test_a_kept_image_is_read_again_from_its_source_not_spilled(prepared):
     offset, length, converted, cut, image = convert
     assert converted and (cut, image) == (0, 0)  # a converted image's whole record is spilled
     record = _record(src, spilled, convert, "a/convert.png")
-    assert len(record) == length and record == spilled[offset:offset + length]
+    assert len(record) == length and record == spilled[offset : offset + length]
 
 
-@pytest.mark.parametrize("change, detail", [
-    (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"\x00"), "its bytes differ"),
-    (lambda p: p.write_bytes(p.read_bytes() + b"\x00"), "its bytes differ"),
-    (os.remove, "file does not exist"),
-])
+@pytest.mark.parametrize(
+    "change, detail",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"\x00"), "its bytes differ"),
+        (lambda p: p.write_bytes(p.read_bytes() + b"\x00"), "its bytes differ"),
+        (os.remove, "file does not exist"),
+    ],
+)
 def test_a_source_changed_before_its_shard_is_written_is_an_error_not_a_corrupt_record(prepared, change, detail):
     src, spilled, (keep, _) = prepared
     change(src / "a" / "keep.jpg")
@@ -81,7 +84,9 @@ def test_an_input_swapped_for_a_fifo_after_its_stat_is_rejected_not_waited_on(tm
     os.mkfifo(fifo)
     real_stat = os.stat
     # The stat sees a regular file; by the time the file is opened it is a FIFO.
-    monkeypatch.setattr(spill.os, "stat", lambda p, *a, **k: real_stat(regular) if str(p) == str(fifo) else real_stat(p, *a, **k))
+    monkeypatch.setattr(
+        spill.os, "stat", lambda p, *a, **k: real_stat(regular) if str(p) == str(fifo) else real_stat(p, *a, **k)
+    )
     done, result = _finishes(lambda: spill.read_input(str(fifo)))
     assert done, "reading the FIFO blocked"
     assert result == ("unreadable", "not a regular file (a FIFO)")
@@ -181,9 +186,9 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     that wants keys refuses it)."""
     import numpy as np
 
-    from prep.core.run import dedupe_files
     from prep.core import content_keys as ck
     from prep.core.errors import ResumeError
+    from prep.core.run import dedupe_files
 
     src, tmp = tmp_path / "src", str(tmp_path / "tmp")
     (src / "a").mkdir(parents=True)
@@ -193,10 +198,12 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     (src / "a" / "large.png").write_bytes(image_bytes("PNG", size=(2400, 1800)))  # 1/8 of its JPEG: past LARGE
     refs = [InputRef(p, "a", None) for p in ("a/keep.jpg", "a/bad.jpg", "a/convert\udcff.png", "a/large.png")]
     work = WorkDir(tmp)
-    results, size, keyed = prepare_batch(PrepareOptions(str(src), ImageOptions(image_format="jpeg"), keys=True),
-                                         work, 3, refs, {"a": 0})
-    plain, plain_size, none = prepare_batch(PrepareOptions(str(src), ImageOptions(image_format="jpeg")),
-                                            WorkDir(str(tmp_path / "plain")), 3, refs, {"a": 0})
+    results, size, keyed = prepare_batch(
+        PrepareOptions(str(src), ImageOptions(image_format="jpeg"), keys=True), work, 3, refs, {"a": 0}
+    )
+    plain, plain_size, none = prepare_batch(
+        PrepareOptions(str(src), ImageOptions(image_format="jpeg")), WorkDir(str(tmp_path / "plain")), 3, refs, {"a": 0}
+    )
     assert (results, size, none) == (plain, plain_size, None)  # the same records, nothing after them
     with open(work.spill(3), "rb") as f:
         spilled = f.read()
@@ -208,10 +215,11 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
     stored = [(src / "a" / "keep.jpg").read_bytes()]
     for r, name in ((convert, b"a/convert\udcff.png"), (large, b"a/large.png")):
         offset, length, _, cut, image = r
-        framed = b"".join(read_record(str(src), name, spilled[offset:offset + length - image], cut, image))
+        framed = b"".join(read_record(str(src), name, spilled[offset : offset + length - image], cut, image))
         stored.append(ImageRecord.from_bytes(framed[12:-4]).encoded)
-    assert [ck.ContentKeys(keyed.sha256[32 * i:32 * (i + 1)].hex(), tuple(h)) for i, h in enumerate(keyed.hashes.tolist())] \
-        == [ck.image_keys(data) for data in stored]
+    assert [
+        ck.ContentKeys(keyed.sha256[32 * i : 32 * (i + 1)].hex(), tuple(h)) for i, h in enumerate(keyed.hashes.tolist())
+    ] == [ck.image_keys(data) for data in stored]
 
     rows = np.zeros(3, dedupe_files.KEY_ROWS)
     rows["spill"], rows["offset"], rows["hashes"] = 3, keyed.offsets, keyed.hashes

@@ -49,7 +49,9 @@ def test_without_a_remote_file_system_a_remote_path_is_an_os_error(installed):
 
 def test_local_paths_need_no_file_system(installed, tmp_path):
     storage.write_atomic(str(tmp_path / "a" / "f.bin"), b"data")
-    assert storage.read_bytes(str(tmp_path / "a" / "f.bin")) == b"data" and storage.list_names(str(tmp_path / "a")) == ["f.bin"]
+    assert storage.read_bytes(str(tmp_path / "a" / "f.bin")) == b"data" and storage.list_names(str(tmp_path / "a")) == [
+        "f.bin"
+    ]
     assert not storage.is_remote(str(tmp_path)) and storage.is_remote("s3://b/k")
 
 
@@ -58,7 +60,9 @@ def test_the_work_directory_builds_and_parses_spill_names():
     path = work.spill(spill_id(12, 3))
     assert path == "gs://bucket/out/.prep-tmp/spill/chunk-000012-0003.bin"
     assert parse_spill_name(path.rsplit("/", 1)[1]) == (12, 3)
-    assert parse_spill_name("chunk-000012.json") is None and parse_spill_name(path.rsplit("/", 1)[1] + ".x.part") is None
+    assert (
+        parse_spill_name("chunk-000012.json") is None and parse_spill_name(path.rsplit("/", 1)[1] + ".x.part") is None
+    )
 
 
 def test_write_atomic_leaves_nothing_when_the_rename_fails(tmp_path, monkeypatch):

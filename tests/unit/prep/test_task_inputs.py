@@ -19,11 +19,18 @@ from prep.core.task_inputs import NO_STRATUM, list_detection, list_segmentation,
 
 def _coco(tmp_path, images, annotations, categories=((5, "cat"), (9, "dog"))):
     path = tmp_path / "instances.json"
-    path.write_text(json.dumps({
-        "images": [{"id": i, "file_name": name, "width": 8, "height": 6} for i, name in images],
-        "annotations": [{"id": n, "image_id": i, "category_id": c, "bbox": box, "iscrowd": 0}
-                        for n, (i, c, box) in enumerate(annotations, 1)],
-        "categories": [{"id": i, "name": name} for i, name in categories]}))
+    path.write_text(
+        json.dumps(
+            {
+                "images": [{"id": i, "file_name": name, "width": 8, "height": 6} for i, name in images],
+                "annotations": [
+                    {"id": n, "image_id": i, "category_id": c, "bbox": box, "iscrowd": 0}
+                    for n, (i, c, box) in enumerate(annotations, 1)
+                ],
+                "categories": [{"id": i, "name": name} for i, name in categories],
+            }
+        )
+    )
     return str(path)
 
 
@@ -36,13 +43,19 @@ def _files(root, *names):
 def test_detection_listing_rejects_missing_and_unannotated_and_keeps_found_equal(tmp_path):
     src = tmp_path / "src"
     _files(src, "a.jpg", "b.png", "stray.jpg", ".hidden.jpg", "notes.txt")
-    ann = _coco(tmp_path, [(10, "a.jpg"), (11, "b.png"), (12, "gone.jpg")],
-                [(10, 5, [0, 0, 2, 2]), (10, 9, [3, 3, 2, 2]), (12, 9, [1, 1, 1, 1]), (11, 77, [1, 1, 1, 1])])
+    ann = _coco(
+        tmp_path,
+        [(10, "a.jpg"), (11, "b.png"), (12, "gone.jpg")],
+        [(10, 5, [0, 0, 2, 2]), (10, 9, [3, 3, 2, 2]), (12, 9, [1, 1, 1, 1]), (11, 77, [1, 1, 1, 1])],
+    )
     listing = list_detection(str(src), TaskOptions(ann), None, "auto", 0)
     assert listing.task == "detection" and listing.classes == ("cat", "dog")
     assert [(c.id, c.name, c.source_id) for c in listing.categories] == [(1, "cat", 5), (2, "dog", 9)]
     assert {r.path: r.reason for r in listing.rejects} == {
-        "gone.jpg": "missing_image", "stray.jpg": "not_annotated", ".hidden.jpg": "hidden"}
+        "gone.jpg": "missing_image",
+        "stray.jpg": "not_annotated",
+        ".hidden.jpg": "hidden",
+    }
     assert listing.found == 5  # notes.txt is no image: not an input
     refs = {r.path: r for r in listing.refs}
     assert json.loads(refs["a.jpg"].extra)["s"] == "10"
@@ -74,8 +87,9 @@ def test_stratified_rank_keys_order_the_staged_listing(tmp_path):
     src = tmp_path / "src"
     names = [f"{i}.jpg" for i in range(12)]
     _files(src, *names)
-    ann = _coco(tmp_path, [(i, n) for i, n in enumerate(names)],
-                [(i, 5 if i % 3 else 9, [0, 0, 2, 2]) for i in range(12)])
+    ann = _coco(
+        tmp_path, [(i, n) for i, n in enumerate(names)], [(i, 5 if i % 3 else 9, [0, 0, 2, 2]) for i in range(12)]
+    )
     listing = list_detection(str(src), TaskOptions(ann), None, "auto", 3)
     ordered = listing_order(listing.refs, 3)
     for group in ("cat", "dog"):
@@ -95,9 +109,13 @@ def test_segmentation_listing_pairs_masks_by_stem(tmp_path):
         list_segmentation(str(src), str(tmp_path / "nope"), ("bg",), "auto")
 
 
-@pytest.mark.parametrize("text, name", [("path,label\na.jpg,dog|cat\nb.jpg,cat\n", "l.csv"),
-                                        ('{"path": "a.jpg", "label": ["dog", "cat"]}\n'
-                                         '{"path": "b.jpg", "label": ["cat"]}\n', "l.jsonl")])
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("path,label\na.jpg,dog|cat\nb.jpg,cat\n", "l.csv"),
+        ('{"path": "a.jpg", "label": ["dog", "cat"]}\n{"path": "b.jpg", "label": ["cat"]}\n', "l.jsonl"),
+    ],
+)
 def test_multilabel_label_files(tmp_path, text, name):
     (tmp_path / name).write_text(text)
     listing = list_label_file(str(tmp_path), str(tmp_path / name))
@@ -114,12 +132,15 @@ def test_a_single_label_file_is_unchanged(tmp_path):
     assert listing.task == "classification" and listing.refs[0].fields() == ["a.jpg", "dog", None]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"annotations": "a.json", "masks": "m"}, "pass one of them"),
-    ({"bad_boxes": "maybe", "annotations": "a.json"}, "--bad-boxes must be one of"),
-    ({"skip_empty": True}, "--skip-empty applies to detection"),
-    ({"unannotated": "keep"}, "--unannotated applies to detection"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"annotations": "a.json", "masks": "m"}, "pass one of them"),
+        ({"bad_boxes": "maybe", "annotations": "a.json"}, "--bad-boxes must be one of"),
+        ({"skip_empty": True}, "--skip-empty applies to detection"),
+        ({"unannotated": "keep"}, "--unannotated applies to detection"),
+    ],
+)
 def test_task_options_name_the_bad_value(kwargs, message):
     with pytest.raises(OptionsError, match=message):
         TaskOptions(**kwargs)
@@ -129,14 +150,29 @@ def _manifest(strata_a, strata_b, task="detection"):
     shard = {"file": "", "index": 0, "bytes": 1, "sha256": "x", "class_counts": {"cat": 0}}
     shards = []
     for i, strata in enumerate((strata_a, strata_b)):
-        shards.append(dict(shard, file=f"train-0000{i}-of-00002.tfrecord", index=i,
-                           examples=sum(strata.values()), stratum_counts=strata))
+        shards.append(
+            dict(
+                shard,
+                file=f"train-0000{i}-of-00002.tfrecord",
+                index=i,
+                examples=sum(strata.values()),
+                stratum_counts=strata,
+            )
+        )
     n = sum(s["examples"] for s in shards)
-    return Manifest.from_json({
-        "format": "tfrecord-prep", "version": 1, "labels": ["cat"], "options": {}, "task": task,
-        "splits": {"train": {"examples": n, "bytes": 2, "num_shards": 2, "class_counts": {"cat": 0},
-                             "shards": shards}},
-        "inputs": {"found": n, "written": n, "rejected": 0, "capped": 0}})
+    return Manifest.from_json(
+        {
+            "format": "tfrecord-prep",
+            "version": 1,
+            "labels": ["cat"],
+            "options": {},
+            "task": task,
+            "splits": {
+                "train": {"examples": n, "bytes": 2, "num_shards": 2, "class_counts": {"cat": 0}, "shards": shards}
+            },
+            "inputs": {"found": n, "written": n, "rejected": 0, "capped": 0},
+        }
+    )
 
 
 def test_strata_balance_rule():
@@ -145,20 +181,36 @@ def test_strata_balance_rule():
     bad = _manifest({"cat": 4, NO_STRATUM: 0}, {"cat": 1, NO_STRATUM: 3})
     problems = strata_unbalanced(bad)
     assert problems and all("stratum" in m for _, m in problems)
-    wrong_sum = dataclasses.replace(good, splits={"train": dataclasses.replace(
-        good.splits["train"], shards=(dataclasses.replace(good.splits["train"].shards[0], examples=5),
-                                      good.splits["train"].shards[1]))})
+    wrong_sum = dataclasses.replace(
+        good,
+        splits={
+            "train": dataclasses.replace(
+                good.splits["train"],
+                shards=(
+                    dataclasses.replace(good.splits["train"].shards[0], examples=5),
+                    good.splits["train"].shards[1],
+                ),
+            )
+        },
+    )
     assert any("stratum_counts sum" in m for m in contradictions(wrong_sum))
 
 
 def test_an_images_stratum_is_its_rarest_label(tmp_path):
     src = tmp_path / "src"
     _files(src, "a.jpg", "b.jpg", "c.jpg", "d.jpg")
-    ann = _coco(tmp_path, [(1, "a.jpg"), (2, "b.jpg"), (3, "c.jpg"), (4, "d.jpg")],
-                [(1, 5, [0, 0, 2, 2]), (1, 9, [3, 3, 2, 2]), (2, 5, [0, 0, 2, 2]), (3, 5, [0, 0, 2, 2])])
+    ann = _coco(
+        tmp_path,
+        [(1, "a.jpg"), (2, "b.jpg"), (3, "c.jpg"), (4, "d.jpg")],
+        [(1, 5, [0, 0, 2, 2]), (1, 9, [3, 3, 2, 2]), (2, 5, [0, 0, 2, 2]), (3, 5, [0, 0, 2, 2])],
+    )
     listing = list_detection(str(src), TaskOptions(ann), None, "auto", 0)
-    assert {r.path: r.label for r in listing.refs} == {"a.jpg": "dog", "b.jpg": "cat", "c.jpg": "cat",
-                                                       "d.jpg": NO_STRATUM}
+    assert {r.path: r.label for r in listing.refs} == {
+        "a.jpg": "dog",
+        "b.jpg": "cat",
+        "c.jpg": "cat",
+        "d.jpg": NO_STRATUM,
+    }
 
 
 def test_kept_unannotated_images_get_ids_after_every_index_without_coco_ids(tmp_path):

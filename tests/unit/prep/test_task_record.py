@@ -7,20 +7,31 @@ from prep.core.errors import RecordError
 from prep.core.task_record import BoxObject, TaskRecord
 from prep.core.wire import decode_example, encode_example
 
-OBJECTS = (BoxObject(1, "cat", 0.125, 0.25, 0.5, 0.75, 96.0, 0, 1, b"png-a"),
-           BoxObject(3, "dog", 0.0, 0.5, 1.0, 1.0, 1024.0, 1, 0, b"png-b"))
+OBJECTS = (
+    BoxObject(1, "cat", 0.125, 0.25, 0.5, 0.75, 96.0, 0, 1, b"png-a"),
+    BoxObject(3, "dog", 0.0, 0.5, 1.0, 1.0, 1024.0, 1, 0, b"png-b"),
+)
 COMMON = dict(format="jpeg", height=64, width=32, channels=3, filename="a/b.jpg")
 
 
-@pytest.mark.parametrize("record", [
-    TaskRecord.build("detection", b"\xff\xd8jpeg", **COMMON, source_id="17", objects=OBJECTS, masks=True),
-    TaskRecord.build("detection", b"\xff\xd8jpeg", **COMMON, source_id="18",
-                     objects=tuple(o.__class__(**{**o.__dict__, "mask": None}) for o in OBJECTS)),
-    TaskRecord.build("detection", b"\xff\xd8jpeg", **COMMON, source_id="19"),  # an image without objects
-    TaskRecord.build("multilabel", b"\x89PNG", **COMMON, labels=(0, 4), texts=("a", "é")),
-    TaskRecord.build("multilabel", b"\x89PNG", **COMMON),
-    TaskRecord.build("segmentation", b"\x89PNG", **COMMON, source_id="3", segmentation=b"\x89PNG mask"),
-], ids=["masks", "boxes", "empty", "multilabel", "no-labels", "segmentation"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        TaskRecord.build("detection", b"\xff\xd8jpeg", **COMMON, source_id="17", objects=OBJECTS, masks=True),
+        TaskRecord.build(
+            "detection",
+            b"\xff\xd8jpeg",
+            **COMMON,
+            source_id="18",
+            objects=tuple(o.__class__(**{**o.__dict__, "mask": None}) for o in OBJECTS),
+        ),
+        TaskRecord.build("detection", b"\xff\xd8jpeg", **COMMON, source_id="19"),  # an image without objects
+        TaskRecord.build("multilabel", b"\x89PNG", **COMMON, labels=(0, 4), texts=("a", "é")),
+        TaskRecord.build("multilabel", b"\x89PNG", **COMMON),
+        TaskRecord.build("segmentation", b"\x89PNG", **COMMON, source_id="3", segmentation=b"\x89PNG mask"),
+    ],
+    ids=["masks", "boxes", "empty", "multilabel", "no-labels", "segmentation"],
+)
 def test_round_trip_and_tensorflow_reads_the_same(record):
     import tensorflow as tf
 
@@ -33,8 +44,9 @@ def test_round_trip_and_tensorflow_reads_the_same(record):
         assert list(f[s.OBJECT_LABEL].int64_list.value) == [o.label for o in record.objects]
         assert list(f[s.OBJECT_XMIN].float_list.value) == [o.xmin for o in record.objects]
         # tfds' BBoxFeature layout, the same boxes: [ymin, xmin, ymax, xmax] per object
-        assert list(f[s.OBJECT_BBOX].float_list.value) == [v for o in record.objects
-                                                           for v in (o.ymin, o.xmin, o.ymax, o.xmax)]
+        assert list(f[s.OBJECT_BBOX].float_list.value) == [
+            v for o in record.objects for v in (o.ymin, o.xmin, o.ymax, o.xmax)
+        ]
         assert TaskRecord.from_bytes(data, record.task).bbox == record.yxyx()
         assert list(f[s.OBJECT_CROWD].int64_list.value) == [o.crowd for o in record.objects]
         assert (s.OBJECT_MASK in f) == record.masks
@@ -62,8 +74,9 @@ def test_a_missing_key_is_named():
 
 def test_masks_for_some_objects_only_are_refused():
     with pytest.raises(ValueError, match="every object or for none"):
-        TaskRecord.build("detection", b"x", **COMMON, objects=(OBJECTS[0], BoxObject(1, "cat", 0, 0, 1, 1, 1.0)),
-                         masks=True)
+        TaskRecord.build(
+            "detection", b"x", **COMMON, objects=(OBJECTS[0], BoxObject(1, "cat", 0, 0, 1, 1, 1.0)), masks=True
+        )
 
 
 def test_a_record_without_the_tfds_box_list_parses_with_bbox_none():

@@ -9,11 +9,16 @@ from tests.support import task_datasets as td
 
 
 def test_each_task_names_its_label_file_and_overwrite_knows_them_all(tmp_path):
-    outs = {"detection": td.detection_dataset(tmp_path / "det"), "segmentation": td.segmentation_dataset(tmp_path / "seg"),
-            "multilabel": td.multilabel_dataset(tmp_path / "ml")}
-    expected = {"detection": "image.object-class.label.labels.txt",  # class/label inside image/object
-                "segmentation": "image.segmentation.class.encoded.labels.txt",
-                "multilabel": "image.class.label.labels.txt"}
+    outs = {
+        "detection": td.detection_dataset(tmp_path / "det"),
+        "segmentation": td.segmentation_dataset(tmp_path / "seg"),
+        "multilabel": td.multilabel_dataset(tmp_path / "ml"),
+    }
+    expected = {
+        "detection": "image.object-class.label.labels.txt",  # class/label inside image/object
+        "segmentation": "image.segmentation.class.encoded.labels.txt",
+        "multilabel": "image.class.label.labels.txt",
+    }
     for task, out in outs.items():
         manifest = Manifest.load(str(out))
         files = tfds_meta.files(manifest)

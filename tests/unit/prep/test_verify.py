@@ -24,8 +24,9 @@ def dataset(tmp_path_factory):
     """63 images in 3 classes, split 60/20/20, 3 shards per split: 9 shards, ~68 KB."""
     root = tmp_path_factory.mktemp("verify")
     write_class_tree(root / "src", {"cat": 23, "dog": 31, "owl": 9}, size=(16, 12))
-    return datasets.convert(root / "src", root / "out", "--split", "train=0.6,validation=0.2,test=0.2",
-                            "--num-shards", 3)
+    return datasets.convert(
+        root / "src", root / "out", "--split", "train=0.6,validation=0.2,test=0.2", "--num-shards", 3
+    )
 
 
 @pytest.fixture
@@ -64,18 +65,37 @@ def test_fresh_dataset_passes(dataset, run_cli):
 def test_json_report(out, run_cli):
     fresh = json.loads(run_cli("verify", out, "--json").output)
     assert fresh["verdict"] == "ok" and fresh["problems"] == [] and fresh["version"] == 1
-    assert fresh["splits"]["train"] == {"shards": 3, "examples": 38, "bytes": fresh["splits"]["train"]["bytes"],
-                                        "class_counts": {"cat": 14, "dog": 19, "owl": 5}, "problems": 0}
+    assert fresh["splits"]["train"] == {
+        "shards": 3,
+        "examples": 38,
+        "bytes": fresh["splits"]["train"]["bytes"],
+        "class_counts": {"cat": 14, "dog": 19, "owl": 5},
+        "problems": 0,
+    }
     (out / "test-00002-of-00003.tfrecord").unlink()
     result = run_cli("verify", out, "--json")
     assert result.exit_code == 1
     report = json.loads(result.output)
     assert report["verdict"] == "problems"
-    assert report["problems"] == [{"file": "test-00002-of-00003.tfrecord", "record": None,
-                                   "message": "missing: the manifest names it but OUTPUT has no such file"}]
+    assert report["problems"] == [
+        {
+            "file": "test-00002-of-00003.tfrecord",
+            "record": None,
+            "message": "missing: the manifest names it but OUTPUT has no such file",
+        }
+    ]
     assert report["splits"]["test"]["problems"] == 1 and report["splits"]["test"]["shards"] == 2
-    assert set(report) == {"version", "output", "verdict", "deep", "problems", "splits", "bytes_read", "seconds",
-                           "target"}
+    assert set(report) == {
+        "version",
+        "output",
+        "verdict",
+        "deep",
+        "problems",
+        "splits",
+        "bytes_read",
+        "seconds",
+        "target",
+    }
     assert report["target"] is None  # converted with no --target, and none asked
 
 
@@ -86,7 +106,7 @@ def flip_target(dataset, tmp_path_factory):
     shards = [s["file"] for info in datasets.load(work)["splits"].values() for s in info["shards"]]
     sizes = [(work / f).stat().st_size for f in shards]
     starts = {f: datasets.record_starts(work / f) for f in shards}
-    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
     return work, shards, ends, starts
 
 
@@ -134,16 +154,19 @@ def test_truncated_shard(out):
     data = path.read_bytes()
     starts = datasets.record_starts(path)
     size = f"size is {{}} bytes, the manifest says {len(data)}"
-    path.write_bytes(data[:starts[7] + 5])  # inside record 7's header
+    path.write_bytes(data[: starts[7] + 5])  # inside record 7's header
     found = problems(out)
     assert found[0] == (SHARD, None, size.format(starts[7] + 5))
     assert found[1][:2] == (SHARD, None) and found[1][2].startswith("sha256 is ")
     assert found[2] == (SHARD, 7, f"truncated header (5 of 12 bytes); the record starts at byte {starts[7]}")
     assert len(found) == 3  # counts and balance are not judged on a shard read in part
     path.write_bytes(data[:-1])
-    assert problems(out)[2][1:] == (len(starts) - 1, f"truncated record ({len(data) - starts[-1] - 13} of "
-                                    f"{len(data) - starts[-1] - 12} bytes); the record starts at byte {starts[-1]}")
-    path.write_bytes(data[:starts[-1]])  # cut at a record boundary: the framing is fine, the count is not
+    assert problems(out)[2][1:] == (
+        len(starts) - 1,
+        f"truncated record ({len(data) - starts[-1] - 13} of "
+        f"{len(data) - starts[-1] - 12} bytes); the record starts at byte {starts[-1]}",
+    )
+    path.write_bytes(data[: starts[-1]])  # cut at a record boundary: the framing is fine, the count is not
     found = problems(out)
     assert (SHARD, None, f"holds {len(starts) - 1} records, the manifest says {len(starts)}") in found
     assert any("records per class differ from the manifest" in m for _, _, m in found)
@@ -197,8 +220,12 @@ def test_manifest_that_contradicts_its_shard_names(out):
     datasets.save(out, manifest)
     assert problems(out) == [
         ("manifest.json", None, "labels repeat a class name"),
-        ("manifest.json", None, "split test: shard 2 of 3 must be test-00002-of-00003.tfrecord with index 2, "
-                                "not test-00002-of-00004.tfrecord with index 2"),
+        (
+            "manifest.json",
+            None,
+            "split test: shard 2 of 3 must be test-00002-of-00003.tfrecord with index 2, "
+            "not test-00002-of-00004.tfrecord with index 2",
+        ),
         ("manifest.json", None, "split train: num_shards is 4 but 3 shards are listed"),
         ("test-00002-of-00004.tfrecord", None, "missing: the manifest names it but OUTPUT has no such file"),
         ("test-00002-of-00003.tfrecord", None, "unexpected shard file: the manifest does not name it"),
@@ -219,8 +246,11 @@ def test_unbalanced_shards(out):
     found = problems(out)
     sizes = [len(s) for s in shards]  # 14, 12, 12 (from 13, 13, 12)
     assert sizes == [14, 12, 12]
-    assert ("train-00000-of-00003.tfrecord", None, "unbalanced: holds 14 records; split train has 38 records "
-            "in 3 shards, so each must hold 12 or 13") in found
+    assert (
+        "train-00000-of-00003.tfrecord",
+        None,
+        "unbalanced: holds 14 records; split train has 38 records in 3 shards, so each must hold 12 or 13",
+    ) in found
     assert all(m.startswith("unbalanced: ") and f.startswith("train-") for f, _, m in found)
     assert verify(str(out)).splits["train"].examples == 38
 
@@ -235,15 +265,25 @@ def test_unbalanced_classes_with_balanced_shard_sizes(out):
     datasets.rewrite_split(out, "train", shards)
     found = problems(out)
     assert found and all(f in ("train-00000-of-00003.tfrecord", "train-00001-of-00003.tfrecord") for f, _, _ in found)
-    assert any("holds" in m and "of class 'cat'; split train has 14 of class 'cat' in 3 shards, so each must hold "
-               "4 or 5" in m for _, _, m in found)
+    assert any(
+        "holds" in m and "of class 'cat'; split train has 14 of class 'cat' in 3 shards, so each must hold 4 or 5" in m
+        for _, _, m in found
+    )
     assert any("of class 'dog'" in m for _, _, m in found)
     assert not any(m.startswith("unbalanced: holds 1") and "records;" in m for _, _, m in found)
 
 
 def _record(**changes) -> bytes:
-    fields = dict(encoded=image_bytes("JPEG", size=(16, 12), seed=7), format="jpeg", height=12, width=16,
-                  channels=3, label=0, text="cat", filename="cat/x.jpg")
+    fields = dict(
+        encoded=image_bytes("JPEG", size=(16, 12), seed=7),
+        format="jpeg",
+        height=12,
+        width=16,
+        channels=3,
+        label=0,
+        text="cat",
+        filename="cat/x.jpg",
+    )
     fields.update(changes)
     record = ImageRecord.build(**fields)
     return record.to_bytes()
@@ -264,8 +304,11 @@ def test_records_that_break_the_schema(out):
         (file1, 0, "image/format is 'gif', not one of jpeg, png"),
         (file1, 0, "image/channels is 4, not 1 or 3"),
         # Records without a class are in no class count of the manifest, and verify says so.
-        ("manifest.json", None, f"{file0}: examples is {len(shards[0])} but its class_counts sum to "
-                                f"{len(shards[0]) - 2}"),
+        (
+            "manifest.json",
+            None,
+            f"{file0}: examples is {len(shards[0])} but its class_counts sum to {len(shards[0]) - 2}",
+        ),
         (file0, None, "records per class differ from the manifest: <label 7> 1 (manifest 0)"),
     }
     found = set(problems(out))
@@ -279,8 +322,16 @@ def test_deep_decodes_every_image(out):
     cat = [i for i, d in enumerate(shards[2]) if ImageRecord.from_bytes(d).label == 0][0]
     shards[2][cat] = _record(height=13)
     good = ImageRecord.from_bytes(shards[0][0])
-    shards[0][0] = ImageRecord.build(b"\xff\xd8 not really a jpeg", "jpeg", good.height, good.width, good.channels,
-                                     good.label, good.text, good.filename).to_bytes()
+    shards[0][0] = ImageRecord.build(
+        b"\xff\xd8 not really a jpeg",
+        "jpeg",
+        good.height,
+        good.width,
+        good.channels,
+        good.label,
+        good.text,
+        good.filename,
+    ).to_bytes()
     record = ImageRecord.from_bytes(shards[0][1])
     shards[0][1] = dataclasses.replace(record, sha256="0" * 64).to_bytes()
     png = ImageRecord.from_bytes(shards[1][0])
@@ -303,21 +354,34 @@ def test_deep_keeps_to_the_datasets_max_pixels(out):
     datasets.save(out, manifest)
     found = problems(out, deep=True)
     assert len(found) == 63 and {m for _, _, m in found} == {
-        "image has 16x12 pixels, more than the dataset's max_pixels 191"}
+        "image has 16x12 pixels, more than the dataset's max_pixels 191"
+    }
     assert problems(out) == []
 
 
-@pytest.mark.parametrize("damage, line", [
-    (lambda o: (o / "manifest.json").unlink(), "manifest.json: does not exist: {o} is not a finished dataset"),
-    (lambda o: (o / "manifest.json").write_text("{"), "manifest.json: is not valid JSON: Expecting property name "
-                                                       "enclosed in double quotes: line 1 column 2 (char 1)"),
-    (lambda o: datasets.save(o, {**datasets.load(o), "version": 3}),
-     "manifest.json: has version 3; this tool reads versions 1, 2"),
-    (lambda o: datasets.save(o, {**datasets.load(o), "format": "tfds"}),
-     "manifest.json: is not a tfrecord-prep manifest"),
-    (lambda o: datasets.save(o, {**datasets.load(o), "labels": "cat"}),
-     "manifest.json: is malformed: labels must be a list, got 'cat'"),
-])
+@pytest.mark.parametrize(
+    "damage, line",
+    [
+        (lambda o: (o / "manifest.json").unlink(), "manifest.json: does not exist: {o} is not a finished dataset"),
+        (
+            lambda o: (o / "manifest.json").write_text("{"),
+            "manifest.json: is not valid JSON: Expecting property name "
+            "enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        (
+            lambda o: datasets.save(o, {**datasets.load(o), "version": 3}),
+            "manifest.json: has version 3; this tool reads versions 1, 2",
+        ),
+        (
+            lambda o: datasets.save(o, {**datasets.load(o), "format": "tfds"}),
+            "manifest.json: is not a tfrecord-prep manifest",
+        ),
+        (
+            lambda o: datasets.save(o, {**datasets.load(o), "labels": "cat"}),
+            "manifest.json: is malformed: labels must be a list, got 'cat'",
+        ),
+    ],
+)
 def test_manifest_problems_exit_1(out, run_cli, damage, line):
     damage(out)
     result = run_cli("verify", out)
@@ -325,13 +389,16 @@ def test_manifest_problems_exit_1(out, run_cli, damage, line):
     assert result.output.splitlines() == ["problems:", "  " + line.format(o=out), "FAILED: 1 problem in 1 file"]
 
 
-@pytest.mark.parametrize("args, error", [
-    (lambda t: ["verify", t / "nope"], "Error: OUTPUT {t}/nope does not exist"),
-    (lambda t: ["verify", t / "file.txt"], "Error: OUTPUT {t}/file.txt is not a folder"),
-    (lambda t: ["verify", t, "--workers", 0], "Error: Invalid value for '--workers': 0 is not in the range x>=1."),
-    (lambda t: ["verify", t, "--fast"], "Error: No such option '--fast'."),
-    (lambda t: ["verify"], "Error: Missing argument 'OUTPUT'."),
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (lambda t: ["verify", t / "nope"], "Error: OUTPUT {t}/nope does not exist"),
+        (lambda t: ["verify", t / "file.txt"], "Error: OUTPUT {t}/file.txt is not a folder"),
+        (lambda t: ["verify", t, "--workers", 0], "Error: Invalid value for '--workers': 0 is not in the range x>=1."),
+        (lambda t: ["verify", t, "--fast"], "Error: No such option '--fast'."),
+        (lambda t: ["verify"], "Error: Missing argument 'OUTPUT'."),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, run_cli, args, error):
     (tmp_path / "file.txt").write_text("x")
     result = run_cli(*args(tmp_path))
@@ -366,21 +433,31 @@ def test_hashing_reader_serves_the_same_bytes_it_hashes(block):
     assert reader.sha256.hexdigest() == hashlib.sha256(blob).hexdigest() and reader.size == len(blob)
 
 
-@pytest.mark.parametrize("counts, bad", [
-    ([{"a": 2, "b": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 2}], []),  # sizes 3,2,3 of 8 in 3; a 2,1,1; b 1,1,2
-    ([{"a": 3}, {"a": 1}], [("s0", "holds 3 records; split train has 4 records in 2 shards, so each must hold 2"),
-                            ("s1", "holds 1 records; split train has 4 records in 2 shards, so each must hold 2"),
-                            ("s0", "holds 3 of class 'a'; split train has 4 of class 'a' in 2 shards, so each must "
-                                   "hold 2"),
-                            ("s1", "holds 1 of class 'a'; split train has 4 of class 'a' in 2 shards, so each must "
-                                   "hold 2")]),
-    ([{"a": 2, "b": 0}, {"a": 0, "b": 2}], [
-        ("s0", "holds 2 of class 'a'; split train has 2 of class 'a' in 2 shards, so each must hold 1"),
-        ("s1", "holds 0 of class 'a'; split train has 2 of class 'a' in 2 shards, so each must hold 1"),
-        ("s0", "holds 0 of class 'b'; split train has 2 of class 'b' in 2 shards, so each must hold 1"),
-        ("s1", "holds 2 of class 'b'; split train has 2 of class 'b' in 2 shards, so each must hold 1")]),
-    ([{"a": 1}, {}, {}], []),  # one example, three shards: 1, 0, 0 is balanced
-])
+@pytest.mark.parametrize(
+    "counts, bad",
+    [
+        ([{"a": 2, "b": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 2}], []),  # sizes 3,2,3 of 8 in 3; a 2,1,1; b 1,1,2
+        (
+            [{"a": 3}, {"a": 1}],
+            [
+                ("s0", "holds 3 records; split train has 4 records in 2 shards, so each must hold 2"),
+                ("s1", "holds 1 records; split train has 4 records in 2 shards, so each must hold 2"),
+                ("s0", "holds 3 of class 'a'; split train has 4 of class 'a' in 2 shards, so each must hold 2"),
+                ("s1", "holds 1 of class 'a'; split train has 4 of class 'a' in 2 shards, so each must hold 2"),
+            ],
+        ),
+        (
+            [{"a": 2, "b": 0}, {"a": 0, "b": 2}],
+            [
+                ("s0", "holds 2 of class 'a'; split train has 2 of class 'a' in 2 shards, so each must hold 1"),
+                ("s1", "holds 0 of class 'a'; split train has 2 of class 'a' in 2 shards, so each must hold 1"),
+                ("s0", "holds 0 of class 'b'; split train has 2 of class 'b' in 2 shards, so each must hold 1"),
+                ("s1", "holds 2 of class 'b'; split train has 2 of class 'b' in 2 shards, so each must hold 1"),
+            ],
+        ),
+        ([{"a": 1}, {}, {}], []),  # one example, three shards: 1, 0, 0 is balanced
+    ],
+)
 def test_balance_rule(counts, bad):
     files = [f"s{i}" for i in range(len(counts))]
     assert [(p.file, p.message.removeprefix("unbalanced: ")) for p in balance_problems("train", files, counts)] == bad

@@ -42,7 +42,7 @@ def test_generated_pictures_do_not_look_alike():
     from prep.core import content_keys
 
     hashes = [content_keys.image_keys(simfs.image_bytes(c, n)).hashes[0] for c in range(2) for n in range(40)]
-    nearest = min(bin(int(a) ^ int(b)).count("1") for i, a in enumerate(hashes) for b in hashes[i + 1:])
+    nearest = min(bin(int(a) ^ int(b)).count("1") for i, a in enumerate(hashes) for b in hashes[i + 1 :])
     assert nearest > content_keys.NEAR_DISTANCE
 
 

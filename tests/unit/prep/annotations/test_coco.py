@@ -18,15 +18,30 @@ def write(tmp_path, doc, name="instances.json"):
 
 def doc(**changes):
     base = {
-        "images": [{"id": 7, "file_name": "a.jpg", "width": 40, "height": 30},
-                   {"id": 9, "file_name": "sub/b.jpg", "width": 20, "height": 10},
-                   {"id": 11, "file_name": "empty.jpg", "width": 8, "height": 8}],
+        "images": [
+            {"id": 7, "file_name": "a.jpg", "width": 40, "height": 30},
+            {"id": 9, "file_name": "sub/b.jpg", "width": 20, "height": 10},
+            {"id": 11, "file_name": "empty.jpg", "width": 8, "height": 8},
+        ],
         "categories": [{"id": 90, "name": "zebra"}, {"id": 3, "name": "cat"}, {"id": 17, "name": "dog"}],
         "annotations": [
-            {"id": 1, "image_id": 7, "category_id": 17, "bbox": [1, 2, 10, 5], "area": 50, "iscrowd": 0,
-             "segmentation": [[1, 2, 11, 2, 11, 7, 1, 7]]},
-            {"id": 2, "image_id": 7, "category_id": 90, "bbox": [0, 0, 4, 4], "iscrowd": 1,
-             "segmentation": {"size": [30, 40], "counts": [0, 4, 26, 4, 1166]}},
+            {
+                "id": 1,
+                "image_id": 7,
+                "category_id": 17,
+                "bbox": [1, 2, 10, 5],
+                "area": 50,
+                "iscrowd": 0,
+                "segmentation": [[1, 2, 11, 2, 11, 7, 1, 7]],
+            },
+            {
+                "id": 2,
+                "image_id": 7,
+                "category_id": 90,
+                "bbox": [0, 0, 4, 4],
+                "iscrowd": 1,
+                "segmentation": {"size": [30, 40], "counts": [0, 4, 26, 4, 1166]},
+            },
             {"id": 3, "image_id": 9, "category_id": 3, "bbox": [2.5, 1.5, 3, 2]},
         ],
     }
@@ -55,18 +70,27 @@ def test_detected_from_json_suffix_and_classes_restrict(tmp_path):
     assert [(p.path, p.reason, p.box) for p in got.problems] == [("a.jpg", "unknown_class", 1)]
 
 
-@pytest.mark.parametrize("annotation, reason, where", [
-    ({"id": 5, "image_id": 99, "category_id": 3, "bbox": [0, 0, 1, 1]}, "unknown_image", ("instances.json", 3)),
-    ({"id": 5, "category_id": 3, "bbox": [0, 0, 1, 1]}, "bad_annotation", ("instances.json", 3)),
-    ({"id": 5, "image_id": 9, "category_id": 4, "bbox": [0, 0, 1, 1]}, "unknown_category", ("sub/b.jpg", 1)),
-    ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1]}, "bad_box", ("sub/b.jpg", 1)),
-    ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, "x", 1, 1]}, "bad_box", ("sub/b.jpg", 1)),
-    ({"id": 5, "image_id": 9, "category_id": 3}, "bad_box", ("sub/b.jpg", 1)),
-    ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1, 1], "segmentation": [[1, 2, 3]]},
-     "bad_segmentation", ("sub/b.jpg", 1)),
-    ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1, 1], "segmentation": {"counts": [1]}},
-     "bad_segmentation", ("sub/b.jpg", 1)),
-])
+@pytest.mark.parametrize(
+    "annotation, reason, where",
+    [
+        ({"id": 5, "image_id": 99, "category_id": 3, "bbox": [0, 0, 1, 1]}, "unknown_image", ("instances.json", 3)),
+        ({"id": 5, "category_id": 3, "bbox": [0, 0, 1, 1]}, "bad_annotation", ("instances.json", 3)),
+        ({"id": 5, "image_id": 9, "category_id": 4, "bbox": [0, 0, 1, 1]}, "unknown_category", ("sub/b.jpg", 1)),
+        ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1]}, "bad_box", ("sub/b.jpg", 1)),
+        ({"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, "x", 1, 1]}, "bad_box", ("sub/b.jpg", 1)),
+        ({"id": 5, "image_id": 9, "category_id": 3}, "bad_box", ("sub/b.jpg", 1)),
+        (
+            {"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1, 1], "segmentation": [[1, 2, 3]]},
+            "bad_segmentation",
+            ("sub/b.jpg", 1),
+        ),
+        (
+            {"id": 5, "image_id": 9, "category_id": 3, "bbox": [0, 0, 1, 1], "segmentation": {"counts": [1]}},
+            "bad_segmentation",
+            ("sub/b.jpg", 1),
+        ),
+    ],
+)
 def test_unusable_annotation_has_its_reason(tmp_path, annotation, reason, where):
     d = doc()
     d["annotations"].append(annotation)
@@ -84,18 +108,27 @@ def test_image_outside_source_is_a_problem(tmp_path):
     assert [(p.path, p.reason, p.box) for p in got.problems] == [("../x.jpg", "outside_source", None)]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{not json", "not JSON"),
-    ("[]", "not a JSON object"),
-    (json.dumps({"categories": [], "annotations": []}), "no 'images' list"),
-    (json.dumps(doc(annotations={})), "'annotations' is not a list"),
-    (json.dumps(doc(categories=[{"id": "3", "name": "cat"}])), "categories[0] has no integer 'id'"),
-    (json.dumps(doc(categories=[{"id": 3, "name": "cat"}, {"id": 3, "name": "dog"}])), "category id 3 is given twice"),
-    (json.dumps(doc(categories=[{"id": 3, "name": "cat"}, {"id": 4, "name": "cat"}])), "name 'cat' is given twice"),
-    (json.dumps(doc(images=[{"id": 1}])), "images[0] has no 'id' and non-empty 'file_name'"),
-    (json.dumps(doc(images=[{"id": 1, "file_name": "a"}, {"id": 1, "file_name": "b"}])), "image id 1 is given twice"),
-    (json.dumps(doc(images=[{"id": 1, "file_name": "a"}, {"id": 2, "file_name": "./a"}])), "both name 'a'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "not JSON"),
+        ("[]", "not a JSON object"),
+        (json.dumps({"categories": [], "annotations": []}), "no 'images' list"),
+        (json.dumps(doc(annotations={})), "'annotations' is not a list"),
+        (json.dumps(doc(categories=[{"id": "3", "name": "cat"}])), "categories[0] has no integer 'id'"),
+        (
+            json.dumps(doc(categories=[{"id": 3, "name": "cat"}, {"id": 3, "name": "dog"}])),
+            "category id 3 is given twice",
+        ),
+        (json.dumps(doc(categories=[{"id": 3, "name": "cat"}, {"id": 4, "name": "cat"}])), "name 'cat' is given twice"),
+        (json.dumps(doc(images=[{"id": 1}])), "images[0] has no 'id' and non-empty 'file_name'"),
+        (
+            json.dumps(doc(images=[{"id": 1, "file_name": "a"}, {"id": 1, "file_name": "b"}])),
+            "image id 1 is given twice",
+        ),
+        (json.dumps(doc(images=[{"id": 1, "file_name": "a"}, {"id": 2, "file_name": "./a"}])), "both name 'a'"),
+    ],
+)
 def test_malformed_file_is_a_one_line_source_error(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(SourceError) as err:

@@ -28,8 +28,14 @@ def write_coco(path):
     for n, (rel, (size, boxes)) in enumerate(sorted(DATASET.items())):
         images.append({"id": 100 + n, "file_name": rel, "width": size[0], "height": size[1]})
         for label, (x0, y0, x1, y1) in boxes:
-            annotations.append({"id": len(annotations) + 1, "image_id": 100 + n,
-                                "category_id": 10 * (NAMES.index(label) + 1), "bbox": [x0, y0, x1 - x0, y1 - y0]})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": 100 + n,
+                    "category_id": 10 * (NAMES.index(label) + 1),
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                }
+            )
     categories = [{"id": 10 * (i + 1), "name": name} for i, name in enumerate(NAMES)]
     path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
 
@@ -38,21 +44,29 @@ def write_voc(folder):
     for rel, (size, boxes) in DATASET.items():
         objects = "".join(
             f"<object><name>{label}</name><difficult>0</difficult><bndbox><xmin>{x0 + 1}</xmin><ymin>{y0 + 1}</ymin>"
-            f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>" for label, (x0, y0, x1, y1) in boxes)
+            f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
+            for label, (x0, y0, x1, y1) in boxes
+        )
         xml = folder / rel.replace(".png", ".xml")
         xml.parent.mkdir(parents=True, exist_ok=True)
         name = rel.split("/")[-1]
-        xml.write_text(f"<annotation><filename>{name}</filename><size><width>{size[0]}</width>"
-                       f"<height>{size[1]}</height><depth>3</depth></size>{objects}</annotation>")
+        xml.write_text(
+            f"<annotation><filename>{name}</filename><size><width>{size[0]}</width>"
+            f"<height>{size[1]}</height><depth>3</depth></size>{objects}</annotation>"
+        )
 
 
 def write_yolo(folder, yaml=False):
     for rel, ((w, h), boxes) in DATASET.items():
         txt = folder / rel.replace(".png", ".txt")
         txt.parent.mkdir(parents=True, exist_ok=True)
-        txt.write_text("".join(
-            f"{NAMES.index(label)} {(x0 + x1) / 2 / w:.9f} {(y0 + y1) / 2 / h:.9f} {(x1 - x0) / w:.9f} "
-            f"{(y1 - y0) / h:.9f}\n" for label, (x0, y0, x1, y1) in boxes))
+        txt.write_text(
+            "".join(
+                f"{NAMES.index(label)} {(x0 + x1) / 2 / w:.9f} {(y0 + y1) / 2 / h:.9f} {(x1 - x0) / w:.9f} "
+                f"{(y1 - y0) / h:.9f}\n"
+                for label, (x0, y0, x1, y1) in boxes
+            )
+        )
     if yaml:
         (folder / "data.yaml").write_text("names:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(NAMES)))
     else:
@@ -69,8 +83,9 @@ def write_csv(path):
 def write_jsonl(path):
     rows = []
     for rel, (_, boxes) in DATASET.items():
-        rows += [dict(path=rel, label=label, xmin=x0, ymin=y0, xmax=x1, ymax=y1)
-                 for label, (x0, y0, x1, y1) in boxes] or [{"path": rel}]
+        rows += [
+            dict(path=rel, label=label, xmin=x0, ymin=y0, xmax=x1, ymax=y1) for label, (x0, y0, x1, y1) in boxes
+        ] or [{"path": rel}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -84,9 +99,14 @@ def formats(tmp_path):
     write_yolo(tmp_path / "yolo_yaml", yaml=True)
     write_csv(tmp_path / "boxes.csv")
     write_jsonl(tmp_path / "boxes.jsonl")
-    return source, {"coco": tmp_path / "instances.json", "voc": tmp_path / "voc", "yolo": tmp_path / "yolo",
-                    "yolo_yaml": tmp_path / "yolo_yaml", "csv": tmp_path / "boxes.csv",
-                    "jsonl": tmp_path / "boxes.jsonl"}
+    return source, {
+        "coco": tmp_path / "instances.json",
+        "voc": tmp_path / "voc",
+        "yolo": tmp_path / "yolo",
+        "yolo_yaml": tmp_path / "yolo_yaml",
+        "csv": tmp_path / "boxes.csv",
+        "jsonl": tmp_path / "boxes.jsonl",
+    }
 
 
 def placed(source, path):
@@ -97,8 +117,9 @@ def placed(source, path):
         size = DATASET[image.path][0]
         p = place_objects(image, size, 1, size, BoxPolicy(), masks=False)
         assert p.dropped == () and p.clipped == ()
-        out[image.path] = [(o.label, (o.xmin * size[0], o.ymin * size[1], o.xmax * size[0], o.ymax * size[1]))
-                           for o in p.objects]
+        out[image.path] = [
+            (o.label, (o.xmin * size[0], o.ymin * size[1], o.xmax * size[0], o.ymax * size[1])) for o in p.objects
+        ]
     return got, out
 
 
@@ -120,8 +141,11 @@ def test_the_four_formats_agree(formats):
     assert [(c.id, c.source_id) for c in yolo.categories] == [(1, 0), (2, 1), (3, 2)]
     assert all(i.normalized and i.width is None for i in yolo.images)
     voc = read_annotations(str(source), str(paths["voc"]))
-    assert [(i.path, i.width, i.height) for i in voc.images] == [("a.png", 40, 30), ("c.png", 16, 16),
-                                                                 ("sub/b.png", 25, 50)]
+    assert [(i.path, i.width, i.height) for i in voc.images] == [
+        ("a.png", 40, 30),
+        ("c.png", 16, 16),
+        ("sub/b.png", 25, 50),
+    ]
 
 
 def test_voc_problems(tmp_path):
@@ -130,17 +154,24 @@ def test_voc_problems(tmp_path):
     write_voc(folder)
     (folder / "broken.xml").write_text("<annotation><filename>")
     (folder / "other.xml").write_text("<notvoc/>")
-    (folder / "nofile.xml").write_text("<annotation><object><name>cat</name><bndbox><xmin>1</xmin><ymin>1</ymin>"
-                                       "<xmax>2</xmax><ymax>2</ymax></bndbox></object></annotation>")
+    (folder / "nofile.xml").write_text(
+        "<annotation><object><name>cat</name><bndbox><xmin>1</xmin><ymin>1</ymin>"
+        "<xmax>2</xmax><ymax>2</ymax></bndbox></object></annotation>"
+    )
     (folder / "sub" / "b.xml").write_text(
         "<annotation><filename>b.png</filename><object><name>cat</name><difficult>1</difficult>"
         "<truncated>1</truncated><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>2</xmax><ymax>2</ymax></bndbox></object>"
         "<object><bndbox><xmin>1</xmin></bndbox></object><object><name>dog</name><bndbox><xmin>a</xmin></bndbox>"
-        "</object></annotation>")
+        "</object></annotation>"
+    )
     got = read_annotations(str(tmp_path / "images"), str(folder))
     assert sorted((p.path, p.reason, p.box) for p in got.problems) == [
-        ("broken.xml", "bad_annotation_file", None), ("nofile.xml", "missing_image", None),
-        ("other.xml", "bad_annotation_file", None), ("sub/b.png", "bad_box", 1), ("sub/b.png", "bad_box", 2)]
+        ("broken.xml", "bad_annotation_file", None),
+        ("nofile.xml", "missing_image", None),
+        ("other.xml", "bad_annotation_file", None),
+        ("sub/b.png", "bad_box", 1),
+        ("sub/b.png", "bad_box", 2),
+    ]
     b = next(i for i in got.images if i.path == "sub/b.png")
     assert (b.width, b.height) == (None, None)
     assert [(o.index, o.box, o.difficult, o.truncated) for o in b.objects] == [(0, (0.0, 0.0, 2.0, 2.0), True, True)]
@@ -150,25 +181,32 @@ def test_yolo_problems_and_polygons(tmp_path):
     make_images(tmp_path / "images")
     folder = tmp_path / "labels"
     write_yolo(folder)
-    (folder / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n7 0.5 0.5 0.1 0.1\nx 0.1 0.1 0.1 0.1\n0 0.1 0.2\n"
-                                  "1 0.1 0.1 0.3 0.1 0.2 0.4\n")
+    (folder / "a.txt").write_text(
+        "0 0.5 0.5 0.2 0.2\n7 0.5 0.5 0.1 0.1\nx 0.1 0.1 0.1 0.1\n0 0.1 0.2\n1 0.1 0.1 0.3 0.1 0.2 0.4\n"
+    )
     (folder / "ghost.txt").write_text("0 0.5 0.5 0.2 0.2\n")
     got = read_annotations(str(tmp_path / "images"), str(folder))
     assert sorted((p.path, p.reason, p.box) for p in got.problems) == [
-        ("a.png", "bad_box", 3), ("a.png", "unknown_category", 1), ("a.png", "unknown_category", 2),
-        ("ghost.txt", "missing_image", None)]
+        ("a.png", "bad_box", 3),
+        ("a.png", "unknown_category", 1),
+        ("a.png", "unknown_category", 2),
+        ("ghost.txt", "missing_image", None),
+    ]
     a = next(i for i in got.images if i.path == "a.png")
     assert [o.index for o in a.objects] == [0, 4]
     assert a.objects[1].box == pytest.approx((0.1, 0.1, 0.3, 0.4)) and a.objects[1].polygons
     assert next(i for i in got.images if i.path == "c.png").objects == ()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("names: 3\n", "'names' is not a list"),
-    ("names: {0: a, 2: b}\n", "'names' is not a list"),
-    ("names: [a, a]\n", "given twice"),
-    ("names: [a\n", "is not YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("names: 3\n", "'names' is not a list"),
+        ("names: {0: a, 2: b}\n", "'names' is not a list"),
+        ("names: [a, a]\n", "given twice"),
+        ("names: [a\n", "is not YAML"),
+    ],
+)
 def test_yolo_bad_names(tmp_path, text, message):
     (tmp_path / "labels").mkdir()
     (tmp_path / "labels" / "x.txt").write_text("")
@@ -191,24 +229,31 @@ def test_csv_problems(tmp_path):
         "a.png\t\t1\t2\t3\t4\ttrain\t\t\t\n"
         "a.png\tdog\t1\t2\t3\t4\ttest\t\t\t\n"
         "../out.png\tcat\t1\t2\t3\t4\t\t\t\t\n"
-        "e.png\t\t\t\t\t\tval\t\t\t\n")
+        "e.png\t\t\t\t\t\tval\t\t\t\n"
+    )
     got = read_annotations(str(tmp_path), str(tmp_path / "b.tsv"))
     assert sorted((p.path, p.reason, p.box) for p in got.problems) == [
-        ("../out.png", "outside_source", None), ("a.png", "bad_box", 1), ("a.png", "no_label", 2),
-        ("a.png", "split_conflict", None)]
+        ("../out.png", "outside_source", None),
+        ("a.png", "bad_box", 1),
+        ("a.png", "no_label", 2),
+        ("a.png", "split_conflict", None),
+    ]
     a, e = got.images
     assert (a.width, a.height, a.split, [o.index for o in a.objects]) == (40, 30, "train", [0, 3])
     assert a.objects[0].crowd and not a.objects[1].crowd
     assert (e.path, e.objects, e.split) == ("e.png", (), "val")
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("b.csv", "path,label,x1,y1,x2,y2\n", "has no 'xmin' column"),
-    ("b.csv", "path,label,xmin,ymin,xmax,ymax\na,b,1,2,3,4,5\n", "line 2 has a different number of fields"),
-    ("b.jsonl", '{"path": "a"}\n', "has no 'label' column"),
-    ("b.jsonl", "{oops\n", "line 1 is not JSON"),
-    ("b.jsonl", "[1]\n", "line 1 is not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("b.csv", "path,label,x1,y1,x2,y2\n", "has no 'xmin' column"),
+        ("b.csv", "path,label,xmin,ymin,xmax,ymax\na,b,1,2,3,4,5\n", "line 2 has a different number of fields"),
+        ("b.jsonl", '{"path": "a"}\n', "has no 'label' column"),
+        ("b.jsonl", "{oops\n", "line 1 is not JSON"),
+        ("b.jsonl", "[1]\n", "line 1 is not a JSON object"),
+    ],
+)
 def test_csv_malformed(tmp_path, name, text, message):
     (tmp_path / name).write_text(text)
     with pytest.raises(SourceError, match=message):
@@ -232,12 +277,14 @@ def test_boxes_reconcile_from_file_to_placed(tmp_path):
     make_images(source)
     write_coco(tmp_path / "instances.json")
     doc = json.loads((tmp_path / "instances.json").read_text())
-    extra = [{"image_id": 100, "category_id": 10, "bbox": [35, 20, 30, 30]},  # clipped
-             {"image_id": 100, "category_id": 10, "bbox": [50, 50, 3, 3]},  # wholly outside: dropped
-             {"image_id": 100, "category_id": 20, "bbox": [1, 1, 0, 5]},  # degenerate: dropped
-             {"image_id": 100, "category_id": 99, "bbox": [1, 1, 2, 2]},  # unknown category: reader
-             {"image_id": 7, "category_id": 10, "bbox": [1, 1, 2, 2]},  # unknown image: reader
-             {"image_id": 101, "category_id": 30, "bbox": [1, 1, 2], "iscrowd": 1}]  # bad bbox: reader
+    extra = [
+        {"image_id": 100, "category_id": 10, "bbox": [35, 20, 30, 30]},  # clipped
+        {"image_id": 100, "category_id": 10, "bbox": [50, 50, 3, 3]},  # wholly outside: dropped
+        {"image_id": 100, "category_id": 20, "bbox": [1, 1, 0, 5]},  # degenerate: dropped
+        {"image_id": 100, "category_id": 99, "bbox": [1, 1, 2, 2]},  # unknown category: reader
+        {"image_id": 7, "category_id": 10, "bbox": [1, 1, 2, 2]},  # unknown image: reader
+        {"image_id": 101, "category_id": 30, "bbox": [1, 1, 2], "iscrowd": 1},
+    ]  # bad bbox: reader
     doc["annotations"] += [dict(a, id=1000 + k) for k, a in enumerate(extra)]
     (tmp_path / "instances.json").write_text(json.dumps(doc))
     got = read_annotations(str(source), str(tmp_path / "instances.json"))

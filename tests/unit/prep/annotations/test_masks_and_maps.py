@@ -49,12 +49,15 @@ def test_polygon_fill_close_to_pycocotools(seed):
     assert (ours != theirs).sum() <= max(4, 0.05 * theirs.sum())
 
 
-@pytest.mark.parametrize("rle, message", [
-    ({"size": [2, 2], "counts": [1, 2]}, "runs add up to 3 pixels, size 2x2 has 4"),
-    ({"size": [2, 2], "counts": [5, -1]}, "negative"),
-    ({"size": [2, 2], "counts": "~~"}, "not a character"),
-    ({"size": [2, 2], "counts": "1o"}, "end inside a number"),
-])
+@pytest.mark.parametrize(
+    "rle, message",
+    [
+        ({"size": [2, 2], "counts": [1, 2]}, "runs add up to 3 pixels, size 2x2 has 4"),
+        ({"size": [2, 2], "counts": [5, -1]}, "negative"),
+        ({"size": [2, 2], "counts": "~~"}, "not a character"),
+        ({"size": [2, 2], "counts": "1o"}, "end inside a number"),
+    ],
+)
 def test_bad_rle(rle, message):
     with pytest.raises(BadRle, match=message):
         decode_rle(rle)
@@ -98,12 +101,15 @@ def test_palette_mask_values_are_indices():
     assert (got == np.asarray(img)).all()
 
 
-@pytest.mark.parametrize("data, stored, num_classes, reason, detail", [
-    (png(class_map()), (12, 8), 2, "bad_mask", "value 2: classes are 0..1 and 255"),
-    (png(np.zeros((8, 12, 3)), "RGB"), (12, 8), 3, "bad_mask", "mode RGB"),
-    (b"not a png", (12, 8), 3, "bad_mask", "cannot be decoded"),
-    (png(class_map()), (12, 9), 3, "mask_size_mismatch", "the mask is 12x8, the image 12x9"),
-])
+@pytest.mark.parametrize(
+    "data, stored, num_classes, reason, detail",
+    [
+        (png(class_map()), (12, 8), 2, "bad_mask", "value 2: classes are 0..1 and 255"),
+        (png(np.zeros((8, 12, 3)), "RGB"), (12, 8), 3, "bad_mask", "mode RGB"),
+        (b"not a png", (12, 8), 3, "bad_mask", "cannot be decoded"),
+        (png(class_map()), (12, 9), 3, "mask_size_mismatch", "the mask is 12x8, the image 12x9"),
+    ],
+)
 def test_bad_semantic_masks(data, stored, num_classes, reason, detail):
     with pytest.raises(ImageRejected) as err:
         prepare_mask(data, stored, 1, stored, num_classes)
@@ -117,8 +123,9 @@ def label_map_message():
     """StringIntLabelMap as the Object Detection API defines it (string_int_label_map.proto)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    f = descriptor_pb2.FileDescriptorProto(name="label_map_test.proto", package="object_detection.protos",
-                                           syntax="proto2")
+    f = descriptor_pb2.FileDescriptorProto(
+        name="label_map_test.proto", package="object_detection.protos", syntax="proto2"
+    )
     item = f.message_type.add(name="StringIntLabelMapItem")
     item.field.add(name="name", number=1, type=9, label=1)
     item.field.add(name="id", number=2, type=5, label=1)

@@ -125,8 +125,7 @@ def test_box_policy(box, policy, kept, reason, was_clipped):
         assert [(p.reason, p.box) for p in placed.clipped] == ([(reason, 1)] if was_clipped else [])
     if reason is not None:
         with pytest.raises(ImageRejected) as err:
-            place_objects(ann([good, box], STORED), STORED, 1, STORED, BoxPolicy(bad_boxes="reject-image"),
-                          masks=False)
+            place_objects(ann([good, box], STORED), STORED, 1, STORED, BoxPolicy(bad_boxes="reject-image"), masks=False)
         assert err.value.reason == reason and "box 1" in err.value.detail
 
 
@@ -155,12 +154,15 @@ def test_crowd_policy(crowd, kept, reason):
     assert err.value.reason == "crowd"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"bad_boxes": "fix"}, "--bad-boxes must be one of clip, drop, reject-image, got 'fix'"),
-    ({"crowd": "no"}, "--crowd must be one of keep, drop, reject-image, got 'no'"),
-    ({"tolerance": -1}, "--box-tolerance must be a number of pixels in [0, 1e6], got -1"),
-    ({"tolerance": float("nan")}, "got nan"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"bad_boxes": "fix"}, "--bad-boxes must be one of clip, drop, reject-image, got 'fix'"),
+        ({"crowd": "no"}, "--crowd must be one of keep, drop, reject-image, got 'no'"),
+        ({"tolerance": -1}, "--box-tolerance must be a number of pixels in [0, 1e6], got -1"),
+        ({"tolerance": float("nan")}, "got nan"),
+    ],
+)
 def test_policy_options_are_checked(kwargs, message):
     with pytest.raises(OptionsError) as err:
         BoxPolicy(**kwargs)
@@ -183,8 +185,11 @@ def test_polygon_mask_turns_with_the_pixels(orientation):
     shown = displayed_size(STORED, orientation)
     a = ann([box], STORED if orientation in (6, 8) else shown, polygons=(POLY,))
     if orientation == 3:  # displayed frame: the polygon as the upright picture shows it
-        a = ann([(64 - 30.3, 40 - 31.3, 64 - 5.3, 40 - 7.3)], shown,
-                polygons=(tuple(64 - v if i % 2 == 0 else 40 - v for i, v in enumerate(POLY)),))
+        a = ann(
+            [(64 - 30.3, 40 - 31.3, 64 - 5.3, 40 - 7.3)],
+            shown,
+            polygons=(tuple(64 - v if i % 2 == 0 else 40 - v for i, v in enumerate(POLY)),),
+        )
     placed = place_objects(a, STORED, orientation, shown, CLIP, masks=True)
     mask = decode_png(placed.objects[0].mask_png)
     want = np.asarray(turned(stored_mask, orientation))
@@ -203,8 +208,14 @@ def test_mask_resized_and_rle_turned():
     final = (20, 32)  # displayed 40x64 halved
     placed = place_objects(a, STORED, 6, final, CLIP, masks=True)
     mask = decode_png(placed.objects[0].mask_png)
-    want = np.asarray(Image.fromarray(rle_mask * 255).transpose(Image.Transpose.ROTATE_270)
-                      .resize(final, Image.Resampling.NEAREST)) > 0
+    want = (
+        np.asarray(
+            Image.fromarray(rle_mask * 255)
+            .transpose(Image.Transpose.ROTATE_270)
+            .resize(final, Image.Resampling.NEAREST)
+        )
+        > 0
+    )
     assert (mask.astype(bool) == want).all() and placed.objects[0].area == want.sum()
 
 

@@ -32,7 +32,7 @@ def test_deterministic_and_keys_order_each_stratum():
     assert one == stratify(images, 12, seed=1)
     assert one != stratify(images, 12, seed=2)
     by_stratum = {}
-    for (stratum, key) in one:
+    for stratum, key in one:
         by_stratum.setdefault(stratum, []).append(key)
     for stratum, keys in by_stratum.items():
         assert len(set(keys)) == len(keys)  # a total order inside the stratum
@@ -83,7 +83,7 @@ def test_split_fractions_are_stratified_with_locate():
     train = planned["train"] >= 0
     assert train.sum() == pytest.approx(3200, abs=20) and not (train & (planned["test"] >= 0)).any()
     off = np.abs(y[train].sum(axis=0) - 0.8 * y.sum(axis=0)).max()
-    shuffled = np.random.default_rng(0).permutation(4000)[:int(train.sum())]
+    shuffled = np.random.default_rng(0).permutation(4000)[: int(train.sum())]
     off_random = np.abs(y[shuffled].sum(axis=0) - 0.8 * y.sum(axis=0)).max()
     assert off * 3 < off_random, (off, off_random)
 

@@ -18,13 +18,36 @@ ALLOWED = {("prep/core/run/checkpoints.py", "delete_work")}
 
 
 def every_path(work: WorkDir) -> list[str]:
-    return [work.run_record, work.listing_chunk(3), work.listing_rejects, work.listing_boxes, work.spill_folder,
-            work.spill(spill_id(3, 7)), work.in_flight_folder, work.in_flight(5), work.chunk_index(3), work.plan,
-            work.entries(2), work.shard_sidecar("a.tfrecord"), work.part("a.tfrecord", 1),
-            work.part_sidecar("a.tfrecord", 1), work.groups_folder, work.key_rows(3), work.scan_keys(3),
-            work.members(3), work.decisions(4), work.report_lines(4), work.policy_rejects(4), work.units,
-            work.pins("users"), work.placements(3), work.part_order("a.tfrecord", 2), work.shard_parts("a.tfrecord"),
-            work.join_folder, work.join_run("places", 1)]
+    return [
+        work.run_record,
+        work.listing_chunk(3),
+        work.listing_rejects,
+        work.listing_boxes,
+        work.spill_folder,
+        work.spill(spill_id(3, 7)),
+        work.in_flight_folder,
+        work.in_flight(5),
+        work.chunk_index(3),
+        work.plan,
+        work.entries(2),
+        work.shard_sidecar("a.tfrecord"),
+        work.part("a.tfrecord", 1),
+        work.part_sidecar("a.tfrecord", 1),
+        work.groups_folder,
+        work.key_rows(3),
+        work.scan_keys(3),
+        work.members(3),
+        work.decisions(4),
+        work.report_lines(4),
+        work.policy_rejects(4),
+        work.units,
+        work.pins("users"),
+        work.placements(3),
+        work.part_order("a.tfrecord", 2),
+        work.shard_parts("a.tfrecord"),
+        work.join_folder,
+        work.join_run("places", 1),
+    ]
 
 
 @pytest.mark.parametrize("output", ["/data/out", "gs://bucket/out"])
