@@ -46,9 +46,10 @@ DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 DEDUPE_MODULES = (
     "beam_jobs/dedupe",
     "beam_jobs/dedupe_decide",
-    "beam_jobs/grouping",
-    "beam_jobs/group_batches",
-    "beam_jobs/keys_join",
+    "beam_jobs/dedupe_scan",
+    "prep/core/run/dedupe_files",
+    "prep/core/run/dedupe_types",
+    "prep/core/run/publish_keys",
 )
 SHOWN = ("list", "stat", "read", "write", "rename", "delete")
 # The driver: prep's CLI in a process that registered simfs, leaving its peak RSS (KiB) in a file at exit.
