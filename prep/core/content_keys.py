@@ -4,13 +4,12 @@
 perceptual hashes (pHash) of the *displayed* picture (EXIF orientation applied, transparency composited on white,
 gray levels), one of the whole picture and one of each centre crop in `CROP_SCALES`.
 
-pHash alone is thrown off by border crops: 4% cut from one side moves the whole frame under the 32x32 grid the hash is
-computed on. With the same centre crops taken of both images, a copy cropped by up to 5% is framed nearly alike in at
-least one of them; `distance` is the least Hamming distance between hashes of the same crop scale. Comparing every hash
-with every other instead finds no more crops and more unrelated pairs (bench/dedupe_quality.py; docs/leakage.md has the
-figures that chose the scales and `NEAR_DISTANCE`). A pHash has as many 1 bits as 0 bits (a median split of 64 values),
-so distances are even: 7 and 6 draw the same line. Only a picture whose frequencies tie with their median (flat, or
-drawn symmetric) has fewer 1 bits.
+pHash alone is thrown off by border crops: 4% cut from one side moves the whole frame under the hash's 32x32 grid.
+With the same centre crops taken of both images, a copy cropped by up to 5% is framed nearly alike in at least one;
+`distance` is the least Hamming distance between hashes of the same crop scale. Comparing every hash with every other
+finds no more crops and more unrelated pairs (bench/dedupe_quality.py; docs/leakage.md has the figures that chose the
+scales and `NEAR_DISTANCE`). A pHash has as many 1 bits as 0 bits (a median split of 64 values), so distances are even
+(7 and 6 draw the same line), but for a picture whose frequencies tie with their median (flat, or drawn symmetric).
 
 The pHash is imagehash's (`imagehash.phash`: the picture resized to 32x32 gray with LANCZOS, its 2-D DCT-II, the 8x8
 lowest frequencies against their median), written over numpy, with the resize and the DCT folded into one linear map
@@ -42,6 +41,7 @@ DRAFT = 64  # JPEGs too small for a 1/8-scale decode of GRID pixels a side are d
 _ORIENTATION = 0x0112
 Box = tuple[int, int, int, int]  # (left, top, width, height) of a crop
 Waiting = tuple[list[int], list[npt.NDArray[np.uint8]]]  # KeyBatch.take: (rows in the batch, each one's gray pixels)
+Taken = tuple[npt.NDArray[np.uint64], list[Waiting]]  # a batch's hashes and what KeyBatch.take left waiting
 
 
 def _dct_matrix(n: int) -> npt.NDArray[np.float64]:
@@ -85,10 +85,10 @@ class ContentKeys:
 
 @functools.lru_cache(maxsize=256)  # ~20 KB an entry for the 1/8 decode of a 640x480 JPEG
 def _projection(size: int, spans: tuple[tuple[int, int], ...]) -> npt.NDArray[np.float64]:
-    """(len(spans), HASH_SIDE, size): for each crop span (start, length) of a side of `size` pixels, the
-    lowest HASH_SIDE DCT frequencies of that span resized to GRID, as one linear map: `_DCT @` the
-    resize's weights, placed over the span. Cached per side length, not per image size: in a set of
-    pictures of many sizes, widths and heights recur far more often than their pairs."""
+    """(len(spans), HASH_SIDE, size): for each crop span (start, length) of a side of `size` pixels, the lowest
+    HASH_SIDE DCT frequencies of that span resized to GRID, as one linear map: `_DCT @` the resize's weights, placed
+    over the span. Cached per side length, not per image size: in a set of pictures of many sizes, widths and
+    heights recur far more often than their pairs."""
     m = np.zeros((len(spans), HASH_SIDE, size))
     for i, (start, length) in enumerate(spans):
         m[i, :, start : start + length] = _DCT @ lanczos.weights(length, GRID)
@@ -99,34 +99,40 @@ def _projection(size: int, spans: tuple[tuple[int, int], ...]) -> npt.NDArray[np
 _BLOCK = 1 << 20  # input pixels per horizontal product: a large picture is not copied to float64 whole
 
 
-def _low_frequencies(grays: npt.NDArray[np.uint8], boxes: tuple[Box, ...]) -> npt.NDArray[np.float64]:
-    """The HASH_SIDE x HASH_SIDE lowest DCT frequencies of every box (left, top, width, height) of every
-    image of a stack (B, height, width) of same-sized gray images, each box resized to GRID x GRID
-    first, as rows (image, box) of HASH_SIDE**2 values, u major.
+def _pass_across(rows: npt.NDArray[np.uint8], boxes: Sequence[Box], out: npt.NDArray[np.float64]) -> None:
+    """Into `out` (pixel rows, len(boxes) * HASH_SIDE): each pixel row (of one width) times every box's
+    horizontal projection, in blocks of about `_BLOCK` input pixels."""
+    width = rows.shape[1]
+    matrix = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(-1, width).T
+    step = max(1, _BLOCK // width)
+    for start in range(0, len(rows), step):
+        np.matmul(rows[start : start + step].astype(np.float64), matrix, out=out[start : start + step])
 
-    Resizing and the DCT are linear, so each side is one product: every box's horizontal projection
-    at once over the rows of all images (`rows @ H`), then each box's vertical projection over its
-    columns of all images, a batched product. Pillow would round the resized pixels after each pass;
-    here nothing is rounded before the frequencies, so a flat picture's are exactly zero but its mean."""
+
+def _low_frequencies(grays: npt.NDArray[np.uint8], boxes: tuple[Box, ...]) -> npt.NDArray[np.float64]:
+    """The HASH_SIDE x HASH_SIDE lowest DCT frequencies of every box (left, top, width, height) of every image of a
+    stack (B, height, width) of same-sized gray images, each box resized to GRID x GRID first, as rows (image, box)
+    of HASH_SIDE**2 values, u major.
+
+    Resizing and the DCT are linear, so each side is one product: every box's horizontal projection at once over
+    the rows of all images (`rows @ H`), then each box's vertical projection over its columns of all images, a
+    batched product. Pillow would round the resized pixels after each pass; here nothing is rounded before the
+    frequencies, so a flat picture's are exactly zero but its mean."""
     b, height, width = grays.shape
     n = len(boxes)
-    across = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(n * HASH_SIDE, width).T
     down = _projection(height, tuple((box[1], box[3]) for box in boxes))  # (n, HASH_SIDE, height)
     rows = grays.transpose(1, 0, 2).reshape(height * b, width)  # row h of every image, then row h + 1
     x = np.empty((height * b, n * HASH_SIDE))
-    step = max(1, _BLOCK // width)
-    for start in range(0, height * b, step):
-        np.matmul(rows[start : start + step].astype(np.float64), across, out=x[start : start + step])
+    _pass_across(rows, boxes, x)
     x = x.reshape(height, b, n, HASH_SIDE).transpose(2, 0, 1, 3).reshape(n, height, b * HASH_SIDE)
     low: npt.NDArray[np.float64] = np.matmul(down, x)  # (box, u, image and v)
     return low.reshape(n, HASH_SIDE, b, HASH_SIDE).transpose(2, 0, 1, 3).reshape(b * n, HASH_SIDE * HASH_SIDE)
 
 
 def _phash_rows(low: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
-    """The pHash of each of `_low_frequencies`' rows, as uint64.
-
-    The frequencies are rounded to 2**-16 before the median split: float sums in another order (another
-    BLAS, another CPU) then give the same bits, and a flat picture's zero frequencies are zero."""
+    """The pHash of each of `_low_frequencies`' rows, as uint64. The frequencies are rounded to 2**-16 before the
+    median split: float sums in another order (another BLAS, another CPU) then give the same bits, and a flat
+    picture's zero frequencies are zero."""
     low = np.rint(low * _QUANTUM)
     middle = np.partition(low, (_HALF - 1, _HALF), axis=1)  # np.median's answer, without its checks
     bits = low > ((middle[:, _HALF - 1] + middle[:, _HALF]) / 2)[:, None]
@@ -184,12 +190,9 @@ def gray_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float] = CR
 
 
 def stack_hashes(stack: npt.NDArray[np.uint8], scales: Sequence[float] = CROP_SCALES) -> npt.NDArray[np.uint64]:
-    """(images, 1 + len(scales)) uint64: `crop_hashes` of each image of a stack (images, height, width)
-    of 8-bit gray images of one size.
-
-    Each crop is cut, then resized to GRID x GRID (Lanczos, lanczos.py); resizing the whole picture
-    with a box instead would let the filter reach past the crop's edges.
-    """
+    """(images, 1 + len(scales)) uint64: `crop_hashes` of each of a stack (images, height, width) of 8-bit gray
+    images of one size. Each crop is cut, then resized to GRID x GRID (Lanczos, lanczos.py); resizing the whole
+    picture with a box instead would let the filter reach past the crop's edges."""
     b, height, width = stack.shape
     boxes = crop_boxes(width, height, scales)
     return _phash_rows(_low_frequencies(stack, boxes)).reshape(b, len(boxes))
@@ -220,8 +223,7 @@ def gray_pixels(img: Image.Image, upright: bool = False) -> npt.NDArray[np.uint8
 
 
 def _array(gray: Image.Image) -> npt.NDArray[np.uint8]:
-    """An "L" image's pixels (height, width), straight from its bytes (np.asarray goes through
-    __array_interface__: more Python an image)."""
+    """An "L" image's pixels (height, width), from its bytes (np.asarray costs more Python an image)."""
     return np.frombuffer(gray.tobytes(), np.uint8).reshape(gray.height, gray.width)
 
 
@@ -231,12 +233,10 @@ def image_keys(data: bytes, scales: Sequence[float] = CROP_SCALES, draft: int | 
     Args:
         data: the image file's bytes (any format Pillow reads).
         scales: centre-crop scales hashed besides the whole picture.
-        draft: decode JPEGs at a reduced DCT scale, still at least this many pixels
-            a side (None: full size). The hash looks at 32x32 pixels.
+        draft: decode JPEGs at a reduced DCT scale, still at least this many pixels a side (None: full size).
 
     Raises:
-        OSError, ValueError, Image.DecompressionBombError: Pillow cannot decode it.
-    """
+        OSError, ValueError, Image.DecompressionBombError: Pillow cannot decode it."""
     digest = hashlib.sha256(data).hexdigest()
     with Image.open(io.BytesIO(data)) as img:
         decode_for_keys(img, draft)
@@ -247,11 +247,10 @@ class KeyBatch:
     """The content keys of a run of images, hashed together: images of one size share the products
     (`_low_frequencies`), so a batch costs less than its images one by one.
 
-    `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at
-    hand, its `gray_image` (else the bytes are decoded by `image_keys`' rule); `hashes()` gives every
-    image's, in order. `take()` instead leaves the small images' hashes to be computed later, with
-    other batches' (`hash_waiting`). Large images are hashed on arrival, so waiting pixels stay small.
-    """
+    `add` takes an image's encoded bytes, their sha256 when already known, and, when its decode is at hand, its
+    `gray_image` (else the bytes are decoded by `image_keys`' rule); `hashes()` gives every image's, in order.
+    `take()` instead leaves the small images' hashes to be computed later, with other batches' (`hash_waiting`).
+    Large images are hashed on arrival, so waiting pixels stay small."""
 
     LARGE = 128 * 128  # pixels: a gray image larger than this is hashed at once, not held
 
@@ -277,18 +276,17 @@ class KeyBatch:
             self._waiting.append((index, gray.im))
 
     def take(self) -> tuple[list[str], npt.NDArray[np.uint64], npt.NDArray[np.bool_], list[Waiting]]:
-        """Once, after the last `add`: (sha256 hex digests, hashes (images, 1 + len(scales)) uint64, whether
-        each image has hashes, waiting), in the order images were added. An image that could not be
-        decoded has no hashes, and a row of zeros. `waiting` holds the small images' gray pixels as
-        [(rows, [pixels (height, width) of each])]: their rows are zeros until `hash_waiting`."""
+        """Once, after the last `add`: (sha256 hex digests, hashes (images, 1 + len(scales)) uint64, whether each
+        image has hashes, waiting), in the order images were added. An image that could not be decoded has no
+        hashes, and a row of zeros. `waiting` holds the small images' gray pixels as [(rows, [pixels (height,
+        width) of each])]: their rows are zeros until `hash_waiting`."""
         hashes = np.zeros((len(self._digests), 1 + len(self._scales)), np.uint64)
         has = np.zeros(len(self._digests), bool)
         for index, row in self._hashed:
             hashes[index], has[index] = row, True
         waiting: list[Waiting] = []
-        if self._waiting:  # every waiting picture into one strip, read out at once: one core paste a picture
-            # (Image.paste's checks cost twice as much) and one tobytes() a batch, whatever their sizes, on a
-            # thread that shares the GIL with the rest of the prepare stage; each picture is a view of its corner
+        if self._waiting:  # every waiting picture into one strip, read out at once: one core paste a picture (half
+            # Image.paste's cost) and one tobytes() a batch, on a thread sharing the GIL; each picture views its corner
             sizes = [pixels.size for _, pixels in self._waiting]
             tops = np.cumsum([0, *(h for _, h in sizes)]).tolist()
             strip = Image.new("L", (max(w for w, _ in sizes), tops[-1]))
@@ -315,12 +313,10 @@ class KeyBatch:
 _STACK_PIXELS = 1 << 18  # pixels hash_waiting hashes at once: ~2 MB of float64 temporaries (no faster past 64 images)
 
 
-def hash_waiting(
-    parts: Iterable[tuple[npt.NDArray[np.uint64], list[Waiting]]], scales: Sequence[float] = CROP_SCALES
-) -> None:
-    """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch.
-    Every batch's waiting images are hashed together, in blocks of about `_STACK_PIXELS` pixels (`_block_hashes`):
-    fewer numpy calls, each of which gives up the GIL and waits for it while the prepare stage's threads hold it."""
+def hash_waiting(parts: Iterable[Taken], scales: Sequence[float] = CROP_SCALES) -> None:
+    """Fills in the hashes that `KeyBatch.take()` left waiting. `parts`: (hashes, waiting) of each batch. Every
+    batch's waiting images are hashed together, in blocks of about `_STACK_PIXELS` pixels (`_block_hashes`): fewer
+    numpy calls, each of which gives up the GIL and waits for it while the prepare stage's threads hold it."""
     images = [
         (hashes, row, image) for hashes, waiting in parts for rows, stack in waiting for row, image in zip(rows, stack)
     ]
@@ -339,27 +335,17 @@ def hash_waiting(
 
 
 def _block_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float]) -> npt.NDArray[np.uint64]:
-    """`stack_hashes` of gray images of any sizes, sorted by (width, height): the pass across (which depends
-    on the width alone) is one product per width over the rows of all its images, and the pass down one
-    batched product per height over the images of that height, whatever their widths. A set of pictures of
-    many sizes thus costs a few calls per width and height, not a dozen per size; the products are the
-    ones `_low_frequencies` makes for a stack of one size, row for row."""
+    """`stack_hashes` of gray images of any sizes, sorted by (width, height): the pass across (which depends on the
+    width alone) is one product per width over the rows of all its images, and the pass down one batched product per
+    height over the images of that height, whatever their widths. Pictures of many sizes thus cost a few calls per
+    width and height, not a dozen per size; the products are `_low_frequencies`' for one size, row for row."""
     n, widths = 1 + len(scales), [g.shape[1] for g in grays]
     first = np.cumsum([0, *(g.shape[0] for g in grays)])  # where each image's rows start
     across = np.empty((first[-1], n * HASH_SIDE))  # every image's rows, passed across
-    i = 0
-    while i < len(grays):
-        j, width = i, widths[i]
-        while j < len(grays) and widths[j] == width:
-            j += 1
-        boxes = crop_boxes(width, 1, scales)
-        matrix = _projection(width, tuple((box[0], box[2]) for box in boxes)).reshape(n * HASH_SIDE, width).T
+    edges = [k for k in range(len(grays) + 1) if k in (0, len(grays)) or widths[k] != widths[k - 1]]
+    for i, j in zip(edges, edges[1:]):  # each run of images of one width
         rows = np.concatenate(grays[i:j]) if j - i > 1 else grays[i]
-        step = max(1, _BLOCK // width)
-        for start in range(0, len(rows), step):
-            stop = min(start + step, len(rows))
-            np.matmul(rows[start:stop].astype(np.float64), matrix, out=across[first[i] + start : first[i] + stop])
-        i = j
+        _pass_across(rows, crop_boxes(widths[i], 1, scales), across[first[i] : first[j]])
     low = np.empty((len(grays), n, HASH_SIDE, HASH_SIDE))
     by_height: dict[int, list[int]] = {}
     for k, g in enumerate(grays):
@@ -381,10 +367,10 @@ def _block_hashes(grays: list[npt.NDArray[np.uint8]], scales: Sequence[float]) -
 
 
 def comparable(keys: ContentKeys) -> bool:
-    """Whether an image takes part in the near-duplicate search. A picture whose frequencies tie with their
-    median (flat, or drawn symmetric) gets hashes of fewer than 32 one bits, only the frequencies above
-    the tie, so every other such picture, of any colour, would look like it; an image with such a hash is
-    only ever an exact duplicate (its sha256), in a conversion and in `prep leakage` alike."""
+    """Whether an image takes part in the near-duplicate search. A picture whose frequencies tie with their median
+    (flat, or drawn symmetric) gets hashes of fewer than 32 one bits, only the frequencies above the tie, so any
+    other such picture, of any colour, would look like it: it is only ever an exact duplicate (its sha256), in a
+    conversion and in `prep leakage` alike."""
     return all(h.bit_count() == _HALF for h in keys.hashes)
 
 
@@ -398,8 +384,7 @@ def distance(a: ContentKeys, b: ContentKeys) -> int:
     """The least Hamming distance between hashes of `a` and `b` at the same crop scale (0 to 64).
 
     Raises:
-        ValueError: `a` and `b` hold different numbers of hashes (keys made with other scales).
-    """
+        ValueError: `a` and `b` hold different numbers of hashes (keys made with other scales)."""
     if len(a.hashes) != len(b.hashes):
         raise ValueError(f"keys of {len(a.hashes)} and {len(b.hashes)} hashes cannot be compared")
     return min((x ^ y).bit_count() for x, y in zip(a.hashes, b.hashes))
