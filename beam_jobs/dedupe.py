@@ -41,7 +41,7 @@ from beam_jobs.dedupe_scan import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
 from prep.core.groups import Member
-from prep.core.run import dedupe_files
+from prep.core.run import dedupe_files, key_rows
 from prep.core.run.dedupe_types import (
     BandPairs,
     BatchLines,
@@ -65,9 +65,9 @@ REPORT = dedupe_files.DUPLICATES_FILE
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, wanted=None) -> list[tuple]:
-    """[(item id, PreparedRef, its key row (dedupe_files.KEY_ROWS) or None)] of a prepared chunk's good
+    """[(item id, PreparedRef, its key row (key_rows.KEY_ROWS) or None)] of a prepared chunk's good
     inputs, in index order; with `wanted` (item ids), of those alone."""
-    table = dedupe_files.RowTable(work) if with_keys else None
+    table = key_rows.RowTable(work) if with_keys else None
     refs = read_prepared(work, chunk)
     first = dedupe_files.item_id(chunk, 0)
     positions = range(len(refs)) if wanted is None else sorted(item - first for item in wanted)

@@ -34,7 +34,8 @@ from prep.core.image_rules import quiet_pillow
 from prep.core.listing import Reject
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.dedupe_files import KEY_ROWS, item_id, write_chunk_keys, write_rows
+from prep.core.run.dedupe_files import item_id, write_chunk_keys
+from prep.core.run.key_rows import KEY_ROWS, write_rows
 from prep.core.run.sandbox import Sandbox
 from prep.core.run.spill import PrepareOptions, prepare_batch
 from prep.core.task_inputs import BoxNote, BoxTally
@@ -279,7 +280,7 @@ class PrepareChunk(PooledDoFn):
                     )
                 )
                 good += 1
-        if self._options.keys:  # before the index: a chunk with an index has its keys (dedupe_files.read_rows)
+        if self._options.keys:  # before the index: a chunk with an index has its keys (key_rows.read_rows)
             self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
         rejected = sum(kind == REJECT for kind, _ in outcomes)
@@ -289,7 +290,7 @@ class PrepareChunk(PooledDoFn):
 
     def _record_keys(self, chunk: int, keyed) -> None:
         """Hashes the chunk's waiting images (content_keys.hash_waiting), then records the keys of its good
-        inputs in one file (dedupe_files.write_rows), and their item ids and hashes in the scan's key file
+        inputs in one file (key_rows.write_rows), and their item ids and hashes in the scan's key file
         (dedupe_files.write_chunk_keys)."""
         hash_waiting([(keys.hashes, keys.waiting) for _, _, keys in keyed])
         has = np.concatenate([keys.has for _, _, keys in keyed] or [np.zeros(0, bool)])

@@ -1,5 +1,5 @@
-"""Writing shards from planned entries. Records are copied from spill files,
-with kept images read from the source again (spill.read_record); image bytes
+"""Writing shards from planned entries. Records are copied from spill files
+(prep/core/run/shard_copy.py), with kept images read from the source again; image bytes
 never pass through a shuffle, and entries do not either: they wait in the
 rank tasks' entry files, and a part's sections of them are read here
 (plan.py).
@@ -41,16 +41,9 @@ from prep.core.manifest_parts import IndexFile, ShardInfo
 from prep.core.naming import ShardName
 from prep.core.run import checkpoints, dedupe_files
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.spill import read_record
-from prep.core.schema import relabel, relabelled_size
-from prep.core.tfrecord import FOOTER, HEADER, frame, record_index
+from prep.core.run.shard_copy import copy_records, written_size
+from prep.core.tfrecord import record_index
 from prep.core.workdir import WorkDir
-
-# Records are read in blocks of about _BLOCK bytes (at least one record each).
-# At most _AHEAD blocks wait to be written and _AHEAD more to be hashed, so a
-# part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes (docs/design.md).
-_BLOCK = 512 * 1024
-_AHEAD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,109 +153,6 @@ def shard_info(
     )
 
 
-class _SpillReader:
-    """Reads (spill, offset, length) ranges from spill files, keeping a few open."""
-
-    def __init__(self, work: WorkDir):
-        self._work = work
-        self._handles: collections.OrderedDict[int, typing.Any] = collections.OrderedDict()
-
-    def read_batch(self, entries, source: str) -> list[bytes]:
-        """The entries' framed records, in pieces to join; images left in the source are read
-        from it (`spill.read_record`)."""
-        out = []
-        for entry in entries:
-            handle = self._handles.pop(entry.spill, None) or storage.open_read(self._work.spill(entry.spill))
-            self._handles[entry.spill] = handle
-            if len(self._handles) > 8:
-                self._handles.popitem(last=False)[1].close()
-            handle.seek(entry.offset)
-            spilled = storage.read_exact(handle, entry.length - entry.image)
-            if len(spilled) != entry.length - entry.image:
-                raise OSError(f"spill file {self._work.spill(entry.spill)} is shorter than planned")
-            pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
-            if entry.relabel >= 0:
-                pieces = [relabel_framed(b"".join(pieces), entry)]
-            out.extend(pieces)
-        return out
-
-    def close(self):
-        for handle in self._handles.values():
-            handle.close()
-
-
-def written_size(entry) -> int:
-    """Bytes of the entry's framed record as written: prepared, or renumbered (`Entry.relabel`)."""
-    if entry.relabel < 0:
-        return entry.length
-    data = entry.length - HEADER - FOOTER
-    return relabelled_size(data, entry.label, entry.relabel) + HEADER + FOOTER
-
-
-def relabel_framed(framed: bytes, entry) -> bytes:
-    """The framed record with the label id `entry.relabel` instead of the one it was prepared with.
-
-    Its framing was checked when the image was read from the source again; a
-    converted record's came from our own spill file.
-    """
-    record = frame(relabel(framed[HEADER : len(framed) - FOOTER], entry.relabel))
-    if len(record) != written_size(entry):
-        raise RuntimeError(
-            f"internal error: a renumbered record has {len(record)} bytes, not the {written_size(entry)} planned"
-        )
-    return record
-
-
-def _copy_records(entries, out, work: WorkDir, source: str, pool) -> tuple[int, str]:
-    """Writes the entries' records to `out` in order; returns (bytes, sha256).
-
-    Three things overlap, all outside the GIL for large buffers: batches are
-    read ahead on `pool` threads, this thread writes them, and one hashing
-    thread updates the SHA-256 in order. At most `_AHEAD` blocks wait on each
-    side, so memory is bounded by a few blocks, not by the shard's size.
-    """
-    digest, size = hashlib.sha256(), 0
-    batches = blocks(entries, _BLOCK)
-
-    def read(batch):
-        reader = _SpillReader(work)
-        try:
-            return b"".join(reader.read_batch(batch, source))
-        finally:
-            reader.close()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
-        reading: collections.deque[concurrent.futures.Future[bytes]] = collections.deque()
-        hashing: collections.deque[concurrent.futures.Future[None]] = collections.deque()
-        for i, batch in enumerate(batches):
-            reading.append(pool.submit(read, batch))
-            last = i == len(batches) - 1
-            while reading and (len(reading) > _AHEAD or last):
-                block = reading.popleft().result()
-                out.write(block)
-                hashing.append(hasher.submit(digest.update, block))
-                size += len(block)
-                while len(hashing) > _AHEAD:
-                    hashing.popleft().result()
-    return size, digest.hexdigest()
-
-
-def blocks(entries, limit: int) -> list[list]:
-    """`entries` cut in order into lists of at most `limit` framed bytes (at least one entry each)."""
-    out: list[list] = []
-    current: list = []
-    size = 0
-    for entry in entries:
-        if current and size + entry.length > limit:
-            out.append(current)
-            current, size = [], 0
-        current.append(entry)
-        size += entry.length
-    if current:
-        out.append(current)
-    return out
-
-
 def write_index(output: str, work: WorkDir, name: ShardName, sizes) -> IndexFile:
     """Writes the shard's record index atomically next to it; returns its manifest entry."""
     data = record_index(sizes)
@@ -342,8 +232,9 @@ class WriteParts(PooledDoFn):
         if found is not None:
             size, sha = found
         else:
+            assert self._pool is not None  # made in setup()
             with storage.open_write(tmp) as out:
-                size, sha = _copy_records(entries, out, self._work, self._options.source, self._pool)
+                size, sha = copy_records(entries, out, self._work, self._options.source, self._pool)
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written

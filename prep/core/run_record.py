@@ -33,7 +33,7 @@ from prep.core.listing import InputRef, Listing, printable
 # 5: a spill's key rows hold each input's path, and keys come from the check's own decode (content keys v2).
 # 6: a spill's key rows are packed binary (prep/core/run/dedupe_files.encode_keys).
 # 7: they end the spill file (dedupe_files.spill_trailer), from a luma decode (content keys v3).
-# 8: keys are hashed a chunk at a time and recorded per chunk (dedupe_files.write_rows), not after each batch's records.
+# 8: keys are hashed a chunk at a time and recorded per chunk (key_rows.write_rows), not after each batch's records.
 # 9: chunk indexes record outcomes by field name (checkpoints.INDEX_VERSION 2), key files are versioned .npy.
 RUN_VERSION = 9
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}

@@ -2,11 +2,10 @@
 
 Their paths are `WorkDir`'s (prep/core/workdir.py). Binary files (the keys, where JSON would cost) are .npy
 arrays one after another, the first FILE_VERSION: rows and keys files are written while preparing and read
-back by --resume, which refuses another version (`_read_arrays`). The others are JSON, every record an
+back by --resume, which refuses another version (`read_arrays`). The others are JSON, every record an
 object read back by name; a run writes them before it reads them, so they need no version:
 
-    rows-NNNNNN.npy       the content keys of every good input chunk NNNNNN prepared (KEY_ROWS, then their paths
-                          NUL-separated), by PrepareChunk (`write_rows`)
+    rows-NNNNNN.npy       the content keys of every good input chunk NNNNNN prepared, by PrepareChunk (key_rows.py)
     keys-NNNNNN.npy       a chunk's item ids and hashes (KEY_DTYPE), for the scan (`write_chunk_keys`)
     members-NNNNNN.jsonl  a chunk's grouped images, a `Slice` of lines per group batch: {"group", *Member}
                           (dedupe.member_info), read by that batch's decide step
@@ -39,10 +38,9 @@ import json
 import math
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO, Protocol, TypeVar
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from prep.core import content_keys, storage
 from prep.core.accounting import sort_rejects
@@ -51,17 +49,15 @@ from prep.core.groups import Decision, DedupeOptions, Member, user_group
 from prep.core.listing import Reject
 from prep.core.ordering import MAX_CHUNK
 from prep.core.run import checkpoints
-from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir, parse_scan_keys_name
+from prep.core.workdir import WorkDir, parse_scan_keys_name
 
 DUPLICATES_FILE = "duplicates.jsonl"  # in OUTPUT: the duplicate groups found, when there are any (dedupe.py)
 FILE_VERSION = 1  # of the binary files: the first array of each
 GROUPS_PER_BATCH = 512  # groups decided by one step (at most `max_size` images each)
 NUM_HASHES = 1 + len(content_keys.CROP_SCALES)
 KEY_DTYPE = np.dtype([("item", "<i8"), ("hashes", "<u8", (NUM_HASHES,))])
-KEY_ROWS = np.dtype([("spill", "<u8"), ("offset", "<u8"), ("sha256", "u1", (32,)), ("hashes", "<u8", (NUM_HASHES,))])
 _PLACE = np.dtype([("spill", "<u8"), ("offset", "<u8")])
 _VERSION = np.dtype("<u4")
-_Spills = TypeVar("_Spills", int, npt.NDArray[np.uint64])  # a spill id, or an array of them
 
 
 class GroupNotes(typing.NamedTuple):
@@ -110,7 +106,7 @@ def batch_of(rank: int) -> int:
     return rank // GROUPS_PER_BATCH
 
 
-def _write_arrays(path: str, *arrays: np.ndarray) -> None:
+def write_arrays(path: str, *arrays: np.ndarray) -> None:
     """Writes FILE_VERSION then `arrays`, as .npy arrays one after another (`np.load` reads them in turn
     from one open file, with allow_pickle=False: they are plain numbers)."""
     out = io.BytesIO()
@@ -119,8 +115,8 @@ def _write_arrays(path: str, *arrays: np.ndarray) -> None:
     storage.write_atomic(path, out.getvalue())
 
 
-def _read_arrays(f: BinaryIO, path: str, *dtypes: np.dtype[Any], read: bool = True) -> list[Any]:
-    """The arrays `_write_arrays` wrote, from open file `f`, each of its dtype; without `read`, only the last
+def read_arrays(f: BinaryIO, path: str, *dtypes: np.dtype[Any], read: bool = True) -> list[Any]:
+    """The arrays `write_arrays` wrote, from open file `f`, each of its dtype; without `read`, only the last
     one's length (its bytes are not read).
 
     Raises:
@@ -160,7 +156,7 @@ def write_chunk_keys(work: WorkDir, chunk: int, items: np.ndarray, hashes: np.nd
     packed["item"] = items
     packed["hashes"] = hashes
     packed = packed[content_keys.comparable_rows(packed["hashes"])]
-    _write_arrays(work.scan_keys(chunk), packed)
+    write_arrays(work.scan_keys(chunk), packed)
     return len(packed)
 
 
@@ -170,7 +166,7 @@ def chunk_keys_count(work: WorkDir, chunk: int) -> int | None:
     if not storage.exists(path):
         return None
     with storage.open_read(path) as f:
-        count: int = _read_arrays(f, path, KEY_DTYPE, read=False)[0]
+        count: int = read_arrays(f, path, KEY_DTYPE, read=False)[0]
     return count
 
 
@@ -189,7 +185,7 @@ def read_scales(work: WorkDir, chunks: Iterable[int], scales: Sequence[int]) -> 
     for chunk in chunks:
         path = work.scan_keys(chunk)
         with storage.open_read(path) as f:
-            (rows,) = _read_arrays(f, path, KEY_DTYPE)
+            (rows,) = read_arrays(f, path, KEY_DTYPE)
         items.append(rows["item"].copy())
         hashes.append(rows["hashes"][:, list(scales)])
     if not items:
@@ -197,71 +193,11 @@ def read_scales(work: WorkDir, chunks: Iterable[int], scales: Sequence[int]) -> 
     return np.concatenate(items), np.asfortranarray(np.concatenate(hashes))
 
 
-def rows_chunk(spill: _Spills) -> _Spills:
-    """The chunk whose key rows file holds the keys of spill `spill`'s images: the chunk that prepared it
-    (a resume with another seed stages inputs in other chunks, never in other spills)."""
-    return spill // BATCHES_PER_CHUNK
-
-
-def write_rows(work: WorkDir, chunk: int, rows: np.ndarray, paths: list[str]) -> None:
-    """Records the content keys of every good input a chunk prepared (KEY_ROWS: where its record waits,
-    its sha256 and hashes), then their paths, NUL-separated (a path cannot hold NUL).
-    PrepareChunk writes it before the chunk's index, so a chunk with an index has its rows."""
-    block = b"\0".join(path.encode("utf-8", "surrogateescape") for path in paths)
-    _write_arrays(work.key_rows(chunk), rows, np.frombuffer(block, np.uint8))
-
-
-def read_rows(work: WorkDir, chunk: int) -> tuple[np.ndarray, bytes]:
-    """A chunk's KEY_ROWS and their paths as written: UTF-8 (surrogateescape), NUL-separated, in one byte string.
-
-    Raises:
-        ResumeError: the chunk was prepared without keys (by a run with --duplicates off), or by another version.
-    """
-    path = work.key_rows(chunk)
-    if not storage.exists(path):
-        raise ResumeError(
-            "the interrupted run read images without computing their content keys "
-            "(--duplicates off); resume with --duplicates off, or run with --overwrite"
-        )
-    with storage.open_read(path) as f:
-        rows, block = _read_arrays(f, path, KEY_ROWS, np.dtype(np.uint8))
-    return rows, block.tobytes()
-
-
-def split_paths(block: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of each path in a NUL-separated block of them."""
-    if not block:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    cuts = np.flatnonzero(np.frombuffer(block, np.uint8) == 0)
-    return np.concatenate([[0], cuts + 1]), np.concatenate([cuts, [len(block)]])
-
-
-class RowTable:
-    """The key row of any prepared input by (spill, offset), reading each chunk's rows file once."""
-
-    def __init__(self, work: WorkDir) -> None:
-        self._work = work
-        self._chunks: dict[int, tuple[dict[tuple[int, int], int], np.ndarray]] = {}
-
-    def get(self, spill: int, offset: int) -> np.void | None:
-        """The input's KEY_ROWS row, or None if it has no keys (it did not decode again: not expected)."""
-        chunk = rows_chunk(spill)
-        if chunk not in self._chunks:
-            rows, _ = read_rows(self._work, chunk)
-            self._chunks[chunk] = (
-                dict(zip(zip(rows["spill"].tolist(), rows["offset"].tolist()), range(len(rows)))),
-                rows,
-            )
-        where, rows = self._chunks[chunk]
-        at = where.get((spill, offset))
-        return None if at is None else rows[at]
-
-
 def write_part_order(work: WorkDir, filename: str, part: int, entries: Iterable[Place]) -> None:
     """Records where a shard part's records came from, in the order written: (spill, offset) each. The
     sidecar is made from these and the spills' key rows at the end (`publish_keys`), so no part reads
     every spill's keys."""
-    _write_arrays(work.part_order(filename, part), np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE))
+    write_arrays(work.part_order(filename, part), np.array([(e.spill, e.offset) for e in entries], dtype=_PLACE))
 
 
 def write_shard_parts(work: WorkDir, filename: str, parts: list[int]) -> None:
@@ -274,7 +210,7 @@ def read_shard_order(work: WorkDir, filename: str) -> np.ndarray:
     for part in json.loads(storage.read_bytes(work.shard_parts(filename)))["parts"]:
         path = work.part_order(filename, part)
         with storage.open_read(path) as f:
-            orders += _read_arrays(f, path, _PLACE)
+            orders += read_arrays(f, path, _PLACE)
     return np.concatenate(orders) if orders else np.zeros(0, _PLACE)
 
 

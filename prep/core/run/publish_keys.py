@@ -1,6 +1,6 @@
 """OUTPUT/content_keys.jsonl from the work directory's key files, in memory bounded by a chunk and a shard. No Beam.
 
-A record's keys are in the rows file of the chunk that prepared it (`dedupe_files.write_rows`), and a shard's
+A record's keys are in the rows file of the chunk that prepared it (`key_rows.write_rows`), and a shard's
 records are (spill, offset) places in its part files (`dedupe_files.write_part_order`); a shard draws from every
 chunk. An external join matches the two without holding either whole:
 
@@ -26,7 +26,7 @@ from typing import TypeVar
 import numpy as np
 
 from prep.core import keys_sidecar, storage
-from prep.core.run import dedupe_files
+from prep.core.run import dedupe_files, key_rows
 from prep.core.workdir import WorkDir
 
 RUN_BYTES = 1 << 20  # what a step gathers before writing a run (it holds 2-3 times that while sorting)
@@ -94,7 +94,7 @@ def _place_runs(work: WorkDir, shards: Sequence[ShardRef], run_bytes: int) -> li
 def _write_places(path: str, want: np.ndarray) -> str:
     """Writes a run of _WANT rows by chunk; returns its path."""
     order = np.argsort(want["key"], kind="stable")
-    chunks = dedupe_files.rows_chunk(want["key"][order] >> np.uint64(32))
+    chunks = key_rows.rows_chunk(want["key"][order] >> np.uint64(32))
     return _write_run(path, ((chunk, want[order[a:b]].tobytes()) for chunk, a, b in _cuts(chunks)))
 
 
@@ -106,7 +106,7 @@ def _joined_runs(work: WorkDir, places: list[str], run_bytes: int) -> tuple[list
     def chunks() -> Iterator[tuple[np.ndarray, bytes]]:
         for chunk, payloads in _merged(places):
             want = np.frombuffer(b"".join(payloads), _WANT)
-            found, joined, paths = _join(want, *dedupe_files.read_rows(work, chunk))
+            found, joined, paths = _join(want, *key_rows.read_rows(work, chunk))
             unkeyed.update(want["shard"][~found].tolist())
             yield joined, paths
 
@@ -131,7 +131,7 @@ def _join(want: np.ndarray, rows: np.ndarray, block: bytes) -> tuple[np.ndarray,
     joined = np.zeros(len(row), _JOINED)
     joined["shard"], joined["record"] = want["shard"][found], want["record"][found]
     joined["sha256"], joined["hashes"] = rows["sha256"][row], rows["hashes"][row]
-    starts, ends = (a[row] for a in dedupe_files.split_paths(block))
+    starts, ends = (a[row] for a in key_rows.split_paths(block))
     joined["path"] = ends - starts
     return found, joined, _gather(block, starts, ends)
 

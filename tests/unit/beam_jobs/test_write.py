@@ -8,8 +8,8 @@ import io
 import os
 import random
 
-from beam_jobs import write
 from beam_jobs.plan import Entry
+from prep.core.run import shard_copy
 from prep.core.tfrecord import frame
 from prep.core.workdir import WorkDir
 
@@ -21,7 +21,7 @@ def _entry(spill: int, offset: int, length: int) -> Entry:
 def test_blocks_keep_order_and_stay_under_the_limit():
     rng = random.Random(3)
     entries = [_entry(0, i, rng.randrange(1, 300)) for i in range(500)]
-    cut = write.blocks(entries, 1000)
+    cut = shard_copy.blocks(entries, 1000)
     assert [e for block in cut for e in block] == entries
     assert all(block for block in cut)
     assert all(sum(e.length for e in block) <= 1000 for block in cut)
@@ -32,8 +32,8 @@ def test_blocks_keep_order_and_stay_under_the_limit():
 
 def test_a_record_larger_than_a_block_gets_a_block_of_its_own():
     entries = [_entry(0, 0, 10), _entry(0, 10, 5000), _entry(0, 5010, 10)]
-    assert write.blocks(entries, 1000) == [[entries[0]], [entries[1]], [entries[2]]]
-    assert write.blocks([], 1000) == []
+    assert shard_copy.blocks(entries, 1000) == [[entries[0]], [entries[1]], [entries[2]]]
+    assert shard_copy.blocks([], 1000) == []
 
 
 class _CountingPool:
@@ -62,7 +62,7 @@ class _Out(io.BytesIO):
 
 
 def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_blocks_ahead(tmp_path, monkeypatch):
-    monkeypatch.setattr(write, "_BLOCK", 4096)
+    monkeypatch.setattr(shard_copy, "_BLOCK", 4096)
     rng = random.Random(7)
     work = WorkDir(str(tmp_path))
     os.makedirs(work.spill_folder)
@@ -82,13 +82,13 @@ def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_b
     with concurrent.futures.ThreadPoolExecutor(2) as threads:
         pool = _CountingPool(threads)
         out = _Out(pool)
-        size, sha = write._copy_records(entries, out, work, "/nonexistent-source", pool)
+        size, sha = shard_copy.copy_records(entries, out, work, "/nonexistent-source", pool)
 
     assert out.getvalue() == expected
     assert (size, sha) == (len(expected), hashlib.sha256(expected).hexdigest())
-    assert len(out.ahead) == len(write.blocks(entries, 4096)) > 20
+    assert len(out.ahead) == len(shard_copy.blocks(entries, 4096)) > 20
     # Memory is bounded by blocks in flight, not by the shard's size.
-    assert max(out.ahead) <= write._AHEAD + 1
+    assert max(out.ahead) <= shard_copy._AHEAD + 1
 
 
 def test_task_counts_name_only_the_classes_and_strata_held():

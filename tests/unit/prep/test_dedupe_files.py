@@ -17,7 +17,7 @@ from prep.core import storage
 from prep.core.errors import ResumeError
 from prep.core.groups import Decision, Member
 from prep.core.listing import Reject
-from prep.core.run import dedupe_files
+from prep.core.run import dedupe_files, key_rows
 from prep.core.workdir import WorkDir
 
 
@@ -125,17 +125,17 @@ def test_key_files_are_versioned_npy_that_numpy_reads_without_pickle(work):
         assert np.load(f, allow_pickle=False) == dedupe_files.FILE_VERSION
         assert np.load(f, allow_pickle=False).dtype == dedupe_files.KEY_DTYPE
     assert dedupe_files.chunk_keys_count(work, 5) is None
-    rows = np.zeros(2, dedupe_files.KEY_ROWS)
+    rows = np.zeros(2, key_rows.KEY_ROWS)
     rows["spill"], rows["offset"] = 7, [0, 40]
-    dedupe_files.write_rows(work, 0, rows, ["a.jpg", "b\udcff.jpg"])
-    got, block = dedupe_files.read_rows(work, 0)
+    key_rows.write_rows(work, 0, rows, ["a.jpg", "b\udcff.jpg"])
+    got, block = key_rows.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes() and block == "a.jpg\0b\udcff.jpg".encode("utf-8", "surrogateescape")
 
 
 @pytest.mark.parametrize("damage", ["version", "layout", "not npy"])
 def test_a_key_file_of_another_version_is_refused(work, damage):
-    rows = np.zeros(2, dedupe_files.KEY_ROWS)
-    dedupe_files.write_rows(work, 0, rows, ["a.jpg", "b.jpg"])
+    rows = np.zeros(2, key_rows.KEY_ROWS)
+    key_rows.write_rows(work, 0, rows, ["a.jpg", "b.jpg"])
     with open(work.key_rows(0), "wb") as f:
         if damage == "not npy":
             f.write(len(rows).to_bytes(4, "little") + rows.tobytes())  # RUN_VERSION 8's rows file
@@ -144,7 +144,7 @@ def test_a_key_file_of_another_version_is_refused(work, damage):
             np.save(f, rows[["spill", "offset"]] if damage == "layout" else rows)
             np.save(f, np.zeros(3, np.uint8))
     with pytest.raises(ResumeError, match="written by another version of tfrecord-prep"):
-        dedupe_files.read_rows(work, 0)
+        key_rows.read_rows(work, 0)
 
 
 DEDUPE_MODULES = (
@@ -152,6 +152,7 @@ DEDUPE_MODULES = (
     "prep/core/run/dedupe_types.py",
     "beam_jobs/dedupe_decide.py",
     "prep/core/run/dedupe_files.py",
+    "prep/core/run/key_rows.py",
     "beam_jobs/dedupe_scan.py",
     "prep/core/run/publish_keys.py",
     "beam_jobs/prepare.py",

@@ -13,7 +13,7 @@ import pytest
 
 from prep.core import keys_sidecar, storage
 from prep.core.errors import ResumeError
-from prep.core.run import dedupe_files, publish_keys
+from prep.core.run import dedupe_files, key_rows, publish_keys
 from prep.core.workdir import BATCH, BATCHES_PER_CHUNK, WorkDir
 
 CHUNKS = 5
@@ -38,11 +38,11 @@ def reference_sidecar(output: str, work: WorkDir, shards) -> None:
     ids, shas, hashes = [], [], []
     paths, starts, ends = bytearray(), [], []
     for chunk in np.unique(spills // np.uint64(BATCHES_PER_CHUNK)).tolist():
-        rows, block = dedupe_files.read_rows(work, chunk)
+        rows, block = key_rows.read_rows(work, chunk)
         ids.append((rows["spill"] << np.uint64(32)) | rows["offset"])
         shas.append(rows["sha256"])
         hashes.append(rows["hashes"])
-        first, last = dedupe_files.split_paths(block)
+        first, last = key_rows.split_paths(block)
         starts.append(len(paths) + first)
         ends.append(len(paths) + last)
         paths += block
@@ -83,7 +83,7 @@ def write_work(work: WorkDir, seed: int = 0) -> list[tuple[str, str, str]]:
     places = []
     for chunk in range(CHUNKS):
         n = int(rng.integers(500, 900))
-        rows = np.zeros(n, dedupe_files.KEY_ROWS)
+        rows = np.zeros(n, key_rows.KEY_ROWS)
         rows["spill"] = chunk * BATCHES_PER_CHUNK + np.arange(n) // BATCH
         rows["offset"] = (np.arange(n) % BATCH) * 50_000 + rng.integers(0, 1000, n)
         rows["sha256"] = rng.integers(0, 256, (n, 32), dtype=np.uint8)
@@ -91,7 +91,7 @@ def write_work(work: WorkDir, seed: int = 0) -> list[tuple[str, str, str]]:
         rows = rows[rng.permutation(n)]  # written in an order of their own
         names = [f"class{i % 7}/img_{chunk}_{i:05d}.jpg" for i in range(n)]
         names[:3] = ["ünïcode/é.png", "bad\udcffname.jpg", 'quote"and\\slash.jpg']
-        dedupe_files.write_rows(work, chunk, rows, names)
+        key_rows.write_rows(work, chunk, rows, names)
         places.append(rows[["spill", "offset"]][: n - 20].copy())  # 20 rows a chunk in no shard
     places = np.concatenate(places)
     places = places[rng.permutation(len(places))]

@@ -188,7 +188,7 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
 
     from prep.core import content_keys as ck
     from prep.core.errors import ResumeError
-    from prep.core.run import dedupe_files
+    from prep.core.run import key_rows
 
     src, tmp = tmp_path / "src", str(tmp_path / "tmp")
     (src / "a").mkdir(parents=True)
@@ -221,12 +221,12 @@ def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records
         ck.ContentKeys(keyed.sha256[32 * i : 32 * (i + 1)].hex(), tuple(h)) for i, h in enumerate(keyed.hashes.tolist())
     ] == [ck.image_keys(data) for data in stored]
 
-    rows = np.zeros(3, dedupe_files.KEY_ROWS)
+    rows = np.zeros(3, key_rows.KEY_ROWS)
     rows["spill"], rows["offset"], rows["hashes"] = 3, keyed.offsets, keyed.hashes
-    dedupe_files.write_rows(work, 0, rows, keyed.paths)
-    got, block = dedupe_files.read_rows(work, 0)
+    key_rows.write_rows(work, 0, rows, keyed.paths)
+    got, block = key_rows.read_rows(work, 0)
     assert got.tobytes() == rows.tobytes()
     assert block.split(b"\0") == [p.encode("utf-8", "surrogateescape") for p in keyed.paths]
-    assert dedupe_files.RowTable(work).get(3, keyed.offsets[2]).tobytes() == rows[2].tobytes()
+    assert key_rows.RowTable(work).get(3, keyed.offsets[2]).tobytes() == rows[2].tobytes()
     with pytest.raises(ResumeError, match="without computing their content keys"):
-        dedupe_files.read_rows(work, 1)
+        key_rows.read_rows(work, 1)
