@@ -1,5 +1,5 @@
 """The `prep` command line. Thin: it parses options, calls the core and the pipeline, and
-turns every `PrepError` into a one-line `Error: ...` with a non-zero exit.
+turns every `PrepError` into a one-line `Error: ...` with a non-zero exit (`prep.cli_kit`).
 
 `main` takes an optional `CliHooks` as click's context object (`main(args, obj=...)`):
 the one way tests inject a hook into a conversion (`on_step`, see
@@ -20,7 +20,7 @@ from collections.abc import Callable
 import click
 
 from prep import __version__
-from prep.core.convert_options import OPTIONS
+from prep.cli_kit import ErrorGroup, Trouble, cannot_access, click_options, existing_folder, html_name, png_name
 from prep.core.errors import PrepError
 from prep.core.targets import TARGETS
 
@@ -32,34 +32,7 @@ class CliHooks:
     on_step: Callable[[str], None] | None = None
 
 
-def click_options(command):
-    """Decorates a click command with the conversion options (`prep.core.convert_options.OPTIONS`)."""
-    for o in reversed(OPTIONS):
-        if o.flag:
-            command = click.option(o.name, is_flag=True, help=o.help)(command)
-        else:
-            kind = click.Choice(list(o.choices)) if o.choices else o.type
-            command = click.option(
-                o.name, type=kind, default=o.default, help=o.help, metavar=o.metavar, show_default=o.default is not None
-            )(command)
-    return command
-
-
-class _Group(click.Group):
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PrepError as exc:
-            raise click.ClickException(str(exc)) from None
-        except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing more to say
-            sys.stderr.close()
-            ctx.exit(0)
-        except OSError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            raise click.ClickException(f"cannot access{where}: {exc.strerror or exc}") from None
-
-
-@click.group(cls=_Group)
+@click.group(cls=ErrorGroup)
 @click.version_option(__version__, prog_name="prep")
 def main():
     """Turn raw images and labels into balanced TFRecord shards, and check them."""
@@ -136,22 +109,6 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         _write_report(output, None, verify=False, source=None)
 
 
-def _existing_folder(output: str, what: str = "OUTPUT") -> None:
-    """OUTPUT of verify and inspect must be a local folder; anything else is a usage error (exit 2)."""
-    import os
-
-    if not os.path.exists(output):
-        raise click.UsageError(f"{what} {output} does not exist")
-    if not os.path.isdir(output):
-        raise click.UsageError(f"{what} {output} is not a folder")
-
-
-def _png(ctx, param, value):
-    if value is not None and not value.lower().endswith(".png"):
-        raise click.BadParameter(f"{value!r} must be a .png file name")
-    return value
-
-
 @main.command()
 @click.argument("output", type=str)
 @click.option(
@@ -191,7 +148,7 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     from prep.verify import dumps
     from prep.verify import verify as run_verify
 
-    _existing_folder(output)
+    existing_folder(output)
     bar = render.ByteProgress(progress)
     try:
         report = run_verify(output, deep=deep, workers=workers, progress=bar, target=target)
@@ -209,7 +166,7 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     "--contact-sheet",
     "sheet",
     metavar="FILE.png",
-    callback=_png,
+    callback=png_name,
     help="Write a grid of sample images per class, decoded from the shards, labelled with the class name.",
 )
 @click.option(
@@ -227,7 +184,7 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     default=None,
     help="Take contact-sheet samples from this split only (default: every split, largest first).",
 )
-@click.option("--plot", metavar="FILE.png", callback=_png, help="Write a bar chart of records per class and split.")
+@click.option("--plot", metavar="FILE.png", callback=png_name, help="Write a bar chart of records per class and split.")
 def inspect(output, as_json, sheet, per_class, tile, split, plot):
     """Summarize the dataset in OUTPUT from its manifest: splits, shards, classes, sizes, options, rejects.
 
@@ -241,7 +198,7 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     from prep import pictures, render
     from prep.core.manifest import Manifest
 
-    _existing_folder(output)
+    existing_folder(output)
     manifest = Manifest.load(output, shard_counts=True)  # the per-shard spreads read every shard's counts
     if split is not None and split not in manifest.splits:
         raise click.BadParameter(
@@ -266,12 +223,6 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     if plot:
         width, height = pictures.write_plot(summary, plot)
         click.echo(f"wrote {plot} ({width}x{height})", err=as_json)
-
-
-class _Trouble(click.ClickException):
-    """An error of a command whose exit status 1 means something else (`leakage`, like diff): exit 2."""
-
-    exit_code = 2
 
 
 @main.command()
@@ -306,9 +257,9 @@ def leakage(ctx, a, b, as_json, workers, progress):
 
     for name in (a, b):
         if "://" in name:
-            raise _Trouble(f"{name}: prep leakage reads local folders only; copy the dataset here first")
+            raise Trouble(f"{name}: prep leakage reads local folders only; copy the dataset here first")
         if not os.path.isdir(name):
-            raise _Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
+            raise Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
     bars = []
 
     def bar(name):
@@ -329,10 +280,9 @@ def leakage(ctx, a, b, as_json, workers, progress):
     try:
         report = leakage_lib.compare(a, b, workers, bar)
     except PrepError as exc:
-        raise _Trouble(str(exc)) from None
+        raise Trouble(str(exc)) from None
     except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        raise _Trouble(f"cannot access{where}: {exc.strerror or exc}") from None
+        raise Trouble(cannot_access(exc)) from None
     finally:
         for _, shown in bars:
             shown.close()
@@ -348,16 +298,8 @@ def leakage(ctx, a, b, as_json, workers, progress):
         ctx.exit(1)
 
 
-def _html(ctx, param, value):
-    if value is not None and not value.lower().endswith((".html", ".htm")):
-        raise click.BadParameter(f"{value!r} must be an .html file name")
-    return value
-
-
 def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
     """Writes the report page; returns the problems `prep verify` found (None: not run)."""
-    import os
-
     from prep import report as report_lib
 
     path = path or os.path.join(dataset, report_lib.FILENAME)
@@ -375,7 +317,7 @@ def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
     "-o",
     "path",
     metavar="FILE.html",
-    callback=_html,
+    callback=html_name,
     help="Where to write the page (default: DATASET/report.html).",
 )
 @click.option("--verify", "run_verify", is_flag=True, help="Also run `prep verify` and show its verdict on the page.")
@@ -396,7 +338,7 @@ def report(ctx, dataset, path, run_verify, source):
     written, 1 an error (or, with --verify, problems found: the page is still
     written), 2 usage error.
     """
-    _existing_folder(dataset, "DATASET")
+    existing_folder(dataset, "DATASET")
     if _write_report(dataset, path, verify=run_verify, source=source):
         ctx.exit(1)
 

@@ -16,7 +16,7 @@ Checks, in order (docs/verify.md lists them with their messages):
    record's framing and CRCs, every record parses with our schema and its label
    and class text agree with `labels`; with `deep`, every image decodes to its
    stored format, height, width and channels.
-5. The records counted per shard and per class match the manifest.
+5. The records counted per shard and per class match the manifest (`prep.manifest_agreement`).
 6. Balance, on what the shards hold: each shard of a split holds ⌊n/N⌋ or ⌈n/N⌉
    records, and so does each class (which is the same as "differs by at most
    one between any two shards").
@@ -28,7 +28,6 @@ Checks, in order (docs/verify.md lists them with their messages):
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -37,12 +36,11 @@ import time
 import warnings
 from collections.abc import Callable
 
-from prep import sidecars, task_checks
+from prep import manifest_agreement, sidecars, task_checks
 from prep.core import targets
 from prep.core.errors import ManifestError
-from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
+from prep.core.manifest import FILENAME, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
-from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX
 from prep.shard_checks import DEFAULT_MAX_PIXELS, ScanOptions, ShardScan, scan_shard
 
@@ -159,101 +157,6 @@ def manifest_balance_problems(manifest: Manifest, split: str) -> list[Problem]:
     return [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
 
 
-def _compare_shard(file: str, entry: ShardInfo, scan: ShardScan, exact: bool = True) -> list[Problem]:
-    problems = [Problem(file, index, message) for index, message in scan.issues]
-    if scan.size != entry.bytes:
-        problems.append(Problem(file, None, f"size is {scan.size} bytes, the manifest says {entry.bytes}"))
-    if scan.sha256 != entry.sha256:
-        problems.append(Problem(file, None, f"sha256 is {scan.sha256}, the manifest says {entry.sha256}"))
-    if not scan.complete:
-        return problems  # the counts of a shard read only in part say nothing more
-    if scan.records != entry.examples:
-        problems.append(Problem(file, None, f"holds {scan.records} records, the manifest says {entry.examples}"))
-    tally = scan.tally
-    if tally is None:
-        problems += _count_problems(file, "records per class", scan.class_counts, entry.held)
-        return problems
-    if tally.classes_read:
-        problems += _count_problems(file, "images containing each class", scan.class_counts, entry.held)
-    if entry.box_counts is not None:
-        problems += _count_problems(file, "boxes per class", dict(tally.boxes), entry.box_counts)
-    strata = entry.stratum_counts
-    none = 0 if strata is None else strata.get(NO_STRATUM, 0)
-    # An image without labels is of no stratum; one whose boxes were all dropped keeps its class's stratum.
-    if strata is not None and (none != tally.unlabelled if exact else none > tally.unlabelled):
-        what = "objects" if entry.box_counts is not None else "labels"
-        problems.append(
-            Problem(
-                file,
-                None,
-                f"holds {tally.unlabelled} records without {what}, the manifest's "
-                f"stratum_counts[{NO_STRATUM!r}] says {none}",
-            )
-        )
-    return problems
-
-
-def _count_problems(file: str, what: str, found: dict[str, int], claimed: dict[str, int]) -> list[Problem]:
-    names = sorted(set(found) | set(claimed))
-    diffs = [
-        f"{name} {found.get(name, 0)} (manifest {claimed.get(name, 0)})"
-        for name in names
-        if found.get(name, 0) != claimed.get(name, 0)
-    ]
-    return [Problem(file, None, f"{what} differ from the manifest: {', '.join(diffs)}")] if diffs else []
-
-
-def _max_boxes_problems(name: str, info: SplitInfo, read: list[ShardScan]) -> list[Problem]:
-    """A detection split's max_boxes against the largest object count its records hold."""
-    most = max(s.tally.max_boxes for s in read if s.tally is not None)  # a detection scan always has one
-    if info.max_boxes is None or most == info.max_boxes:
-        return []
-    return [
-        Problem(FILENAME, None, f"split {name}: max_boxes is {info.max_boxes}, its records hold at most {most} objects")
-    ]
-
-
-def _check_rejects(output: str, manifest: Manifest) -> list[Problem]:
-    """rejects.jsonl has a line per rejected input and, for detection, a box line (with a `box` key) per
-    box dropped or clipped, except the boxes of rejected images (counted `image_rejected`, not listed)."""
-    path = os.path.join(output, REJECTS)
-    if not os.path.isfile(path):
-        return []  # optional: it explains the accounting, the shards do not depend on it
-    with open(path, "rb") as f:
-        lines = [line for line in f if line.strip()]
-    boxes = manifest.inputs.boxes
-    if boxes is None:  # no box lines: count lines without parsing them
-        images, dropped, clipped = len(lines), 0, 0
-    else:
-        kinds: collections.Counter[str | None] = collections.Counter()
-        for number, line in enumerate(lines, 1):
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                return [Problem(REJECTS, None, f"line {number} is not JSON")]
-            kinds["image" if not isinstance(entry, dict) or "box" not in entry else entry.get("action")] += 1
-        images, dropped, clipped = kinds["image"], kinds["dropped"], kinds["clipped"]
-    problems = []
-    if images != manifest.inputs.rejected:
-        what = "lines" if boxes is None else "image lines"
-        problems.append(
-            Problem(REJECTS, None, f"has {images} {what}, the manifest counts {manifest.inputs.rejected} rejects")
-        )
-    if boxes is not None:
-        listed = boxes.dropped - boxes.dropped_by_reason.get("image_rejected", 0)
-        if (dropped, clipped) != (listed, boxes.clipped):
-            problems.append(
-                Problem(
-                    REJECTS,
-                    None,
-                    f"has {dropped} dropped and {clipped} clipped box lines, the "
-                    f"manifest counts {listed} dropped (besides the boxes of "
-                    f"rejected images) and {boxes.clipped} clipped",
-                )
-            )
-    return problems
-
-
 def verify(
     output: str,
     *,
@@ -300,7 +203,7 @@ def verify(
         )
     target = target or (recorded if recorded in targets.TARGETS else targets.NONE)
     problems += [Problem(*issue) for issue in sidecars.check_index_names(manifest)]
-    problems += _check_rejects(output, manifest)
+    problems += [Problem(*issue) for issue in manifest_agreement.check_rejects(output, manifest)]
     problems += [Problem(*issue) for issue in sidecars.check_tfds(output, manifest)]
     entries = {shard.file: (split.name, shard) for split, shard in manifest.shards()}
     present = {}
@@ -334,7 +237,8 @@ def verify(
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     for file, scan in scans.items():
-        problems += _compare_shard(file, entries[file][1], scan, task_checks.exact_strata(manifest))
+        issues = manifest_agreement.compare_shard(file, entries[file][1], scan, task_checks.exact_strata(manifest))
+        problems += [Problem(*issue) for issue in issues]
     for file, (_, entry) in entries.items():
         scanned = scans.get(file)
         sizes = scanned.record_sizes if scanned is not None and scanned.complete else None
@@ -356,10 +260,10 @@ def verify(
         if files and len(read) == len(files) and all(s.complete for s in read):
             if manifest.task == "classification":
                 problems += balance_problems(split, files, [s.class_counts for s in read])
-            else:  # on records and the manifest's stratum_counts, which _compare_shard ties to the records
+            else:  # on records and the manifest's stratum_counts, which compare_shard ties to the records
                 problems += [Problem(f, None, m) for f, m in strata_unbalanced(manifest) if f in files]
                 if manifest.task == "detection":
-                    problems += _max_boxes_problems(split, info, read)
+                    problems += [Problem(*i) for i in manifest_agreement.max_boxes_issues(split, info, read)]
     problems.sort(key=_problem_order(manifest))
     check = None
     if target != targets.NONE:

@@ -1,7 +1,7 @@
 """The conversion options: one table (`OPTIONS`) for `prep convert` (click) and
 `python -m beam_jobs.convert` (argparse), and the one way values become a `ConvertConfig`.
 
-The table is plain data; `prep.cli` turns it into click options and `add_arguments`
+The table is plain data; `prep.cli_kit` turns it into click options and `add_arguments`
 into argparse ones, so both entry points take the same names, defaults and help.
 """
 
