@@ -157,11 +157,11 @@ def bomb_png(side: int = 12_000) -> bytes:
     return _png(side, side, 1, 0, idat)
 
 
-def _png(width: int, height: int, bit_depth: int, color_type: int, idat: bytes) -> bytes:
+def _png(width: int, height: int, bit_depth: int, color_type: int, idat: bytes, interlace: int = 0) -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
@@ -183,6 +183,22 @@ def gray_png(width: int, height: int) -> bytes:
     compressor = zlib.compressobj(9)
     idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
     return _png(width, height, 8, 0, idat)
+
+
+def interlaced_gray_png(width: int, height: int) -> bytes:
+    """`gray_png` stored Adam7-interlaced: the same pixels and memory, about 1.8 times the decode time (seven
+    passes, each row Paeth-filtered), so its decode outlasts a short --image-timeout on a fast, idle machine
+    too (89 Mpx: 0.47 s against gray_png's 0.26 s here, on a day gray_png took 0.26 s instead of 0.58)."""
+    passes = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+    compressor = zlib.compressobj(9)
+    parts = []
+    for x0, y0, dx, dy in passes:
+        w, h = max(0, -(-(width - x0) // dx)), max(0, -(-(height - y0) // dy))
+        if w and h:
+            row = b"\x04" + bytes(w)
+            parts += [compressor.compress(row) for _ in range(h)]
+    parts.append(compressor.flush())
+    return _png(width, height, 8, 0, b"".join(parts), interlace=1)
 
 
 def rgba_png(width: int, height: int) -> bytes:
