@@ -146,6 +146,7 @@ def test_runs_left_by_a_killed_publish_are_replaced(generated, tmp_path):
 
 
 def test_object_store_paths(generated, tmp_path):
+    import beam_jobs  # noqa: F401  (installs Beam's FileSystems as storage's remote back end, as a run does)
     from tests.support.testfs import to_url
 
     work, shards, expected = generated
