@@ -40,7 +40,7 @@ from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, un
 from beam_jobs.dedupe_scan import Scan, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
-from prep.core.groups import Member
+from prep.core.groups import CONFLICTS_DEFAULT, Member
 from prep.core.run import dedupe_files, key_rows
 from prep.core.run.dedupe_types import (
     BandPairs,
@@ -162,8 +162,11 @@ def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings
             yield UserLink(group, batch, tuple(sorted(users)))
 
 
-def duplicates_summary(output: str) -> list[str]:
-    """The lines `prep convert` prints about OUTPUT/duplicates.jsonl: nothing when there is none."""
+def duplicates_summary(output: str, conflicts: str = CONFLICTS_DEFAULT) -> list[str]:
+    """The lines `prep convert` prints about OUTPUT/duplicates.jsonl: nothing when there is none.
+
+    `conflicts` is the --conflicts the conversion ran with: the warning says what became of the groups
+    whose labels differ."""
     path = storage.join(output, REPORT)
     if not storage.exists(path):
         return []
@@ -174,7 +177,16 @@ def duplicates_summary(output: str) -> list[str]:
         f"{h['near_groups']} near), {h['rejected']} rejected by the group policies (see {REPORT})"
     ]
     if h["conflict_groups"]:
-        lines.append(f"Warning: {h['conflict_groups']} duplicate group(s) carry different labels (label_conflict)")
+        lines.append(
+            f"Warning: {h['conflict_groups']} duplicate group(s) carry different labels: "
+            + {
+                "reject": "every member rejected (label_conflict)",
+                "reject-exact": "images whose exact duplicates carry another label rejected (label_conflict); "
+                "conflicts only near matches make are reported, not rejected (see "
+                f"{REPORT}; --conflicts reject rejects them too)",
+                "keep": "kept (--conflicts keep)",
+            }[conflicts]
+        )
     if h["cross_split_groups"]:
         lines.append(
             f"Warning: {h['cross_split_groups']} duplicate group(s) span splits SOURCE gives "

@@ -21,10 +21,13 @@ RSS of it and its child processes, polled every 250 ms (tests/support/proctree.p
 took ~8% of a core from the run measured). The table gives medians and each mode's ratio to
 --duplicates off, and the median of the ratios of runs side by side.
 
-The modes: the default finds duplicates and rejects the groups whose images carry different labels, so
-it writes fewer records than --duplicates off wherever the set has such groups (the generated scenes do:
-3,057 of 4,168 groups at 100,000); `--conflicts keep` finds the same groups and writes every record, so
-its ratio is the dedupe stage's cost alone. Results also go to bench/results/dedupe-scale-<count>[...].json
+The modes: `--conflicts reject` finds duplicates and rejects the groups whose images carry different
+labels, so it writes fewer records than --duplicates off wherever the set has such groups (the generated
+scenes do: 3,057 of 4,168 groups at 100,000, 14,762 images rejected; it was the
+default then); the default (`--conflicts reject-exact`) rejects only conflicts between identical
+images (a false one needs a SHA-256 collision: 0 expected per million images, docs/leakage.md) and reports
+the near ones; `--conflicts keep` finds the same groups and writes every record, so its ratio is the
+dedupe stage's cost alone. Results also go to bench/results/dedupe-scale-<count>[...].json
 (with --modes, the modes run end its name).
 """
 
@@ -56,10 +59,11 @@ SIZE = (64, 64)
 PLANTED = ("copy", "reencode_q60", "brightness_12")
 MODES = {
     "dedupe (default)": [],
+    "--conflicts reject": ["--conflicts", "reject"],
     "--conflicts keep": ["--conflicts", "keep"],
     "--duplicates off": ["--duplicates", "off"],
 }
-SHORT = dict(zip(("default", "keep", "off"), MODES))  # --modes' names
+SHORT = dict(zip(("default", "reject", "keep", "off"), MODES))  # --modes' names
 
 
 # pHash sees orientation: mirrored and turned copies of one scene are mostly more than 7 bits apart, so one
@@ -225,7 +229,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--modes",
         default="default,keep,off",
-        help="the modes to run, of default, keep, off (off runs in any case: the ratios' base)",
+        help="the modes to run, of default, reject, keep, off (off runs in any case: the ratios' base)",
     )
     args = parser.parse_args(argv)
     chosen = {SHORT[m.strip()] for m in args.modes.split(",") if m.strip() in SHORT} | {SHORT["off"]}

@@ -103,7 +103,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         )
     from beam_jobs.dedupe import duplicates_summary
 
-    for line in duplicates_summary(output):
+    for line in duplicates_summary(output, config.dedupe.conflicts):
         click.echo(line, err=line.startswith("Warning"))
     if write_report:
         _write_report(output, None, verify=False, source=None)

@@ -18,7 +18,7 @@ from typing import Any
 from prep.core import targets
 from prep.core.config import ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig, TaskOptions
 from prep.core.errors import OptionsError
-from prep.core.groups import CONFLICTS, CROSS_SPLIT, DUPLICATES, DedupeOptions
+from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICATES, DedupeOptions
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.core.listing import LAYOUTS, read_class_file
@@ -185,9 +185,12 @@ OPTIONS = (
     ),
     Option(
         "--conflicts",
-        "A duplicate group whose images carry different labels: reject every member "
-        "(label_conflict, naming the others), or keep them.",
-        default="reject",
+        "A duplicate group whose images carry different labels: reject-exact rejects the images whose "
+        "exact duplicates (same stored bytes) carry another label (label_conflict, naming them) and only "
+        "reports conflicts that near matches make (duplicates.jsonl and a warning), since false near "
+        "matches grow with the square of the images; reject rejects every member of any such group, "
+        "exact or near; keep only reports.",
+        default=CONFLICTS_DEFAULT,
         choices=CONFLICTS,
     ),
     Option(

@@ -19,12 +19,18 @@ group across them is leakage: reported, and removed from the evaluation splits
 with `--cross-split remove`.
 
 Policies on a duplicate group (`decide`), members taken in path order:
-- `--conflicts reject` (default): members with different labels (single-label
-  classification) are all rejected `label_conflict`, each naming the others;
-- `--duplicates drop`: the first member is kept, the others rejected
-  `duplicate_of` with its path;
-- `--cross-split remove`: members outside the group's first split (train first,
-  then by name) rejected `cross_split_duplicate`.
+- `--conflicts reject-exact` (default): a member whose exact duplicates (same
+  stored sha256) carry another label (single-label classification) is rejected
+  `label_conflict`, naming those duplicates; a conflict only near matches make is
+  reported (the line's `conflict`, no member rejected for it), not rejected: false
+  near pairs grow as n^2 (docs/leakage.md), false exact pairs need a sha256 collision;
+- `--conflicts reject`: members with different labels are all rejected
+  `label_conflict`, each naming the others, whether exact or near duplicates;
+- `--conflicts keep`: labels that differ are only reported;
+- `--duplicates drop`: the first member not rejected above is kept, the others
+  rejected `duplicate_of` with its path;
+- `--cross-split remove`: members not rejected above outside their first split
+  (train first, then by name) rejected `cross_split_duplicate`.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from prep.core.errors import OptionsError
 from prep.core.listing import Reject
 
 DUPLICATES = ("keep", "drop", "off")
-CONFLICTS = ("reject", "keep")
+CONFLICTS = ("reject-exact", "reject", "keep")
+CONFLICTS_DEFAULT = CONFLICTS[0]
 CROSS_SPLIT = ("report", "remove")
 TRAIN = "train"
 NAMED = 10  # members named in one reject's detail at most
@@ -51,7 +58,7 @@ class DedupeOptions:
     """How duplicates and user groups are found and treated (see the module docstring)."""
 
     duplicates: str = "keep"  # off: no content keys, no duplicate groups (user groups still hold)
-    conflicts: str = "reject"
+    conflicts: str = CONFLICTS_DEFAULT
     cross_split: str = "report"
     group_pattern: str | None = None
     group_by: str | None = None  # a column of the label file (ConvertConfig checks there is one)
@@ -81,7 +88,10 @@ class DedupeOptions:
         if self.duplicates == "off":
             changed = [
                 f"--{n}"
-                for n, v, d in (("conflicts", self.conflicts, "reject"), ("cross-split", self.cross_split, "report"))
+                for n, v, d in (
+                    ("conflicts", self.conflicts, CONFLICTS_DEFAULT),
+                    ("cross-split", self.cross_split, "report"),
+                )
                 if v != d
             ]
             if changed:
@@ -102,7 +112,7 @@ class DedupeOptions:
         out: dict[str, str] = {}
         for name, value, default in (
             ("duplicates", self.duplicates, "keep"),
-            ("conflicts", self.conflicts, "reject"),
+            ("conflicts", self.conflicts, CONFLICTS_DEFAULT),
             ("cross_split", self.cross_split, "report"),
             ("group_pattern", self.group_pattern, None),
             ("group_by", self.group_by, None),
@@ -230,15 +240,27 @@ def decide(
             rejects[m.item] = Reject(
                 m.path, "label_conflict", f"a duplicate of {_named(members, m)} with another label"
             )
-    elif options.duplicates == "drop":
-        for m in members[1:]:
-            rejects[m.item] = Reject(m.path, "duplicate_of", first.path)
-    elif options.cross_split == "remove" and len(splits) > 1:
-        kept = next(m for m in members if m.split == splits[0])
+    elif conflict and options.conflicts == "reject-exact":
+        same: dict[str, list[Member]] = {}
         for m in members:
-            if m.split != splits[0]:
+            same.setdefault(m.sha256, []).append(m)
+        for copies in same.values():
+            if len({m.label for m in copies}) > 1:
+                for m in copies:
+                    rejects[m.item] = Reject(
+                        m.path, "label_conflict", f"a duplicate of {_named(copies, m)} with another label"
+                    )
+    rest = [m for m in members if m.item not in rejects]
+    rest_splits = sorted({m.split for m in rest}, key=split_order)
+    if rest and options.duplicates == "drop":
+        for m in rest[1:]:
+            rejects[m.item] = Reject(m.path, "duplicate_of", rest[0].path)
+    elif options.cross_split == "remove" and len(rest_splits) > 1:
+        kept = next(m for m in rest if m.split == rest_splits[0])
+        for m in rest:
+            if m.split != rest_splits[0]:
                 rejects[m.item] = Reject(
-                    m.path, "cross_split_duplicate", f"a duplicate of {kept.path} in split {splits[0]!r}"
+                    m.path, "cross_split_duplicate", f"a duplicate of {kept.path} in split {rest_splits[0]!r}"
                 )
     unit = unit or next((m.user for m in members if m.user), None)
     pin = (unit_split or pin_split(seed, unit or first.path, fractions)) if fractions else ""

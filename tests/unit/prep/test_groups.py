@@ -94,13 +94,61 @@ def test_drop_keeps_the_first_by_path():
 
 def test_a_conflict_rejects_every_member_naming_the_others_unless_kept():
     members = [member(1, "a.jpg", 0), member(2, "b.jpg", 1), member(3, "c.jpg", 0)]
-    decisions, line = decide(members, DedupeOptions(duplicates="drop"), 0, None, True)
+    decisions, line = decide(members, DedupeOptions(duplicates="drop", conflicts="reject"), 0, None, True)
     assert all(d.reject.reason == "label_conflict" for d in decisions) and line["conflict"]
     assert decisions[0].reject.detail == "a duplicate of b.jpg (dog), c.jpg (cat) with another label"
     kept, _ = decide(members, DedupeOptions(conflicts="keep"), 0, None, True)
     assert all(d.reject is None for d in kept)
     other_task, _ = decide(members, DedupeOptions(), 0, None, False)  # strata, not labels: never a conflict
     assert all(d.reject is None for d in other_task)
+
+
+def test_the_default_rejects_an_exact_conflict():
+    """Same stored bytes under two labels: rejected by default (reject-exact), as by reject."""
+    members = [member(1, "a.jpg", 0), member(2, "b.jpg", 1)]
+    assert DedupeOptions().conflicts == "reject-exact"
+    decisions, line = decide(members, DedupeOptions(), 0, None, True)
+    assert [(d.reject.reason, d.reject.detail) for d in decisions] == [
+        ("label_conflict", "a duplicate of b.jpg (dog) with another label"),
+        ("label_conflict", "a duplicate of a.jpg (cat) with another label"),
+    ]
+    assert line["kind"] == "exact" and line["conflict"] and summarize([line])["rejected"] == 2
+    assert decide(members, DedupeOptions(conflicts="reject"), 0, None, True)[0] == decisions
+
+
+def test_the_default_reports_a_near_conflict_and_reject_rejects_it():
+    """Near matches only (different sha256) under two labels: reported by default, not rejected; --conflicts
+    reject rejects the whole group, keep keeps it."""
+    members = [member(1, "a.jpg", 0, sha="a" * 64), member(2, "b.jpg", 1, sha="b" * 64)]
+    decisions, line = decide(members, DedupeOptions(), 0, FRACTIONS, True)
+    assert all(d.reject is None for d in decisions) and len({d.pin for d in decisions}) == 1
+    assert line["kind"] == "near" and line["conflict"] and [m["rejected"] for m in line["members"]] == [None, None]
+    counts = summarize([line])
+    assert counts["conflict_groups"] == 1 and counts["rejected"] == 0
+    rejected, line = decide(members, DedupeOptions(conflicts="reject"), 0, None, True)
+    assert [d.reject.reason for d in rejected] == ["label_conflict"] * 2 and summarize([line])["rejected"] == 2
+    assert all(d.reject is None for d in decide(members, DedupeOptions(conflicts="keep"), 0, None, True)[0])
+    assert DedupeOptions(conflicts="reject").manifest_options() == {"conflicts": "reject"}
+
+
+def test_the_default_rejects_only_the_exact_copies_of_a_mixed_group():
+    """A near group holding exact copies under two labels: those copies are rejected, naming each other only;
+    the near member is kept, and --duplicates drop and --cross-split remove act on the members left."""
+    members = [
+        member(1, "a.jpg", 0, sha="a" * 64, split="train"),
+        member(2, "b.jpg", 1, sha="a" * 64, split="train"),
+        member(3, "c.jpg", 1, sha="c" * 64, split="test"),
+        member(4, "d.jpg", 1, sha="d" * 64, split="test"),
+    ]
+    decisions, line = decide(members, DedupeOptions(), 0, None, True)
+    got = {d.item: d.reject for d in decisions}
+    assert got[1].detail == "a duplicate of b.jpg (dog) with another label" and got[2].reason == "label_conflict"
+    assert got[3] is None and got[4] is None and line["kind"] == "near" and line["conflict"]
+    dropped = {d.item: d.reject for d in decide(members, DedupeOptions(duplicates="drop"), 0, None, True)[0]}
+    assert dropped[3] is None and (dropped[4].reason, dropped[4].detail) == ("duplicate_of", "c.jpg")
+    removed = {d.item: d.reject for d in decide(members, DedupeOptions(cross_split="remove"), 0, None, True)[0]}
+    assert removed[3] is None and removed[4] is None  # the members left are all in one split
+    assert all(d.reject for d in decide(members, DedupeOptions(conflicts="reject"), 0, None, True)[0])
 
 
 def test_cross_split_remove_keeps_train_then_the_first_split_by_name():
