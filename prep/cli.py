@@ -70,6 +70,9 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
 
     started = time.time()
     check_beam_args(beam_args)
+    from beam_jobs import beam_fs
+
+    beam_fs.configure(beam_args)  # the driver lists SOURCE with Beam's FileSystems, before any pipeline
     if write_report and "://" in output:
         raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
