@@ -20,6 +20,20 @@ def _uncompressed():
     return CompressionTypes.UNCOMPRESSED
 
 
+def configure(beam_args) -> None:
+    """Gives Beam's FileSystems the pipeline options of `beam_args` (the words after `--`).
+
+    Beam builds a FileSystem (S3's client, GCS's credentials, ...) from the options it was
+    given, and only `Pipeline.__init__` gives them; the driver lists SOURCE and reads
+    OUTPUT before any pipeline exists, so without this an S3 store answers
+    "Must provide one of client or options".
+    """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    FileSystems.set_options(PipelineOptions(list(beam_args)))
+
+
 class BeamFileSystems:
     """`RemoteFileSystem` over `apache_beam.io.filesystems.FileSystems`."""
 

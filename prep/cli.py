@@ -20,7 +20,16 @@ from collections.abc import Callable
 import click
 
 from prep import __version__
-from prep.cli_kit import ErrorGroup, Trouble, cannot_access, click_options, existing_folder, html_name, png_name
+from prep.cli_kit import (
+    ErrorGroup,
+    Trouble,
+    cannot_access,
+    click_options,
+    existing_dataset,
+    existing_folder,
+    html_name,
+    png_name,
+)
 from prep.core.errors import PrepError
 from prep.core.targets import TARGETS
 
@@ -70,6 +79,9 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
 
     started = time.time()
     check_beam_args(beam_args)
+    from beam_jobs import beam_fs
+
+    beam_fs.configure(beam_args)  # the driver lists SOURCE with Beam's FileSystems, before any pipeline
     if write_report and "://" in output:
         raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
@@ -111,6 +123,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
 
 @main.command()
 @click.argument("output", type=str)
+@click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
 @click.option(
     "--deep",
     is_flag=True,
@@ -134,7 +147,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     "command that fixes them (default: the target the dataset was converted for, if any).",
 )
 @click.pass_context
-def verify(ctx, output, deep, as_json, workers, progress, target):
+def verify(ctx, output, beam_args, deep, as_json, workers, progress, target):
     """Prove that the dataset in OUTPUT is exactly what its manifest.json promises.
 
     Checks the manifest, that every shard is there with its recorded size and
@@ -142,13 +155,14 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     shard, class and split, and the balance rule; with --target model-garden,
     also that Model Garden's default decoders read every record. Exit status: 0
     intact, 1 problems found (each listed with its file and record index), 2
-    usage error.
+    usage error. OUTPUT may be remote (gs://, s3://); Beam's file system options
+    go after `--`, as for `prep convert`.
     """
     from prep import render
     from prep.verify import dumps
     from prep.verify import verify as run_verify
 
-    existing_folder(output)
+    _remote_dataset(output, beam_args)
     bar = render.ByteProgress(progress)
     try:
         report = run_verify(output, deep=deep, workers=workers, progress=bar, target=target)
@@ -161,6 +175,7 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
 
 @main.command()
 @click.argument("output", type=str)
+@click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (docs/verify.md).")
 @click.option(
     "--contact-sheet",
@@ -185,12 +200,13 @@ def verify(ctx, output, deep, as_json, workers, progress, target):
     help="Take contact-sheet samples from this split only (default: every split, largest first).",
 )
 @click.option("--plot", metavar="FILE.png", callback=png_name, help="Write a bar chart of records per class and split.")
-def inspect(output, as_json, sheet, per_class, tile, split, plot):
+def inspect(output, beam_args, as_json, sheet, per_class, tile, split, plot):
     """Summarize the dataset in OUTPUT from its manifest: splits, shards, classes, sizes, options, rejects.
 
     Prints the totals, a table per split with each class's records, share and
     per-shard spread, and the first duplicate groups the conversion found;
-    --contact-sheet and --plot draw pictures of it.
+    --contact-sheet and --plot draw pictures of it. OUTPUT may be remote
+    (gs://, s3://); Beam's file system options go after `--`, as for `prep convert`.
     """
     import json
 
@@ -198,7 +214,7 @@ def inspect(output, as_json, sheet, per_class, tile, split, plot):
     from prep import pictures, render
     from prep.core.manifest import Manifest
 
-    existing_folder(output)
+    _remote_dataset(output, beam_args)
     manifest = Manifest.load(output, shard_counts=True)  # the per-shard spreads read every shard's counts
     if split is not None and split not in manifest.splits:
         raise click.BadParameter(
@@ -296,6 +312,22 @@ def leakage(ctx, a, b, as_json, workers, progress):
     )
     if report.found.pairs:
         ctx.exit(1)
+
+
+def _remote_dataset(output: str, beam_args, what: str = "OUTPUT") -> None:
+    """Checks that the dataset OUTPUT is there (`existing_dataset`); for a remote OUTPUT, first installs
+    Beam's FileSystems with the options after `--` (only then: a local run imports no Beam)."""
+    from prep.core import storage
+    from prep.core.convert_options import check_beam_args
+
+    check_beam_args(beam_args)
+    if storage.is_remote(output):
+        from beam_jobs import beam_fs  # importing beam_jobs installs Beam's FileSystems in prep.core.storage
+
+        beam_fs.configure(beam_args)
+    elif beam_args:
+        raise click.UsageError(f"Beam options ({beam_args[0]} ...) are for a remote {what} only")
+    existing_dataset(output, what)
 
 
 def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:

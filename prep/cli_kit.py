@@ -10,8 +10,10 @@ import sys
 
 import click
 
+from prep.core import storage
 from prep.core.convert_options import OPTIONS
 from prep.core.errors import PrepError
+from prep.core.manifest import FILENAME
 
 
 def click_options(command):
@@ -60,6 +62,20 @@ def existing_folder(output: str, what: str = "OUTPUT") -> None:
         raise click.UsageError(f"{what} {output} does not exist")
     if not os.path.isdir(output):
         raise click.UsageError(f"{what} {output} is not a folder")
+
+
+def existing_dataset(output: str, what: str = "OUTPUT") -> None:
+    """A local OUTPUT must be a folder (`existing_folder`); a remote one must hold a manifest.json.
+    A store that cannot be asked (no credentials, no network) is not a dataset that is missing."""
+    if not storage.is_remote(output):
+        existing_folder(output, what)
+        return
+    try:
+        found = storage.exists(storage.join(output, FILENAME))
+    except Exception as exc:  # each store raises its own types
+        raise click.UsageError(f"cannot access {what} {output}: {exc}") from None
+    if not found:
+        raise click.UsageError(f"{what} {output} does not exist")
 
 
 def png_name(ctx, param, value):

@@ -11,10 +11,11 @@ records containing it, so one record may appear in several rows.
 
 from __future__ import annotations
 
-import os
+import posixpath
 from collections.abc import Iterator
 from typing import Any
 
+from prep.core import storage
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
 from prep.core.task_record import TaskRecord
@@ -112,14 +113,15 @@ def duplicate_groups(output: str, groups: int = GROUPS_SHOWN, members: int = MEM
     """The head of OUTPUT/duplicates.jsonl: its counts and its first `groups` groups, each with its first
     `members` members (path, split, label, the reason it was rejected or None), read line by line; None when
     the conversion found no duplicates (or ran with --duplicates off)."""
+    import io
     import json
 
-    path = os.path.join(output, DUPLICATES)
-    if not os.path.exists(path):
+    path = storage.join(output, DUPLICATES)
+    if not storage.exists(path):
         return None
     shown: list[dict[str, Any]] = []
     total = 0
-    with open(path, encoding="utf-8") as f:
+    with io.TextIOWrapper(storage.open_read(path), encoding="utf-8") as f:
         header = json.loads(f.readline())
         for line in f:
             total += 1
@@ -144,13 +146,13 @@ def duplicate_groups(output: str, groups: int = GROUPS_SHOWN, members: int = MEM
 def shard_paths(manifest: Manifest, output: str, split: str | None = None) -> list[str]:
     """Shard files of `split` (or of every split, largest first) in index order."""
     names = [split] if split else sorted(manifest.splits, key=lambda s: -manifest.splits[s].examples)
-    return [os.path.join(output, shard.file) for name in names for shard in manifest.splits[name].shards]
+    return [storage.join(output, shard.file) for name in names for shard in manifest.splits[name].shards]
 
 
 def _records(paths: list[str], task: str = "classification") -> Iterator[ImageRecord | TaskRecord]:
     for path in paths:
-        with open(path, "rb") as f:
-            for _, _, data in read_records(f, os.path.basename(path)):
+        with storage.open_read(path) as f:
+            for _, _, data in read_records(f, posixpath.basename(path)):
                 yield ImageRecord.from_bytes(data) if task == "classification" else TaskRecord.from_bytes(data, task)
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 
+from prep.core import storage
 from prep.core.manifest import FILENAME, NO_STRATUM, REJECTS, Manifest
 from prep.core.manifest_parts import ShardInfo, SplitInfo
 from prep.shard_checks import ShardScan
@@ -77,10 +77,10 @@ def max_boxes_issues(name: str, info: SplitInfo, read: list[ShardScan]) -> list[
 def check_rejects(output: str, manifest: Manifest) -> list[Issue]:
     """rejects.jsonl has a line per rejected input and, for detection, a box line (with a `box` key) per
     box dropped or clipped, except the boxes of rejected images (counted `image_rejected`, not listed)."""
-    path = os.path.join(output, REJECTS)
-    if not os.path.isfile(path):
+    path = storage.join(output, REJECTS)
+    if not storage.is_file(path):
         return []  # optional: it explains the accounting, the shards do not depend on it
-    with open(path, "rb") as f:
+    with storage.open_read(path) as f:
         lines = [line for line in f if line.strip()]
     boxes = manifest.inputs.boxes
     if boxes is None:  # no box lines: count lines without parsing them

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import BinaryIO, cast
 
 from prep import task_checks
-from prep.core import targets
+from prep.core import storage, targets
 from prep.core.errors import RecordError
 from prep.core.image_rules import DEFAULT_MAX_PIXELS
 from prep.core.schema import FORMATS, ImageRecord
@@ -252,7 +252,7 @@ def scan_shard(
 
     count, end, complete = 0, 0, True  # records framed so far, and the byte where the next one starts
     sizes = []
-    with open(path, "rb", buffering=0) as raw:
+    with open(path, "rb", buffering=0) if not storage.is_remote(path) else storage.open_read(path) as raw:
         stream = HashingReader(raw, on_block)
         try:
             # read_records only calls read(n), which HashingReader serves

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from prep.core import tfds_meta
+from prep.core import storage, tfds_meta
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.manifest_parts import ShardInfo
 from prep.core.naming import INDEX_SUFFIX, SUFFIX, ShardName
@@ -72,11 +72,10 @@ def check_index(output: str, shard: ShardInfo, record_sizes: tuple[int, ...] | N
     if entry is None:
         return []
     file = entry.file
-    path = os.path.join(output, file)
-    if os.path.basename(file) != file or not os.path.isfile(path):
+    path = storage.join(output, file)
+    if os.path.basename(file) != file or not storage.is_file(path):
         return [(file, None, "missing: the manifest names it but OUTPUT has no such file")]
-    with open(path, "rb") as f:
-        data = f.read()
+    data = storage.read_bytes(path)
     issues: list[Issue] = []
     if len(data) != entry.bytes:
         issues.append((file, None, f"size is {len(data)} bytes, the manifest says {entry.bytes}"))
@@ -96,19 +95,18 @@ def check_tfds(output: str, manifest: Manifest) -> list[Issue]:
     """tfds metadata files that are present but differ from what the manifest gives."""
     issues: list[Issue] = []
     for name, expected in tfds_meta.files(manifest).items():
-        path = os.path.join(output, name)
-        if not os.path.isfile(path):
+        path = storage.join(output, name)
+        if not storage.is_file(path):
             continue
-        with open(path, "rb") as f:
-            if f.read() != expected:
-                issues.append(
-                    (
-                        name,
-                        None,
-                        "differs from the tfds metadata of this manifest, so tensorflow-datasets "
-                        "would read other splits, shard lengths or labels",
-                    )
+        if storage.read_bytes(path) != expected:
+            issues.append(
+                (
+                    name,
+                    None,
+                    "differs from the tfds metadata of this manifest, so tensorflow-datasets "
+                    "would read other splits, shard lengths or labels",
                 )
+            )
     return issues
 
 

@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Callable
 
 from prep import manifest_agreement, sidecars, task_checks
-from prep.core import targets
+from prep.core import storage, targets
 from prep.core.errors import ManifestError
 from prep.core.manifest import FILENAME, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
@@ -165,7 +165,7 @@ def verify(
     progress: Progress | None = None,
     target: str | None = None,
 ) -> Report:
-    """Checks the dataset in the local folder `output` against its manifest.
+    """Checks the dataset in `output` (a local folder or a remote path) against its manifest.
 
     Args:
         output: the folder `prep convert` wrote.
@@ -189,7 +189,7 @@ def verify(
             file = manifest.shard_counts.file
             manifest = manifest.read_shard_counts(output)
     except ManifestError as exc:
-        message = str(exc).removeprefix(os.path.join(output, file)).removeprefix(" ").removeprefix(": ")
+        message = str(exc).removeprefix(storage.join(output, file)).removeprefix(" ").removeprefix(": ")
         return Report(output, deep, (Problem(file, None, message),), {}, 0, time.perf_counter() - started)
     problems = check_manifest(manifest)
     recorded = manifest.options.get("target", targets.NONE)
@@ -208,18 +208,18 @@ def verify(
     entries = {shard.file: (split.name, shard) for split, shard in manifest.shards()}
     present = {}
     for file in entries:
-        path = os.path.join(output, file)
-        if os.path.basename(file) != file or not os.path.isfile(path):
+        path = storage.join(output, file)
+        if os.path.basename(file) != file or not storage.is_file(path):
             problems.append(Problem(file, None, "missing: the manifest names it but OUTPUT has no such file"))
         else:
             present[file] = path
-    names = sorted(os.listdir(output))
+    names = storage.list_names(output)
     for name in names:
         if name.endswith(SUFFIX) and name not in entries:
             problems.append(Problem(name, None, "unexpected shard file: the manifest does not name it"))
     problems += [Problem(*issue) for issue in sidecars.unexpected_indexes(names, manifest)]
 
-    total = sum(os.path.getsize(path) for path in present.values())
+    total = sum(storage.size(path) or 0 for path in present.values())
     on_block = (lambda n: progress(n, total)) if progress else None
     scans: dict[str, ShardScan] = {}
     labels = manifest.labels

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from prep.core import manifest_read
+from prep.core import manifest_read, storage
 from prep.core import shard_counts as sidecar
 from prep.core.manifest_parts import (  # noqa: F401 (re-exported)
     BoxAccounting,
@@ -239,25 +238,25 @@ class Manifest:
 
     @classmethod
     def load(cls, output: str, shard_counts: bool = False) -> Manifest:
-        """Reads and checks OUTPUT/manifest.json of a local folder; with `shard_counts`, also the
+        """Reads and checks OUTPUT/manifest.json of a dataset (local or remote); with `shard_counts`, also the
         sidecar of a version-2 manifest, so that every shard's counts are at hand.
 
         Raises:
             ManifestError: missing, unreadable, not ours, an unknown version, or malformed (the sidecar too).
         """
-        path = os.path.join(output, FILENAME)
+        path = storage.join(output, FILENAME)
         manifest = cls.from_json(manifest_read.read_file(path, f"{output} is not a finished dataset"), path)
         return manifest.read_shard_counts(output) if shard_counts else manifest
 
     def read_shard_counts(self, output: str) -> Manifest:
-        """This manifest, read from the local folder `output`, with its sidecar's counts (version 1: itself).
+        """This manifest, read from the dataset `output`, with its sidecar's counts (version 1: itself).
 
         Raises:
             ManifestError: the sidecar is missing, unreadable, not the one manifest.json names, or malformed.
         """
         if self.shard_counts is None:
             return self
-        path = os.path.join(output, self.shard_counts.file)
+        path = storage.join(output, self.shard_counts.file)
         return self.with_shard_counts(manifest_read.read_file(path, "manifest.json names it"), path)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prep.core import shard_counts as sidecar
+from prep.core import storage
 from prep.core.errors import ManifestError
 from prep.core.manifest_parts import (
     BoxAccounting,
@@ -179,14 +180,15 @@ def fields(data: bytes | str | dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def read_file(path: str, missing: str) -> bytes:
-    """The bytes of a local file the manifest reader needs; missing or unreadable: a ManifestError."""
+    """The bytes of a file (local or remote) the manifest reader needs; missing or unreadable: a ManifestError."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return storage.read_bytes(path)
     except FileNotFoundError:
         raise ManifestError(f"{path} does not exist: {missing}") from None
     except OSError as exc:
-        raise ManifestError(f"cannot read {path}: {exc.strerror}") from None
+        if storage.is_remote(path) and not storage.exists(path):  # stores raise their own types for "missing"
+            raise ManifestError(f"{path} does not exist: {missing}") from None
+        raise ManifestError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _split(read: _Reader, name: str, info: Any, version: int = 1) -> SplitInfo:

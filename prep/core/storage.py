@@ -169,6 +169,13 @@ def exists(path: str) -> bool:
     return _remote(path).exists(path)
 
 
+def is_file(path: str) -> bool:
+    """Whether `path` is a file (local: not a folder; remote: an object by that name)."""
+    if not is_remote(path):
+        return os.path.isfile(path)
+    return _remote(path).exists(path)
+
+
 def size(path: str) -> int | None:
     """The size of a file in bytes, or None if it does not exist."""
     if not is_remote(path):
