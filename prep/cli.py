@@ -79,9 +79,12 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
 
     started = time.time()
     check_beam_args(beam_args)
-    from beam_jobs import beam_fs
+    if beam_args and ("://" in source or "://" in output):
+        # The driver lists SOURCE (and readies OUTPUT) with Beam's FileSystems before any pipeline exists;
+        # a local run imports no more of Beam than it did (its import warnings, its memory).
+        from beam_jobs import beam_fs
 
-    beam_fs.configure(beam_args)  # the driver lists SOURCE with Beam's FileSystems, before any pipeline
+        beam_fs.configure(beam_args)
     if write_report and "://" in output:
         raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
