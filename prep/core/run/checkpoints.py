@@ -44,7 +44,8 @@ class ChunkIndex(typing.NamedTuple):
 
 
 class PlannedEntry(Protocol):
-    """What `entries_digest` reads of a planned entry (beam_jobs.plan.Entry)."""
+    """What the core reads of a planned entry (beam_jobs.plan.Entry, which the core may not import):
+    `entries_digest` here, the shard writer's copy in `shard_copy`."""
 
     @property
     def order(self) -> bytes: ...

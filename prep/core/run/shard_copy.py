@@ -1,7 +1,7 @@
 """Copying a shard's planned records from the spill files, for beam_jobs/write.py. No Beam.
 
 Each record is a (spill, offset, length) range of a spill file, with a kept image read from the source
-again (`spill.read_record`) and a renumbered label re-framed (`relabel_framed`). Records are read in
+again (`spill.read_record`) and a renumbered label re-framed (`relabel_framed`). Entries are read in
 blocks (`blocks`) on the writer's pool while it writes and hashes the ones before (`copy_records`).
 """
 
@@ -11,41 +11,23 @@ import collections
 import concurrent.futures
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import BinaryIO, Protocol, TypeVar
+from typing import BinaryIO, TypeVar
 
 from prep.core import storage
+from prep.core.run.checkpoints import PlannedEntry
 from prep.core.run.spill import read_record
 from prep.core.schema import relabel, relabelled_size
 from prep.core.tfrecord import FOOTER, HEADER, frame
 from prep.core.workdir import WorkDir
 
-# Records are read in blocks of about _BLOCK bytes (at least one record each).
+# Entries are read in blocks of about _BLOCK bytes (at least one record each).
 # At most _AHEAD blocks wait to be written and _AHEAD more to be hashed, so a
 # part in flight holds about (2 * _AHEAD + 1) * _BLOCK bytes (docs/design.md).
 _BLOCK = 512 * 1024
 _AHEAD = 2
 
 
-class Record(Protocol):  # a planned record (beam_jobs.plan.Entry): where its framed bytes are, and its label
-    @property
-    def spill(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def length(self) -> int: ...
-    @property
-    def label(self) -> int: ...
-    @property
-    def source(self) -> bytes: ...
-    @property
-    def cut(self) -> int: ...
-    @property
-    def image(self) -> int: ...
-    @property
-    def relabel(self) -> int: ...
-
-
-_R = TypeVar("_R", bound=Record)
+_R = TypeVar("_R", bound=PlannedEntry)
 
 
 class _SpillReader:
@@ -55,7 +37,7 @@ class _SpillReader:
         self._work = work
         self._handles: collections.OrderedDict[int, BinaryIO] = collections.OrderedDict()
 
-    def read_batch(self, entries: Iterable[Record], source: str) -> list[bytes]:
+    def read_batch(self, entries: Iterable[PlannedEntry], source: str) -> list[bytes]:
         """The entries' framed records, in pieces to join; images left in the source are read
         from it (`spill.read_record`)."""
         out: list[bytes] = []
@@ -79,7 +61,7 @@ class _SpillReader:
             handle.close()
 
 
-def written_size(entry: Record) -> int:
+def written_size(entry: PlannedEntry) -> int:
     """Bytes of the entry's framed record as written: prepared, or renumbered (`Entry.relabel`)."""
     if entry.relabel < 0:
         return entry.length
@@ -87,7 +69,7 @@ def written_size(entry: Record) -> int:
     return relabelled_size(data, entry.label, entry.relabel) + HEADER + FOOTER
 
 
-def relabel_framed(framed: bytes, entry: Record) -> bytes:
+def relabel_framed(framed: bytes, entry: PlannedEntry) -> bytes:
     """The framed record with the label id `entry.relabel` instead of the one it was prepared with.
 
     Its framing was checked when the image was read from the source again; a
@@ -102,7 +84,7 @@ def relabel_framed(framed: bytes, entry: Record) -> bytes:
 
 
 def copy_records(
-    entries: Sequence[Record], out: BinaryIO, work: WorkDir, source: str, pool: concurrent.futures.Executor
+    entries: Sequence[PlannedEntry], out: BinaryIO, work: WorkDir, source: str, pool: concurrent.futures.Executor
 ) -> tuple[int, str]:
     """Writes the entries' records to `out` in order; returns (bytes, sha256).
 
@@ -114,7 +96,7 @@ def copy_records(
     digest, size = hashlib.sha256(), 0
     batches = blocks(entries, _BLOCK)
 
-    def read(batch: list[Record]) -> bytes:
+    def read(batch: list[PlannedEntry]) -> bytes:
         reader = _SpillReader(work)
         try:
             return b"".join(reader.read_batch(batch, source))
