@@ -33,8 +33,8 @@ def require_shard_counts(manifest: Manifest) -> None:
     Raises:
         ValueError: (an internal error) the counts were not read: `Manifest.load(..., shard_counts=True)`.
     """
-    if any(shard.class_counts is None for _, shard in manifest.shards()):
-        raise ValueError("internal error: the shards' counts were not read (Manifest.load(..., shard_counts=True))")
+    for _, shard in manifest.shards():
+        shard.held  # noqa: B018  (raises, naming the shard, when its counts were not read)
 
 
 def contradictions(manifest: Manifest) -> list[str]:
@@ -55,7 +55,7 @@ def contradictions(manifest: Manifest) -> list[str]:
                     f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "
                     f"not {shard.file} with index {shard.index}"
                 )
-            in_classes = sum((shard.class_counts or {}).values())  # (read: require_shard_counts)
+            in_classes = sum(shard.held.values())
             # Only single-label records: multilabel, detection and segmentation count images containing a class.
             if manifest.task == "classification" and in_classes != shard.examples:
                 messages.append(f"{shard.file}: examples is {shard.examples} but its class_counts sum to {in_classes}")
