@@ -1,8 +1,10 @@
 """`PlanShards`: the shard layout of `prep.core.layout` applied to prepared chunks, with bounded groups.
 
 No key and no task ever holds more than about `GROUP_TARGET` references, even for
-one class of 5 million, and references never pass through a shuffle: they wait on
-disk in the work directory, and only counts and file sections travel.
+one class of 5 million, and references do not pass through a shuffle in bulk: they wait
+on disk in the work directory, and only counts and file sections travel, a section
+carrying its entries only when it is a small one (`INLINE_MAX`: shards outnumber a
+task's references).
 
 The driver stages the listing in chunks in `prep.core.ordering.listing_order`, whose
 contract makes a chunk's good inputs of a group hold consecutive ranks. Once a chunk
@@ -15,7 +17,8 @@ is prepared, its references (PreparedRef) wait in its index and only its counts 
                                           the layout trimmed to those groups
     ranked  = Reshuffle | FlatMap(rank_task)
             : PartEntries | Capped        a Section of the task's entry file per shard part
-                                          it sends entries to; capped counts per label
+                                          it sends entries to (small ones carry them);
+                                          capped counts per label
 
 A reference's rank in its group is the group's first rank in the chunk plus the
 references of the group before it in the chunk: exact. `Layout.locate` then gives
@@ -49,6 +52,14 @@ from prep.core.run_record import REPLAN_HINT
 from prep.core.workdir import WorkDir
 
 GROUP_TARGET = 20_000  # references per rank task and per shard part, about
+# A section this small travels in the shuffle instead of waiting in the task's entry file. When
+# shards outnumber a task's references (LAION-scale: ~51,000 shards a split, 20,000 references a
+# task) nearly every section holds one or two entries, and a ranged read per section would make
+# billions of tiny reads, each a request (latency, and a price per request), where shuffling
+# ~130 bytes costs far less (docs/design.md, "At internet scale"). A section this size holds
+# about 30 entries; bigger ones, the rule on one machine, stay in files, so the runner's memory
+# does not grow with the entries.
+INLINE_MAX = 4096
 
 
 class PartKey(typing.NamedTuple):
@@ -62,11 +73,13 @@ class PartKey(typing.NamedTuple):
 
 
 class Section(typing.NamedTuple):
-    """Where a part's entries from one rank task wait: a byte range of the task's entry file."""
+    """Where a part's entries from one rank task wait: a byte range of the task's entry file,
+    or, for a section of at most `INLINE_MAX` bytes, the packed entries themselves (`data`)."""
 
     task: int
     offset: int
     length: int
+    data: bytes = b""
 
 
 class PartEntries(typing.NamedTuple):
@@ -146,7 +159,9 @@ def unpack_entries(data: bytes) -> list[Entry]:
 
 
 def read_section(work: WorkDir, section: Section) -> list[Entry]:
-    """The entries of one Section of a task's entry file."""
+    """The entries of one Section: carried in it, or read from its task's entry file."""
+    if section.data:
+        return unpack_entries(section.data)
     path = work.entries(section.task)
     with storage.open_read(path) as f:
         f.seek(section.offset)
@@ -225,10 +240,11 @@ def layout_tasks(
             members, held, task = [], 0, task + 1
 
 
-def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
+def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_max: int = INLINE_MAX):
     """(task, RankTask) -> `PartEntries` per part it sends entries to, and `Capped` per label.
 
-    Writes the task's entries to its entry file, grouped by part. They are held
+    Writes the task's entries to its entry file, grouped by part; a part's entries of at most
+    `inline_max` bytes travel in its Section instead (no entry file when all do). They are held
     packed (about 100 bytes each), one chunk's index parsed at a time. `grouped`: the run
     has a dedupe stage, whose placements (prep/core/run/dedupe_files.py) pin or leave out refs.
     """
@@ -276,16 +292,22 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False):
                     )
                 )
             )
-    sections, offset = [], 0
-    path = work.entries(task)
-    tmp = storage.temp_path(path)
-    with storage.open_write(tmp) as out:  # a part at a time: no copy of the whole file in memory
-        for part in sorted(parts):
-            packed = parts.pop(part)
-            out.write(packed)
-            sections.append(PartEntries(part, Section(task, offset, len(packed))))
-            offset += len(packed)
-    storage.rename(tmp, path)
+    sections = []
+    for part in sorted(parts):
+        if len(parts[part]) <= inline_max:
+            small = bytes(parts.pop(part))
+            sections.append(PartEntries(part, Section(task, 0, len(small), small)))
+    if parts:
+        offset = 0
+        path = work.entries(task)
+        tmp = storage.temp_path(path)
+        with storage.open_write(tmp) as out:  # a part at a time: no copy of the whole file in memory
+            for part in sorted(parts):
+                packed = parts.pop(part)
+                out.write(packed)
+                sections.append(PartEntries(part, Section(task, offset, len(packed))))
+                offset += len(packed)
+        storage.rename(tmp, path)
     yield from sections
     for label, count in sorted(capped.items()):
         yield Capped(label, count)
@@ -303,9 +325,11 @@ class PlanShards(beam.PTransform):
         group_target: int = GROUP_TARGET,
         labels: tuple[str, ...] | None = None,
         grouped: bool = False,
+        inline_max: int = INLINE_MAX,
     ):
         super().__init__()
         self._grouped = grouped
+        self._inline_max = inline_max
         self._num_classes = num_classes
         self._labels = labels
         self._options = options
@@ -322,5 +346,5 @@ class PlanShards(beam.PTransform):
                 layout_tasks, self._num_classes, self._options, self._work, self._group_target, self._labels
             )
             | "SpreadTasks" >> beam.Reshuffle()
-            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed, self._grouped)
+            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed, self._grouped, self._inline_max)
         )

@@ -1,8 +1,8 @@
 """Writing shards from planned entries. Records are copied from spill files
 (prep/core/run/shard_copy.py), with kept images read from the source again; image bytes
-never pass through a shuffle, and entries do not either: they wait in the
-rank tasks' entry files, and a part's sections of them are read here
-(plan.py).
+never pass through a shuffle, and entries do not either, but in small sections: they
+wait in the rank tasks' entry files, and a part's sections of them are read here
+(plan.py, `INLINE_MAX`).
 
 A part is the group of entries of one shard with one order-key prefix. When a
 shard has one part (the usual case: shards of up to about

@@ -12,6 +12,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import prepare
 from beam_jobs.plan import (
+    INLINE_MAX,
     Capped,
     Entry,
     PartEntries,
@@ -85,14 +86,19 @@ def _dump(items, path):
         pickle.dump(items, f)
 
 
-def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
+def beam_plan(elements, num_classes, options, group_target, tmp_path, examples, inline_max=INLINE_MAX):
     """{(split, shard, num_shards): [spill ids in write order]}, capped counts, and the largest part.
 
-    Checks that each entry names its input's path exactly when its image is read from the source again.
+    Checks that each entry names its input's path exactly when its image is read from the source again,
+    and that a section carries its entries exactly when they fit in `inline_max` bytes.
     """
     tmp = WorkDir(str(tmp_path))
     with beam.Pipeline(runner=FnApiRunner()) as p:
-        ranked = p | beam.Create(elements) | PlanShards(num_classes, options, tmp, group_target=group_target)
+        ranked = (
+            p
+            | beam.Create(elements)
+            | PlanShards(num_classes, options, tmp, group_target=group_target, inline_max=inline_max)
+        )
         parts = (
             ranked
             | "Entries" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
@@ -118,6 +124,7 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
             continue
         split, shard, count, part, parts = key
         entries = [e for section in sections for e in read_section(tmp, section)]
+        assert all(bool(section.data) == (section.length <= inline_max) for section in sections)
         for e in entries:
             path = examples[e.spill].path.encode("utf-8", "surrogateescape")
             assert e.cut == 3 and e.source == (path if e.image else b"")
@@ -141,11 +148,14 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples):
     ],
 )
 @pytest.mark.parametrize("reject_every", [0, 5, -1])
-def test_plan_from_chunk_counts_equals_reference_plan(counts, options, group_target, reject_every, tmp_path):
+@pytest.mark.parametrize("inline_max", [0, INLINE_MAX, 1 << 30])  # sections in entry files, by size, all inline
+def test_plan_from_chunk_counts_equals_reference_plan(
+    counts, options, group_target, reject_every, inline_max, tmp_path
+):
     examples, elements = stage(counts, options, tmp_path, reject_every=reject_every)
     reference = make_plan(examples, len(counts), options)
     expected = {(s.name.split, s.name.index, s.name.count): list(s.members) for s in reference.shards}
-    got, capped, largest = beam_plan(elements, len(counts), options, group_target, tmp_path, examples)
+    got, capped, largest = beam_plan(elements, len(counts), options, group_target, tmp_path, examples, inline_max)
     assert got == expected
     assert capped == dict(Counter(examples[i].label for i in reference.capped))
     assert largest <= 2 * group_target  # parts: bounded, about group_target each
@@ -183,6 +193,19 @@ def test_a_split_emptied_by_the_layout_is_a_plan_error(tmp_path):
     _, elements = stage([3], options, tmp_path)
     with pytest.raises(PlanError, match="split 'b' gets no examples"):
         list(layout_tasks((None, elements), 1, options, WorkDir(str(tmp_path)), 1000))
+
+
+def test_a_task_whose_sections_all_travel_inline_writes_no_entry_file(tmp_path):
+    options = PlanOptions(num_shards=40, seed=2)  # more shards than a task's references: tiny sections
+    examples, elements = stage([30, 30], options, tmp_path)
+    work = WorkDir(str(tmp_path))
+    planned = []
+    for task in layout_tasks((None, elements), 2, options, work, 1000):
+        sections = [s.section for s in rank_task(task, work, options.seed) if isinstance(s, PartEntries)]
+        assert sections and all(s.data and s.length == len(s.data) for s in sections)
+        assert not pathlib.Path(work.entries(task[0])).exists()
+        planned += [e.spill for s in sections for e in read_section(work, s)]
+    assert sorted(planned) == list(range(len(examples)))
 
 
 def test_entries_survive_packing():
