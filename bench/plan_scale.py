@@ -2,6 +2,8 @@
 
     python bench/plan_scale.py                   # 1,000,000 refs, 20 classes, 64 shards, 3 splits
     python bench/plan_scale.py --refs 200000
+    python bench/plan_scale.py --refs 1000000 --shards 20000 --inline-max 0   # LAION's shape: every section
+                                                                             # in entry files (before issue 37)
 
 A child process stages what PrepareChunk leaves for the planner: chunk indexes
 in .prep-tmp, in `ordering.listing_order`, chunks of `ordering.MAX_CHUNK`, with one
@@ -10,7 +12,9 @@ runs on the embedded in-memory runner (no images) from the chunks' counts,
 the shard parts' sections are grouped as the real pipeline groups them, and
 the balance promise is checked exactly from per-(split, shard, label) counts
 read back from the entry files. Prints the time and peak RSS of each step and
-the most references any rank task or shard part held; writes JSON to
+the most references any rank task or shard part held, and how many sections the
+writers read from entry files (one ranged read, a request on an object store, each)
+and how many travelled with their entries (`plan.INLINE_MAX`); writes JSON to
 bench/results/plan-scale-<refs>.json.
 """
 
@@ -29,7 +33,7 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_jobs import prepare
-from beam_jobs.plan import GROUP_TARGET, PartEntries, PlanShards, read_section
+from beam_jobs.plan import GROUP_TARGET, INLINE_MAX, PartEntries, PlanShards, read_section
 from prep.core.layout import PlanOptions, parse_split_fractions
 from prep.core.listing import InputRef, Reject
 from prep.core.ordering import chunk_size, listing_order, make_chunks
@@ -99,23 +103,27 @@ def count_part(element, work):
     """(part key, [Section]) -> the part's size and its ((split, shard, label), count)s."""
     (split, shard, _, _, _), sections = element
     labels: dict[int, int] = {}
-    size = 0
+    size = inline = 0
     for section in sections:
+        inline += bool(section.data)
         for e in read_section(work, section):
             labels[e.label] = labels.get(e.label, 0) + 1
             size += 1
-    return [("size", size)] + [((split, shard, label), n) for label, n in labels.items()]
+    reads = ("reads", len(sections) - inline)
+    return [("size", size), reads, ("inline", inline)] + [((split, shard, label), n) for label, n in labels.items()]
 
 
 def summarise(element, out_path):
-    counts, largest = {}, 0
+    counts, largest, sections = {}, 0, {"reads": 0, "inline": 0}
     for key, value in element[1]:
         if key == "size":
             largest = max(largest, value)
+        elif key in sections:
+            sections[key] += value
         else:
             counts[key] = counts.get(key, 0) + value
     with open(out_path, "w") as f:
-        json.dump({"largest_part": largest, "counts": [[list(k), v] for k, v in counts.items()]}, f)
+        json.dump({"largest_part": largest, "counts": [[list(k), v] for k, v in counts.items()], **sections}, f)
     yield None
 
 
@@ -125,6 +133,7 @@ def main(argv=None) -> None:
     parser.add_argument("--classes", type=int, default=20)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--reject-every", type=int, default=97)
+    parser.add_argument("--inline-max", type=int, default=INLINE_MAX, help="bytes: smaller sections travel inline")
     args = parser.parse_args(argv)
     counts = class_counts(args.refs, args.classes)
     options = PlanOptions(
@@ -147,7 +156,11 @@ def main(argv=None) -> None:
         out_path = f"{work}/summary.json"
         start = time.perf_counter()
         with beam.Pipeline(runner=FnApiRunner()) as p:
-            ranked = p | "Counts" >> beam.Create(elements) | "Plan" >> PlanShards(args.classes, options, WorkDir(work))
+            ranked = (
+                p
+                | "Counts" >> beam.Create(elements)
+                | "Plan" >> PlanShards(args.classes, options, WorkDir(work), inline_max=args.inline_max)
+            )
             (
                 ranked
                 | "Sections" >> beam.FlatMap(lambda r: [(r.key, r.section)] if isinstance(r, PartEntries) else [])
@@ -181,11 +194,12 @@ def main(argv=None) -> None:
     print(
         f"{'refs':>10}{'rejected':>9}{'classes':>8}{'shards/split':>13}{'stage s':>8}{'stage MB':>9}"
         f"{'plan s':>7}{'plan MB':>8}{'largest task':>13}{'largest part':>13}{'target':>7}{'balanced':>9}"
+        f"{'file reads':>11}{'inline':>9}"
     )
     print(
         f"{args.refs:>10}{staging['rejected']:>9}{args.classes:>8}{args.shards:>13}{staging['seconds']:>8.1f}"
         f"{staging['peak_rss_mb']:>9.0f}{seconds:>7.1f}{peak_mb:>8.0f}{largest_task:>13}"
-        f"{result['largest_part']:>13}{GROUP_TARGET:>7}{str(ok):>9}"
+        f"{result['largest_part']:>13}{GROUP_TARGET:>7}{str(ok):>9}{result['reads']:>11}{result['inline']:>9}"
     )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"plan-scale-{args.refs}.json").write_text(
@@ -203,6 +217,9 @@ def main(argv=None) -> None:
                 "largest_part": result["largest_part"],
                 "balanced": ok,
                 "written": written,
+                "inline_max": args.inline_max,
+                "section_reads": result["reads"],
+                "inline_sections": result["inline"],
             },
             indent=2,
         )
