@@ -76,22 +76,24 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
             continue
         name = _text(root, "filename") or ""
         written = posixpath.join(posixpath.dirname(xml_rel), name)
+        boxes = len(root.findall("object"))  # what an image-level problem keeps from the records
         if name and posixpath.splitext(name)[1]:
             rel = image_path(source, written)
             if rel is None:
-                problems.append(Problem(xml_rel, "outside_source", f"<filename> {name!r} is outside SOURCE"))
+                problems.append(
+                    Problem(xml_rel, "outside_source", f"<filename> {name!r} is outside SOURCE", None, boxes)
+                )
                 continue
         else:
             stems = stems or StemIndex(source)
             match = stems.find(strip_ext(written) if name else strip_ext(xml_rel))
             if match[0] is None:
-                problems.append(Problem(xml_rel, "missing_image", match[1]))
+                problems.append(Problem(xml_rel, "missing_image", match[1], None, boxes))
                 continue
             rel = match[0]
         if rel in images:
-            problems.append(
-                Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first one read is used")
-            )
+            detail = f"a second annotation of {rel!r}; the first one read is used"
+            problems.append(Problem(xml_rel, "duplicate_annotation", detail, None, boxes))
             continue
         objects = _objects(root, rel, problems)
         images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))

@@ -102,10 +102,11 @@ def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) ->
         if not txt.lower().endswith(".txt") or posixpath.basename(txt) == "classes.txt":
             continue
         match = stems.find(strip_ext(txt))
+        text = read_text(storage.join(path, txt), "YOLO annotation")
         if match[0] is None:
-            problems.append(Problem(txt, "missing_image", match[1]))
+            boxes = sum(1 for line in text.splitlines() if line.strip())
+            problems.append(Problem(txt, "missing_image", match[1], None, boxes))
             continue
         rel = match[0]
-        text = read_text(storage.join(path, txt), "YOLO annotation")
         images[rel] = ImageAnnotation(rel, None, None, True, tuple(_objects(text, rel, names, problems)))
     return finish(images, list(enumerate(names)), classes, problems)

@@ -9,12 +9,13 @@ import json
 import pytest
 
 from prep.core.config import TaskOptions
+from prep.core.detection_inputs import list_detection
 from prep.core.errors import OptionsError, SourceError
 from prep.core.label_file import list_label_file
 from prep.core.manifest import Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced
 from prep.core.ordering import listing_order
-from prep.core.task_inputs import NO_STRATUM, list_detection, list_segmentation, multilabel_listing
+from prep.core.task_inputs import NO_STRATUM, list_segmentation, multilabel_listing
 
 
 def _coco(tmp_path, images, annotations, categories=((5, "cat"), (9, "dog"))):
