@@ -24,6 +24,7 @@ import typing
 from prep.core.errors import SourceError
 from prep.core.listing import Listing, Reject, printable
 from prep.core.manifest_parts import Category
+from prep.core.split_annotations import read_split_annotations
 from prep.core.task_inputs import (
     BOX_REJECTED_IMAGE,
     NO_STRATUM,
@@ -63,6 +64,7 @@ def list_detection(
     """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
     with the images they do not name as `options.unannotated` says.
 
+    With `options.split_annotations`, one annotation file per split (`read_split_annotations`).
     `skip` holds files under SOURCE that are not inputs (the annotation file itself); `plan`: see
     `task_inputs.strata_refs`. The listing holds the box notes of annotation problems and the tally
     of the boxes not written because of them or of their image's reject (`box_notes`, `boxes`).
@@ -73,27 +75,31 @@ def list_detection(
     """
     from prep.core.annotations import read_annotations
 
-    annotations = options.annotations
-    assert annotations is not None  # the caller lists detection only with --annotations
-    found = read_annotations(source, annotations, options.annotation_format, classes)
+    files = [f for f in source_files(source) if f not in skip]
+    if options.split_annotations:
+        found = read_split_annotations(source, options.split_annotations, options.annotation_format, classes, files)
+        where = " ".join(f"{split}={path}" for split, path in options.split_annotations)
+    else:
+        assert options.annotations is not None  # the caller lists detection only with --annotations
+        found = read_annotations(source, options.annotations, options.annotation_format, classes)
+        where = options.annotations
     if not found.categories:
-        raise SourceError(f"--annotations {annotations} names no class")
-    return _listing(source, found, options.unannotated, layout, seed, skip, plan)
+        raise SourceError(f"--annotations {where} names no class")
+    return _listing(source, found, files, options.unannotated, layout, seed, plan)
 
 
 def _listing(
     source: str,
     found: AnnotationSet,
+    files: list[str],
     unannotated: str,
     layout: str,
     seed: int,
-    skip: frozenset[str],
     plan: PlanOptions | None,
 ) -> Listing:
-    """The listing of the annotations `found` for the files under `source` (see `list_detection`)."""
+    """The listing of the annotations `found` for `files`, those under `source` (see `list_detection`)."""
     names = tuple(c.name for c in found.categories)
     ids = {name: i for i, name in enumerate(names)}
-    files = [f for f in source_files(source) if f not in skip]
     on_disk, rejects = image_files(source, files)
     exists, hidden = set(files), {r.path for r in rejects}
     notes: list[BoxNote] = []

@@ -37,10 +37,9 @@ def list_inputs(config: ConvertConfig) -> Listing:
             f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
             "inputs on the next run; choose an OUTPUT outside SOURCE"
         )
-    if t.annotations:  # detection
-        inside = storage.is_remote(t.annotations) or output_inside(t.annotations, config.source)
+    if t.task == "detection":
         skip: frozenset[str] = frozenset()
-        if inside and not storage.is_remote(t.annotations):
+        if t.annotations and not storage.is_remote(t.annotations) and output_inside(t.annotations, config.source):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
         return detection_inputs.list_detection(
             config.source, t, config.classes, config.layout, config.plan.seed, skip, config.plan
