@@ -85,7 +85,20 @@ def list_detection(
         where = options.annotations
     if not found.categories:
         raise SourceError(f"--annotations {where} names no class")
-    return _listing(source, found, files, options.unannotated, layout, seed, plan)
+    return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
+
+
+def _tip(options: TaskOptions) -> str:
+    """What to try instead when nothing is found: a YOLO label folder beside Ultralytics' data.yaml."""
+    from prep.core.annotations.detect import yolo_class_file
+
+    path = options.annotations
+    if path is None or path.lower().endswith((".yaml", ".yml", ".json", ".csv", ".tsv", ".jsonl")):
+        return ""
+    yaml = yolo_class_file(path)
+    if yaml is None or not yaml.endswith((".yaml", ".yml")):
+        return ""
+    return f" Or, for Ultralytics' layout: --annotations {yaml} with SOURCE the dataset root"
 
 
 def _listing(
@@ -96,8 +109,10 @@ def _listing(
     layout: str,
     seed: int,
     plan: PlanOptions | None,
+    tip: str = "",
 ) -> Listing:
-    """The listing of the annotations `found` for `files`, those under `source` (see `list_detection`)."""
+    """The listing of the annotations `found` for `files`, those under `source` (see `list_detection`);
+    `tip` ends the error when nothing is left to write."""
     names = tuple(c.name for c in found.categories)
     ids = {name: i for i, name in enumerate(names)}
     on_disk, rejects = image_files(source, files)
@@ -142,7 +157,8 @@ def _listing(
             detail = "the annotations do not name this image (--unannotated keep writes it without objects)"
             rejects.append(Reject(path, "not_annotated", detail))
     if not kept:
-        raise SourceError(nothing_to_write(source, found, rejects, len(on_disk) - len(annotated & set(on_disk))))
+        unannotated_images = len(on_disk) - len(annotated & set(on_disk))
+        raise SourceError(nothing_to_write(source, found, rejects, unannotated_images) + tip)
     if len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError("--annotations gives a split for some images but not for others")
     refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)

@@ -7,9 +7,10 @@
   yaml's `path` (absolute, or relative to the yaml's folder), then SOURCE, then the yaml's
   folder, the first under which it exists; `../x` that exists nowhere is tried as `x`, as
   Ultralytics does for Roboflow's exports. The key is the split's name.
-* Labels: Ultralytics' `img2label_paths`: the last `/images/` of an image's path becomes
-  `/labels/` and its extension `.txt`; lines as `yolo` reads them. An image without a
-  label file is an image without objects (a background image, as Ultralytics trains it).
+* Labels: Ultralytics' `img2label_paths`: the last `/images/` of an image's full path
+  becomes `/labels/` and its extension `.txt` (so SOURCE may also be `ds/images`); lines
+  as `yolo` reads them. An image without a label file is an image without objects (a
+  background image, as Ultralytics trains it).
 * Images are SOURCE-relative: an entry outside SOURCE is a SourceError (give the dataset
   root as SOURCE); an image two splits name is `split_conflict` (its boxes counted); a
   listed image that is not there is left to the listing (`missing_image`).
@@ -23,7 +24,7 @@ import posixpath
 from typing import Any
 
 from prep.core import storage
-from prep.core.annotations.files import IMAGE_EXTENSIONS, files_under, image_path, read_text
+from prep.core.annotations.files import IMAGE_EXTENSIONS, files_under, image_path, is_folder, read_text
 from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Problem, finish
 from prep.core.annotations.yolo import label_objects, read_names
 from prep.core.errors import SourceError
@@ -76,7 +77,8 @@ class _Tree:
                     if os.path.isabs(candidate) or storage.is_remote(candidate)
                     else storage.join(base, candidate)
                 )
-                rel = image_path(self.source, full)
+                norm = posixpath.normpath if storage.is_remote(full) else os.path.normpath
+                rel = "" if norm(full) == norm(self.source) else image_path(self.source, full)  # "": SOURCE
                 if rel is not None and (rel in self.set or rel in self.folders or _is_glob(rel)):
                     return rel
         return None
@@ -99,7 +101,7 @@ class _Tree:
             return out
         if rel in self.set:
             return [rel]
-        return [f for f in self.files if f.startswith(rel + "/") and _is_image(f)]
+        return [f for f in self.files if (not rel or f.startswith(rel + "/")) and _is_image(f)]
 
 
 def _is_glob(path: str) -> bool:
@@ -110,13 +112,31 @@ def _is_image(rel: str) -> bool:
     return posixpath.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
 
 
-def label_path(image: str) -> str:
-    """Ultralytics' img2label_paths: the last /images/ becomes /labels/, the extension .txt."""
-    s = "/" + image
+def label_path(image: str) -> tuple[str, str]:
+    """Ultralytics' img2label_paths, as (labels folder, path under it): the last /images/ of the image's
+    full path becomes /labels/, its extension .txt; with no /images/, the .txt beside the image."""
+    s = image.replace("\\", "/")
     i = s.rfind("/images/")
-    if i >= 0:
-        s = s[:i] + "/labels/" + s[i + len("/images/") :]
-    return posixpath.splitext(s[1:])[0] + ".txt"
+    if i < 0:
+        folder, name = posixpath.split(s)
+        return folder, posixpath.splitext(name)[0] + ".txt"
+    return s[:i] + "/labels", posixpath.splitext(s[i + len("/images/") :])[0] + ".txt"
+
+
+class _Labels:
+    """The label files of images, each labels folder listed once (not one request per image)."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, set[str]] = {}
+
+    def text(self, image: str) -> str | None:
+        """The label file's text of the image at full path `image`, or None when it has none."""
+        folder, rel = label_path(image)
+        if folder not in self._listed:
+            self._listed[folder] = set(files_under(folder)) if is_folder(folder) else set()
+        if rel not in self._listed[folder]:
+            return None
+        return read_text(storage.join(folder, rel), "YOLO annotation")
 
 
 def read_data_yaml(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
@@ -129,7 +149,7 @@ def read_data_yaml(source: str, path: str, classes: tuple[str, ...] | None = Non
     names = read_names(path)
     if not any(doc.get(k) for k in SPLIT_KEYS):
         raise SourceError(f"Ultralytics data file {path} names no split ({', '.join(SPLIT_KEYS)})")
-    tree, bases = _Tree(source), _bases(source, path, doc)
+    tree, bases, labels = _Tree(source), _bases(source, path, doc), _Labels()
     problems: list[Problem] = []
     images: dict[str, ImageAnnotation] = {}
     for split in SPLIT_KEYS:
@@ -142,8 +162,7 @@ def read_data_yaml(source: str, path: str, classes: tuple[str, ...] | None = Non
                     f"under SOURCE {source} (SOURCE is the dataset root)"
                 )
             for image in tree.images(rel):
-                label = label_path(image)
-                text = read_text(storage.join(source, label), "YOLO annotation") if label in tree.set else ""
+                text = labels.text(storage.join(source, image)) or ""
                 objects = tuple(label_objects(text, image, names, problems))
                 if image in images:
                     detail = f"named by split {images[image].split!r} and by split {split!r}"

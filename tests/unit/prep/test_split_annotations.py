@@ -123,3 +123,47 @@ def test_voc_image_sets_give_splits_and_unlisted_images_a_reason(tmp_path):
         f.unlink()
     listing = list_detection(str(voc / "JPEGImages"), TaskOptions(str(voc / "Annotations")), None, "auto", 0)
     assert {r.split for r in listing.refs} == {None} and len(listing.refs) == 4  # no lists: no splits
+
+
+def _ultralytics(ds, yaml_text):
+    for split in ("train", "val"):
+        for i in range(2):
+            _files(ds, f"images/{split}/{split}{i}.jpg")
+            (ds / "labels" / split).mkdir(parents=True, exist_ok=True)
+            (ds / "labels" / split / f"{split}{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n1 0.4 0.4 0.1 0.1\n")
+    (ds / "data.yaml").write_text(yaml_text)
+    return str(ds / "data.yaml")
+
+
+def test_data_yaml_entries_as_lists_globs_and_list_files(tmp_path):
+    ds = tmp_path / "ds"
+    path = _ultralytics(
+        ds, "train: [images/train/train0.jpg, 'images/train/*1.jpg']\nval: val.txt\nnames: [cat, dog]\n"
+    )
+    (ds / "val.txt").write_text("./images/val/val0.jpg\nimages/val/val1.jpg\nimages/val/gone.jpg\n")
+    listing = list_detection(str(ds), TaskOptions(path), None, "auto", 0)
+    assert {r.path: r.split for r in listing.refs} == {
+        "images/train/train0.jpg": "train",
+        "images/train/train1.jpg": "train",
+        "images/val/val0.jpg": "val",
+        "images/val/val1.jpg": "val",
+    }
+    assert {r.path: r.reason for r in listing.rejects} == {"images/val/gone.jpg": "missing_image"}
+    assert listing.classes == ("cat", "dog")
+
+
+def test_data_yaml_entry_outside_source_is_one_error(tmp_path):
+    path = _ultralytics(tmp_path / "ds", "train: images/train\nval: images/val\nnames: [cat, dog]\n")
+    with pytest.raises(SourceError, match="val entry 'images/val' is no folder, glob or list file under SOURCE"):
+        list_detection(str(tmp_path / "ds" / "images" / "train"), TaskOptions(path), None, "auto", 0)
+    # SOURCE the images folder: the entries resolve under it, and labels are found by the full path
+    listing = list_detection(str(tmp_path / "ds" / "images"), TaskOptions(path), None, "auto", 0)
+    assert {r.path: r.split for r in listing.refs} == {f"{s}/{s}{i}.jpg": s for s in ("train", "val") for i in range(2)}
+    assert all(len(json.loads(r.extra)["a"]["o"]) == 2 for r in listing.refs)
+
+
+def test_a_yolo_label_folder_beside_a_data_yaml_names_it_when_nothing_is_found(tmp_path):
+    ds = tmp_path / "ds"
+    path = _ultralytics(ds, "train: images/train\nval: images/val\nnames: [cat, dog]\n")
+    with pytest.raises(SourceError, match=f"Or, for Ultralytics' layout: --annotations {path} with SOURCE the dataset"):
+        list_detection(str(ds), TaskOptions(str(ds / "labels")), None, "auto", 0)
