@@ -233,6 +233,9 @@ def mask_path(image: str) -> str:
 def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout: str) -> Listing:
     """Lists the images under `source`, each with its mask under `masks` (missing_mask if it has none).
 
+    A file of another extension (`.tga`, `.jp2`, none) is an input when a mask is named for it: the
+    image rule, not the extension, decides whether it decodes.
+
     Raises:
         SourceError: SOURCE or --masks is not a folder.
     """
@@ -240,8 +243,11 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
         raise SourceError(
             f"--masks {masks} is not a folder" if os.path.exists(masks) else f"--masks {masks} does not exist"
         )
-    images, rejects = image_files(source)
+    files = source_files(source)
+    images, rejects = image_files(source, files)
     mask_files = set(image_files(masks)[0])
+    known = set(images) | {r.path for r in rejects}
+    images = sorted(images + [f for f in files if f not in known and not is_hidden(f) and mask_path(f) in mask_files])
     inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
     if inside:  # masks kept under SOURCE are not images to convert
         prefix = os.path.relpath(os.path.realpath(masks), os.path.realpath(source)).replace(os.sep, "/") + "/"

@@ -222,3 +222,11 @@ def test_kept_unannotated_images_get_ids_after_every_index_without_coco_ids(tmp_
     listing = list_detection(str(src), TaskOptions(str(boxes), unannotated="keep"), None, "auto", 0)
     ids = {r.path: json.loads(r.extra)["s"] for r in listing.refs}
     assert ids == {"a.jpg": "1", "b.jpg": "2", "c.jpg": "3"}
+
+
+def test_segmentation_tries_a_file_of_any_extension_that_has_a_mask(tmp_path):
+    src, masks = tmp_path / "src", tmp_path / "masks"
+    _files(src, "a.jpg", "b.tga", "c", "notes.txt")
+    _files(masks, "a.png", "b.png", "c.png")
+    listing = list_segmentation(str(src), str(masks), ("bg", "fg"), "auto")
+    assert [r.path for r in listing.refs] == ["a.jpg", "b.tga", "c"] and listing.rejects == ()
