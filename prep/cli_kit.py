@@ -21,6 +21,8 @@ def click_options(command):
     for o in reversed(OPTIONS):
         if o.flag:
             command = click.option(o.name, is_flag=True, help=o.help)(command)
+        elif o.multiple:
+            command = click.option(o.name, type=o.type, multiple=True, help=o.help, metavar=o.metavar)(command)
         else:
             kind = click.Choice(list(o.choices)) if o.choices else o.type
             command = click.option(

@@ -292,7 +292,9 @@ def _with_task_flags(command: str, manifest: Manifest) -> str:
 
     options, words = manifest.options, []
     if manifest.task == "detection" and options.get("annotations"):
-        words += ["--annotations", options["annotations"]]
+        given = options["annotations"]  # one base name, or ["SPLIT=name", ...]
+        for value in given if isinstance(given, list) else [given]:
+            words += ["--annotations", value]
         defaults = {"annotation_format": None, "bad_boxes": "clip", "crowd": "keep", "unannotated": "skip"}
         for key, default in defaults.items():
             if options.get(key) not in (None, default):

@@ -25,7 +25,9 @@ class TaskOptions:
     """What makes a conversion detection (`annotations`) or segmentation (`masks`), and how their
     inputs are judged. Multi-label needs none: its label file says it (`prep.core.label_file`)."""
 
-    annotations: str | None = None  # COCO JSON, VOC or YOLO folder, or CSV/TSV/JSONL of boxes
+    annotations: str | None = None  # COCO JSON, VOC or YOLO folder or data.yaml, or CSV/TSV/JSONL of boxes
+    # --annotations SPLIT=PATH, repeated (COCO 2017's train and val files): ((split, path), ...)
+    split_annotations: tuple[tuple[str, str], ...] = ()
     annotation_format: str | None = None  # None: detected from what `annotations` is
     bad_boxes: str = "clip"
     crowd: str = "keep"
@@ -42,11 +44,13 @@ class TaskOptions:
         ):
             if value is not None and value not in allowed:
                 raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if self.annotations is not None and self.masks is not None:
+        if self.annotations is not None and self.split_annotations:
+            raise OptionsError("--annotations is one PATH, or SPLIT=PATH given once per split; not both")
+        if self.task == "detection" and self.masks is not None:
             raise OptionsError(
                 "--annotations (detection) and --masks (segmentation) make different datasets: pass one of them"
             )
-        if self.annotations is None:
+        if self.task != "detection":
             changed = [
                 f"--{name}"
                 for name, value, default in (
@@ -64,13 +68,17 @@ class TaskOptions:
     @property
     def task(self) -> str:
         """The task these options make, or "classification" (which a label file may make multilabel)."""
-        return "detection" if self.annotations else "segmentation" if self.masks else "classification"
+        if self.annotations or self.split_annotations:
+            return "detection"
+        return "segmentation" if self.masks else "classification"
 
     def manifest_options(self) -> dict[str, Any]:
         """The options recorded in the manifest: none for classification, whose manifest stays as it was."""
-        if self.annotations:
+        if self.task == "detection":
             return {
-                "annotations": os.path.basename(self.annotations.rstrip("/")),
+                "annotations": os.path.basename(self.annotations.rstrip("/"))
+                if self.annotations
+                else [f"{split}={os.path.basename(path.rstrip('/'))}" for split, path in self.split_annotations],
                 "annotation_format": self.annotation_format,
                 "bad_boxes": self.bad_boxes,
                 "crowd": self.crowd,

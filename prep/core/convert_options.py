@@ -22,6 +22,7 @@ from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICAT
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.core.listing import LAYOUTS, read_class_file
+from prep.core.split_annotations import parse_annotations
 from prep.core.storage import is_remote
 
 
@@ -34,6 +35,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     flag: bool = False
     metavar: str | None = None
+    multiple: bool = False  # may be given more than once: its value is a tuple
 
     @property
     def dest(self) -> str:
@@ -133,9 +135,11 @@ OPTIONS = (
     ),
     Option(
         "--annotations",
-        "Detection: a COCO instances JSON, a folder of Pascal VOC XML or YOLO txt, or a "
-        "CSV/TSV/JSONL with path,label,xmin,ymin,xmax,ymax (pixels); image paths relative to SOURCE.",
-        metavar="PATH",
+        "Detection: a COCO instances JSON, a folder of Pascal VOC XML or YOLO txt, an Ultralytics data.yaml, "
+        "or a CSV/TSV/JSONL with path,label,xmin,ymin,xmax,ymax (pixels); image paths relative to SOURCE. "
+        "SPLIT=PATH, once per split, reads one file per split (COCO's instances_train2017.json, ...).",
+        metavar="[SPLIT=]PATH",
+        multiple=True,
     ),
     Option(
         "--annotation-format",
@@ -292,8 +296,10 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
     """
     v: dict[str, Any] = {o.dest: o.default for o in OPTIONS} | {k: val for k, val in values.items() if val is not None}
     for name in ("split", "labels", "classes", "annotations", "masks"):
-        if isinstance(v[name], str) and not v[name].strip():  # e.g. --split "$SPLITS" with SPLITS unset
+        given = v[name] if isinstance(v[name], (list, tuple)) else [v[name]]
+        if any(isinstance(g, str) and not g.strip() for g in given):  # e.g. --split "$SPLITS" with SPLITS unset
             raise OptionsError(f"--{name} is empty; leave the option out instead")
+    annotations, split_annotations = parse_annotations(v["annotations"])
     return ConvertConfig(
         source=_absolute(source),
         output=_absolute(output),
@@ -325,7 +331,8 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         index=bool(v["index"]),
         target=v["target"],
         tasks=TaskOptions(
-            annotations=_absolute(v["annotations"]) if v["annotations"] else None,
+            annotations=_absolute(annotations) if annotations else None,
+            split_annotations=tuple((split, _absolute(path)) for split, path in split_annotations),
             annotation_format=v["annotation_format"],
             bad_boxes=v["bad_boxes"],
             crowd=v["crowd"],
@@ -348,6 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for o in OPTIONS:
         if o.flag:
             parser.add_argument(o.name, action="store_true", help=o.help)
+        elif o.multiple:
+            parser.add_argument(o.name, action="append", type=o.type, metavar=o.metavar, help=o.help)
         else:
             parser.add_argument(
                 o.name, type=o.type, default=o.default, choices=o.choices, metavar=o.metavar, help=o.help

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from prep.core import storage, task_inputs
+from prep.core import detection_inputs, storage, task_inputs
 from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
@@ -37,12 +37,11 @@ def list_inputs(config: ConvertConfig) -> Listing:
             f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
             "inputs on the next run; choose an OUTPUT outside SOURCE"
         )
-    if t.annotations:  # detection
-        inside = storage.is_remote(t.annotations) or output_inside(t.annotations, config.source)
+    if t.task == "detection":
         skip: frozenset[str] = frozenset()
-        if inside and not storage.is_remote(t.annotations):
+        if t.annotations and not storage.is_remote(t.annotations) and output_inside(t.annotations, config.source):
             skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
-        return task_inputs.list_detection(
+        return detection_inputs.list_detection(
             config.source, t, config.classes, config.layout, config.plan.seed, skip, config.plan
         )
     if t.masks:  # segmentation

@@ -1,4 +1,4 @@
-"""Listing the inputs of multi-label, detection and segmentation conversions.
+"""Listing the inputs of multi-label and segmentation conversions, and what detection's shares.
 
 Each input is an `InputRef` whose `label` is the planner's group and whose `extra` holds
 what its record needs beyond the image, as compact JSON:
@@ -28,10 +28,8 @@ from typing import Any
 from prep.core import storage
 from prep.core.errors import SourceError
 from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, printable
-from prep.core.manifest_parts import Category
 
 if typing.TYPE_CHECKING:
-    from prep.core.config import TaskOptions
     from prep.core.layout import PlanOptions
 
 NO_STRATUM = "(none)"  # as prep.core.manifest.NO_STRATUM (not imported: manifest imports the schema)
@@ -108,28 +106,39 @@ def dropped_tally(read: int, reasons: Iterable[str]) -> BoxTally:
     return BoxTally(read, 0, 0, tuple(sorted(counts.items())))
 
 
-def image_files(root: str) -> tuple[list[str], list[Reject]]:
+def source_files(root: str) -> list[str]:
+    """Relative paths ('/'-separated, sorted) of every file under `root`, local or in an object store.
+
+    Raises:
+        SourceError: a local `root` that is not a folder.
+    """
+    if storage.is_remote(root):
+        return sorted(rel for rel, _ in storage.list_files(root))
+    if not os.path.isdir(root):
+        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    files = []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        rel_dir = os.path.relpath(folder, root).replace(os.sep, "/")
+        files += [name if rel_dir == "." else f"{rel_dir}/{name}" for name in names]
+    return sorted(files)
+
+
+def is_hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/"))
+
+
+def image_files(root: str, files: list[str] | None = None) -> tuple[list[str], list[Reject]]:
     """Relative paths of the image files under `root` (by extension), sorted, and hidden files as rejects.
 
     Files of other kinds (an annotation file, classes.txt) are not inputs and are not listed.
+    `files`: `source_files(root)` when the caller has it already.
     """
-    if storage.is_remote(root):
-        files = [rel for rel, _ in storage.list_files(root)]
-    else:
-        if not os.path.isdir(root):
-            raise SourceError(
-                f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist"
-            )
-        files = []
-        for folder, dirs, names in os.walk(root, followlinks=False):
-            dirs.sort()
-            rel_dir = os.path.relpath(folder, root).replace(os.sep, "/")
-            files += [name if rel_dir == "." else f"{rel_dir}/{name}" for name in names]
     images, rejects = [], []
-    for rel in sorted(files):
+    for rel in source_files(root) if files is None else files:
         if posixpath.splitext(rel)[1].lower() not in IMAGE_EXTENSIONS:
             continue
-        if any(part.startswith(".") for part in rel.split("/")):
+        if is_hidden(rel):
             rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
         else:
             images.append(rel)
@@ -216,107 +225,6 @@ def _mean_size(source: str | None, paths: list[str], sample: int = 256) -> float
     return sum(sizes) / len(sizes) if sizes else 1.0
 
 
-def list_detection(
-    source: str,
-    options: TaskOptions,
-    classes: tuple[str, ...] | None,
-    layout: str,
-    seed: int,
-    skip: frozenset[str] = frozenset(),
-    plan: PlanOptions | None = None,
-) -> Listing:
-    """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
-    with the images they do not name as `options.unannotated` says.
-
-    `skip` holds files under SOURCE that are not inputs (the annotation file itself); `plan`: see
-    `strata_refs`.
-    The listing holds the box notes of annotation problems and the tally of the boxes not
-    written because of them or of their image's reject (`box_notes`, `boxes`).
-
-    Raises:
-        SourceError: SOURCE or the annotations cannot be read, or they name no class.
-    """
-    from prep.core.annotations import read_annotations
-
-    annotations, unannotated = options.annotations, options.unannotated
-    assert annotations is not None  # the caller lists detection only with --annotations
-    found = read_annotations(source, annotations, options.annotation_format, classes)
-    if not found.categories:
-        raise SourceError(f"--annotations {annotations} names no class")
-    names = tuple(c.name for c in found.categories)
-    ids = {name: i for i, name in enumerate(names)}
-    on_disk, rejects = image_files(source)
-    on_disk = [p for p in on_disk if p not in skip]
-    present = set(on_disk)
-    notes: list[BoxNote] = []
-    tally = BoxTally()
-    for p in found.problems:
-        if p.box is None:
-            rejects.append(Reject(p.path, p.reason, p.detail))
-        else:
-            notes.append(BoxNote(p.path, p.box, p.reason, p.detail))
-            tally = tally.plus(dropped_tally(1, [p.reason]))
-    problem_images = {p.path for p in found.problems if p.box is None}
-    annotated = {a.path for a in found.images}
-    ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
-    next_id = max(max(ids_used, default=0), len(found.images)) + 1  # after every COCO id and every index
-    items: list[Item] = []
-    splits = folder_split(sorted(annotated | (present if unannotated == "keep" else set())), layout)
-    for i, ann in enumerate(found.images):
-        if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
-            tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
-            continue
-        if ann.path not in present:
-            rejects.append(
-                Reject(
-                    ann.path, "missing_image", f"the annotations name {printable(ann.path)}, which is not under SOURCE"
-                )
-            )
-            tally = tally.plus(dropped_tally(len(ann.objects), [BOX_REJECTED_IMAGE] * len(ann.objects)))
-            continue
-        source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
-        split = ann.split or (splits or {}).get(ann.path)
-        items.append(
-            (
-                ann.path,
-                split,
-                [ids[o.label] for o in ann.objects if o.label in ids],
-                {"a": ann.to_json(), "s": str(source_id)},
-            )
-        )
-    for path in on_disk:
-        if path in annotated or path in problem_images:
-            continue
-        if unannotated == "keep":
-            empty = {"p": path, "o": []}
-            items.append((path, (splits or {}).get(path), [], {"a": empty, "s": str(next_id)}))
-            next_id += 1
-        else:
-            rejects.append(
-                Reject(
-                    path,
-                    "not_annotated",
-                    "the annotations do not name this image (--unannotated keep writes it without objects)",
-                )
-            )
-    if items and len({split is None for _, split, _, _ in items}) > 1:
-        raise SourceError(f"--annotations {annotations} gives a split for some images but not for others")
-    refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
-    rejects.sort(key=lambda r: (r.path, r.reason))
-    categories = tuple(Category(c.id, c.name, c.source_id) for c in found.categories)
-    return Listing(
-        tuple(refs),
-        tuple(rejects),
-        names,
-        task="detection",
-        groups=names + (NO_STRATUM,),
-        categories=categories,
-        box_notes=tuple(notes),
-        boxes=tally,
-        masks=any(o.polygons or o.rle is not None for a in found.images for o in a.objects),
-    )
-
-
 def mask_path(image: str) -> str:
     """The mask of an image: the same relative path, extension .png."""
     return posixpath.splitext(image)[0] + ".png"
@@ -325,6 +233,9 @@ def mask_path(image: str) -> str:
 def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout: str) -> Listing:
     """Lists the images under `source`, each with its mask under `masks` (missing_mask if it has none).
 
+    A file of another extension (`.tga`, `.jp2`, none) is an input when a mask is named for it: the
+    image rule, not the extension, decides whether it decodes.
+
     Raises:
         SourceError: SOURCE or --masks is not a folder.
     """
@@ -332,8 +243,11 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
         raise SourceError(
             f"--masks {masks} is not a folder" if os.path.exists(masks) else f"--masks {masks} does not exist"
         )
-    images, rejects = image_files(source)
+    files = source_files(source)
+    images, rejects = image_files(source, files)
     mask_files = set(image_files(masks)[0])
+    known = set(images) | {r.path for r in rejects}
+    images = sorted(images + [f for f in files if f not in known and not is_hidden(f) and mask_path(f) in mask_files])
     inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
     if inside:  # masks kept under SOURCE are not images to convert
         prefix = os.path.relpath(os.path.realpath(masks), os.path.realpath(source)).replace(os.sep, "/") + "/"

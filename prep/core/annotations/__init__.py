@@ -15,6 +15,7 @@ from prep.core.annotations.masks import prepare_mask
 from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Obj, Problem
 from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, place_objects
 from prep.core.annotations.strata import stratify
+from prep.core.annotations.ultralytics import read_data_yaml
 from prep.core.annotations.voc import read_voc
 from prep.core.annotations.yolo import read_yolo
 from prep.core.errors import SourceError
@@ -59,4 +60,6 @@ def read_annotations(
     fmt = detect_format(path) if fmt is None else fmt
     if fmt not in FORMATS:
         raise SourceError(f"--annotation-format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "yolo" and path.lower().endswith((".yaml", ".yml")):  # Ultralytics' data.yaml
+        return read_data_yaml(source, path, classes)
     return _READERS[fmt](source, path, classes)

@@ -89,6 +89,8 @@ def read_box_csv(source: str, path: str, classes: tuple[str, ...] | None = None)
                     written or file_name,
                     "outside_source" if written else "bad_row",
                     f"line {number}: " + ("the path is outside SOURCE" if written else "no path"),
+                    None,
+                    int(any(row.get(k, "").strip() for k in COLUMNS[2:])),  # the row's box, not written
                 )
             )
             continue

@@ -24,7 +24,7 @@ from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Json, Ob
 from prep.core.errors import SourceError
 
 ImageId = int | str  # an image's `id` in the file
-ImageEntry = tuple[str | None, int | None, int | None]  # (relative path or None, width, height)
+ImageEntry = tuple[str | None, str, int | None, int | None]  # (relative path or None, file_name, width, height)
 
 
 def _fail(path: str, what: str) -> NoReturn:
@@ -59,8 +59,8 @@ def _categories(doc: Json, path: str) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-def _images(doc: Json, path: str, source: str, problems: list[Problem]) -> dict[ImageId, ImageEntry]:
-    """{image id: (relative path or None, width, height)}."""
+def _images(doc: Json, path: str, source: str) -> dict[ImageId, ImageEntry]:
+    """{image id: (relative path, or the file_name as written when it leaves SOURCE, width, height)}."""
     images: dict[ImageId, ImageEntry] = {}
     paths: dict[str, ImageId] = {}
     for i, img in enumerate(_list(doc, "images", path)):
@@ -71,13 +71,11 @@ def _images(doc: Json, path: str, source: str, problems: list[Problem]) -> dict[
         if iid in images:
             _fail(path, f"image id {iid!r} is given twice")
         rel = image_path(source, name)
-        if rel is None:
-            problems.append(Problem(name, "outside_source", f"image id {iid!r}: file_name {name!r} is outside SOURCE"))
-        elif rel in paths:
+        if rel is not None and rel in paths:
             _fail(path, f"image ids {paths[rel]!r} and {iid!r} both name {rel!r}")
-        else:
+        if rel is not None:
             paths[rel] = iid
-        images[iid] = (rel, _size(img.get("width")), _size(img.get("height")))
+        images[iid] = (rel, name, _size(img.get("width")), _size(img.get("height")))
     return images
 
 
@@ -146,7 +144,7 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
     problems: list[Problem] = []
     found = _categories(doc, path)
     names = dict(found)
-    images = _images(doc, path, source, problems)
+    images = _images(doc, path, source)
     annotations = _list(doc, "annotations", path)
     file_name = posixpath.basename(path.replace("\\", "/"))
     per_image: dict[ImageId, list[Json]] = {iid: [] for iid in images}
@@ -165,8 +163,10 @@ def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) ->
             continue
         per_image[iid].append(ann)
     result: dict[str, ImageAnnotation] = {}
-    for iid, (rel, width, height) in images.items():
+    for iid, (rel, name, width, height) in images.items():
         if rel is None:
+            detail = f"image id {iid!r}: file_name {name!r} is outside SOURCE"
+            problems.append(Problem(name, "outside_source", detail, boxes=len(per_image[iid])))
             continue
         objects = []
         for index, ann in enumerate(per_image[iid]):

@@ -2,6 +2,7 @@
 
 * a `.json` file: COCO;
 * a `.csv`, `.tsv` or `.jsonl` file: one box per row (`csv`);
+* a `.yaml` or `.yml` file: an Ultralytics data.yaml (`yolo`);
 * a folder: Pascal VOC if it holds `.xml` files; YOLO if it holds `.txt` files and a
   `classes.txt` or `data.yaml` (in it or its parent, where YOLO exports put it).
 """
@@ -43,11 +44,13 @@ def detect_format(path: str) -> str:
         return "coco"
     if lower.endswith((".csv", ".tsv", ".jsonl")):
         return "csv"
+    if lower.endswith((".yaml", ".yml")):
+        return "yolo"  # an Ultralytics data.yaml
     if not is_folder(path):
         if storage.exists(path):
             raise SourceError(
-                f"--annotations {path}: a file must end in .json (COCO) or .csv, .tsv, .jsonl "
-                "(one box per row); give --annotation-format to read it otherwise"
+                f"--annotations {path}: a file must end in .json (COCO), .yaml (Ultralytics data.yaml) or .csv, "
+                ".tsv, .jsonl (one box per row); give --annotation-format to read it otherwise"
             )
         raise SourceError(f"--annotations {path} does not exist")
     files = files_under(path)

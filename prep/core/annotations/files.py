@@ -10,6 +10,8 @@ from prep.core.errors import SourceError
 from prep.core.label_file import normalize_path
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".mpo")
+# Annotation and list files, never an image a label file or XML means.
+NOT_IMAGES = (".txt", ".xml", ".json", ".yaml", ".yml", ".csv", ".tsv", ".jsonl", ".cache")
 
 
 def read_text(path: str, what: str) -> str:
@@ -54,22 +56,30 @@ def image_path(source: str, written: str) -> str | None:
 
 class StemIndex:
     """Finds the image of an annotation file that names none: the file under SOURCE with the
-    same relative path but for the extension, preferring image extensions."""
+    same relative path but for the extension, preferring image extensions.
+
+    A file of another extension (`.tga`, `.jp2`, none) is taken when it is the only one of
+    its stem, but for annotation kinds (`.txt`, `.xml`, ...): the image rule, not the
+    extension, decides whether it decodes.
+    """
 
     def __init__(self, source: str):
         self._by_stem: dict[str, list[str]] = {}
+        self._other: dict[str, list[str]] = {}
         for rel in files_under(source):
             stem, ext = posixpath.splitext(rel)
             if ext.lower() in IMAGE_EXTENSIONS:
                 self._by_stem.setdefault(stem, []).append(rel)
+            elif ext.lower() not in NOT_IMAGES:
+                self._other.setdefault(stem, []).append(rel)
 
     def find(self, stem: str) -> tuple[str, None] | tuple[None, str]:
         """(image path, None), or (None, why not) when there is none or more than one."""
-        found = self._by_stem.get(stem, [])
+        found = self._by_stem.get(stem) or self._other.get(stem, [])
         if len(found) == 1:
             return found[0], None
         if not found:
-            return None, f"no image {stem}.* under SOURCE"
+            return None, f"no file {stem}.* under SOURCE"
         return None, f"{len(found)} images could be meant: {', '.join(found)}"
 
 

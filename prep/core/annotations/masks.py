@@ -1,18 +1,23 @@
-"""Instance masks (COCO polygons and RLE) and semantic class maps, as 0/1 or class-value PNGs.
+"""Instance masks as pycocotools draws them, and semantic class maps, as 0/1 or class-value PNGs.
 
-* `decode_rle` reads COCO RLE, uncompressed (a list of run lengths) or compressed (the
-  string pycocotools writes), in numpy; runs are column-major and start with zeros.
-* `fill_polygons` samples pixel centres (even-odd rule): the pixel (c, r) is inside when
-  its centre (c + 0.5, r + 0.5) is, so a box [2, 12] x [3, 9] covers exactly 10 x 6
-  pixels. (Pillow's ImageDraw.polygon also fills the pixels on the outline, one more
-  column and row: 77 pixels for that box.) Several polygons of one object are united.
+* `instance_mask` is pycocotools' `COCO.annToMask` for a segmentation in a w x h frame:
+  polygons through `frPyObjects`, `merge` and `decode`, an uncompressed RLE (a list of
+  run lengths) through `frPyObjects`, a compressed one (the string pycocotools writes)
+  decoded as it is. COCO's own tools and the reference converters (Model Garden's
+  create_coco_tf_record.py) draw masks so; a fill of our own differed from theirs in 2.3%
+  of pixels (worst IoU 0.78 on small objects), so the library draws them, bit for bit.
+* pycocotools trusts its input, so each shape is checked first: an RLE's runs must fill
+  its size exactly (decode leaves the pixels of short runs uninitialised), and a polygon
+  must be finite and within one frame side of the frame (its outline is walked pixel by
+  pixel at 5x, so a coordinate of 1e12 would exhaust memory). Failing shapes raise
+  `BadRle` / `BadPolygon`, which name their reason.
 * `prepare_mask` checks and turns a semantic class map as its image is turned.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -25,12 +30,29 @@ from prep.core.image_rules import ImageRejected
 IGNORE_VALUE = 255
 
 
-class BadRle(ValueError):
+class BadShape(ValueError):
+    """A segmentation pycocotools cannot be trusted to draw; `reason` is its reject reason."""
+
+    reason = "bad_segmentation"
+
+
+class BadRle(BadShape):
     """An RLE whose counts do not describe its size."""
+
+    reason = "bad_rle"
+
+
+class BadPolygon(BadShape):
+    """A polygon with a non-finite point, or one far outside its frame."""
+
+    reason = "bad_polygon"
 
 
 def rle_counts(counts: str | list[int]) -> list[int]:
-    """Run lengths of an RLE's `counts`, decoding pycocotools' compressed string form."""
+    """Run lengths of an RLE's `counts`, reading pycocotools' compressed string form.
+
+    Only to check the runs before pycocotools decodes them (see the module docstring).
+    """
     if not isinstance(counts, str):
         return list(counts)
     out: list[int] = []
@@ -56,53 +78,54 @@ def rle_counts(counts: str | list[int]) -> list[int]:
     return out
 
 
-def decode_rle(rle: Json) -> npt.NDArray[np.uint8]:
-    """The (height, width) uint8 0/1 mask of a COCO RLE.
-
-    Raises:
-        BadRle: negative runs, or runs that do not add up to height x width.
-    """
+def check_rle(rle: Json) -> None:
+    """Raises BadRle unless the runs of `rle` are non-negative and add up to its height x width."""
     h, w = rle["size"]
-    counts = np.asarray(rle_counts(rle["counts"]), dtype=np.int64)
-    if counts.size and counts.min() < 0:
+    counts = rle_counts(rle["counts"])
+    if any(c < 0 for c in counts):
         raise BadRle("a run length is negative")
-    if int(counts.sum()) != h * w:
-        raise BadRle(f"runs add up to {int(counts.sum())} pixels, size {h}x{w} has {h * w}")
-    flat = np.repeat((np.arange(counts.size) % 2).astype(np.uint8), counts)
-    return flat.reshape((w, h)).T.copy()
+    if sum(counts) != h * w:
+        raise BadRle(f"runs add up to {sum(counts)} pixels, size {h}x{w} has {h * w}")
 
 
-def fill_polygons(polygons: Iterable[Sequence[float]], size: tuple[int, int]) -> npt.NDArray[np.uint8]:
-    """The (h, w) uint8 0/1 union of polygons (flat x, y lists in continuous pixel coordinates)."""
+def check_polygons(polygons: Sequence[Sequence[float]], size: tuple[int, int]) -> None:
+    """Raises BadPolygon if a polygon has fewer than 3 points, a non-finite one, or one more than
+    a frame side outside the (w, h) frame."""
     w, h = size
-    out = np.zeros((h, w), dtype=bool)
-    centres = np.arange(h) + 0.5
-    for poly in polygons:
-        xy = np.asarray(poly, dtype=np.float64).reshape(-1, 2)
-        if len(xy) < 3 or not np.isfinite(xy).all():
-            continue
-        x1, y1 = xy[:, 0], xy[:, 1]
-        x2, y2 = np.roll(x1, -1), np.roll(y1, -1)
-        yc = centres[:, None]
-        # Half-open in y so that a vertex on a scan line is counted once.
-        crosses = ((y1 <= yc) & (yc < y2)) | ((y2 <= yc) & (yc < y1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xs = np.where(crosses, x1 + (yc - y1) * (x2 - x1) / (y2 - y1), np.nan)
-        if xs.shape[1] % 2:
-            xs = np.concatenate([xs, np.full((h, 1), np.nan)], axis=1)
-        xs.sort(axis=1)  # NaN last; crossings per row come in pairs
-        starts, ends = xs[:, 0::2], xs[:, 1::2]
-        rows = np.broadcast_to(np.arange(h)[:, None], starts.shape)
-        valid = np.isfinite(starts) & np.isfinite(ends)
-        if not valid.any():
-            continue
-        first = np.clip(np.ceil(starts[valid] - 0.5), 0, w).astype(np.int64)
-        last = np.clip(np.ceil(ends[valid] - 0.5), 0, w).astype(np.int64)
-        diff = np.zeros((h, w + 1), dtype=np.int32)
-        np.add.at(diff, (rows[valid], first), 1)
-        np.add.at(diff, (rows[valid], last), -1)
-        out |= np.cumsum(diff[:, :w], axis=1) > 0
-    return out.astype(np.uint8)
+    side = max(w, h)
+    for k, poly in enumerate(polygons):
+        xy = np.asarray(poly, dtype=np.float64).reshape(-1, 2) if len(poly) % 2 == 0 else np.empty((0, 2))
+        if len(xy) < 3:
+            raise BadPolygon(f"polygon {k} is not a list of at least 3 x, y pairs")
+        if not np.isfinite(xy).all():
+            raise BadPolygon(f"polygon {k} has a point that is not finite")
+        far = (xy[:, 0] < -side) | (xy[:, 0] > w + side) | (xy[:, 1] < -side) | (xy[:, 1] > h + side)
+        if far.any():
+            x, y = xy[np.flatnonzero(far)[0]]
+            raise BadPolygon(f"polygon {k} reaches ({x:.6g}, {y:.6g}), more than {side} px outside the {w}x{h} frame")
+
+
+def instance_mask(
+    polygons: Sequence[Sequence[float]], rle: Json | None, size: tuple[int, int]
+) -> npt.NDArray[np.uint8]:
+    """The (h, w) uint8 0/1 mask of an object in a (w, h) frame, as `COCO.annToMask` draws it.
+
+    `rle` (of its own size) wins over `polygons`. Raises BadRle / BadPolygon (see the module docstring).
+    """
+    from pycocotools import mask as coco_mask  # lazily: only masks need the C extension
+
+    w, h = size
+    if rle is not None:
+        check_rle(rle)
+        rh, rw = rle["size"]
+        if isinstance(rle["counts"], str):
+            coded = {"size": [rh, rw], "counts": rle["counts"].encode("ascii")}
+        else:
+            coded = coco_mask.frPyObjects({"size": [rh, rw], "counts": list(rle["counts"])}, rh, rw)
+    else:
+        check_polygons(polygons, size)
+        coded = coco_mask.merge(coco_mask.frPyObjects([list(map(float, p)) for p in polygons], h, w))
+    return np.ascontiguousarray(coco_mask.decode(coded), dtype=np.uint8)
 
 
 def to_png(array: np.ndarray) -> bytes:

@@ -37,13 +37,15 @@ class Problem(NamedTuple):
     """An annotation, row or box that cannot be used or was changed, with a reason code.
 
     `path` is the image's path relative to SOURCE (or the annotation file's name when
-    no image can be named); `box` the object's index, None for an image-level problem.
+    no image can be named); `box` the object's index, None for an image-level problem,
+    which counts in `boxes` the boxes it keeps from any record (read = written + dropped).
     """
 
     path: str
     reason: str
     detail: str
     box: int | None = None
+    boxes: int = 0  # an image-level problem: the boxes the file gives that image, which no record holds
 
 
 class Obj(NamedTuple):

@@ -32,9 +32,9 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from prep.core.annotations.masks import BadRle, decode_rle, fill_polygons, to_png
+from prep.core.annotations.masks import BadRle, BadShape, instance_mask, to_png
 from prep.core.annotations.model import Box, ImageAnnotation, Obj, Problem
-from prep.core.annotations.orient import displayed_size, swaps_sides, turn_box, turn_image, turn_point
+from prep.core.annotations.orient import displayed_size, swaps_sides, turn_box, turn_image
 from prep.core.errors import OptionsError
 from prep.core.image_rules import ImageRejected
 
@@ -194,10 +194,10 @@ def place_objects(
         if masks:
             try:
                 mask = _mask(obj, ann, box, stored, turn, shown, final)
-            except BadRle as exc:
+            except BadShape as exc:
                 if policy.bad_boxes == "reject-image":
-                    raise ImageRejected("bad_rle", f"box {obj.index} ({obj.label!r}): {exc}") from None
-                dropped.append(Problem(ann.path, "bad_rle", str(exc), obj.index))
+                    raise ImageRejected(exc.reason, f"box {obj.index} ({obj.label!r}): {exc}") from None
+                dropped.append(Problem(ann.path, exc.reason, str(exc), obj.index))
                 continue
             mask_png, area = to_png(mask), float(mask.sum())
         if clip is not None:
@@ -219,28 +219,28 @@ def _mask(
     shown: tuple[int, int],
     final: tuple[int, int],
 ) -> npt.NDArray[np.uint8]:
-    """The object's 0/1 mask at `final`: its RLE, its polygons, or its box (already displayed-frame)."""
-    (w, h), (fw, fh) = shown, final
+    """The object's 0/1 mask at `final`: its RLE, its polygons, or its box (already displayed-frame).
+
+    Drawn by pycocotools in the annotation's own frame (what `annToMask` gives for it), then
+    turned and resized as the pixels are, so that every mask is the reference mask moved
+    with its image. A normalised (YOLO) polygon is drawn in the displayed frame.
+    """
+    frame = tuple(stored) if turn != 1 else tuple(shown)
     if obj.rle is not None:
         rh, rw = obj.rle["size"]
-        frame = tuple(stored) if turn != 1 else tuple(shown)
         if (rw, rh) != frame:
             raise BadRle(f"RLE size {rw}x{rh} is not the annotation's frame {frame[0]}x{frame[1]}")
-        img = turn_image(Image.fromarray(decode_rle(obj.rle) * 255, "L"), turn)
-        if img.size != (fw, fh):
-            img = img.resize((fw, fh), Image.Resampling.NEAREST)
-        return (np.asarray(img) > 127).astype(np.uint8)
-    if obj.polygons:
-        polygons = []
-        for poly in obj.polygons:
-            points = []
-            for x, y in zip(poly[0::2], poly[1::2]):
-                if ann.normalized:
-                    x, y = x * w, y * h
-                elif turn != 1:
-                    x, y = turn_point(x, y, stored, turn)
-                points += [x * fw / w, y * fh / h]
-            polygons.append(points)
-        return fill_polygons(polygons, final)
-    x0, y0, x1, y1 = (box[0] * fw / w, box[1] * fh / h, box[2] * fw / w, box[3] * fh / h)
-    return fill_polygons([[x0, y0, x1, y0, x1, y1, x0, y1]], final)
+        mask = instance_mask((), obj.rle, (rw, rh))
+    elif obj.polygons and ann.normalized:
+        w, h = shown
+        scaled = [[v * (w if i % 2 == 0 else h) for i, v in enumerate(p)] for p in obj.polygons]
+        mask, turn = instance_mask(scaled, None, shown), 1
+    elif obj.polygons:
+        mask = instance_mask(obj.polygons, None, (frame[0], frame[1]))
+    else:
+        x0, y0, x1, y1 = box
+        mask, turn = instance_mask([[x0, y0, x1, y0, x1, y1, x0, y1]], None, shown), 1
+    img = turn_image(Image.fromarray(mask * 255, "L"), turn)
+    if img.size != tuple(final):
+        img = img.resize((final[0], final[1]), Image.Resampling.NEAREST)
+    return (np.asarray(img) > 127).astype(np.uint8)

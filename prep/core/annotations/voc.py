@@ -9,15 +9,19 @@
   no ids: source_id None).
 * An XML that cannot be parsed is a Problem of the file (`bad_annotation_file`); an
   object without a name or a numeric box one of its image (`bad_box`).
+* Splits: when `ImageSets/Main/{train,val,test}.txt` sit beside PATH (VOCdevkit's
+  layout, PATH its `Annotations`), each lists the ids (XML stems) of its split; an
+  image none of them lists is a Problem `no_split`, one two of them list `split_conflict`.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import xml.etree.ElementTree as ET
 
 from prep.core import storage
-from prep.core.annotations.files import StemIndex, files_under, image_path, read_text, strip_ext
+from prep.core.annotations.files import StemIndex, files_under, image_path, is_folder, read_text, strip_ext
 from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Obj, Problem, as_float, finish
 
 
@@ -60,10 +64,48 @@ def _objects(root: ET.Element, rel: str, problems: list[Problem]) -> list[Obj]:
     return objects
 
 
+SPLIT_LISTS = ("train", "val", "test")  # ImageSets/Main/<split>.txt; trainval.txt is their union
+
+
+def split_lists(path: str) -> dict[str, list[str]] | None:
+    """{id: [splits listing it]} from the ImageSets/Main beside PATH, or None when it has no split list."""
+    parent = (posixpath if storage.is_remote(path) else os.path).dirname(path.rstrip("/\\"))
+    main = storage.join(storage.join(parent, "ImageSets"), "Main")
+    names = set(storage.list_names(main)) if is_folder(main) else set()
+    found: dict[str, list[str]] = {}
+    for split in SPLIT_LISTS:
+        if f"{split}.txt" in names:
+            for line in read_text(storage.join(main, f"{split}.txt"), "VOC split list").splitlines():
+                if line.split():
+                    found.setdefault(line.split()[0], []).append(split)
+    return found if any(f"{s}.txt" in names for s in SPLIT_LISTS) else None
+
+
+def _with_splits(
+    images: dict[str, ImageAnnotation], ids: dict[str, str], lists: dict[str, list[str]], problems: list[Problem]
+) -> dict[str, ImageAnnotation]:
+    """`images` in the splits `lists` give their ids; the ones listed in none or in two are Problems."""
+    out = {}
+    for rel, ann in images.items():
+        splits = lists.get(ids[rel], [])
+        if len(splits) == 1:
+            out[rel] = ann._replace(split=splits[0])
+            continue
+        reason = "no_split" if not splits else "split_conflict"
+        detail = (
+            f"ImageSets/Main lists id {ids[rel]!r} in no split ({', '.join(s + '.txt' for s in SPLIT_LISTS)})"
+            if not splits
+            else f"ImageSets/Main lists id {ids[rel]!r} in {' and '.join(s + '.txt' for s in splits)}"
+        )
+        problems.append(Problem(rel, reason, detail, None, len(ann.objects)))
+    return out
+
+
 def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
-    """Reads every `.xml` under PATH."""
+    """Reads every `.xml` under PATH, in the splits of the ImageSets/Main beside it if there is one."""
     problems: list[Problem] = []
     images: dict[str, ImageAnnotation] = {}
+    ids: dict[str, str] = {}  # image path -> VOC id (its XML's stem)
     stems = None
     for xml_rel in (f for f in files_under(path) if f.lower().endswith(".xml")):
         try:
@@ -76,24 +118,30 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
             continue
         name = _text(root, "filename") or ""
         written = posixpath.join(posixpath.dirname(xml_rel), name)
+        boxes = len(root.findall("object"))  # what an image-level problem keeps from the records
         if name and posixpath.splitext(name)[1]:
             rel = image_path(source, written)
             if rel is None:
-                problems.append(Problem(xml_rel, "outside_source", f"<filename> {name!r} is outside SOURCE"))
+                problems.append(
+                    Problem(xml_rel, "outside_source", f"<filename> {name!r} is outside SOURCE", None, boxes)
+                )
                 continue
         else:
             stems = stems or StemIndex(source)
             match = stems.find(strip_ext(written) if name else strip_ext(xml_rel))
             if match[0] is None:
-                problems.append(Problem(xml_rel, "missing_image", match[1]))
+                problems.append(Problem(xml_rel, "missing_image", match[1], None, boxes))
                 continue
             rel = match[0]
         if rel in images:
-            problems.append(
-                Problem(xml_rel, "duplicate_annotation", f"a second annotation of {rel!r}; the first one read is used")
-            )
+            detail = f"a second annotation of {rel!r}; the first one read is used"
+            problems.append(Problem(xml_rel, "duplicate_annotation", detail, None, boxes))
             continue
         objects = _objects(root, rel, problems)
         images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))
+        ids[rel] = posixpath.basename(strip_ext(xml_rel))
+    lists = split_lists(path)
+    if lists is not None:
+        images = _with_splits(images, ids, lists, problems)
     found = sorted({o.label for a in images.values() for o in a.objects})
     return finish(images, [(None, n) for n in found], classes, problems)

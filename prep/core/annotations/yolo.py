@@ -6,6 +6,7 @@
   the box (cx - w/2, cy - h/2, cx + w/2, cy + h/2), `normalized`. A line of more
   values (`class x1 y1 x2 y2 ...`, YOLO's segmentation form) is a polygon, its box
   the polygon's bounds.
+* PATH may be an Ultralytics data.yaml instead, naming the splits' images (prep.core.annotations.ultralytics).
 * `labels/train/x.txt` is the annotation of the image `train/x.*` under SOURCE (the
   same relative path but for the extension). An empty file: an image with no objects.
 * A line that is not numbers, or names a class index out of range, is a Problem of its
@@ -51,7 +52,8 @@ def read_names(path: str) -> list[str]:
     return names
 
 
-def _objects(text: str, rel: str, names: list[str], problems: list[Problem]) -> list[Obj]:
+def label_objects(text: str, rel: str, names: list[str], problems: list[Problem]) -> list[Obj]:
+    """The objects of a label file's lines; a line that cannot be used is a Problem at its index."""
     objects = []
     lines = [line for line in text.splitlines() if line.strip()]
     for index, line in enumerate(lines):
@@ -102,10 +104,11 @@ def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) ->
         if not txt.lower().endswith(".txt") or posixpath.basename(txt) == "classes.txt":
             continue
         match = stems.find(strip_ext(txt))
+        text = read_text(storage.join(path, txt), "YOLO annotation")
         if match[0] is None:
-            problems.append(Problem(txt, "missing_image", match[1]))
+            boxes = sum(1 for line in text.splitlines() if line.strip())
+            problems.append(Problem(txt, "missing_image", match[1], None, boxes))
             continue
         rel = match[0]
-        text = read_text(storage.join(path, txt), "YOLO annotation")
-        images[rel] = ImageAnnotation(rel, None, None, True, tuple(_objects(text, rel, names, problems)))
+        images[rel] = ImageAnnotation(rel, None, None, True, tuple(label_objects(text, rel, names, problems)))
     return finish(images, list(enumerate(names)), classes, problems)

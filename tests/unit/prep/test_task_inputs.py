@@ -9,12 +9,13 @@ import json
 import pytest
 
 from prep.core.config import TaskOptions
+from prep.core.detection_inputs import list_detection
 from prep.core.errors import OptionsError, SourceError
 from prep.core.label_file import list_label_file
 from prep.core.manifest import Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced
 from prep.core.ordering import listing_order
-from prep.core.task_inputs import NO_STRATUM, list_detection, list_segmentation, multilabel_listing
+from prep.core.task_inputs import NO_STRATUM, list_segmentation, multilabel_listing
 
 
 def _coco(tmp_path, images, annotations, categories=((5, "cat"), (9, "dog"))):
@@ -221,3 +222,11 @@ def test_kept_unannotated_images_get_ids_after_every_index_without_coco_ids(tmp_
     listing = list_detection(str(src), TaskOptions(str(boxes), unannotated="keep"), None, "auto", 0)
     ids = {r.path: json.loads(r.extra)["s"] for r in listing.refs}
     assert ids == {"a.jpg": "1", "b.jpg": "2", "c.jpg": "3"}
+
+
+def test_segmentation_tries_a_file_of_any_extension_that_has_a_mask(tmp_path):
+    src, masks = tmp_path / "src", tmp_path / "masks"
+    _files(src, "a.jpg", "b.tga", "c", "notes.txt")
+    _files(masks, "a.png", "b.png", "c.png")
+    listing = list_segmentation(str(src), str(masks), ("bg", "fg"), "auto")
+    assert [r.path for r in listing.refs] == ["a.jpg", "b.tga", "c"] and listing.rejects == ()
