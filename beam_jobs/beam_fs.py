@@ -31,6 +31,9 @@ def configure(beam_args) -> None:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from beam_jobs import beam_s3
+
+    beam_s3.apply()
     FileSystems.set_options(PipelineOptions(list(beam_args)))
 
 
@@ -38,6 +41,10 @@ class BeamFileSystems:
     """`RemoteFileSystem` over `apache_beam.io.filesystems.FileSystems`."""
 
     def handles(self, path: str) -> bool:
+        if path.startswith("s3://"):  # every process that reaches S3 (driver or worker) gets the fixes
+            from beam_jobs import beam_s3
+
+            beam_s3.apply()
         try:
             _fs().get_filesystem(path)
         except ValueError:  # no FileSystem registered for the scheme
