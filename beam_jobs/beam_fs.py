@@ -31,9 +31,6 @@ def configure(beam_args) -> None:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_jobs import beam_s3
-
-    beam_s3.apply()
     FileSystems.set_options(PipelineOptions(list(beam_args)))
 
 
@@ -42,9 +39,9 @@ class BeamFileSystems:
 
     def handles(self, path: str) -> bool:
         if path.startswith("s3://"):  # every process that reaches S3 (driver or worker) gets the fixes
-            from beam_jobs import beam_s3
+            from beam_jobs.beam_s3 import apply as fix_s3
 
-            beam_s3.apply()
+            fix_s3()
         try:
             _fs().get_filesystem(path)
         except ValueError:  # no FileSystem registered for the scheme
