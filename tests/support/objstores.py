@@ -44,6 +44,38 @@ FAKE_TOKEN = {
 }
 
 
+def kind(request_line: str) -> str:
+    """What a logged request does: list, stat, read, write, copy, delete, batch (GCS's batch of copies or
+    deletes) or bucket (a request about a bucket, not an object). A PUT on S3 may be a copy: its log
+    does not say (the copy source is a header)."""
+    m = REQUEST_LINE.search(request_line)
+    if not m:
+        return "other"
+    method, target = m.group(1), m.group(2)
+    path, _, query = target.partition("?")
+    if path.startswith(("/storage/", "/upload/", "/download/", "/batch/")):  # GCS's JSON API
+        if path.startswith("/batch/"):
+            return "batch"
+        if path.startswith("/upload/"):
+            return "write"
+        if path.startswith("/download/") or "alt=media" in query:
+            return "read"
+        parts = path.split("/")  # ['', 'storage', 'v1', 'b', BUCKET, 'o', NAME...]
+        if len(parts) <= 5:
+            return "bucket"
+        if len(parts) == 6:
+            return "list"
+        if "/rewriteTo/" in path or "/copyTo/" in path or "/compose" in path:
+            return "copy"
+        return {"DELETE": "delete", "GET": "stat"}.get(method, "write")
+    bucket_only = path.strip("/").count("/") == 0  # S3: /BUCKET or /BUCKET/KEY
+    if method == "POST" and "delete" in query:
+        return "delete"
+    if bucket_only:
+        return "list" if method == "GET" else "bucket"
+    return {"HEAD": "stat", "GET": "read", "DELETE": "delete"}.get(method, "write")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
