@@ -53,7 +53,7 @@ def main():
     "--report",
     "write_report",
     is_flag=True,
-    help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).",
+    help="At the end, write OUTPUT/report.html, the page `prep report` writes.",
 )
 @click.pass_context
 def convert(ctx, source, output, beam_args, runner, progress, verbose, write_report, **values):
@@ -74,8 +74,6 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         from beam_jobs import beam_fs
 
         beam_fs.configure(beam_args)
-    if write_report and "://" in output:
-        raise click.UsageError("--report needs a local OUTPUT; run `prep report OUTPUT -- BEAM_OPTIONS` after")
     config = build_config(source, output, values)
     listing = [list_inputs(config)]  # handed over below: conversion.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress

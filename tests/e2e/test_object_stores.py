@@ -52,10 +52,11 @@ def converted(store, tmp_path_factory):
     source = store.upload_tree(root, "raw", "shapes")
     output = store.url("out", "shapes")
     before = sum(store.requests().values())
-    args = ["convert", source, output, "--num-shards", "2", "--split", "train=0.6,validation=0.4"]
+    args = ["convert", source, output, "--num-shards", "2", "--split", "train=0.6,validation=0.4", "--report"]
     result = CliRunner().invoke(main, [*args, "--", *store.beam_args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"written {WRITTEN}  rejected 1" in result.output
+    assert f"wrote {output}/report.html" in result.output
     per_input = (sum(store.requests().values()) - before) / (WRITTEN + 1)
     return store, output, per_input
 
@@ -116,6 +117,24 @@ def test_leakage_hashes_remote_shards_and_keeps_their_keys_there(run_cli, conver
     assert (side["records"], side["keys_computed"]) == (WRITTEN, WRITTEN)
     again = _run(run_cli, store, "leakage", "--json", output, output)
     assert json.loads(again.output)["a"]["keys_cached"] == WRITTEN
+
+
+def test_empty_and_small_objects_are_one_request_each(converted):
+    """Beam's S3 writer made an empty file a multipart upload of no part, which S3 refuses (beam_jobs/beam_s3.py)."""
+    from prep.core import storage
+
+    store, output, _ = converted
+    before = len(store.request_lines())
+    storage.write_atomic(f"{output}/empty", b"")
+    storage.write_atomic(f"{output}/small", b"x" * 1000)
+    assert storage.read_bytes(f"{output}/empty") == b"" and storage.size(f"{output}/empty") == 0
+    assert storage.read_bytes(f"{output}/small") == b"x" * 1000
+    if store.scheme == "s3":
+        writes = [line for line in store.request_lines()[before:] if ".part" in line and "PUT" in line]
+        assert len(writes) == 2, store.request_lines()[before:]  # one PutObject each, no multipart upload
+        assert not any("uploads" in line for line in store.request_lines()[before:])
+    storage.delete(f"{output}/empty")
+    storage.delete(f"{output}/small")
 
 
 @pytest.mark.parametrize("command", ["verify", "inspect", "report", "leakage"])
