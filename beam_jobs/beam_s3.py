@@ -6,7 +6,8 @@ reaches an ``s3://`` path through `beam_jobs.beam_fs`.
   with no byte is then a multipart upload of no part, which S3 refuses (MalformedXML): a conversion
   writes empty work files (an empty rejects list, a chunk with nothing to spill). `_Uploader` opens the
   multipart upload only when the first part of 5 MiB is due; a file smaller than that, empty included,
-  is one PutObject, not three requests (create, upload part, complete).
+  is one PutObject, not three requests (create, upload part, complete). Its failure is an `OSError`
+  naming the object (ENOENT: no such bucket; EACCES: refused), which `prep` reports in one line.
 - **One boto3 client per set of options, not per call.** Beam's `S3FileSystem` builds a new `S3IO`, and
   with it a new boto3 session and client, for every call (exists, open, match, ...): ~0.15 s of CPU
   each, most of a conversion's time on a small dataset. `_shared_client` builds Beam's client wrapper
@@ -20,6 +21,7 @@ call time; the tests convert to moto's S3 server through them (tests/e2e/test_ob
 from __future__ import annotations
 
 import copy
+import errno
 import threading
 
 _applied = False
@@ -56,7 +58,6 @@ def apply() -> None:
             return
         beam_client = boto3_client.Client
         beam_uploader = s3io.S3Uploader
-        messages = s3io.messages
 
         def shared_client(options):
             key = _options_key(options)
@@ -83,8 +84,10 @@ def apply() -> None:
                     self._client.client.put_object(
                         Bucket=self._bucket, Key=self._name, Body=self.buffer, ContentType=self._mime_type
                     )
-                except Exception as exc:  # Beam's client raises S3ClientError for every boto3 error
-                    raise messages.S3ClientError(str(exc), boto3_client.get_http_error_code(exc)) from exc
+                except Exception as exc:  # boto3's errors: an OSError, as `prep` reports any file it cannot write
+                    code = boto3_client.get_http_error_code(exc)
+                    kind = {404: errno.ENOENT, 403: errno.EACCES}.get(code, errno.EIO)
+                    raise OSError(kind, str(exc), self._path) from exc
                 self.buffer = b""
 
         # names Beam looks up at call time (`s3io.S3IO.__init__`, `s3io.S3IO.open`)

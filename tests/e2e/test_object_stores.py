@@ -148,6 +148,15 @@ def test_a_missing_bucket_does_not_exist(run_cli, converted, command):
     assert "cannot access" not in result.output
 
 
+def test_converting_into_a_missing_bucket_is_one_error_line(run_cli, converted, tmp_path):
+    store, _, _ = converted
+    write_dirty_tree(tmp_path / "src", {"bee": 2, "cat": 2})
+    missing = store.url("no-such-bucket", "out")
+    result = run_cli("convert", tmp_path / "src", missing, "--", *store.beam_args)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: cannot ") and "no-such-bucket" in result.output
+
+
 class _Refuse(http.server.BaseHTTPRequestHandler):
     """A store that answers every request 403 Forbidden, as GCS does without permission."""
 
