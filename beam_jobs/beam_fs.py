@@ -38,6 +38,10 @@ class BeamFileSystems:
     """`RemoteFileSystem` over `apache_beam.io.filesystems.FileSystems`."""
 
     def handles(self, path: str) -> bool:
+        if path.startswith("s3://"):  # every process that reaches S3 (driver or worker) gets the fixes
+            from beam_jobs.beam_s3 import apply as fix_s3
+
+            fix_s3()
         try:
             _fs().get_filesystem(path)
         except ValueError:  # no FileSystem registered for the scheme

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import os
 import sys
 import time
 import warnings
@@ -19,18 +18,8 @@ from collections.abc import Callable
 
 import click
 
-from prep import __version__
-from prep.cli_kit import (
-    ErrorGroup,
-    Trouble,
-    cannot_access,
-    click_options,
-    existing_dataset,
-    existing_folder,
-    html_name,
-    png_name,
-)
-from prep.core.errors import PrepError
+from prep import __version__, cli_datasets
+from prep.cli_kit import ErrorGroup, Trouble, click_options, existing_dataset, html_name, png_name
 from prep.core.targets import TARGETS
 
 
@@ -64,7 +53,7 @@ def main():
     "--report",
     "write_report",
     is_flag=True,
-    help="At the end, write OUTPUT/report.html, the page `prep report` writes (local OUTPUT only).",
+    help="At the end, write OUTPUT/report.html, the page `prep report` writes.",
 )
 @click.pass_context
 def convert(ctx, source, output, beam_args, runner, progress, verbose, write_report, **values):
@@ -85,8 +74,6 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         from beam_jobs import beam_fs
 
         beam_fs.configure(beam_args)
-    if write_report and "://" in output:
-        raise click.UsageError("--report needs a local OUTPUT; run `prep report` on a local copy of the dataset")
     config = build_config(source, output, values)
     listing = [list_inputs(config)]  # handed over below: conversion.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
@@ -121,7 +108,7 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     for line in duplicates_summary(output, config.dedupe.conflicts):
         click.echo(line, err=line.startswith("Warning"))
     if write_report:
-        _write_report(output, None, verify=False, source=None)
+        cli_datasets.write_report(output, None, verify=False, source=None)
 
 
 @main.command()
@@ -247,6 +234,7 @@ def inspect(output, beam_args, as_json, sheet, per_class, tile, split, plot):
 @main.command()
 @click.argument("a", type=str)
 @click.argument("b", type=str)
+@click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
 @click.option("--json", "as_json", is_flag=True, help="Print the pairs as JSON (docs/leakage.md).")
 @click.option(
     "--workers",
@@ -260,93 +248,51 @@ def inspect(output, beam_args, as_json, sheet, per_class, tile, split, plot):
     help="Progress bar while images are hashed (default: when stderr is a terminal).",
 )
 @click.pass_context
-def leakage(ctx, a, b, as_json, workers, progress):
+def leakage(ctx, a, b, beam_args, as_json, workers, progress):
     """List the images that datasets A and B share: exact copies and near duplicates.
 
-    A and B are converted datasets (OUTPUT folders). Near duplicates are
+    A and B are converted datasets (OUTPUT folders, local or remote: Beam's file
+    system options go after `--`). Near duplicates are
     re-encodes, resizes, brightness changes and border crops of up to 5%
     (docs/leakage.md). `prep leakage A A` lists the duplicates inside A, across
     its splits and within them. Content keys are computed from the shards the
     first time and kept in each folder's content_keys.jsonl. Exit status, like
     diff: 0 no pair, 1 pairs found, 2 error.
     """
-    import json
-
-    from prep import leakage as leakage_lib
-
-    for name in (a, b):
-        if "://" in name:
-            raise Trouble(f"{name}: prep leakage reads local folders only; copy the dataset here first")
-        if not os.path.isdir(name):
-            raise Trouble(f"{name} {'is not a folder' if os.path.exists(name) else 'does not exist'}")
-    bars = []
-
-    def bar(name):
-        if not (sys.stderr.isatty() if progress is None else progress):
-            return None
-
-        def update(n, total):
-            if not bars or bars[-1][0] != name:
-                from tqdm import tqdm
-
-                bars.append(
-                    (name, tqdm(total=total, unit="image", desc=f"hashing {name}", file=sys.stderr, leave=False))
-                )
-            bars[-1][1].update(n)
-
-        return update
-
     try:
-        report = leakage_lib.compare(a, b, workers, bar)
-    except PrepError as exc:
-        raise Trouble(str(exc)) from None
-    except OSError as exc:
-        raise Trouble(cannot_access(exc)) from None
-    finally:
-        for _, shown in bars:
-            shown.close()
-    for side in (report.a, report.b):
-        if side.warning:
-            click.echo(f"warning: {side.warning}", err=True)
-    click.echo(
-        json.dumps(report.to_json(), indent=2, sort_keys=True, ensure_ascii=False)
-        if as_json
-        else leakage_lib.render_text(report)
-    )
-    if report.found.pairs:
+        _ready_remote([a, b], beam_args, "A or B")
+    except click.UsageError as exc:
+        raise Trouble(exc.message) from None
+    for name in (a, b):
+        cli_datasets.check_leakage_side(name)
+    if cli_datasets.run_leakage(a, b, as_json, workers, progress):
         ctx.exit(1)
 
 
 def _remote_dataset(output: str, beam_args, what: str = "OUTPUT") -> None:
-    """Checks that the dataset OUTPUT is there (`existing_dataset`); for a remote OUTPUT, first installs
-    Beam's FileSystems with the options after `--` (only then: a local run imports no Beam)."""
+    """Checks that the dataset OUTPUT is there (`existing_dataset`), after `_ready_remote`."""
+    _ready_remote([output], beam_args, what)
+    existing_dataset(output, what)
+
+
+def _ready_remote(paths: list[str], beam_args, what: str) -> None:
+    """For remote paths, installs Beam's FileSystems with the options after `--` (only then: a local
+    run imports no Beam); Beam options with local paths only are a usage error."""
     from prep.core import storage
     from prep.core.convert_options import check_beam_args
 
     check_beam_args(beam_args)
-    if storage.is_remote(output):
+    if any(storage.is_remote(p) for p in paths):
         from beam_jobs import beam_fs  # importing beam_jobs installs Beam's FileSystems in prep.core.storage
 
         beam_fs.configure(beam_args)
     elif beam_args:
         raise click.UsageError(f"Beam options ({beam_args[0]} ...) are for a remote {what} only")
-    existing_dataset(output, what)
-
-
-def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
-    """Writes the report page; returns the problems `prep verify` found (None: not run)."""
-    from prep import report as report_lib
-
-    path = path or os.path.join(dataset, report_lib.FILENAME)
-    written = report_lib.write(dataset, path, **kwargs)
-    click.echo(f"wrote {path} ({written.bytes / 1e6:.1f} MB)")
-    if written.verify_problems:
-        click.echo(f"verify: {written.verify_problems} problem(s), listed on the page (prep verify prints them)")
-    return written.verify_problems
 
 
 @main.command()
 @click.argument("dataset", type=str)
+@click.argument("beam_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- BEAM_OPTIONS...]")
 @click.option(
     "--output",
     "-o",
@@ -363,7 +309,7 @@ def _write_report(dataset: str, path: str | None, **kwargs) -> int | None:
     help="Where the rejected inputs are, for their thumbnails (default: the source the manifest records).",
 )
 @click.pass_context
-def report(ctx, dataset, path, run_verify, source):
+def report(ctx, dataset, beam_args, path, run_verify, source):
     """Write one self-contained HTML page about the dataset in DATASET.
 
     Overview, classes per split with class weights, per-shard balance, sample
@@ -371,10 +317,11 @@ def report(ctx, dataset, path, run_verify, source):
     thumbnails, warnings; with --verify, the verdict of `prep verify`. The page
     inlines everything it shows and makes no network request. Exit status: 0
     written, 1 an error (or, with --verify, problems found: the page is still
-    written), 2 usage error.
+    written), 2 usage error. DATASET may be remote (gs://, s3://); Beam's file
+    system options go after `--`, as for `prep convert`.
     """
-    existing_folder(dataset, "DATASET")
-    if _write_report(dataset, path, verify=run_verify, source=source):
+    _remote_dataset(dataset, beam_args, "DATASET")
+    if cli_datasets.write_report(dataset, path, verify=run_verify, source=source):
         ctx.exit(1)
 
 

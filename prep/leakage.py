@@ -146,7 +146,7 @@ def _shard_keys(
     out: list[RecordKeys] = []
     pending: collections.deque[concurrent.futures.Future[list[RecordKeys]]] = collections.deque()
     batch: list[tuple[int, bytes]] = []
-    with open(path, "rb") as f:
+    with storage.open_read(path) as f:
         for index, _, data in read_records(f, path):
             batch.append((index, data))
             if len(batch) == BATCH:
@@ -175,12 +175,10 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
     manifest = Manifest.load(output)
     shards = [(split.name, shard.file, shard.sha256, shard.examples) for split, shard in manifest.shards()]
     max_pixels = manifest.options.get("max_pixels") or DEFAULT_MAX_PIXELS
-    sidecar = os.path.join(output, keys_sidecar.FILENAME)
-    try:
-        with open(sidecar, "rb") as f:
-            cached = keys_sidecar.loads(f.read(), {file: digest for _, file, digest, _ in shards})
-    except FileNotFoundError:
-        cached = None
+    sidecar = storage.join(output, keys_sidecar.FILENAME)
+    cached = None
+    if storage.exists(sidecar):  # asked first: an object store's reader may not raise FileNotFoundError
+        cached = keys_sidecar.loads(storage.read_bytes(sidecar), {file: digest for _, file, digest, _ in shards})
 
     def usable(split: str, file: str, examples: int) -> list[RecordKeys] | None:
         found = (cached or {}).get(file)
@@ -196,7 +194,7 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
                 records.extend(found)
                 reused += len(found)
                 continue
-            fresh = _shard_keys(os.path.join(output, file), split, file, digest, pool, workers, max_pixels)
+            fresh = _shard_keys(storage.join(output, file), split, file, digest, pool, workers, max_pixels)
             records.extend(fresh)
             computed += len(fresh)
             if progress is not None:
@@ -205,8 +203,9 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
     if computed or cached is None:
         try:
             storage.write_atomic(sidecar, keys_sidecar.dumps(records))
-        except OSError as exc:
-            warning = f"could not write {sidecar} ({exc.strerror or exc}): the next run will hash the images again"
+        except Exception as exc:  # noqa: BLE001 - a read-only folder or bucket; each store raises its own types
+            reason = getattr(exc, "strerror", None) or exc
+            warning = f"could not write {sidecar} ({reason}): the next run will hash the images again"
     return DatasetKeys(output, tuple(records), reused, computed, time.perf_counter() - started, warning)
 
 
@@ -251,11 +250,17 @@ def compare(
     """
     started = time.perf_counter()
     keys_a = dataset_keys(a, workers, progress("A") if progress else None)
-    if os.path.samefile(a, b):
+    if _same_dataset(a, b):
         return LeakageReport(keys_a, keys_a, self_pairs(list(keys_a.records)), time.perf_counter() - started)
     keys_b = dataset_keys(b, workers, progress("B") if progress else None)
     found = leak_pairs(list(keys_a.records), list(keys_b.records))
     return LeakageReport(keys_a, keys_b, found, time.perf_counter() - started)
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    if storage.is_remote(a) or storage.is_remote(b):
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.samefile(a, b)
 
 
 def _keys_line(name: str, d: DatasetKeys) -> str:

@@ -1,4 +1,5 @@
-"""What `prep report` reads from a dataset folder: the manifest, records from the shards, rejects.
+"""What `prep report` reads from a dataset (a folder, or a remote prefix through `prep.core.storage`):
+the manifest, records from the shards, rejects.
 
 The manifest is the typed `prep.core.manifest.Manifest`; the report reads its attributes
 (`manifest.labels`, `split.shards`, `shard.class_counts`, `manifest.inputs.found`,
@@ -10,10 +11,11 @@ becomes a note on the page (`prep verify` says exactly what is wrong), never a f
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import json
-import os
 
+from prep.core import storage
 from prep.core.errors import PrepError
 from prep.core.manifest import REJECTS, Manifest
 from prep.core.schema import ImageRecord
@@ -52,9 +54,9 @@ def read_samples(manifest, output: str, wanted: dict[int, int], max_records: int
     for shard in itertools.chain.from_iterable(s.shards for s in splits):
         if not missing or read >= max_records:
             break
-        path = os.path.join(output, shard.file)
+        path = storage.join(output, shard.file)
         try:
-            with open(path, "rb") as f:
+            with storage.open_read(path) as f:
                 for _, _, data in read_records(f, shard.file):
                     read += 1
                     record = ImageRecord.from_bytes(data)
@@ -95,9 +97,11 @@ class Rejects:
 def read_rejects(output: str, limit: int) -> Rejects:
     counts: dict[str, int] = {}
     listed: dict[str, list[Reject]] = {}
-    path = os.path.join(output, REJECTS)
+    path = storage.join(output, REJECTS)
     try:
-        with open(path, encoding="utf-8") as f:
+        if storage.is_remote(path) and not storage.exists(path):  # a store's reader may not say FileNotFound
+            raise FileNotFoundError(path)
+        with io.TextIOWrapper(storage.open_read(path), encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue

@@ -34,12 +34,12 @@ def _human_size(size: float) -> str:
 
 
 def _source_folder(manifest, source: str | None) -> tuple[str | None, str | None]:
-    """The local folder rejected inputs are read from, or None and why not."""
+    """The folder (or remote prefix) rejected inputs are read from, or None and why not."""
     where = source or manifest.run.source
     if not where:
         return None, "the manifest records no source (run.source): rejected inputs are listed without thumbnails"
-    if "://" in where:
-        return None, f"source {where} is not a local folder: rejected inputs are listed without thumbnails"
+    if storage.is_remote(where):
+        return where, None  # no folder to ask about: each thumbnail's read says whether it is there
     if not os.path.isdir(where):
         return None, (
             f"source {where} is not a folder here: rejected inputs are listed without thumbnails "

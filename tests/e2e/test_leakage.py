@@ -146,7 +146,7 @@ def test_an_image_that_does_not_decode_is_compared_by_sha256_and_named(fresh, ru
     "setup, message",
     [
         ("missing", "Error: {path} does not exist"),
-        ("remote", "Error: gs://bucket/x: prep leakage reads local folders only; copy the dataset here first"),
+        ("remote", "Error: {path} does not exist"),
         ("file", "Error: {path} is not a folder"),
         ("empty", "Error: {path}/manifest.json does not exist: {path} is not a finished dataset"),
         ("not_json", "Error: {path}/manifest.json is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
@@ -159,7 +159,9 @@ def test_errors_exit_2_with_one_error_line(trees, tmp_path, run_cli, setup, mess
     _, outs = trees
     path = tmp_path / "x"
     if setup == "remote":
-        path = "gs://bucket/x"
+        from tests.support.testfs import to_url  # registers testfs://, a Beam file system over local files
+
+        path = to_url(str(path))
     elif setup == "file":
         path.write_text("")
     elif setup == "empty":

@@ -1,0 +1,204 @@
+"""Every command on `s3://` and `gs://`, against local servers that speak the real protocols: moto's S3
+server and gcp-storage-emulator (tests/support/objstores.py), on free ports of 127.0.0.1.
+
+A tiny dataset (2 classes, 15 inputs, one of them undecodable) is uploaded with the stores' own clients,
+converted store to store, then read back by verify, inspect, report and leakage, each given Beam's
+options after `--` as a user would. The loaders are not run here: TensorFlow's file system has no
+S3 and reaches GCS only at Google's own address (docs/loaders.md).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from tests.support import objstores
+from tests.support.imagegen import write_dirty_tree
+
+COUNTS = {"bee": 7, "cat": 6}  # + broken.jpg (rejected) + rgba.png (converted): 15 found, 14 written
+WRITTEN = 14
+
+
+@pytest.fixture(scope="module", params=["s3", "gs"])
+def store(request, tmp_path_factory):
+    work = tmp_path_factory.mktemp(f"objstore-{request.param}")
+    try:
+        server = objstores.start(request.param, work)
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(f"the local {request.param} server did not start: {exc}")
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in server.env.items():
+            env.setenv(name, value)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def converted(store, tmp_path_factory):
+    """(store, OUTPUT URL, requests the conversion made per input)."""
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    root = tmp_path_factory.mktemp(f"objstore-src-{store.scheme}")
+    write_dirty_tree(root, COUNTS, size=(14, 10))
+    store.make_bucket("raw")
+    store.make_bucket("out")
+    source = store.upload_tree(root, "raw", "shapes")
+    output = store.url("out", "shapes")
+    before = sum(store.requests().values())
+    args = ["convert", source, output, "--num-shards", "2", "--split", "train=0.6,validation=0.4", "--report"]
+    result = CliRunner().invoke(main, [*args, "--", *store.beam_args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"written {WRITTEN}  rejected 1" in result.output
+    assert f"wrote {output}/report.html" in result.output
+    per_input = (sum(store.requests().values()) - before) / (WRITTEN + 1)
+    return store, output, per_input
+
+
+def _run(run_cli, store, *args):
+    return run_cli(*args, "--", *store.beam_args)
+
+
+def test_convert_writes_shards_and_manifest_to_the_store(converted):
+    store, output, per_input = converted
+    shards = [line for line in store.request_lines() if "tfrecord" in line and line.startswith(('"PUT', '"POST'))]
+    assert shards, "no shard was written to the store"
+    assert per_input > 0
+    print(f"{store.scheme}: {per_input:.1f} requests per input for the conversion")  # -s shows it
+
+
+def test_verify_proves_the_remote_dataset(run_cli, converted):
+    store, output, _ = converted
+    result = _run(run_cli, store, "verify", "--deep", output)
+    assert result.exit_code == 0, result.output
+    assert f"OK: 4 shards and {WRITTEN} records match the manifest" in result.output
+
+
+def test_inspect_summarizes_the_remote_dataset(run_cli, converted, tmp_path):
+    store, output, _ = converted
+    result = _run(run_cli, store, "inspect", "--json", output)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["output"] == output and summary["totals"]["shards"] == 4
+    sheet = _run(run_cli, store, "inspect", output, "--contact-sheet", tmp_path / "sheet.png")
+    assert sheet.exit_code == 0, sheet.output
+    assert (tmp_path / "sheet.png").stat().st_size > 0
+
+
+def test_report_reads_the_store_and_writes_its_page_there(run_cli, converted, tmp_path):
+    from prep.core import storage
+
+    store, output, _ = converted
+    local = _run(run_cli, store, "report", output, "--verify", "-o", tmp_path / "page.html")
+    assert local.exit_code == 0, local.output
+    page = (tmp_path / "page.html").read_text()
+    assert "bee" in page and "cat" in page and "broken.jpg" in page
+    assert "data:image/jpeg;base64," in page  # sample tiles decoded from the remote shards
+    remote = _run(run_cli, store, "report", output)
+    assert remote.exit_code == 0, remote.output
+    assert f"wrote {output}/report.html" in remote.output
+    assert storage.read_bytes(f"{output}/report.html").startswith(b"<!DOCTYPE html>")
+
+
+def test_leakage_hashes_remote_shards_and_keeps_their_keys_there(run_cli, converted):
+    from prep.core import storage
+
+    store, output, _ = converted
+    storage.delete(f"{output}/content_keys.jsonl")  # written by the conversion: make leakage hash the shards
+    first = _run(run_cli, store, "leakage", "--json", output, output)
+    assert first.exit_code == 0, first.output
+    side = json.loads(first.output)["a"]
+    assert (side["records"], side["keys_computed"]) == (WRITTEN, WRITTEN)
+    again = _run(run_cli, store, "leakage", "--json", output, output)
+    assert json.loads(again.output)["a"]["keys_cached"] == WRITTEN
+
+
+def test_empty_and_small_objects_are_one_request_each(converted):
+    """Beam's S3 writer made an empty file a multipart upload of no part, which S3 refuses (beam_jobs/beam_s3.py)."""
+    from prep.core import storage
+
+    store, output, _ = converted
+    before = len(store.request_lines())
+    storage.write_atomic(f"{output}/empty", b"")
+    storage.write_atomic(f"{output}/small", b"x" * 1000)
+    assert storage.read_bytes(f"{output}/empty") == b"" and storage.size(f"{output}/empty") == 0
+    assert storage.read_bytes(f"{output}/small") == b"x" * 1000
+    if store.scheme == "s3":
+        writes = [line for line in store.request_lines()[before:] if ".part" in line and "PUT" in line]
+        assert len(writes) == 2, store.request_lines()[before:]  # one PutObject each, no multipart upload
+        assert not any("uploads" in line for line in store.request_lines()[before:])
+    storage.delete(f"{output}/empty")
+    storage.delete(f"{output}/small")
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "report", "leakage"])
+def test_a_missing_bucket_does_not_exist(run_cli, converted, command):
+    store, output, _ = converted
+    missing = store.url("no-such-bucket", "shapes")
+    args = [missing, output] if command == "leakage" else [missing]
+    result = _run(run_cli, store, command, *args)
+    assert result.exit_code == 2, result.output
+    assert f"{missing} does not exist" in result.output
+    assert "cannot access" not in result.output
+
+
+def test_converting_into_a_missing_bucket_is_one_error_line(run_cli, converted, tmp_path):
+    store, _, _ = converted
+    write_dirty_tree(tmp_path / "src", {"bee": 2, "cat": 2})
+    missing = store.url("no-such-bucket", "out")
+    result = run_cli("convert", tmp_path / "src", missing, "--", *store.beam_args)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: cannot ") and "no-such-bucket" in result.output
+
+
+class _Refuse(http.server.BaseHTTPRequestHandler):
+    """A store that answers every request 403 Forbidden, as GCS does without permission."""
+
+    def _refuse(self):
+        body = b'{"error": {"code": 403, "message": "Forbidden"}}'
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_HEAD = do_POST = do_PUT = _refuse
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def refusing(store, tmp_path_factory):
+    """(Beam options, environment) that reach a store refusing access. S3: moto checking credentials (it
+    knows no key, so refuses ours); GCS: an endpoint answering 403 to every request (the emulator checks none)."""
+    if store.scheme == "s3":
+        checking = objstores.start("s3", tmp_path_factory.mktemp("refusing"), auth=True)
+        yield [a.replace(store.endpoint, checking.endpoint) for a in store.beam_args], {}
+        checking.stop()
+        return
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield [], {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{server.server_port}"}
+    server.shutdown()
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "report", "leakage"])
+def test_refused_access_is_not_a_missing_dataset(run_cli, converted, refusing, command, monkeypatch):
+    _, output, _ = converted
+    beam_args, env = refusing
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = [output, output] if command == "leakage" else [output]
+    result = run_cli(command, *args, "--", *beam_args)
+    assert result.exit_code == 2, result.output
+    what = {"verify": "OUTPUT ", "inspect": "OUTPUT ", "report": "DATASET ", "leakage": ""}[command]
+    assert f"Error: cannot access {what}{output}: " in result.output
+    assert "403" in result.output or "Forbidden" in result.output or "InvalidAccessKeyId" in result.output
+    assert "does not exist" not in result.output
