@@ -3,6 +3,7 @@ rejects, counts that reconcile, --group-pattern, leakage across the splits SOURC
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import random
@@ -10,6 +11,7 @@ import random
 import pytest
 
 from prep.core.manifest import Manifest
+from prep.core.run.dedupe_types import DedupeSettings
 from prep.core.schema import ImageRecord
 from tests.support import datasets
 from tests.support.photos import EDITS, jpeg, photo
@@ -408,3 +410,17 @@ def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
     out = datasets.convert(src, tmp_path / "out", "--duplicates", "off")
     assert not (out / "duplicates.jsonl").exists() and "groups" not in datasets.load(out)
     assert datasets.load(out)["inputs"]["written"] == 48 + 6 * len(KINDS)
+
+
+def test_a_scan_cut_into_band_parts_gives_the_same_bytes(tree, tmp_path, monkeypatch):
+    """Past `part_target` images the scan's hashes go through a GroupByKey to one task a band part
+    (beam_jobs/dedupe_scan.py): the same groups, decisions and shards as the one scan task."""
+    src, _ = tree
+    args = ("--split", "train=0.5,test=0.5", "--duplicates", "drop", "--conflicts", "reject", "--num-shards", "2")
+    whole = datasets.convert(src, tmp_path / "whole", *args)
+    monkeypatch.setattr("beam_jobs.graph.DedupeSettings", functools.partial(DedupeSettings, part_target=8))
+    parts = datasets.convert(src, tmp_path / "parts", *args)  # 78 images: 4 bits, 2 families a band
+    assert shard_bytes(parts) == shard_bytes(whole)
+    for name in ("duplicates.jsonl", "rejects.jsonl"):
+        assert (parts / name).read_bytes() == (whole / name).read_bytes()
+    assert json.loads((whole / "duplicates.jsonl").read_text().splitlines()[0])["groups"] >= 6
