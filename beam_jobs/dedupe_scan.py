@@ -8,11 +8,11 @@ and candidate blocks held at once are one band's per thread, not one per thread 
 runs at once; and nothing goes through a shuffle.
 
 Past `part_target`, no task holds every image: `BucketTask`s of about `part_target` images each cut their
-hashes, per crop scale and band, by the band bits outside each family of positions
-(`near_bands.families`, of 2**bits parts a band), and a GroupByKey on (scale, band, bits, family, fixed
-bits) gathers each part's hashes (16 bytes an image) into one `scan_part` task: about n / 2**bits images,
-at most `part_target` for even band values, and every image goes to ceil(16 / (16 - bits)) tasks a band
-(2 up to bits 8, 4 at 12).
+hashes, per crop scale, band and family of the band's bit positions (`near_bands.families`), into 2**bits
+parts by bits outside the family's (`near_bands.part_of`); a GroupByKey on (scale, band, bits, family,
+part) gathers each part's hashes (16 bytes an image) into one `scan_part` task: about n / 2**bits images,
+at most `part_target` for even band values. Every image goes to one part of each family: ceil(16 / (16 -
+bits)) tasks a band (2 up to bits 8, 4 at 12).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class BucketTask(typing.NamedTuple):
     bits: int
 
 
-PartKey = tuple[int, int, int, int, int]  # (crop scale, band, bits, family, fixed bits): one scan_part task
+PartKey = tuple[int, int, int, int, int]  # (crop scale, band, bits, family, part_of): one scan_part task
 
 
 def scan_tasks(element: tuple[None, typing.Iterable[KeyFile]], part_target: int):
@@ -109,9 +109,9 @@ def bucket(task: BucketTask, work: WorkDir) -> typing.Iterator[tuple[PartKey, np
         for band in range(near_bands.BANDS):
             fields = near_bands.band_fields(rows["hash"], band)
             for family, dims in enumerate(near_bands.families(task.bits)):
-                fixed = near_bands.fixed_bits(fields, dims)
-                order = np.argsort(fixed, kind="stable")
-                keys = fixed[order]
+                part = near_bands.part_of(fields, dims, task.bits)
+                order = np.argsort(part, kind="stable")
+                keys = part[order]
                 starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
                 for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(keys)]):
                     yield (scale, band, task.bits, family, int(keys[lo])), rows[order[lo:hi]]

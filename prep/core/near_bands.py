@@ -23,14 +23,14 @@ own pairs go to `near_pairs.band_pairs`, which cuts them again and bounds its
 work, and the comparisons it saves are counted as skipped.
 
 For sets too large for one task, a band's 16 bit positions are cut into
-`families` of `dims` (subcubes): the task of family f and fixed value v holds
-the hashes whose band bits outside the family's positions are v, and probes
-only by flipping the family's positions. A one-bit probe flips one position,
-which is in exactly one family, and both hashes then share every other bit:
-so each pair is met in exactly one task, and a hash goes to one task a family
-(ceil(16 / dims) copies, not one per part). Family 0 also lists the pairs of
-equal band values, the identical hashes and the oversized values, whose
-hashes share every bit and so are all in one of its tasks.
+`families` of `dims`, and each family's hashes into 2**bits parts by `bits` of
+the positions outside its dims (`part_of`): a part holds whole subcubes (values
+agreeing outside the dims), and its task probes only by flipping its family's
+dims. A one-bit probe flips one position, which is in exactly one family, and
+leaves the hash in its subcube: so each pair is met in exactly one task, and a
+hash goes to one part a family (ceil(16 / (16 - bits)) copies, not one for
+each part a probe reaches). Family 0 also lists the pairs of equal band values,
+the identical hashes and the oversized values, which are each in one subcube.
 """
 
 from __future__ import annotations
@@ -84,9 +84,12 @@ def families(bits: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(range(lo, hi)) for lo, hi in zip(bounds, bounds[1:]))
 
 
-def fixed_bits(fields: np.ndarray, dims: Sequence[int]) -> np.ndarray:
-    """The band values `fields` with the positions `dims` cleared: the task of their family they go to."""
-    return fields & ~np.uint64(sum(1 << k for k in dims))
+def part_of(fields: np.ndarray, dims: Sequence[int], bits: int) -> np.ndarray:
+    """The part of family `dims` each band value in `fields` goes to: its `bits` highest bits outside `dims`
+    (the others left 0). A part holds whole subcubes of the family (the values that agree outside `dims`),
+    so every probe's target is in the part of its hash, and 2**bits parts a family."""
+    outside = [k for k in range(WIDTH) if k not in dims]
+    return fields & np.uint64(sum(1 << k for k in outside[len(outside) - bits :]))
 
 
 def _shift(band: int) -> np.uint64:

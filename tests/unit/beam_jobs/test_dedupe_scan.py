@@ -112,4 +112,4 @@ def test_parts_of_the_bands_bits_list_the_same_pairs_as_one_task(work, part_targ
     assert all(isinstance(t, BucketTask) and t.bits == bits for t in tasks)
     assert sorted(c for t in tasks for c in t.chunks) == [0, 1, 2]
     assert sorted(parts) == sorted(whole)  # as many times each (once a scale that finds it), none lost
-    assert held <= 1125 * 2 / 2**bits  # random hashes: about 1,125 / 2**bits a part
+    assert held <= 1.5 * 1125 / 2**bits + 12, held  # random hashes: about 1,125 / 2**bits a part

@@ -9,7 +9,7 @@ import pytest
 
 from prep.core import near_bands
 from prep.core.content_keys import ContentKeys, distance
-from prep.core.near_bands import BANDS, band_fields, families, fixed_bits, scan_band
+from prep.core.near_bands import BANDS, band_fields, families, part_of, scan_band
 from prep.core.near_pairs import near_pairs
 
 SHA = "0" * 64
@@ -109,9 +109,9 @@ def test_seven_bits_spread_over_every_band_are_found_in_the_one_that_differs_by_
 
 @pytest.mark.parametrize("cap", [16_384, 3])
 def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together(cap):
-    """A large set's scan is cut into parts of each family of a band's bit positions (near_bands.families):
-    each part probes its family's positions only, and family 0 the equal values, so the parts together list
-    exactly the uncut scan's pairs, once each."""
+    """A large set's scan is cut into 2**bits parts of each family of a band's bit positions
+    (near_bands.families, part_of): each part probes its family's positions only, and family 0 the equal
+    values, so the parts together list exactly the uncut scan's pairs, once each."""
     keys = planted_keys(1200, 4)
     for scale in (0, 3):
         items = np.array(sorted(keys), dtype=np.int64)
@@ -126,14 +126,15 @@ def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together(cap):
         scans = [scan_band(items, hashes, band, cap) for band in range(BANDS)]
         whole, skipped = sorted(p for pairs, _ in scans for p in pairs), sum(s for _, s in scans)
         assert len(set(whole)) == len(whole)
-        for bits in (2, 8):
+        for bits in (2, 8, 12):
             cut, cut_skipped = [], 0
             for band in range(BANDS):
                 fields = band_fields(hashes, band)
                 for family, dims in enumerate(families(bits)):
-                    fixed = fixed_bits(fields, dims)
-                    for value in np.unique(fixed).tolist():
-                        part = fixed == value
+                    parts = part_of(fields, dims, bits)
+                    assert len(np.unique(parts)) <= 2**bits
+                    for value in np.unique(parts).tolist():
+                        part = parts == value
                         pairs, s = scan_band(items[part], hashes[part], band, cap, dims=dims, same=family == 0)
                         cut += pairs
                         cut_skipped += s
