@@ -15,7 +15,8 @@ Runs, each on one thread (CPU time of this process):
 - whole: the one ScanTask (`beam_jobs.dedupe_scan.Scan`, a pool of 1 thread), as up to `part_target` images;
 - parts: `scan_tasks` with `--part-target`, every BucketTask's `bucket`, the parts gathered as the GroupByKey
   would, and every part's `scan_part`; its pairs are checked equal to the whole scan's;
-- components: `beam_jobs.dedupe.components` on the pairs found plus random ones up to `--pairs`.
+- components: `beam_jobs.dedupe.components` on the pairs found plus random ones up to `--pairs`, timed,
+  then run again under tracemalloc for its peak.
 Candidates are counted from the band values (each pair of distinct hashes the probes meet).
 """
 
@@ -26,6 +27,7 @@ import pathlib
 import sys
 import tempfile
 import time
+import tracemalloc
 
 import numpy as np
 
@@ -133,7 +135,7 @@ def main() -> None:
     largest = max(sum(map(len, blocks)) for blocks in parts.values())
     found, part_cpu, slowest = [], 0.0, 0.0
     for key, blocks in parts.items():
-        out, cpu = timed(lambda: list(scan_part((key, blocks), near_bands.SCAN_CAP)))
+        out, cpu = timed(lambda element=(key, blocks): list(scan_part(element, near_bands.SCAN_CAP)))
         found += out
         part_cpu += cpu
         slowest = max(slowest, cpu)
@@ -148,7 +150,12 @@ def main() -> None:
     keep = a != b
     more = np.c_[rnd.integers(1, 8, keep.sum()), np.minimum(a, b)[keep], np.maximum(a, b)[keep]]
     union_pairs = len(pairs) + len(more)
-    groups, union_cpu = timed(lambda: list(components((None, [BandPairs(pairs, 0), BandPairs(more, 0)]), 1000)))
+    found_pairs = [BandPairs(pairs, 0), BandPairs(more, 0)]
+    groups, union_cpu = timed(lambda: list(components((None, found_pairs), 1000)))
+    tracemalloc.start()  # numpy's arrays are traced too; the second run, for its peak alone
+    list(components((None, found_pairs), 1000))
+    union_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
 
     print(f"\n{n:,} images ({args.count:,} made), 5 crop scales x {near_bands.BANDS} bands; CPU of one thread\n")
     print(
@@ -169,7 +176,8 @@ def main() -> None:
     )
     print(
         f"components: {union_pairs:,} pairs, {len(groups) - 1:,} chunks with grouped items, {union_cpu:.1f} s CPU, "
-        f"{union_cpu / max(union_pairs, 1) * 1e6:.2f} us a pair"
+        f"{union_cpu / max(union_pairs, 1) * 1e6:.2f} us a pair; peak {union_peak / 1e6:.0f} MB above its input "
+        f"({union_peak / max(union_pairs, 1):.0f} bytes a pair)"
     )
 
 
