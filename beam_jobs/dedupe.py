@@ -100,18 +100,21 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
 
     Pairs are fed exact first, then by distance and ids, so which unions a full group
     refuses depends on the data alone. A group's id is its smallest item. Held: the pairs as arrays (24
-    bytes a pair, and a sort's copies) and 8 bytes an image in some pair (union_find), no object per pair.
+    bytes a pair, and a sort's copies: ~56 at the peak) and 8 bytes an image in some pair (union_find), no
+    object per pair.
     """
     _, found = element
     found = list(found)
     skipped = sum(f.skipped for f in found)
     arrays = [f.pairs for f in found if len(f.pairs)]
     del found
-    pairs = np.unique(np.concatenate(arrays), axis=0) if arrays else np.zeros((0, 3), np.int64)  # sorted rows
+    pairs = np.concatenate(arrays) if arrays else np.zeros((0, 3), np.int64)
     del arrays
-    items, ends = np.unique(pairs[:, 1:], return_inverse=True)  # items ascending; each pair's two, as indexes
-    ends = ends.reshape(-1, 2).astype(np.int32)
+    pairs = pairs[np.lexsort(pairs.T[::-1])]  # rows (distance, a, b) sorted; a pair met twice, twice
+    ends = pairs[np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)][: len(pairs)], 1:]  # each once: a and b
     del pairs
+    items = np.unique(ends)  # ascending
+    ends = np.searchsorted(items, ends).astype(np.int32)  # as indexes into items
     uf = UnionFind(len(items), max_size)
     for first in range(0, len(ends), _UNION_BLOCK):
         for a, b in ends[first : first + _UNION_BLOCK].tolist():
