@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -109,7 +110,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    work = WorkDir(tempfile.mkdtemp(prefix="dedupe-parts-"))
+    scratch = tempfile.mkdtemp(prefix="dedupe-parts-")
+    try:
+        run(args, WorkDir(scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: WorkDir) -> None:
     files = make_keys(work, args.count, args.seed)
     n = sum(f.items for f in files)
     cands = candidates(work, files)
