@@ -6,10 +6,13 @@ bytes. The steps, and what each PCollection holds (dedupe_types.py):
 
     counts    : ChunkCounts                     per prepared chunk (prepare.py)
     found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and one
-                                                ScanStats. FindPairs: a ScanTask (dedupe_scan.py) per part of
-                                                the bands' bits, its near pairs found by sorting the hashes on
-                                                each band (prep.core.near_bands), as BandPairs; Components: the
-                                                bounded union-find over all of them, in one task
+                                                ScanStats. FindPairs (dedupe_scan.py): up to `part_target`
+                                                images one ScanTask, its near pairs found by sorting the
+                                                hashes on each band (prep.core.near_bands); past that,
+                                                BucketTasks cut the hashes into band parts, and a GroupByKey
+                                                gives each part to a task of its own; BandPairs either way.
+                                                Components: the bounded union-find over all of them, in one
+                                                task
     members   = RecordMembers                   MemberSlice per chunk and group batch (the chunk's Members
                                                 go to its members file, dedupe_files.py), UserLink with user groups
     units     = MergeUserGroups                 only with user groups and --split: user groups that duplicates
@@ -23,8 +26,9 @@ bytes. The steps, and what each PCollection holds (dedupe_types.py):
                                                 left out), each chunk's placements recorded for the planner
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most `max_size` members,
-union_find.py), one chunk; and in the one union-find task, two 32-bit ints per image that is in some pair,
-plus the pairs (duplicates only). One decide task holds one group batch; the report task one line per batch
+union_find.py), one chunk; a scan task about `part_target` images (48 bytes each whole, 16 a part), a bucket
+task as many; and in the one union-find task, the pairs as arrays (24 bytes a pair, duplicates only) and
+8 bytes an image in some pair. One decide task holds one group batch; the report task one line per batch
 at a time. Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset); a step with several
 kinds of output emits one NamedTuple type per kind, split by type (`dedupe_types.only`).
 """
@@ -37,7 +41,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
-from beam_jobs.dedupe_scan import Scan, scan_tasks
+from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
 from prep.core.groups import CONFLICTS_DEFAULT, Member
@@ -62,6 +66,7 @@ from prep.core.union_find import UnionFind
 from prep.core.workdir import WorkDir
 
 REPORT = dedupe_files.DUPLICATES_FILE
+_UNION_BLOCK = 1 << 16  # pairs made Python ints at once
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, wanted=None) -> list[tuple]:
@@ -94,36 +99,40 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
     """(None, every BandPairs) -> `GroupedItems` per chunk with an item in a group, and the `ScanStats`.
 
     Pairs are fed exact first, then by distance and ids, so which unions a full group
-    refuses depends on the data alone. A group's id is its smallest item.
+    refuses depends on the data alone. A group's id is its smallest item. Held: the pairs as arrays (24
+    bytes a pair, and a sort's copies: ~56 at the peak) and 8 bytes an image in some pair (union_find), no
+    object per pair.
     """
     _, found = element
     found = list(found)
+    skipped = sum(f.skipped for f in found)
     arrays = [f.pairs for f in found if len(f.pairs)]
-    pairs = np.unique(np.concatenate(arrays), axis=0).tolist() if arrays else []  # rows (distance, a, b), sorted
-    items = sorted({x for _, a, b in pairs for x in (a, b)})
-    index = {item: i for i, item in enumerate(items)}
+    del found
+    pairs = np.concatenate(arrays) if arrays else np.zeros((0, 3), np.int64)
+    del arrays
+    pairs = pairs[np.lexsort(pairs.T[::-1])]  # rows (distance, a, b) sorted; a pair met twice, twice
+    ends = pairs[np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)][: len(pairs)], 1:]  # each once: a and b
+    del pairs
+    items = np.unique(ends)  # ascending
+    ends = np.searchsorted(items, ends).astype(np.int32)  # as indexes into items
     uf = UnionFind(len(items), max_size)
-    for _, a, b in pairs:
-        uf.union(index[a], index[b])
-    least: dict[int, int] = {}
-    for item in items:  # items ascending: the first seen of a root is its smallest
-        least.setdefault(uf.find(index[item]), item)
-    sizes: dict[int, int] = {}
-    for item in items:
-        root = uf.find(index[item])
-        sizes[root] = sizes.get(root, 0) + 1
-    batch = {
-        group: dedupe_files.batch_of(rank)
-        for rank, group in enumerate(sorted(least[root] for root, n in sizes.items() if n > 1))
-    }
+    for first in range(0, len(ends), _UNION_BLOCK):
+        for a, b in ends[first : first + _UNION_BLOCK].tolist():
+            uf.union(a, b)
+    del ends
+    roots = uf.roots()
+    tops, firsts, sizes = np.unique(roots, return_index=True, return_counts=True)  # firsts: smallest items
+    of = np.searchsorted(tops, roots)  # each item's set
+    members = np.flatnonzero(sizes[of] > 1)  # ascending
+    heads = firsts[of[members]]  # the index of each member's group id
+    ranks = np.searchsorted(np.sort(firsts[sizes > 1]), heads)  # in order of group id
+    rows = zip(items[members].tolist(), items[heads].tolist(), ranks.tolist())
     by_chunk: dict[int, list] = {}
-    for item in items:
-        group = least[uf.find(index[item])]
-        if group in batch:
-            by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, group, batch[group]))
-    for chunk, rows in sorted(by_chunk.items()):
-        yield GroupedItems(chunk, tuple(rows))
-    yield ScanStats(uf.refused, sum(f.skipped for f in found))
+    for item, group, r in rows:
+        by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, group, dedupe_files.batch_of(r)))
+    for chunk, chunk_rows in sorted(by_chunk.items()):
+        yield GroupedItems(chunk, tuple(chunk_rows))
+    yield ScanStats(uf.refused, skipped)
 
 
 def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings: DedupeSettings):
@@ -232,15 +241,27 @@ class _FindPairs(beam.PTransform):
 
     def expand(self, counts):
         s = self._settings
-        pairs = (
+        tasks = (
             counts
             | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
             | "ScanTasks" >> _Gathered(None, scan_tasks, s.part_target)
+        )
+        whole = (
+            tasks
+            | "Whole" >> beam.FlatMap(only(ScanTask))
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers))
         )
+        parts = (
+            tasks
+            | "Buckets" >> beam.FlatMap(only(BucketTask))
+            | "SpreadBuckets" >> beam.Reshuffle()
+            | "Bucket" >> beam.FlatMap(bucket, self._work)
+            | "ByPart" >> beam.GroupByKey()
+            | "ScanParts" >> beam.FlatMap(scan_part, s.cap)
+        )
         none = counts.pipeline | "NoPairs" >> beam.Create([BandPairs(np.zeros((0, 3), np.int64), 0)])
-        return (pairs, none) | "AllPairs" >> beam.Flatten()
+        return (whole, parts, none) | "AllPairs" >> beam.Flatten()
 
 
 class Dedupe(beam.PTransform):

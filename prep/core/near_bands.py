@@ -22,15 +22,20 @@ more than `cap` distinct hashes (many pictures alike) is not probed into: its
 own pairs go to `near_pairs.band_pairs`, which cuts them again and bounds its
 work, and the comparisons it saves are counted as skipped.
 
-For sets too large for one task, `sub_bits` cuts a band by the top bits of its
-value: the task for part `sub` probes from the hashes of that part, into that
-part and the parts one bit away (a probe flips one bit), so each pair is still
-listed by exactly one task.
+For sets too large for one task, a band's 16 bit positions are cut into
+`families` of `dims`, and each family's hashes into 2**bits parts by `bits` of
+the positions outside its dims (`part_of`): a part holds whole subcubes (values
+agreeing outside the dims), and its task probes only by flipping its family's
+dims. A one-bit probe flips one position, which is in exactly one family, and
+leaves the hash in its subcube: so each pair is met in exactly one task, and a
+hash goes to one part a family (ceil(16 / (16 - bits)) copies, not one for
+each part a probe reaches). Family 0 also lists the pairs of equal band values,
+the identical hashes and the oversized values, which are each in one subcube.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +74,24 @@ def spread_bits(hashes: np.ndarray) -> np.ndarray:
     return out
 
 
+def families(bits: int) -> tuple[tuple[int, ...], ...]:
+    """A band's WIDTH bit positions (0: its lowest) cut into as few runs as leave `bits` fixed bits, at least,
+    in each: its tasks then hold about 2**-bits of the hashes (even values). (range(WIDTH),) for 0."""
+    if not 0 <= bits < WIDTH:
+        raise ValueError(f"bits must be in [0, {WIDTH}), got {bits}")
+    count = -(-WIDTH // (WIDTH - bits))
+    bounds = [WIDTH * k // count for k in range(count + 1)]
+    return tuple(tuple(range(lo, hi)) for lo, hi in zip(bounds, bounds[1:]))
+
+
+def part_of(fields: np.ndarray, dims: Sequence[int], bits: int) -> np.ndarray:
+    """The part of family `dims` each band value in `fields` goes to: its `bits` highest bits outside `dims`
+    (the others left 0). A part holds whole subcubes of the family (the values that agree outside `dims`),
+    so every probe's target is in the part of its hash, and 2**bits parts a family."""
+    outside = [k for k in range(WIDTH) if k not in dims]
+    return fields & np.uint64(sum(1 << k for k in outside[len(outside) - bits :]))
+
+
 def _shift(band: int) -> np.uint64:
     return np.uint64(BITS - WIDTH * (band + 1))
 
@@ -92,8 +115,8 @@ def scan_band(
     band: int,
     cap: int = SCAN_CAP,
     max_distance: int = NEAR_DISTANCE,
-    sub: int = 0,
-    sub_bits: int = 0,
+    dims: Sequence[int] = range(WIDTH),
+    same: bool = True,
 ) -> tuple[list[tuple[int, int, int]], int]:
     """The pairs of images whose hashes (of one crop scale) differ in at most one bit of band `band`, that
     band being the first such, and lie within `max_distance`.
@@ -102,48 +125,47 @@ def scan_band(
         items: image ids (int64), one per hash.
         hashes: 64-bit hashes (uint64) of one crop scale.
         band: which WIDTH bits to look up by (0..BANDS - 1).
-        sub, sub_bits: only pairs probed from hashes whose band's top `sub_bits` bits are `sub`.
+        dims: the band's bit positions (0: its lowest) probed by flipping; a task of a `families` cut gets
+            its family's, and hashes whose band bits agree outside them.
+        same: whether this task lists the pairs of equal band values (identical hashes, oversized values
+            included): one task of each cut, family 0's.
 
     Returns:
         ([(distance, a, b)] with a < b, in no particular order; comparisons skipped at oversized values).
     """
     if max_distance > 2 * BANDS - 1:
         raise ValueError(f"max_distance {max_distance} is past what {BANDS} bands probed at one bit find")
-    fields = band_fields(hashes, band)
-    query = np.ones(len(items), bool)
-    if sub_bits:
-        top = fields >> np.uint64(WIDTH - sub_bits)
-        near = np.bitwise_count(top ^ np.uint64(sub)) <= 1
-        items, hashes, fields, query = items[near], hashes[near], fields[near], top[near] == sub
     if len(items) < 2:
         return [], 0
     out: list[tuple[int, int, int]] = []
     order = np.lexsort((items, hashes))  # identical hashes together, smallest id first
-    items, hashes, fields, query = items[order], hashes[order], fields[order], query[order]
+    items, hashes = items[order], hashes[order]
+    fields = band_fields(hashes, band)
     first = np.r_[True, hashes[1:] != hashes[:-1]]
-    if band == 0 and not first.all():  # identical hashes: a star to the first of each
+    if same and band == 0 and not first.all():  # identical hashes: a star to the first of each
         owner = np.maximum.accumulate(np.where(first, np.arange(len(items)), 0))
-        same = np.flatnonzero(~first & query)
-        out.extend((0, a, b) for a, b in zip(items[owner[same]].tolist(), items[same].tolist()))
+        copies = np.flatnonzero(~first)
+        out.extend((0, a, b) for a, b in zip(items[owner[copies]].tolist(), items[copies].tolist()))
     order = np.argsort(fields[first].astype(np.uint16), kind="stable")  # 16-bit keys: a radix sort
-    items, hashes, query = items[first][order], hashes[first][order], query[first][order]
+    items, hashes = items[first][order], hashes[first][order]
     values = fields[first][order].astype(np.int32)
     del fields, first, order
     starts = np.searchsorted(values, np.arange((1 << WIDTH) + 1, dtype=np.int32))
     sizes = np.diff(starts)
     big = sizes > cap
     skipped = 0
-    for value in np.flatnonzero(big).tolist():
-        if query[starts[value]]:  # a value's hashes are all in one part
-            pairs, s = _oversized(items, hashes, starts[value], starts[value + 1], band, cap, max_distance)
-            out.extend(pairs)
-            skipped += s
-    probing = np.flatnonzero(query)
-    for first_query in range(0, len(probing), BLOCK):  # the probes' arrays: BLOCK hashes' at a time
-        pos = probing[first_query : first_query + BLOCK]
-        same = pos[~big[values[pos]]]  # the same band value: each later hash of it
-        out.extend(_compare(items, hashes, same, same + 1, starts[values[same] + 1] - same - 1, band, max_distance))
-        for flip in (1 << k for k in range(WIDTH)):  # from the side whose bit is 0, so a pair is met once
+    for value in np.flatnonzero(big).tolist() if same else ():
+        pairs, s = _oversized(items, hashes, starts[value], starts[value + 1], band, cap, max_distance)
+        out.extend(pairs)
+        skipped += s
+    for first_probe in range(0, len(items), BLOCK):  # the probes' arrays: BLOCK hashes' at a time
+        pos = np.arange(first_probe, min(first_probe + BLOCK, len(items)))
+        if same:
+            alike = pos[~big[values[pos]]]  # the same band value: each later hash of it
+            out.extend(
+                _compare(items, hashes, alike, alike + 1, starts[values[alike] + 1] - alike - 1, band, max_distance)
+            )
+        for flip in (1 << k for k in dims):  # from the side whose bit is 0, so a pair is met once
             q = pos[(values[pos] & flip) == 0]
             target = values[q] | flip
             over = big[target]

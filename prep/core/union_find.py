@@ -2,8 +2,8 @@
 
 Memory: two arrays of `n` 32-bit integers (parent, size): 8 bytes per image
 whatever the number of pairs, which are streamed through `union` and never
-kept. 100 million images take 800 MB, so the pipeline runs it once over all
-pairs (a pair is two ids and a distance) rather than per worker.
+kept. The pipeline runs it once over all pairs, on the images that are in
+some pair only (beam_jobs/dedupe.py `components`).
 
 Size: near-duplicate links chain (A looks like B, B like C, ...), so one
 component could swallow a whole dataset of similar pictures. A union that
@@ -56,6 +56,16 @@ class UnionFind:
         self.parent[rb] = ra
         self.size[ra] += self.size[rb]
         return True
+
+    def roots(self) -> np.ndarray:
+        """Each id's root (int32), by pointer jumping over the whole array: a handful of numpy passes, as
+        union by size keeps every tree shallow (depth at most log2 of its size)."""
+        root = self.parent.copy()
+        while True:
+            up = root[root]
+            if np.array_equal(up, root):
+                return root
+            root = up
 
     def groups(self) -> list[list[int]]:
         """The sets of two or more ids, each sorted, ordered by their smallest id."""

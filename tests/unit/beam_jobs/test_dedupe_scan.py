@@ -1,5 +1,6 @@
 """The dedupe stage's scan over the chunks' key files: one task holds every crop scale, and a set cut into
-parts of the bands' bits (past `part_target` images) gives exactly the pairs of one task."""
+parts of the bands' bits (past `part_target` images: bucket tasks, then a task a part) gives exactly the pairs
+of one task, no task holding more than its part."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from beam_jobs.dedupe_scan import Scan, scan_tasks
+from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from prep.core.content_keys import ContentKeys, distance
 from prep.core.run import dedupe_files
 from prep.core.run.dedupe_types import BandPairs, KeyFile
@@ -62,24 +63,38 @@ def work(tmp_path):
 
 
 def scanned(work: WorkDir, counts, part_target: int):
+    """(the tasks, every pair listed, the most images one scan task held), the parts gathered as a GroupByKey
+    would."""
     tasks = list(scan_tasks((None, counts), part_target))
     scan = Scan(work, cap=16_384, workers=2)
     scan.setup()
+    found: list[tuple[int, int, int]] = []
+    held = 0
+    parts: dict[tuple, list[np.ndarray]] = {}
     try:
-        found: list[tuple[int, int, int]] = []
         for task in tasks:
-            for band in scan.process(task):
+            if isinstance(task, ScanTask):
+                bands = list(scan.process(task))
+                held = max(held, sum(c.items for c in counts))
+            else:
+                for key, rows in bucket(task, work):
+                    parts.setdefault(key, []).append(rows)
+                bands = []
+            for key, blocks in sorted(parts.items()) if task is tasks[-1] else ():
+                bands += scan_part((key, blocks), cap=16_384)
+                held = max(held, sum(map(len, blocks)))
+            for band in bands:
                 assert isinstance(band, BandPairs) and not band.skipped
                 found.extend(map(tuple, band.pairs.tolist()))
     finally:
         scan.teardown()
-    return tasks, found
+    return tasks, found, held
 
 
 def test_one_task_scans_every_scale_and_finds_every_planted_pair(work):
     work, keys, counts = work
-    tasks, found = scanned(work, counts, part_target=1_000_000)
-    assert [t.scales for _, t in tasks] == [tuple(range(SCALES))]
+    tasks, found, _ = scanned(work, counts, part_target=1_000_000)
+    assert tasks == [ScanTask((0, 1, 2))]
     best = {}
     for d, a, b in found:
         best[a, b] = min(d, best.get((a, b), 64))
@@ -88,9 +103,13 @@ def test_one_task_scans_every_scale_and_finds_every_planted_pair(work):
         assert d == distance(ContentKeys("0" * 64, keys[a]), ContentKeys("0" * 64, keys[b])) <= 6
 
 
-def test_parts_of_the_bands_bits_list_the_same_pairs_as_one_task(work):
+@pytest.mark.parametrize("part_target", [400, 100, 10])
+def test_parts_of_the_bands_bits_list_the_same_pairs_as_one_task(work, part_target):
     work, _, counts = work
-    _, whole = scanned(work, counts, part_target=1_000_000)
-    tasks, parts = scanned(work, counts, part_target=100)
-    assert len(tasks) == 16  # 1,125 images in parts of about 100: the bands' top 4 bits
+    _, whole, _ = scanned(work, counts, part_target=1_000_000)
+    tasks, parts, held = scanned(work, counts, part_target=part_target)
+    bits = {400: 2, 100: 4, 10: 7}[part_target]  # 1,125 images
+    assert all(isinstance(t, BucketTask) and t.bits == bits for t in tasks)
+    assert sorted(c for t in tasks for c in t.chunks) == [0, 1, 2]
     assert sorted(parts) == sorted(whole)  # as many times each (once a scale that finds it), none lost
+    assert held <= 1.5 * 1125 / 2**bits + 12, held  # random hashes: about 1,125 / 2**bits a part

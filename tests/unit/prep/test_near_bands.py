@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from prep.core import near_bands
 from prep.core.content_keys import ContentKeys, distance
-from prep.core.near_bands import BANDS, scan_band
+from prep.core.near_bands import BANDS, band_fields, families, part_of, scan_band
 from prep.core.near_pairs import near_pairs
 
 SHA = "0" * 64
@@ -106,23 +107,51 @@ def test_seven_bits_spread_over_every_band_are_found_in_the_one_that_differs_by_
     assert skipped == 0 and found == {(0, 1): 7, (1, 2): 1}
 
 
-def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together():
-    """A large set's scan is cut by the top bits of the band (scan_tasks): each part probes from its own
-    hashes into the parts one bit away, so the parts together list exactly the uncut scan's pairs, once."""
-    keys = planted_keys(1500, 4)
-    items = np.array(sorted(keys), dtype=np.int64)
-    for scale in range(SCALES):
+@pytest.mark.parametrize("cap", [16_384, 3])
+def test_parts_of_a_band_list_each_pair_once_and_all_of_them_together(cap):
+    """A large set's scan is cut into 2**bits parts of each family of a band's bit positions
+    (near_bands.families, part_of): each part probes its family's positions only, and family 0 the equal
+    values, so the parts together list exactly the uncut scan's pairs, once each."""
+    keys = planted_keys(1200, 4)
+    for scale in (0, 3):
+        items = np.array(sorted(keys), dtype=np.int64)
         hashes = np.array([keys[i].hashes[scale] for i in items.tolist()], dtype=np.uint64)
-        whole = sorted(p for band in range(BANDS) for p in scan_band(items, hashes, band)[0])
+        if cap < 16:  # a band-0 value of 40 distinct hashes (some near each other): over the cap, cut apart
+            rnd = random.Random(scale)
+            crowd = [(0xBEEF << 48) | rnd.getrandbits(48) for _ in range(30)]
+            crowd += [h ^ (1 << rnd.randrange(48)) ^ (1 << rnd.randrange(48)) for h in crowd[:10]]
+            crowd += [h ^ (1 << (48 + rnd.randrange(16))) for h in crowd[:5]]  # one bit off: probe into it
+            items = np.r_[items, np.arange(len(items), len(items) + len(crowd))]
+            hashes = np.r_[hashes, np.array(crowd, np.uint64)]
+        scans = [scan_band(items, hashes, band, cap) for band in range(BANDS)]
+        whole, skipped = sorted(p for pairs, _ in scans for p in pairs), sum(s for _, s in scans)
         assert len(set(whole)) == len(whole)
-        for sub_bits in (1, 3):
-            cut = sorted(
-                p
-                for band in range(BANDS)
-                for sub in range(1 << sub_bits)
-                for p in scan_band(items, hashes, band, sub=sub, sub_bits=sub_bits)[0]
-            )
-            assert cut == whole, (scale, sub_bits)
+        for bits in (2, 8, 12):
+            cut, cut_skipped = [], 0
+            for band in range(BANDS):
+                fields = band_fields(hashes, band)
+                for family, dims in enumerate(families(bits)):
+                    parts = part_of(fields, dims, bits)
+                    assert len(np.unique(parts)) <= 2**bits
+                    for value in np.unique(parts).tolist():
+                        part = parts == value
+                        pairs, s = scan_band(items[part], hashes[part], band, cap, dims=dims, same=family == 0)
+                        cut += pairs
+                        cut_skipped += s
+            assert (sorted(cut), cut_skipped) == (whole, skipped), (scale, bits)
+        if cap < 16:
+            assert skipped and any(a >= 1600 for _, a, _ in whole)  # the oversized value was cut apart
+
+
+def test_families_cut_a_band_into_runs_that_leave_the_bits_fixed():
+    assert families(0) == (tuple(range(16)),)
+    for bits in range(1, 13):
+        runs = families(bits)
+        assert [k for run in runs for k in run] == list(range(16))
+        assert all(len(run) <= 16 - bits for run in runs) and len(runs) == -(-16 // (16 - bits))
+    assert len(families(8)) == 2 and len(families(12)) == 4
+    with pytest.raises(ValueError):
+        families(16)
 
 
 def test_probing_in_blocks_and_comparing_in_small_batches_lists_the_same_pairs(monkeypatch):
