@@ -48,10 +48,13 @@ class ChunkSpill:
         self._starts: list[int] = []
         self._size = 0
         self._out: BinaryIO | None = None
+        self._aborted = False
 
     def put(self, batch: int, data: bytes) -> None:
         """Batch `batch`'s spilled bytes; written once every batch before it is."""
         with self._lock:
+            if self._aborted:
+                return  # a batch still running when another failed: its chunk will be prepared again
             self._waiting[batch] = data
             while self._next in self._waiting:
                 piece = self._waiting.pop(self._next)
@@ -78,7 +81,7 @@ class ChunkSpill:
         """Gives the file up (a batch failed). An object store may keep what was uploaded under its name:
         harmless, as no index names it (checkpoints.read_chunk_index checks sizes)."""
         with self._lock:
-            out, self._out = self._out, None
+            out, self._out, self._aborted = self._out, None, True
         if out is not None:
             out.close()
         if self._target != self.path:

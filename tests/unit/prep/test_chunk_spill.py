@@ -35,6 +35,7 @@ def test_a_chunk_with_a_batch_missing_is_not_completed_and_an_abort_leaves_nothi
     with pytest.raises(RuntimeError, match="1 of 2 batches"):
         sink.close()
     sink.abort()
+    sink.put(1, b"a batch that was still running")
     assert os.listdir(work.spill_folder) == []
 
 
