@@ -33,14 +33,15 @@ class ChunkSpill:
     """The spill file of chunk `chunk`, written by its `batches` batches' tasks in batch order.
 
     `put` may be called from any thread, in any order; bytes wait only until the batches before
-    them are in, so memory holds at most what the pool prepared out of order. Where uploads appear
-    whole (`storage.uploads_whole`) the file is uploaded under its name; else written under a
-    temporary name and renamed by `close`.
+    them are in, so memory holds at most what the pool prepared out of order. The file is written
+    under a temporary name of its own and renamed by `close`, on an object store too (two requests a
+    chunk): an upload given up after an error may still appear whole, and under the final name that
+    of a failed attempt could replace another attempt's complete file.
     """
 
     def __init__(self, work: WorkDir, chunk: int, batches: int):
         self.path = work.spill(spill_id(chunk, 0))
-        self._target = self.path if storage.uploads_whole(self.path) else storage.temp_path(self.path)
+        self._target = storage.temp_path(self.path)
         self._batches = batches
         self._lock = threading.Lock()
         self._waiting: dict[int, bytes] = {}
@@ -73,19 +74,16 @@ class ChunkSpill:
             out = self._out if self._out is not None else storage.open_write(self._target)
             self._out = None
         out.close()
-        if self._target != self.path:
-            storage.rename(self._target, self.path)
+        storage.rename(self._target, self.path)
         return self._starts, self._size
 
     def abort(self) -> None:
-        """Gives the file up (a batch failed). An object store may keep what was uploaded under its name:
-        harmless, as no index names it (checkpoints.read_chunk_index checks sizes)."""
+        """Gives the file up (a batch failed): its temporary file is deleted."""
         with self._lock:
             out, self._out, self._aborted = self._out, None, True
         if out is not None:
             out.close()
-        if self._target != self.path:
-            storage.delete_file(self._target)
+        storage.delete_file(self._target)
 
 
 def mark_in_flight(work: WorkDir, chunk: int, paths: list[str]) -> None:
