@@ -34,6 +34,11 @@ def configure(beam_args) -> None:
     FileSystems.set_options(PipelineOptions(list(beam_args)))
 
 
+# Object stores whose uploads appear whole when they end, and whose copy replaces its destination. A
+# Beam FileSystem may also say so itself with a class attribute UPLOADS_WHOLE (tests/support/simfs.py does).
+_OBJECT_STORES = ("gs", "s3")
+
+
 class BeamFileSystems:
     """`RemoteFileSystem` over `apache_beam.io.filesystems.FileSystems`."""
 
@@ -61,8 +66,13 @@ class BeamFileSystems:
         matches = _fs().match([path])[0].metadata_list
         return matches[0].size_in_bytes if matches else None
 
+    def uploads_whole(self, path: str) -> bool:
+        fs = _fs().get_filesystem(path)
+        return bool(getattr(fs, "UPLOADS_WHOLE", fs.scheme() in _OBJECT_STORES))
+
     def rename(self, src: str, dst: str) -> None:
-        if _fs().exists(dst):
+        # An object store's copy replaces `dst`; a file system's rename may refuse an existing one.
+        if not self.uploads_whole(dst) and _fs().exists(dst):
             _fs().delete([dst])
         _fs().rename([src], [dst])
 

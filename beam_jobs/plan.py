@@ -48,6 +48,7 @@ from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
 from prep.core.ordering import rank_key, sort_key
 from prep.core.run import dedupe_files
+from prep.core.run.chunk_spill import read_rests
 from prep.core.run_record import REPLAN_HINT
 from prep.core.workdir import WorkDir
 
@@ -56,9 +57,9 @@ GROUP_TARGET = 20_000  # references per rank task and per shard part, about
 # shards outnumber a task's references (LAION-scale: ~51,000 shards a split, 20,000 references a
 # task) nearly every section holds one or two entries, and a ranged read per section would make
 # billions of tiny reads, each a request (latency, and a price per request), where shuffling
-# ~130 bytes costs far less (docs/design.md, "At internet scale"). A section this size holds
-# about 30 entries; bigger ones, the rule on one machine, stay in files, so the runner's memory
-# does not grow with the entries.
+# a few hundred bytes costs far less (docs/design.md, "At internet scale"). A section this size
+# holds about 30 entries, fewer with kept images' spilled bytes (`Entry.rest`); bigger ones, the
+# rule on one machine, stay in files, so the runner's memory does not grow with the entries.
 INLINE_MAX = 4096
 
 
@@ -119,9 +120,11 @@ class Entry(typing.NamedTuple):
     image: int
     relabel: int = -1  # the label id to write instead of `label` (--empty-classes drop), or -1: write `label`
     tags: tuple = ()  # PreparedRef.tags: ((class id, objects), ...) of a multilabel, detection or segmentation record
+    rest: bytes = b""  # a kept image's spilled bytes (chunk_spill.read_rests), or b"": read from the spill file
 
 
-_ENTRY = struct.Struct(">32sQQQI?QQiII")  # an Entry's fields, `source` and `tags` last as their lengths, then them
+# an Entry's fields, `source`, `tags` and `rest` last as their lengths, then them
+_ENTRY = struct.Struct(">32sQQQI?QQiIII")
 _TAG = struct.Struct(">II")
 
 
@@ -139,22 +142,26 @@ def pack_entry(e: Entry) -> bytes:
             e.relabel,
             len(e.source),
             len(e.tags),
+            len(e.rest),
         )
         + e.source
         + b"".join(_TAG.pack(*t) for t in e.tags)
+        + e.rest
     )
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
     entries, pos, size = [], 0, _ENTRY.size
     while pos < len(data):
-        order, spill, offset, length, label, converted, cut, image, relabel, n, t = _ENTRY.unpack_from(data, pos)
+        order, spill, offset, length, label, converted, cut, image, relabel, n, t, r = _ENTRY.unpack_from(data, pos)
         pos += size
         source = data[pos : pos + n]
         pos += n
         tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t))
         pos += t * _TAG.size
-        entries.append(Entry(order, spill, offset, length, label, converted, source, cut, image, relabel, tags))
+        rest = data[pos : pos + r]
+        pos += r
+        entries.append(Entry(order, spill, offset, length, label, converted, source, cut, image, relabel, tags, rest))
     return entries
 
 
@@ -245,7 +252,8 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
 
     Writes the task's entries to its entry file, grouped by part; a part's entries of at most
     `inline_max` bytes travel in its Section instead (no entry file when all do). They are held
-    packed (about 100 bytes each), one chunk's index parsed at a time. `grouped`: the run
+    packed (about 100 bytes each, and a kept image's spilled bytes: a few hundred more), one chunk's
+    index parsed at a time. `grouped`: the run
     has a dedupe stage, whose placements (prep/core/run/dedupe_files.py) pin or leave out refs.
     """
     task, info = element
@@ -255,7 +263,9 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
     for chunk, firsts in info.chunks:
         next_rank = dict(firsts)
         place = dedupe_files.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
-        for r in map(PreparedRef._make, read_prepared(work, chunk)):
+        refs = [PreparedRef._make(r) for r in read_prepared(work, chunk)]
+        # Kept images' spilled bytes go with their entries: one read per chunk here, none per record in the writer
+        for r, rest in zip(refs, read_rests(work, refs)):
             pin = place(r)
             if pin is None:
                 continue  # rejected by a group policy: RejectedInputs of beam_jobs/dedupe.py say why
@@ -289,6 +299,7 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
                         r.image,
                         relabel,
                         r.tags,
+                        rest,
                     )
                 )
             )

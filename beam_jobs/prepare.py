@@ -3,8 +3,8 @@
 Each element is a chunk id. The driver staged the chunk's listing in the work
 directory (`WorkDir.listing_chunk`), so the pipeline graph holds only chunk ids,
 however many inputs there are. A pool of `workers` threads works on the chunk's
-images in batches (spill.py); each batch's framed TFRecord bytes go to its own spill
-file, and a small `PreparedRef` (where the record is) per good input goes to the
+images in batches (spill.py); the batches' framed TFRecord bytes go to the chunk's one spill
+file (chunk_spill.py), and a small `PreparedRef` (where the record is) per good input goes to the
 chunk's index. Only the chunk's counts per (split, class) travel on, to the planner:
 the outputs are `ChunkCounts`, `RejectedInputs` and `ReusedChunk`, and for detection `BoxNotes`
 (the chunk's dropped and clipped boxes and its box tally). For multi-label, detection and
@@ -34,6 +34,7 @@ from prep.core.image_rules import quiet_pillow
 from prep.core.listing import Reject
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
+from prep.core.run.chunk_spill import ChunkSpill, mark_in_flight, unmark_in_flight
 from prep.core.run.dedupe_files import item_id, write_chunk_keys
 from prep.core.run.key_rows import KEY_ROWS, write_rows
 from prep.core.run.sandbox import Sandbox
@@ -97,8 +98,8 @@ class PreparedRef(typing.NamedTuple):
     path: bytes  # the input's path in UTF-8, undecodable bytes kept (surrogateescape), as image/filename
     label: int
     split: str  # "" when the source names no split
-    spill: int  # which spill file holds the record: see spill_id
-    offset: int
+    spill: int  # the batch that prepared it (see spill_id); its chunk's spill file holds the record
+    offset: int  # from the start of that spill file
     length: int  # bytes of the framed record, of which length - image are in the spill file at offset
     converted: bool
     cut: int  # where the image goes into the spilled bytes, when it was left in the source
@@ -129,9 +130,9 @@ class PrepareChunk(PooledDoFn):
     inputs' references wait in the chunk's index (`read_prepared`).
 
     The chunk's inputs are cut into batches of `BATCH`; each batch is one task
-    on the pool (`prepare_batch`) and writes its own spill file, so that all
-    per-image work, writing included, runs on the `workers` threads and none
-    on the runner's thread.
+    on the pool (`prepare_batch`) and appends to the chunk's spill file (`ChunkSpill`), so that
+    all per-image work, writing included, runs on the `workers` threads and none
+    on the runner's thread. The chunk's inputs are recorded in flight while it is prepared.
 
     One element per chunk and kind, not one per input: Beam's cost per element
     (coders, several transforms) runs on the runner's thread, outside the pool,
@@ -226,11 +227,13 @@ class PrepareChunk(PooledDoFn):
         batches = [refs[i : i + BATCH] for i in range(0, len(refs), BATCH)]
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         assert self._pool is not None  # made in setup()
+        mark_in_flight(self._work, chunk, [ref.path for ref in refs])
+        sink = ChunkSpill(self._work, chunk, len(batches))
         tasks = [
             self._pool.submit(
                 prepare_batch,
                 self._options,
-                self._work,
+                sink,
                 spill_id(chunk, b),
                 batch,
                 self._label_ids,
@@ -239,19 +242,26 @@ class PrepareChunk(PooledDoFn):
             )
             for b, batch in enumerate(batches)
         ]
-        return chunk, batches, tasks
+        return chunk, batches, (sink, tasks)
 
-    def _complete(self, chunk: int, batches, tasks):
-        """Waits for a chunk's tasks, records its index and returns its outputs."""
+    def _complete(self, chunk: int, batches, submitted):
+        """Waits for a chunk's tasks, completes its spill file, records its index and returns its outputs."""
+        sink, tasks = submitted
+        try:
+            done = [task.result() for task in tasks]
+            starts, size = sink.close()
+        except BaseException:
+            sink.abort()
+            raise
+        unmark_in_flight(self._work, chunk)  # its spill file is complete: no input of it is being read
         outcomes: list[tuple[str, object]] = []  # (kind, Reject, PreparedRef or BoxNotes)
         signatures: list[str] = []
-        spills: dict[int, int] = {}
+        spills = {spill_id(chunk, 0): size}
         keyed, good = [], 0  # (spill, its first good input's place in the chunk, BatchKeys); good inputs so far
-        for b, (batch, task) in enumerate(zip(batches, tasks)):
-            spill = spill_id(chunk, b)
-            results, spills[spill], keys = task.result()
+        for b, (batch, (results, _, keys)) in enumerate(zip(batches, done)):
+            spill, start = spill_id(chunk, b), starts[b]
             if keys is not None:
-                keyed.append((spill, good, keys))
+                keyed.append((spill, good, keys._replace(offsets=[start + o for o in keys.offsets])))
             for ref, (result, signature, *more) in zip(batch, results):
                 signatures.append(signature)
                 info = more[0] if more else None
@@ -269,7 +279,7 @@ class PrepareChunk(PooledDoFn):
                             label=self._label_ids[ref.label],
                             split=ref.split or "",
                             spill=spill,
-                            offset=offset,
+                            offset=start + offset,
                             length=length,
                             converted=converted,
                             cut=cut,

@@ -1,6 +1,6 @@
 """Progress bars for a local OUTPUT, driven by polling the files the pipeline writes.
 
-Spill files, one per batch of a chunk, appear as images are prepared; plan.json gives the shard
+Spill files, one per chunk, appear as its images are prepared; plan.json gives the shard
 count; shard files appear as they are written. Polling the file system works
 whatever runner executes the pipeline, as long as OUTPUT is local.
 """
@@ -14,19 +14,13 @@ import threading
 
 from prep.core import storage
 from prep.core.naming import ShardName
-from prep.core.workdir import BATCH, WorkDir, parse_spill_name
+from prep.core.workdir import WorkDir, parse_spill_name
 
 
 def prepared_count(names, chunk_sizes: list[int]) -> int:
-    """Inputs prepared, from the names of the complete spill files: one per batch of
-    `BATCH` inputs of a chunk, the chunk's last batch maybe shorter."""
-    count = 0
-    for name in names:
-        spill = parse_spill_name(name)
-        if spill is not None and spill[0] < len(chunk_sizes):
-            chunk, batch = spill
-            count += max(0, min(BATCH, chunk_sizes[chunk] - batch * BATCH))
-    return count
+    """Inputs prepared, from the names of the complete spill files: one per chunk."""
+    chunks = {parse_spill_name(name) for name in names}
+    return sum(chunk_sizes[c] for c in chunks if c is not None and c < len(chunk_sizes))
 
 
 class Progress:

@@ -35,7 +35,8 @@ from prep.core.listing import InputRef, Listing, printable
 # 7: they end the spill file (dedupe_files.spill_trailer), from a luma decode (content keys v3).
 # 8: keys are hashed a chunk at a time and recorded per chunk (key_rows.write_rows), not after each batch's records.
 # 9: chunk indexes record outcomes by field name (checkpoints.INDEX_VERSION 2), key files are versioned .npy.
-RUN_VERSION = 9
+# 10: one spill file per chunk (checkpoints.INDEX_VERSION 3), offsets from its start; names spread by a hash.
+RUN_VERSION = 10
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 # Manifest options that only shape the plan, read after every image is prepared.
 PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")

@@ -12,6 +12,11 @@ never sees a half-written file under its final name. Each writer has a temporary
 its own (`temp_path`): a runner may run two attempts of one task at once (a retry, or
 speculative execution); both write the same bytes, each to its own file, and both
 renames succeed.
+
+`uploads_whole` is the one property that tells an object store (GCS, S3, and `simfs://`
+in tests) from a file system: there an object appears under its name only once its
+upload ends, whole, so `write_atomic` uploads bytes it holds under the final name at
+once. A rename there is a copy and a delete, so each one saved is two requests (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ class RemoteFileSystem(Protocol):
     def size(self, path: str) -> int | None: ...
 
     def rename(self, src: str, dst: str) -> None: ...
+
+    def uploads_whole(self, path: str) -> bool:
+        """Whether an object written to `path` appears only once its writer closes, whole (an object store)."""
+        ...
 
     def delete(self, paths: list[str]) -> None: ...
 
@@ -124,6 +133,12 @@ def open_write(path: str) -> BinaryIO:
     return _remote(path).open_write(path)
 
 
+def uploads_whole(path: str) -> bool:
+    """Whether a file written to `path` appears under its name only when complete (an object store's
+    upload): a local path, or a remote file system that does not say so, may show a partial file."""
+    return is_remote(path) and _remote(path).uploads_whole(path)
+
+
 def rename(src: str, dst: str) -> None:
     """Moves `src` to `dst`, replacing `dst` if it exists."""
     if not is_remote(src):
@@ -146,7 +161,12 @@ def is_temp_of(name: str, final: str) -> bool:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Writes `data` to `path` via a temporary sibling (`temp_path`) and a rename."""
+    """Writes `data` to `path` via a temporary sibling (`temp_path`) and a rename, or, where an upload
+    appears whole (`uploads_whole`), in one upload under its name: one request instead of four."""
+    if uploads_whole(path):
+        with open_write(path) as f:
+            f.write(data)
+        return
     write_streamed(path, (data,))
 
 
@@ -232,6 +252,22 @@ def delete(path: str) -> None:
         under.append(path)
     if under:
         fs.delete(under)
+
+
+def delete_file(path: str) -> None:
+    """Deletes the file `path` if it exists; remote, one request (`delete` lists a prefix first)."""
+    if not is_remote(path):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return
+    fs = _remote(path)
+    try:
+        fs.delete([path])
+    except Exception:  # each file system raises its own types; a missing file is not an error here
+        if fs.exists(path):
+            raise
 
 
 def list_names(folder: str) -> list[str]:

@@ -2,12 +2,13 @@
 
     .prep-tmp/run.json                     what decides the output (`run_record.run_record`);
                                            written once the listing is staged
-    .prep-tmp/listing/chunk-NNNNNN.json    a chunk's inputs, in `ordering.listing_order`
+    .prep-tmp/listing/HHH-chunk-NNNNNN.json  a chunk's inputs, in `ordering.listing_order`
     .prep-tmp/listing/rejects.json         inputs rejected while listing
-    .prep-tmp/spill/chunk-NNNNNN-BBBB.bin  framed records of batch B of a chunk, kept images left out
-    .prep-tmp/spill/chunk-NNNNNN.json      the chunk's index: its outcomes (prepared references and
+    .prep-tmp/spill/HHH-chunk-NNNNNN.bin   a chunk's spill file: the framed records of its batches in
+                                           batch order, kept images left out
+    .prep-tmp/spill/HHH-chunk-NNNNNN.json  the chunk's index: its outcomes (prepared references and
                                            rejects), the size of each spill file, a signature per input
-    .prep-tmp/inflight/chunk-NNNNNN-BBBB.json  the inputs' paths of a batch being prepared, deleted once
+    .prep-tmp/inflight/HHH-chunk-NNNNNN.json  the inputs' paths of a chunk being prepared, deleted once
                                            its spill file is complete: what a run killed meanwhile was reading
     .prep-tmp/plan.json                    the shard count, for progress bars
     .prep-tmp/entries/task-NNNNNN.bin      a rank task's planned entries, by shard part;
@@ -32,8 +33,11 @@ The dedupe stage's files (what they hold: prep/core/run/dedupe_files.py), and th
     .prep-tmp/keys/<shard>.parts.json      a shard's parts, in order
     .prep-tmp/keys/join/<kind>-NNNNN.bin   the run files of the join that writes content_keys.jsonl (publish_keys.py)
 
-A spill file is named by one int, its spill id (`spill_id`): chunk * `BATCHES_PER_CHUNK`
-+ batch. A chunk's inputs are prepared in batches of `BATCH`, one spill file each.
+A chunk's inputs are prepared in batches of `BATCH`; a batch is named by one int, its spill id
+(`spill_id`): chunk * `BATCHES_PER_CHUNK` + batch, which a reference carries. Every batch of a chunk
+writes to the chunk's one spill file (prep/core/run/chunk_spill.py), at offsets counted from its start.
+HHH, three hex digits of a hash of the chunk number (`spread`), spreads a chunk's files over the key
+ranges an object store serves separately, where sequential names would all fall in one.
 What may be reused from these files, and when, is `prep.core.run.checkpoints`'s concern.
 """
 
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import zlib
 
 from prep.core import storage
 from prep.core.ordering import MAX_CHUNK
@@ -51,7 +56,7 @@ BATCH = 16  # inputs per spill file
 BATCHES_PER_CHUNK = 1024
 if BATCHES_PER_CHUNK * BATCH < MAX_CHUNK:
     raise ImportError("BATCHES_PER_CHUNK * BATCH must cover MAX_CHUNK inputs")
-_SPILL = re.compile(r"chunk-(\d{6})-(\d{4})\.bin")
+_SPILL = re.compile(r"[0-9a-f]{3}-chunk-(\d{6})\.bin")
 _SCAN_KEYS = re.compile(r"keys-(\d{6})\.npy")
 
 
@@ -60,10 +65,15 @@ def spill_id(chunk: int, batch: int) -> int:
     return chunk * BATCHES_PER_CHUNK + batch
 
 
-def parse_spill_name(name: str) -> tuple[int, int] | None:
-    """(chunk, batch) of a spill file's name, or None if `name` is not one."""
+def spread(chunk: int) -> str:
+    """The chunk's name prefix: three hex digits of a hash, the same on every run and platform."""
+    return f"{zlib.crc32(chunk.to_bytes(8, 'big')) & 0xFFF:03x}-chunk-{chunk:06d}"
+
+
+def parse_spill_name(name: str) -> int | None:
+    """The chunk of a spill file's name, or None if `name` is not one."""
     match = _SPILL.fullmatch(name)
-    return (int(match[1]), int(match[2])) if match else None
+    return int(match[1]) if match else None
 
 
 def parse_scan_keys_name(name: str) -> int | None:
@@ -94,7 +104,7 @@ class WorkDir:
         return self._path(RUN)
 
     def listing_chunk(self, chunk: int) -> str:
-        return self._path("listing", f"chunk-{chunk:06d}.json")
+        return self._path("listing", f"{spread(chunk)}.json")
 
     @property
     def listing_rejects(self) -> str:
@@ -110,21 +120,20 @@ class WorkDir:
         return self._path("spill")
 
     def spill(self, spill: int) -> str:
-        chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
-        return self._path("spill", f"chunk-{chunk:06d}-{batch:04d}.bin")
+        """The spill file of batch `spill`: its chunk's."""
+        return self._path("spill", f"{spread(spill // BATCHES_PER_CHUNK)}.bin")
 
     @property
     def in_flight_folder(self) -> str:
         return self._path("inflight")
 
-    def in_flight(self, spill: int) -> str:
-        """The record of batch `spill` being prepared (its inputs' paths), deleted once its spill file is complete.
+    def in_flight(self, chunk: int) -> str:
+        """The record of chunk `chunk` being prepared (its inputs' paths), deleted once its spill file is complete.
         A run killed meanwhile (the OOM killer, a codec's segfault) leaves it for `--resume`."""
-        chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
-        return self._path("inflight", f"chunk-{chunk:06d}-{batch:04d}.json")
+        return self._path("inflight", f"{spread(chunk)}.json")
 
     def chunk_index(self, chunk: int) -> str:
-        return self._path("spill", f"chunk-{chunk:06d}.json")
+        return self._path("spill", f"{spread(chunk)}.json")
 
     @property
     def plan(self) -> str:

@@ -387,18 +387,16 @@ def test_help_texts(run_cli):
     assert "convert" in run_cli("--help").output
 
 
-def test_progress_counts_each_batch_spill_file_once():
+def test_progress_counts_each_chunk_spill_file_once():
     from beam_jobs.progress import prepared_count
     from prep.core.workdir import BATCH, WorkDir, spill_id
 
-    sizes = [2 * BATCH + 3, BATCH]  # chunk 0: batches of BATCH, BATCH, 3; chunk 1: one batch
-    names = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (1, 0)]]
-    assert (
-        prepared_count(names + ["chunk-000000-0001.bin.0a1b2c3d.part", "chunk-000000.json"], sizes) == BATCH + 3 + BATCH
-    )
-    every = [
-        WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 1), (0, 2), (1, 0)]
-    ]
+    sizes = [2 * BATCH + 3, BATCH, 5]
+    names = [WorkDir("t").spill(spill_id(chunk, batch)).split("/")[-1] for chunk, batch in [(0, 0), (0, 2), (2, 0)]]
+    temporary = WorkDir("t").spill(spill_id(1, 0)).split("/")[-1] + ".0a1b2c3d.part"
+    index = WorkDir("t").chunk_index(1).split("/")[-1]
+    assert prepared_count(names + [temporary, index], sizes) == 2 * BATCH + 3 + 5
+    every = [WorkDir("t").spill(spill_id(chunk, 0)).split("/")[-1] for chunk in range(3)]
     assert prepared_count(every, sizes) == sum(sizes)
 
 

@@ -2,7 +2,7 @@
 
 Every request is counted per process by (kind, what, caller): kind is one of KINDS; what
 is "src" for a source image, else the key with digit runs and hex tokens replaced by `#` (so that
-`chunk-000012-0003.bin` counts as `chunk-#-#.bin`); caller is the first frame of project code
+`a3f-chunk-000012.bin` counts as `#-chunk-#.bin`); caller is the first frame of project code
 (`prep/`, `beam_jobs/`, `loaders/`) on the stack, as `file:function`, skipping `prep/core/storage.py`
 and `beam_jobs/beam_fs.py`, which only pass calls on. Request kinds follow what GCS or S3 would be asked:
 a list page per 1,000 keys returned (`list`); `exists`, `size`, `metadata`, `last_updated`, `checksum`
@@ -34,7 +34,7 @@ from tests.support.simsource import ROOT
 
 PREFIX = "simfs://"
 KINDS = ("list", "stat", "read", "write", "copy", "rename", "delete")
-_VARYING = re.compile(r"[0-9a-f]{6,}|\d+")
+_VARYING = re.compile(r"\b[0-9a-f]{3}(?=-chunk-)|[0-9a-f]{6,}|\d+")  # hash prefixes (workdir.spread) too
 
 _lock = threading.Lock()
 _counts: collections.Counter = collections.Counter()  # (kind, what, caller) -> requests

@@ -9,7 +9,8 @@ from their names with no disk. The source is read-only.
 **Everything else is stored** in a local folder, `$SIMFS_STORE` (default /tmp/simfs-store):
 `simfs://out/a/b` is `$SIMFS_STORE/out/a/b`. The semantics are an object store's: no folders
 (`mkdirs` does nothing, `exists` is true for objects only, `match` lists keys by prefix), an object
-appears whole when its writer closes, and `rename` is a copy and a delete, object by object.
+appears whole when its writer closes (`UPLOADS_WHOLE`, as GCS and S3 say), and `rename` is a copy and a
+delete, object by object.
 
 **Counting** (tests/support/simcounts.py): every request, by kind (KINDS), key pattern and the calling
 function of project code, per process, summed over processes through `$SIMFS_COUNTS`; `$SIMFS_LATENCY_MS`
@@ -115,6 +116,7 @@ class SimFileSystem(FileSystem):
     """Beam FileSystem for `simfs://` (see the module docstring)."""
 
     CHUNK_SIZE = 1
+    UPLOADS_WHOLE = True  # an object appears when its upload ends, as on GCS and S3 (beam_jobs/beam_fs.py)
 
     @classmethod
     def scheme(cls):

@@ -3,17 +3,18 @@
 Paths are `prep.core.workdir.WorkDir`'s. run.json is written once the listing is staged,
 and again by a resumed run with other planning options (replan.py); a shard's sidecar
 digests its planned entries, the label id written included. A batch being prepared is
-recorded in flight (`WorkDir.in_flight`) until its spill file is complete: what a run
+recorded in flight (`WorkDir.in_flight`, a chunk at a time) until its spill file is complete: what a run
 killed meanwhile was reading (`read_in_flight`). Every file is written under
-a temporary name and renamed, and each index or sidecar only after the file it describes is
-complete, so whatever a kill leaves is either complete or absent. A chunk is
+a temporary name and renamed, or, on an object store, uploaded whole under its name
+(`storage.uploads_whole`), and each index or sidecar only after the file it describes is
+complete, so whatever a kill leaves is either complete or absent, or unnamed by any index. A chunk is
 reused when its index and all its spill files (of the recorded sizes) exist; a
 shard or part when its file, renamed into place, still hashes to its sidecar's
 SHA-256 and the new plan gives it the same entries.
 
 `StepHook`: the pipeline calls an injected ``on_step(point)``, if given, at the
 points where a kill leaves distinct states: "chunk" before preparing each chunk,
-"batch" once each batch is recorded in flight, "shard" after completing each shard,
+"batch" as each batch starts (its chunk is recorded in flight by then), "shard" after completing each shard,
 "manifest" between writing the manifest's temporary file and renaming it. Tests
 inject one that sleeps, to kill there.
 """
@@ -34,7 +35,8 @@ from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import WorkDir
 
 StepHook = Callable[[str], None]  # called with "chunk", "shard" or "manifest"
-INDEX_VERSION = 2  # of a chunk's index; 2: each outcome recorded as an object of its fields, by name
+# of a chunk's index; 2: each outcome recorded as an object of its fields, by name; 3: one spill file per chunk
+INDEX_VERSION = 3
 
 
 class ChunkIndex(typing.NamedTuple):
@@ -67,6 +69,8 @@ class PlannedEntry(Protocol):
     def image(self) -> int: ...
     @property
     def relabel(self) -> int: ...
+    @property
+    def rest(self) -> bytes: ...
 
 
 def write_run(work: WorkDir, record: dict[str, Any]) -> None:

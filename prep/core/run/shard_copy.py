@@ -1,7 +1,10 @@
 """Copying a shard's planned records from the spill files, for beam_jobs/write.py. No Beam.
 
 Each record is a (spill, offset, length) range of a spill file, with a kept image read from the source
-again (`spill.read_record`) and a renumbered label re-framed (`relabel_framed`). Entries are read in
+again (`spill.read_record`) and a renumbered label re-framed (`relabel_framed`). A kept image's spilled
+bytes usually come with its planned entry (`PlannedEntry.rest`, chunk_spill.read_rests), so that the
+writer reads no spill file for it: one request per record otherwise, as records of a shard come from
+every chunk. Entries are read in
 blocks (`blocks`) on the writer's pool while it writes and hashes the ones before (`copy_records`).
 """
 
@@ -35,26 +38,32 @@ class _SpillReader:
 
     def __init__(self, work: WorkDir) -> None:
         self._work = work
-        self._handles: collections.OrderedDict[int, BinaryIO] = collections.OrderedDict()
+        self._handles: collections.OrderedDict[str, BinaryIO] = collections.OrderedDict()
 
     def read_batch(self, entries: Iterable[PlannedEntry], source: str) -> list[bytes]:
         """The entries' framed records, in pieces to join; images left in the source are read
         from it (`spill.read_record`)."""
         out: list[bytes] = []
         for entry in entries:
-            handle = self._handles.pop(entry.spill, None) or storage.open_read(self._work.spill(entry.spill))
-            self._handles[entry.spill] = handle
-            if len(self._handles) > 8:
-                self._handles.popitem(last=False)[1].close()
-            handle.seek(entry.offset)
-            spilled = storage.read_exact(handle, entry.length - entry.image)
-            if len(spilled) != entry.length - entry.image:
-                raise OSError(f"spill file {self._work.spill(entry.spill)} is shorter than planned")
+            spilled = entry.rest or self._read(entry)
             pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
             if entry.relabel >= 0:
                 pieces = [relabel_framed(b"".join(pieces), entry)]
             out.extend(pieces)
         return out
+
+    def _read(self, entry: PlannedEntry) -> bytes:
+        """The entry's spilled bytes from its spill file (those the planner did not carry: `Entry.rest`)."""
+        path = self._work.spill(entry.spill)
+        handle = self._handles.pop(path, None) or storage.open_read(path)
+        self._handles[path] = handle
+        if len(self._handles) > 8:
+            self._handles.popitem(last=False)[1].close()
+        handle.seek(entry.offset)
+        spilled = storage.read_exact(handle, entry.length - entry.image)
+        if len(spilled) != entry.length - entry.image:
+            raise OSError(f"spill file {path} is shorter than planned")
+        return spilled
 
     def close(self) -> None:
         for handle in self._handles.values():

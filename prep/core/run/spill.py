@@ -1,9 +1,8 @@
 """Spill files: the work of one pool task of PrepareChunk (read, check and convert a batch of
-inputs, and write their framed records to the batch's own spill file), and reading a
-record back for the shard writer (`read_record`).
+inputs, and hand their framed records to the chunk's spill file, prep/core/run/chunk_spill.py), and
+reading a record back for the shard writer (`read_record`).
 
-A task writes its own file, so no lock is shared and no per-image work is
-left to the runner's thread. Tasks take and return plain values.
+No per-image work is left to the runner's thread. Tasks take and return plain values.
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 import errno
 import io
-import json
 import os
 import stat
-import threading
 import typing
 from collections.abc import Callable, Iterable
 
@@ -31,10 +28,11 @@ from prep.core.schema import ENCODED, ImageRecord
 from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.wire import encode_example_around
-from prep.core.workdir import BATCH, WorkDir
+from prep.core.workdir import BATCH, BATCHES_PER_CHUNK
 
 if typing.TYPE_CHECKING:
     from prep.core.config import ConvertConfig
+    from prep.core.run.chunk_spill import ChunkSpill
     from prep.core.run.sandbox import Sandbox
 
 Spilled = tuple[bytes, int, int, bool]  # read_and_prepare's (spilled bytes, cut, image bytes, converted)
@@ -252,32 +250,29 @@ def _read_again(path: str, size: int) -> bytes | str:
 
 def prepare_batch(
     options: PrepareOptions,
-    work: WorkDir,
+    sink: ChunkSpill,
     spill: int,
     refs: list[InputRef],
     label_ids: dict[str, int],
     sandbox: Sandbox | None = None,
     pause: Callable[[], object] | None = None,
 ) -> tuple[list[Outcome], int, BatchKeys | None]:
-    """Prepares `refs` in order and writes what each record needs to spill file `spill`.
+    """Prepares `refs` in order and hands what each record needs to `sink`, its chunk's spill file, as batch
+    `spill` (a spill id: `workdir.spill_id`).
 
     Returns, per input, ((offset, length, converted, cut, image) or a Reject, input
-    signature), with the input's TaskInfo third when there is a `task`; the spill file's size; and with
+    signature), with the input's TaskInfo third when there is a `task`; the batch's spilled bytes; and with
     `keys`, the good inputs' `BatchKeys` (else None), some of their hashes still to compute. `length` is
-    the framed record's, of which `length - image` bytes were spilled at `offset` (see read_and_prepare).
+    the framed record's, of which `length - image` bytes were spilled at `offset`, counted from the start
+    of this batch's bytes (see read_and_prepare; ChunkSpill.close gives where they start in the file).
     `options` (PrepareOptions) holds `task`, `keys`, `source_ids` and `suspects`.
     With `source_ids`, each record gets an image/source_id from its input's place:
     `spill * BATCH + i` is unique, as a spill id is unique and a batch holds at
     most BATCH inputs, and it depends on nothing but the listing and seed.
-    The batch's inputs are recorded in flight (`WorkDir.in_flight`) meanwhile;
-    `suspects`, inputs in flight when an earlier run was killed, go to `sandbox`.
-    `pause`, a test hook, is called once they are recorded. With `keys`, the good inputs' keys are hashed
+    `suspects`, inputs in flight when an earlier run was killed (`chunk_spill.mark_in_flight`), go to `sandbox`.
+    `pause`, a test hook, is called first. With `keys`, the good inputs' keys are hashed
     together (content_keys.KeyBatch) and returned, for PrepareChunk to record a chunk's at once.
     """
-    path = work.spill(spill)
-    tmp = storage.temp_path(path)
-    in_flight = work.in_flight(spill)
-    _write_small(in_flight, json.dumps([ref.path for ref in refs]).encode())
     if pause is not None:
         pause()
     results: list[Outcome] = []
@@ -287,7 +282,8 @@ def prepare_batch(
     offsets: list[int] = []  # with `keys`, of the good inputs
     names: list[str] = []
     keyed = None
-    with storage.open_write(tmp) as f, EncodeBuffer() as buffer:
+    pieces: list[bytes] = []  # a batch's bytes: at most BATCH records
+    with EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if options.source_ids and task is None else None
             result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox, batch)
@@ -299,39 +295,12 @@ def prepare_batch(
                     offsets.append(offset)
                     names.append(ref.path)
                 data, cut, image, converted = result
-                f.write(data)
+                pieces.append(data)
                 outcome = (offset, len(data) + image, converted, cut, image)
                 offset += len(data)
             results.append((outcome, signature) if task is None else (outcome, signature, info))
-    storage.rename(tmp, path)
-    if storage.is_remote(in_flight):
-        storage.delete(in_flight)
-    else:
-        try:
-            os.unlink(in_flight)
-        except FileNotFoundError:  # another attempt at this batch (a runner's retry) finished first
-            pass
+    sink.put(spill % BATCHES_PER_CHUNK, b"".join(pieces))
     if batch is not None:  # `keys`; an input without keys (it did not decode again: not expected) is in no group
         digests, hashes, has, waiting = batch.take()
         keyed = BatchKeys(offsets, names, bytes.fromhex("".join(digests)), hashes, has, waiting)
     return results, offset, keyed
-
-
-def _write_small(path: str, data: bytes) -> None:
-    """Writes `path` atomically. Locally with bare system calls: storage's general path
-    (folders made, a random temporary name, stat before delete) costs several times more,
-    once per batch (docs/design.md)."""
-    if storage.is_remote(path):
-        storage.write_atomic(path, data)
-        return
-    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.part"  # a runner may run two attempts at once
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

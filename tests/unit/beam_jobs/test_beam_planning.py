@@ -33,6 +33,14 @@ from prep.core.workdir import WorkDir
 from tests.support.reference_plan import Example, make_plan
 
 CHUNK = 37
+SPILLED = bytes(range(256))  # every synthetic spill file: a record's spilled bytes are its first length - image
+
+
+def _spill_files(work, spills):
+    for spill in spills:
+        path = pathlib.Path(work.spill(spill))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(SPILLED)
 
 
 def stage(counts, options, tmp_path, splits=("",), reject_every=0):
@@ -74,6 +82,7 @@ def stage(counts, options, tmp_path, splits=("",), reject_every=0):
                 )
             )
             examples.append(Example(ref.path, label, ref.split, 100 + i % 7))
+        _spill_files(WorkDir(str(tmp_path)), [ref.spill for kind, ref in outcomes if kind == prepare.OK])
         checkpoints.write_chunk_index(WorkDir(str(tmp_path)), chunk, outcomes, {}, [])
         good = prepare.read_prepared(WorkDir(str(tmp_path)), chunk)
         if good:
@@ -90,7 +99,8 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples, 
     """{(split, shard, num_shards): [spill ids in write order]}, capped counts, and the largest part.
 
     Checks that each entry names its input's path exactly when its image is read from the source again,
-    and that a section carries its entries exactly when they fit in `inline_max` bytes.
+    and carries its spilled bytes then, and that a section carries its entries exactly when they fit in
+    `inline_max` bytes.
     """
     tmp = WorkDir(str(tmp_path))
     with beam.Pipeline(runner=FnApiRunner()) as p:
@@ -128,6 +138,7 @@ def beam_plan(elements, num_classes, options, group_target, tmp_path, examples, 
         for e in entries:
             path = examples[e.spill].path.encode("utf-8", "surrogateescape")
             assert e.cut == 3 and e.source == (path if e.image else b"")
+            assert e.rest == (SPILLED[: e.length - e.image] if e.image else b"")
         largest = max(largest, len(entries))
         shards.setdefault((split, shard, count), []).extend((part, e) for e in entries)
     return (
@@ -214,6 +225,7 @@ def test_entries_survive_packing():
             bytes(range(32)), 2**40, 5, 7, 3, True, "caf\u00e9/\udcff.jpg".encode("utf-8", "surrogateescape"), 11, 13
         ),
         Entry(b"\xff" * 32, 0, 0, 1, 0, False, b"", 0, 0),
+        Entry(b"\x01" * 32, 3, 9, 70, 1, False, b"a.jpg", 4, 50, -1, ((1, 2),), b"spilled \x00 bytes"),
     ]
     assert unpack_entries(b"".join(map(pack_entry, entries))) == entries
     assert unpack_entries(b"") == []

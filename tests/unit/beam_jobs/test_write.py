@@ -11,7 +11,7 @@ import random
 from beam_jobs.plan import Entry
 from prep.core.run import shard_copy
 from prep.core.tfrecord import frame
-from prep.core.workdir import WorkDir
+from prep.core.workdir import WorkDir, spill_id
 
 
 def _entry(spill: int, offset: int, length: int) -> Entry:
@@ -67,8 +67,8 @@ def test_copy_records_writes_every_record_in_order_reading_a_bounded_number_of_b
     work = WorkDir(str(tmp_path))
     os.makedirs(work.spill_folder)
     entries, records = [], {}
-    for spill in range(3):
-        offset = 0
+    for chunk in range(3):
+        offset, spill = 0, spill_id(chunk, chunk)  # each chunk's spill file, named by any of its batches
         with open(work.spill(spill), "wb") as f:
             for _ in range(100):
                 record = frame(rng.randbytes(rng.randrange(10, 900)))

@@ -7,11 +7,24 @@ import pytest
 from prep.core.errors import SourceError
 from prep.core.image_rules import ImageOptions
 from prep.core.listing import InputRef
-from prep.core.run.spill import PrepareOptions, prepare_batch, read_record
+from prep.core.run.chunk_spill import ChunkSpill
+from prep.core.run.spill import PrepareOptions, read_record
+from prep.core.run.spill import prepare_batch as _prepare_batch
 from prep.core.schema import ImageRecord
 from prep.core.tfrecord import frame
-from prep.core.workdir import WorkDir
+from prep.core.workdir import BATCHES_PER_CHUNK, WorkDir
 from tests.support.imagegen import image_bytes
+
+
+def prepare_batch(options, work, spill, refs, label_ids):
+    """prepare_batch's batch `spill` alone in its chunk's spill file (the batches before it empty)."""
+    chunk, batch = divmod(spill, BATCHES_PER_CHUNK)
+    sink = ChunkSpill(work, chunk, batch + 1)
+    for before in range(batch):
+        sink.put(before, b"")
+    out = _prepare_batch(options, sink, spill, refs, label_ids)
+    assert sink.close() == ([0] * (batch + 1), out[1])
+    return out
 
 
 @pytest.fixture
@@ -106,7 +119,7 @@ def test_a_label_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
     assert _finishes(listing) == (True, f"label file {tmp_path}/labels.csv is not a regular file")
 
 
-def test_two_attempts_of_one_batch_at_once_both_succeed_and_leave_one_complete_file(tmp_path, monkeypatch):
+def test_two_attempts_of_one_chunk_at_once_both_succeed_and_leave_one_complete_file(tmp_path, monkeypatch):
     # A runner may run a task again while its first attempt still runs (a retry
     # after a lost worker, or speculative execution). With one temporary name per
     # file, the second attempt truncated the first's file, and one rename failed.

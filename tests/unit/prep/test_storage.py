@@ -58,10 +58,11 @@ def test_local_paths_need_no_file_system(installed, tmp_path):
 def test_the_work_directory_builds_and_parses_spill_names():
     work = WorkDir("gs://bucket/out")
     path = work.spill(spill_id(12, 3))
-    assert path == "gs://bucket/out/.prep-tmp/spill/chunk-000012-0003.bin"
-    assert parse_spill_name(path.rsplit("/", 1)[1]) == (12, 3)
+    assert path == work.spill(spill_id(12, 0)) == "gs://bucket/out/.prep-tmp/spill/342-chunk-000012.bin"
+    assert parse_spill_name(path.rsplit("/", 1)[1]) == 12
     assert (
-        parse_spill_name("chunk-000012.json") is None and parse_spill_name(path.rsplit("/", 1)[1] + ".x.part") is None
+        parse_spill_name(work.chunk_index(12).rsplit("/", 1)[1]) is None
+        and parse_spill_name(path.rsplit("/", 1)[1] + ".x.part") is None
     )
 
 

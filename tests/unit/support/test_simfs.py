@@ -1,6 +1,7 @@
 """The simulated object store behaves like one and counts what a real one would be asked."""
 
 import collections
+import os
 
 import pytest
 from apache_beam.io.filesystem import BeamIOError
@@ -68,3 +69,31 @@ def test_a_reader_counts_a_ranged_read_per_seek_elsewhere(fs):
         f.seek(1_500_000)
         f.read(10)
     assert kinds()["read"] == 2
+
+
+def test_an_object_store_is_written_in_one_upload_and_renamed_without_a_stat(fs, tmp_path):
+    # storage.uploads_whole: simfs says so as GCS and S3 do; testfs (local files behind a Beam FileSystem)
+    # and local paths do not, so they keep the temporary name and the rename.
+    import beam_jobs  # noqa: F401  (installs Beam's FileSystems in prep.core.storage)
+    from beam_jobs.beam_fs import BeamFileSystems
+    from prep.core import storage
+    from tests.support import testfs
+
+    # (gs:// asked of Beam's FileSystems: in a process that imported the loaders later, tf.io.gfile serves it)
+    assert storage.uploads_whole("simfs://out/a") and BeamFileSystems().uploads_whole("gs://b/a")
+    assert not storage.uploads_whole(testfs.to_url(str(tmp_path / "a"))) and not storage.uploads_whole("/tmp/a")
+    start = kinds()
+    storage.write_atomic("simfs://out/w/index.json", b"{}")
+    assert kinds() - start == {"write": 1}  # not upload, stat, copy and delete
+    assert fs.open("simfs://out/w/index.json").read() == b"{}"
+    start = kinds()
+    storage.rename("simfs://out/w/index.json", "simfs://out/w/moved.json")
+    assert kinds() - start == {"rename": 1}  # the copy replaces the destination: no stat of it first
+    start = kinds()
+    storage.delete_file("simfs://out/w/moved.json")
+    storage.delete_file("simfs://out/w/moved.json")  # gone already: not an error
+    assert not fs.exists("simfs://out/w/moved.json")
+    assert (kinds() - start)["delete"] == 2 and (kinds() - start)["list"] == 0
+    local = testfs.to_url(str(tmp_path / "t" / "f.json"))
+    storage.write_atomic(local, b"x")
+    assert (tmp_path / "t" / "f.json").read_bytes() == b"x" and os.listdir(tmp_path / "t") == ["f.json"]

@@ -62,7 +62,7 @@ def test_every_path_is_under_the_work_directory_and_distinct(output):
 
 def test_names_parse_back():
     work = WorkDir("/out")
-    assert parse_spill_name(work.spill(spill_id(12, 34)).rsplit("/", 1)[1]) == (12, 34)
+    assert parse_spill_name(work.spill(spill_id(12, 34)).rsplit("/", 1)[1]) == 12
     assert parse_scan_keys_name(work.scan_keys(42).rsplit("/", 1)[1]) == 42
     for other in (work.key_rows(42), work.members(42), work.scan_keys(42) + ".0a1b2c3d.part"):
         assert parse_scan_keys_name(other.rsplit("/", 1)[1]) is None
@@ -95,3 +95,15 @@ def test_no_path_under_the_work_directory_is_built_outside_workdir():
     assert files
     found = [hit for p in files if p != ROOT / "prep" / "core" / "workdir.py" for hit in _work_root_joins(p)]
     assert found == [], "paths under .prep-tmp built outside prep/core/workdir.py (add a WorkDir method)"
+
+
+def test_a_chunks_files_are_spread_over_key_ranges_not_one_sequential_range():
+    # An object store serves key ranges separately: sequential names all fall in one while it splits.
+    work = WorkDir("gs://bucket/out")
+    names = [work.spill(spill_id(chunk, 0)).rsplit("/", 1)[1] for chunk in range(512)]
+    assert len({name[:3] for name in names}) > 300  # of 4,096 prefixes, hashed
+    assert sorted(names) != names
+    for chunk in (0, 7, 511):  # every file of a chunk shares its prefix: the same on every run
+        prefix = work.spill(spill_id(chunk, 0)).rsplit("/", 1)[1][:3]
+        for path in (work.chunk_index(chunk), work.in_flight(chunk), work.listing_chunk(chunk)):
+            assert path.rsplit("/", 1)[1].startswith(prefix + f"-chunk-{chunk:06d}.")
