@@ -130,8 +130,9 @@ def test_empty_and_small_objects_are_one_request_each(converted):
     assert storage.read_bytes(f"{output}/empty") == b"" and storage.size(f"{output}/empty") == 0
     assert storage.read_bytes(f"{output}/small") == b"x" * 1000
     if store.scheme == "s3":
-        writes = [line for line in store.request_lines()[before:] if ".part" in line and "PUT" in line]
-        assert len(writes) == 2, store.request_lines()[before:]  # one PutObject each, no multipart upload
+        writes = [line for line in store.request_lines()[before:] if '"PUT ' in line]
+        # one PutObject each, no multipart upload (and a copy each when uploads go to a temporary name)
+        assert len(writes) == (2 if storage.uploads_whole(output) else 4), store.request_lines()[before:]
         assert not any("uploads" in line for line in store.request_lines()[before:])
     storage.delete(f"{output}/empty")
     storage.delete(f"{output}/small")
