@@ -35,6 +35,7 @@ import tensorflow as tf
 import loaders.decode as images
 import loaders.epoch as plan
 from loaders.load_options import LoadOptions
+from loaders.records import range_dataset
 from loaders.source import SplitSource, manifest_digest
 from loaders.weights import acceptance_probabilities
 from prep.core import schema
@@ -87,7 +88,7 @@ def _records(
 
     def read(shard, skip, take, weight):
         file = tf.gather(files, shard)
-        records = _named_errors(tf.data.TFRecordDataset(file).skip(skip).take(take), file, skip, take)
+        records = _named_errors(range_dataset(source.file_format, file, skip, take), file, skip, take)
         if with_weight:
             return records.map(lambda r: {"record": r, "weight": weight})
         return records

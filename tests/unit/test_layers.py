@@ -18,7 +18,7 @@ PACKAGES = ("prep", "beam_jobs", "loaders")
 MAX_LINES = 400  # past this a module usually holds two roles (docs/design.md)
 
 # What the pure core may import besides the standard library and itself (docs/design.md, "Layers").
-CORE_THIRD_PARTY = {"PIL", "numpy", "google_crc32c", "yaml"}  # yaml: YOLO's data.yaml, lazily
+CORE_THIRD_PARTY = {"PIL", "numpy", "google_crc32c", "yaml", "array_record"}  # yaml, array_record: lazily
 
 
 def _modules() -> dict[str, Path]:
