@@ -243,12 +243,7 @@ def build(
         )
         ds = tf.data.Dataset.zip(ds, seeds)
 
-    if source.task in ("detection", "segmentation"):
-        import loaders.tasks as tasks
-
-        decode, finish = tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
-    else:
-        decode, finish = _decoder(opts, source), _finisher(opts, padded)
+    decode, finish = batch_decoder(opts, source, padded)
     if opts.cache and not training:
         ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
@@ -261,6 +256,17 @@ def build(
         ds = ds.repeat()
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(data_options(opts, sharded=num_pipelines > 1))
+
+
+def batch_decoder(opts: LoadOptions, source: SplitSource, padded: bool = False):
+    """(decode, finish) of a batch of serialized records, for the task: ``decode(records,
+    batch_seed=None)`` parses, crops, flips and resizes; ``finish`` augments, normalises and
+    shapes the output. `opts` resolved. Shared by `build` and `loaders.grain`."""
+    if source.task in ("detection", "segmentation"):
+        import loaders.tasks as tasks
+
+        return tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
+    return _decoder(opts, source), _finisher(opts, padded)
 
 
 def _decoder(opts: LoadOptions, source: SplitSource):

@@ -8,6 +8,8 @@ seeks over the data.
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, cast
@@ -96,9 +98,11 @@ class _Writer(ShardWriter):
 
 
 class _Offsets:
-    """A local TFRecord's records by position: each record's offset, from its headers."""
+    """A local TFRecord's records by position: each record's offset, from its headers. Reads are
+    positional (`os.pread`), so threads may share it."""
 
     def __init__(self, path: str) -> None:
+        self._name = path
         self._file = open(path, "rb")
         self._starts: list[int] = []
         offset = 0
@@ -109,9 +113,10 @@ class _Offsets:
             self._starts.append(offset)
             offset += HEADER + struct.unpack("<Q", header[:8])[0] + FOOTER
             self._file.seek(offset)
+        self._starts.append(offset)  # the end of the last record
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return len(self._starts) - 1
 
     def __getitem__(self, index: int) -> bytes:
         if not 0 <= index < len(self):
@@ -121,8 +126,9 @@ class _Offsets:
     def read_range(self, start: int, stop: int) -> list[bytes]:
         if start >= stop:
             return []
-        self._file.seek(self._starts[start])
-        records = read_records(cast(BinaryIO, self._file), self._file.name)
+        first, end = self._starts[start], self._starts[stop]
+        data = os.pread(self._file.fileno(), end - first, first)
+        records = read_records(io.BytesIO(data), f"{self._name} (from byte {first})")
         return [next(records)[2] for _ in range(start, stop)]
 
     def close(self) -> None:
