@@ -80,6 +80,7 @@ class _Batches:
         return tf.function(lambda r: finish(decode(r)), input_signature=[records])
 
     def __call__(self, k: int):
+        import numpy as np
         import tensorflow as tf
 
         epoch = k // self._plan.batches
@@ -95,7 +96,7 @@ class _Batches:
             out = self._run(records, tf.constant(seed, tf.int64))
         else:
             out = self._run(records)
-        return tf.nest.map_structure(lambda t: t.numpy(), out)
+        return tf.nest.map_structure(np.asarray, out)  # no copy, unlike Tensor.numpy() (~36 ms a batch)
 
 
 def dataset(
