@@ -81,11 +81,10 @@ class _Writer(ShardWriter):
             local.remove(self._local)
 
     def abort(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the failure may have been the writer's own
+        with contextlib.suppress(Exception):  # the failure may have been the writer's own
             self._writer.close()
-        local.remove(self._local)
         if self._local != self._path:
-            storage.delete(self._path)
+            local.remove(self._local)
 
 
 class _Records:

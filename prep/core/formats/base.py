@@ -65,7 +65,9 @@ class ShardWriter(abc.ABC):
 
     @abc.abstractmethod
     def abort(self) -> None:
-        """Closes and drops what was written, after a failure."""
+        """Closes the file after a failure, raising nothing more. A file at the path given stays, as
+        any temporary file of a failed run does, for --resume or --overwrite to clear; a copy of
+        its own outside it (ArrayRecord's, for a remote path) is deleted."""
 
 
 class ShardFormat(abc.ABC):

@@ -7,6 +7,7 @@ seeks over the data.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -93,8 +94,8 @@ class _Writer(ShardWriter):
         return size, sha256
 
     def abort(self) -> None:
-        self._out.close()
-        storage.delete(self._path)
+        with contextlib.suppress(Exception):  # the failure may have been the file's own
+            self._out.close()
 
 
 class _Offsets:
