@@ -140,6 +140,8 @@ def build(
         reuse=reuse,
         index=config.index,
         keys=config.dedupe.keys,
+        file_format=config.file_format,
+        format_options=config.format_options,
     )
     written = (
         ranked

@@ -36,7 +36,7 @@ from apache_beam.metrics import Metrics
 
 from beam_jobs.plan import PartKey, Section, read_section
 from beam_jobs.pooled import PooledDoFn
-from prep.core import storage
+from prep.core import formats, storage
 from prep.core.manifest_parts import IndexFile, ShardInfo
 from prep.core.naming import ShardName
 from prep.core.run import checkpoints, dedupe_files
@@ -58,6 +58,19 @@ class WriteOptions:
     reuse: bool = False  # keep a complete shard or part of an interrupted run (see checkpoints.py)
     index: bool = False  # --index: write each shard's record index
     keys: bool = False  # record each part's content keys, for OUTPUT/content_keys.jsonl (dedupe_files.py)
+    file_format: str = formats.DEFAULT  # the shards' container; parts are always TFRecord-framed
+    format_options: str | None = None
+
+    @property
+    def shard_format(self) -> formats.ShardFormat:
+        return formats.get(self.file_format)
+
+    def shard_name(self, split: str, shard: int, num_shards: int) -> ShardName:
+        return ShardName(split, shard, num_shards, self.shard_format.suffix)
+
+    def open_shard(self, path: str) -> formats.ShardWriter:
+        """A writer of a shard's container at `path`: it takes the framed records in order."""
+        return self.shard_format.open_writer(path, self.format_options)
 
 
 class WrittenShard(typing.NamedTuple):
@@ -215,7 +228,7 @@ class WriteParts(PooledDoFn):
 
     def _write_part(self, key: PartKey, sections: list[Section]) -> tuple:
         """Writes one part (or whole shard); returns (output, records written, bytes written)."""
-        name = ShardName(key.split, key.shard, key.num_shards)
+        name = self._options.shard_name(key.split, key.shard, key.num_shards)
         entries = sorted(itertools.chain.from_iterable(read_section(self._work, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
         class_counts, extra = task_counts(entries, self._options.labels, self._options.groups, self._options.task)
@@ -233,8 +246,13 @@ class WriteParts(PooledDoFn):
             size, sha = found
         else:
             assert self._pool is not None  # made in setup()
-            with storage.open_write(tmp) as out:
-                size, sha = copy_records(entries, out, self._work, self._options.source, self._pool)
+            # A part is a piece of the framed stream that ConcatParts gives the shard's container.
+            out = self._options.open_shard(tmp) if key.num_parts == 1 else formats.TFRECORD.open_writer(tmp)
+            try:
+                size, sha = out.finish(*copy_records(entries, out, self._work, self._options.source, self._pool))
+            except BaseException:
+                out.abort()
+                raise
             storage.rename(tmp, path)
             checkpoints.record_complete(sidecar, digest, size, sha)
         sizes = tuple(map(written_size, entries))  # framed records, in the order written
@@ -281,15 +299,19 @@ class ConcatParts(beam.DoFn):
         else:
             hasher, size = hashlib.sha256(), 0
             tmp = self._work.shard_temp(filename)
-            with storage.open_write(tmp) as out:
+            out = self._options.open_shard(tmp)
+            try:
                 for part in parts:
                     with storage.open_read(part.path) as f:
                         while block := f.read(8 << 20):
                             out.write(block)
                             hasher.update(block)
                             size += len(block)
+                size, sha = out.finish(size, hasher.hexdigest())
+            except BaseException:
+                out.abort()
+                raise
             storage.rename(tmp, path)
-            sha = hasher.hexdigest()
             checkpoints.record_complete(sidecar, digest, size, sha)
             if self._on_step is not None:
                 self._on_step("shard")

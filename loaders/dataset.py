@@ -35,6 +35,7 @@ import tensorflow as tf
 import loaders.decode as images
 import loaders.epoch as plan
 from loaders.load_options import LoadOptions
+from loaders.records import range_dataset
 from loaders.source import SplitSource, manifest_digest
 from loaders.weights import acceptance_probabilities
 from prep.core import schema
@@ -87,7 +88,7 @@ def _records(
 
     def read(shard, skip, take, weight):
         file = tf.gather(files, shard)
-        records = _named_errors(tf.data.TFRecordDataset(file).skip(skip).take(take), file, skip, take)
+        records = _named_errors(range_dataset(source.file_format, file, skip, take), file, skip, take)
         if with_weight:
             return records.map(lambda r: {"record": r, "weight": weight})
         return records
@@ -242,12 +243,7 @@ def build(
         )
         ds = tf.data.Dataset.zip(ds, seeds)
 
-    if source.task in ("detection", "segmentation"):
-        import loaders.tasks as tasks
-
-        decode, finish = tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
-    else:
-        decode, finish = _decoder(opts, source), _finisher(opts, padded)
+    decode, finish = batch_decoder(opts, source, padded)
     if opts.cache and not training:
         ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
@@ -260,6 +256,17 @@ def build(
         ds = ds.repeat()
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(data_options(opts, sharded=num_pipelines > 1))
+
+
+def batch_decoder(opts: LoadOptions, source: SplitSource, padded: bool = False):
+    """(decode, finish) of a batch of serialized records, for the task: ``decode(records,
+    batch_seed=None)`` parses, crops, flips and resizes; ``finish`` augments, normalises and
+    shapes the output. `opts` resolved. Shared by `build` and `loaders.grain`."""
+    if source.task in ("detection", "segmentation"):
+        import loaders.tasks as tasks
+
+        return tasks.decoder(opts, source), tasks.finisher(opts, source, padded)
+    return _decoder(opts, source), _finisher(opts, padded)
 
 
 def _decoder(opts: LoadOptions, source: SplitSource):

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 
 from loaders.source import SplitSource
-from prep.core import storage
+from prep.core import formats, storage
 from prep.core.errors import LoaderError, RecordError
 from prep.core.naming import ShardName
 from prep.core.tfrecord import frames
@@ -60,6 +60,14 @@ def scan(path: str, expected: int) -> ShardDamage:
     return ShardDamage(path, expected, tuple(readable), first_bad)
 
 
+def _check_tfrecord(source: SplitSource) -> None:
+    if source.file_format != formats.TFRECORD.name:
+        raise LoaderError(
+            f'on_corrupt="skip" steps over damaged TFRecord records; {source.root} holds '
+            f"{source.file_format} shards: run `prep verify` to find the damaged ones"
+        )
+
+
 def _check_not_more(damage: ShardDamage) -> None:
     if len(damage.readable) > damage.expected:
         raise LoaderError(
@@ -71,6 +79,7 @@ def _check_not_more(damage: ShardDamage) -> None:
 def readable_counts(source: SplitSource) -> SplitSource:
     """`source` with each shard's count replaced by its readable records, as `skip_corrupt`
     would read them, without copying anything (for `epoch_size`)."""
+    _check_tfrecord(source)
     counts = []
     for path, expected in zip(source.files, source.counts):
         damage = scan(path, expected)
@@ -85,6 +94,7 @@ def skip_corrupt(source: SplitSource, cache_dir: str | None = None) -> tuple[Spl
     Logs one warning per damaged shard, naming it, the first bad record and how
     many records were skipped. Returns the new source and the damage found.
     """
+    _check_tfrecord(source)
     files, counts, damaged = list(source.files), list(source.counts), []
     for i, (path, expected) in enumerate(zip(source.files, source.counts)):
         damage = scan(path, expected)

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import os
 
-from prep.core import storage
+from prep.core import formats, storage
 from prep.core.errors import LoaderError, ManifestError
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.naming import ShardName
@@ -32,6 +32,7 @@ class SplitSource:
         task: the manifest's task (`prep.core.schema.TASKS`).
         max_boxes: detection: the most objects one image of the split holds.
         ignore_value: segmentation: the mask value of pixels to ignore.
+        file_format: the shards' container (`prep.core.formats`), which its owner reads.
     """
 
     root: str
@@ -43,6 +44,7 @@ class SplitSource:
     task: str = "classification"
     max_boxes: int | None = None
     ignore_value: int | None = None
+    file_format: str = formats.DEFAULT
 
     def __post_init__(self):
         if len(self.files) != len(self.counts) or not self.files:
@@ -132,4 +134,5 @@ def open_split(root: str, split: str, check_files: bool = True) -> SplitSource:
         manifest.task,
         info.max_boxes,
         manifest.ignore_value,
+        manifest.file_format,
     )

@@ -15,11 +15,10 @@ import posixpath
 from collections.abc import Iterator
 from typing import Any
 
-from prep.core import storage
+from prep.core import formats, storage
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
 from prep.core.task_record import TaskRecord
-from prep.core.tfrecord import read_records
 
 JSON_VERSION = 1
 
@@ -149,11 +148,11 @@ def shard_paths(manifest: Manifest, output: str, split: str | None = None) -> li
     return [storage.join(output, shard.file) for name in names for shard in manifest.splits[name].shards]
 
 
-def _records(paths: list[str], task: str = "classification") -> Iterator[ImageRecord | TaskRecord]:
+def _records(paths: list[str], manifest: Manifest) -> Iterator[ImageRecord | TaskRecord]:
+    task, shard_format = manifest.task, formats.get(manifest.file_format)
     for path in paths:
-        with storage.open_read(path) as f:
-            for _, _, data in read_records(f, posixpath.basename(path)):
-                yield ImageRecord.from_bytes(data) if task == "classification" else TaskRecord.from_bytes(data, task)
+        for data in shard_format.records(path, posixpath.basename(path)):
+            yield ImageRecord.from_bytes(data) if task == "classification" else TaskRecord.from_bytes(data, task)
 
 
 def classes_of(record: ImageRecord | TaskRecord, num_classes: int) -> list[int]:
@@ -195,7 +194,7 @@ def samples(
     picked: dict[int, list] = {label: [] for label in wanted}
     missing = sum(wanted.values())
     if missing:
-        for record in _records(shard_paths(manifest, output, split), manifest.task):
+        for record in _records(shard_paths(manifest, output, split), manifest):
             for label in classes_of(record, n):
                 bucket = picked.get(label)
                 if bucket is not None and len(bucket) < wanted[label]:

@@ -27,14 +27,14 @@ from typing import TypeVar
 from threadpoolctl import threadpool_limits
 
 from prep.core import content_keys as ck
-from prep.core import keys_sidecar, storage
+from prep.core import formats, keys_sidecar, storage
 from prep.core.errors import RecordError
+from prep.core.formats import ShardFormat
 from prep.core.image_rules import DEFAULT_MAX_PIXELS, bomb_limit
 from prep.core.keys_sidecar import RecordKeys
 from prep.core.leak_pairs import EXACT, NEAR, LeakPairs, leak_pairs, self_pairs
 from prep.core.manifest import Manifest
 from prep.core.schema import ImageRecord
-from prep.core.tfrecord import read_records
 
 JSON_VERSION = 1
 BATCH = 32  # records per task sent to a worker process
@@ -135,7 +135,7 @@ def _one_blas_thread() -> None:
 
 
 def _shard_keys(
-    path: str, split: str, shard: str, digest: str, pool, workers: int, max_pixels: int
+    path: str, split: str, shard: str, digest: str, pool, workers: int, max_pixels: int, shard_format: ShardFormat
 ) -> list[RecordKeys]:
     """Reads one shard and hashes its images on `pool` in batches, in record order.
 
@@ -146,14 +146,13 @@ def _shard_keys(
     out: list[RecordKeys] = []
     pending: collections.deque[concurrent.futures.Future[list[RecordKeys]]] = collections.deque()
     batch: list[tuple[int, bytes]] = []
-    with storage.open_read(path) as f:
-        for index, _, data in read_records(f, path):
-            batch.append((index, data))
-            if len(batch) == BATCH:
-                pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest, max_pixels))
-                batch = []
-                if len(pending) >= PENDING * workers:
-                    out.extend(pending.popleft().result())
+    for index, data in enumerate(shard_format.records(path, path)):
+        batch.append((index, data))
+        if len(batch) == BATCH:
+            pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest, max_pixels))
+            batch = []
+            if len(pending) >= PENDING * workers:
+                out.extend(pending.popleft().result())
     if batch:
         pending.append(pool.submit(_hash_batch, batch, path, split, shard, digest, max_pixels))
     while pending:
@@ -175,6 +174,7 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
     manifest = Manifest.load(output)
     shards = [(split.name, shard.file, shard.sha256, shard.examples) for split, shard in manifest.shards()]
     max_pixels = manifest.options.get("max_pixels") or DEFAULT_MAX_PIXELS
+    shard_format = formats.get(manifest.file_format)
     sidecar = storage.join(output, keys_sidecar.FILENAME)
     cached = None
     if storage.exists(sidecar):  # asked first: an object store's reader may not raise FileNotFoundError
@@ -194,7 +194,9 @@ def dataset_keys(output: str, workers: int | None = None, progress: Progress | N
                 records.extend(found)
                 reused += len(found)
                 continue
-            fresh = _shard_keys(storage.join(output, file), split, file, digest, pool, workers, max_pixels)
+            fresh = _shard_keys(
+                storage.join(output, file), split, file, digest, pool, workers, max_pixels, shard_format
+            )
             records.extend(fresh)
             computed += len(fresh)
             if progress is not None:

@@ -1,10 +1,10 @@
 """Reading one shard once: its size and sha256, and every record checked on the way.
 
-`verify` must stay I/O-bound, so a shard is read a single time, in big blocks:
-each block goes into sha256 as it arrives, and `read_records` takes its headers
-and records from the same blocks in memory (`HashingReader`). A damaged byte
-anywhere changes the sha256; inside a record it also breaks a CRC, which
-`read_records` reports with the record's index.
+`verify` must stay I/O-bound, so a shard is read once by its format's owner
+(`ShardFormat.scan`, `prep.core.formats`): a TFRecord in big blocks, each hashed as
+it arrives while its records are framed from the same blocks in memory
+(`HashingReader`). A damaged byte anywhere changes the sha256; inside a record it
+also breaks a CRC (an ArrayRecord: a chunk's hash), reported with the record's index.
 
 Issues are `(record index or None, message)` pairs; `prep.verify` names the file.
 """
@@ -17,73 +17,19 @@ import dataclasses
 import hashlib
 import io
 from collections.abc import Callable
-from typing import BinaryIO, cast
 
 from prep import task_checks
-from prep.core import storage, targets
+from prep.core import formats, targets
 from prep.core.errors import RecordError
+from prep.core.formats.tfrecord_format import HashingReader  # noqa: F401 (re-exported)
 from prep.core.image_rules import DEFAULT_MAX_PIXELS
 from prep.core.schema import FORMATS, ImageRecord
 from prep.core.task_record import TaskRecord
-from prep.core.tfrecord import FOOTER, HEADER, read_records
 
-BLOCK = 1 << 20  # big enough that system calls vanish beside the bytes (docs/design.md)
 CHANNELS = (1, 3)
 PENDING = 64  # --deep decodes in flight at most, which bounds the records held in memory
 
 Issue = tuple["int | None", str]
-
-
-class HashingReader:
-    """A read-only stream over `raw` that hashes every byte once, as it reads big blocks.
-
-    `read(n)` is served from the current block, so `read_records` can ask for a
-    12-byte header and then one record without a system call each.
-    """
-
-    def __init__(self, raw: BinaryIO, on_block: Callable[[int], None] | None = None, block: int = BLOCK):
-        self._raw = raw
-        self._on_block = on_block
-        self._block = block
-        self._buffer = b""
-        self._pos = 0
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def _next_block(self) -> bytes:
-        block = self._raw.read(self._block)
-        if block:
-            self.sha256.update(block)
-            self.size += len(block)
-            if self._on_block is not None:
-                self._on_block(len(block))
-        return block
-
-    def read(self, n: int) -> bytes:
-        start, end = self._pos, self._pos + n
-        if end <= len(self._buffer):
-            self._pos = end
-            return self._buffer[start:end]
-        parts = [self._buffer[start:]]
-        need = n - len(parts[0])
-        self._buffer, self._pos = b"", 0
-        while need > 0:
-            block = self._next_block()
-            if not block:
-                break
-            if len(block) > need:
-                parts.append(block[:need])
-                self._buffer, self._pos = block, need
-                break
-            parts.append(block)
-            need -= len(block)
-        return b"".join(parts)
-
-    def drain(self) -> None:
-        """Reads (and hashes) the rest of the file."""
-        self._buffer, self._pos = b"", 0
-        while self._next_block():
-            pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +139,7 @@ class ScanOptions:
         max_pixels: with `deep`, images with more pixels are reported, not decoded.
         target: also report each record that this target's default readers would fail on.
         ignore_value: segmentation: the class-map value of ignored pixels (None: schema.IGNORE_VALUE).
+        file_format: the shards' container, which its owner reads and checks.
     """
 
     labels: tuple[str, ...]
@@ -201,6 +148,7 @@ class ScanOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     target: str = targets.NONE
     ignore_value: int | None = None
+    file_format: str = formats.DEFAULT  # the manifest's (`prep.core.formats`)
 
 
 def scan_shard(
@@ -250,62 +198,52 @@ def scan_shard(
             if len(pending) > PENDING:
                 collect(*_done(pending.popleft()))
 
-    count, end, complete = 0, 0, True  # records framed so far, and the byte where the next one starts
-    sizes = []
-    with open(path, "rb", buffering=0) if not storage.is_remote(path) else storage.open_read(path) as raw:
-        stream = HashingReader(raw, on_block)
+    read = formats.ScanResult()
+    for index, data in formats.get(options.file_format).scan(path, name, read, on_block):
         try:
-            # read_records only calls read(n), which HashingReader serves
-            for index, offset, data in read_records(cast(BinaryIO, stream), name):
-                count, end = index + 1, offset + HEADER + len(data) + FOOTER
-                sizes.append(end - offset)
-                try:
-                    record = ImageRecord.from_bytes(data) if tally is None else TaskRecord.from_bytes(data, task)
-                except RecordError as exc:
-                    schema = "an Example of our schema" if tally is None else f"a {task} record"
-                    issues.append((index, f"does not parse as {schema}: {exc}"))
-                    continue
-                if tally is None:
-                    assert isinstance(record, ImageRecord)  # parsed as one without a tally, above
-                    counts[_label_name(record.label, labels)] += 1
-                    issues.extend((index, message) for message in record_issues(record, labels))
-                    failed = targets.record_failures(target, record.encoded, record.source_id)
-                else:
-                    assert isinstance(record, TaskRecord)
-                    issues.extend((index, m) for m in common_issues(record) + task_checks.record_issues(record, labels))
-                    if not task_checks.source_id_ok(record):
-                        bad_ids += 1
-                        first_bad_id = index if first_bad_id is None else first_bad_id
-                    failed = _task_target_failures(target, record)
-                    if not (deep and task == "segmentation"):
-                        tally.add(record, labels, None)
-                if failed:
-                    failing += 1
-                    failures.update(failed)
-                    if targets.NOT_JPEG in failed:
-                        issues.append((index, targets.not_jpeg_message(record.encoded)))
-                    if targets.NO_SOURCE_ID in failed and first_without_id is None:
-                        first_without_id = index
-                if deep and tally is None:
-                    check_deep(index, None, image_issues, record, max_pixels)
-                elif deep:
-                    check_deep(
-                        index,
-                        record if task == "segmentation" else _NO_TALLY,
-                        _task_deep,
-                        record,
-                        max_pixels,
-                        len(labels),
-                        ignore_value,
-                    )
+            record = ImageRecord.from_bytes(data) if tally is None else TaskRecord.from_bytes(data, task)
         except RecordError as exc:
-            complete = False
-            # read_records names the file, record and offset; we keep the file apart.
-            where = f"{name}: record {count} at byte {end}: "
-            issues.append((count, f"{str(exc).removeprefix(where)}; the record starts at byte {end}"))
-            stream.drain()
-        for item in pending:
-            collect(*_done(item))
+            schema = "an Example of our schema" if tally is None else f"a {task} record"
+            issues.append((index, f"does not parse as {schema}: {exc}"))
+            continue
+        if tally is None:
+            assert isinstance(record, ImageRecord)  # parsed as one without a tally, above
+            counts[_label_name(record.label, labels)] += 1
+            issues.extend((index, message) for message in record_issues(record, labels))
+            failed = targets.record_failures(target, record.encoded, record.source_id)
+        else:
+            assert isinstance(record, TaskRecord)
+            issues.extend((index, m) for m in common_issues(record) + task_checks.record_issues(record, labels))
+            if not task_checks.source_id_ok(record):
+                bad_ids += 1
+                first_bad_id = index if first_bad_id is None else first_bad_id
+            failed = _task_target_failures(target, record)
+            if not (deep and task == "segmentation"):
+                tally.add(record, labels, None)
+        if failed:
+            failing += 1
+            failures.update(failed)
+            if targets.NOT_JPEG in failed:
+                issues.append((index, targets.not_jpeg_message(record.encoded)))
+            if targets.NO_SOURCE_ID in failed and first_without_id is None:
+                first_without_id = index
+        if deep and tally is None:
+            check_deep(index, None, image_issues, record, max_pixels)
+        elif deep:
+            check_deep(
+                index,
+                record if task == "segmentation" else _NO_TALLY,
+                _task_deep,
+                record,
+                max_pixels,
+                len(labels),
+                ignore_value,
+            )
+    for item in pending:
+        collect(*_done(item))
+    count = read.records
+    if read.error is not None:
+        issues.append(read.error)
     if failures[targets.NO_SOURCE_ID]:
         assert first_without_id is not None  # set with the first NO_SOURCE_ID failure
         issues.append((None, targets.no_source_id_message(failures[targets.NO_SOURCE_ID], count, first_without_id)))
@@ -319,13 +257,13 @@ def scan_shard(
         )
     issues.sort(key=lambda issue: -1 if issue[0] is None else issue[0])
     return ShardScan(
-        size=stream.size,
-        sha256=stream.sha256.hexdigest(),
+        size=read.size,
+        sha256=read.sha256,
         records=count,
         class_counts=dict(counts) if tally is None else dict(tally.images),
-        complete=complete,
+        complete=read.error is None,
         issues=tuple(issues),
-        record_sizes=tuple(sizes),
+        record_sizes=tuple(read.record_sizes),
         target_failures=dict(failures),
         target_records=failing,
         tally=tally,

@@ -10,7 +10,7 @@ Checks, in order (docs/verify.md lists them with their messages):
    docs/manifest.md; otherwise that is the only problem reported.
 2. The manifest agrees with itself: shard names, indexes and counts, per-split
    sums, `labels` against `class_counts`, the input accounting.
-3. Every shard it names is a file in OUTPUT; no other ``*.tfrecord`` (or record
+3. Every shard it names is a file in OUTPUT; no other shard (of any format) or record
    index) is there.
 4. Each shard, read once (`prep.shard_checks`): size and sha256 as recorded, every
    record's framing and CRCs, every record parses with our schema and its label
@@ -37,11 +37,11 @@ import warnings
 from collections.abc import Callable
 
 from prep import manifest_agreement, sidecars, task_checks
-from prep.core import storage, targets
+from prep.core import formats, storage, targets
 from prep.core.errors import ManifestError
 from prep.core.manifest import FILENAME, REJECTS, Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced, sum_counts, unbalanced
-from prep.core.naming import INDEX_SUFFIX, SUFFIX
+from prep.core.naming import INDEX_SUFFIX
 from prep.shard_checks import DEFAULT_MAX_PIXELS, ScanOptions, ShardScan, scan_shard
 
 JSON_VERSION = 1
@@ -215,7 +215,7 @@ def verify(
             present[file] = path
     names = storage.list_names(output)
     for name in names:
-        if name.endswith(SUFFIX) and name not in entries:
+        if name.endswith(formats.SUFFIXES) and name not in entries:
             problems.append(Problem(name, None, "unexpected shard file: the manifest does not name it"))
     problems += [Problem(*issue) for issue in sidecars.unexpected_indexes(names, manifest)]
 
@@ -226,7 +226,9 @@ def verify(
     max_pixels = manifest.options.get("max_pixels")
     if not isinstance(max_pixels, int) or max_pixels < 1:
         max_pixels = DEFAULT_MAX_PIXELS
-    scanning = ScanOptions(tuple(labels), manifest.task, deep, max_pixels, target, manifest.ignore_value)
+    scanning = ScanOptions(
+        tuple(labels), manifest.task, deep, max_pixels, target, manifest.ignore_value, manifest.file_format
+    )
     pool = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count() or 1) if deep else None
     try:
         with warnings.catch_warnings():

@@ -7,7 +7,7 @@ import os
 from fractions import Fraction
 from typing import Any
 
-from prep.core import targets
+from prep.core import formats, targets
 from prep.core.errors import OptionsError
 from prep.core.groups import DedupeOptions
 from prep.core.image_rules import ImageOptions
@@ -109,8 +109,16 @@ class ConvertConfig:
     target: str = targets.NONE  # a consumer whose default pipeline must read every record (`targets`)
     tasks: TaskOptions = TaskOptions()
     dedupe: DedupeOptions = DedupeOptions()  # duplicate and user groups (prep.core.groups)
+    file_format: str = formats.DEFAULT  # the shards' container (`prep.core.formats`)
+    format_options: str | None = None  # its writer's options, checked (`ShardFormat.check_options`)
 
     def __post_init__(self) -> None:
+        if self.file_format not in formats.NAMES:
+            raise OptionsError(f"--file-format must be one of {', '.join(formats.NAMES)}, got {self.file_format!r}")
+        if self.index and self.file_format != formats.TFRECORD.name:
+            raise OptionsError(
+                f"--index writes a TFRecord's record index; --file-format {self.file_format} is read by position"
+            )
         wanted = targets.get(self.target).image_format
         if wanted is not None and self.image.image_format != wanted:
             raise OptionsError(
@@ -170,7 +178,14 @@ class ConvertConfig:
             **({} if self.plan.empty_classes == "keep" else {"empty_classes": self.plan.empty_classes}),
             **self.tasks.manifest_options(),
             **self.dedupe.manifest_options(),
+            **self.format_manifest_options(),
         }
+
+    def format_manifest_options(self) -> dict[str, Any]:
+        """The file format and its options; none for TFRecord, whose manifests stay as they were."""
+        if self.file_format == formats.DEFAULT:
+            return {}
+        return {"file_format": self.file_format, "format_options": self.format_options}
 
 
 def fraction_text(f: Fraction) -> str:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from prep.core import targets
+from prep.core import formats, targets
 from prep.core.config import ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig, TaskOptions
 from prep.core.errors import OptionsError
 from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICATES, DedupeOptions
@@ -217,6 +217,19 @@ OPTIONS = (
         "same split when --split makes the splits; a row with an empty value is in no group.",
         metavar="COLUMN",
     ),
+    Option(
+        "--file-format",
+        "Container of the shards: tfrecord (read in order: tf.data, DALI), or array_record (read by "
+        "position: Grain, tfds' as_data_source); the same records in the same order either way.",
+        default=formats.DEFAULT,
+        choices=formats.NAMES,
+    ),
+    Option(
+        "--array-record-options",
+        "ArrayRecord writer options, e.g. group_size:1,zstd:3 (default: group_size:1,uncompressed, "
+        "one record a chunk, for random access).",
+        metavar="OPTIONS",
+    ),
     Option("--overwrite", "Replace a dataset prep wrote earlier in OUTPUT.", bool, False, flag=True),
     Option(
         "--resume",
@@ -301,6 +314,8 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
             raise OptionsError(f"--{name} is empty; leave the option out instead")
     annotations, split_annotations = parse_annotations(v["annotations"])
     return ConvertConfig(
+        file_format=v["file_format"],
+        format_options=_format_options(v["file_format"], v["array_record_options"]),
         source=_absolute(source),
         output=_absolute(output),
         labels=v["labels"],
@@ -348,6 +363,18 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
             group_by=v["group_by"],
         ),
     )
+
+
+def _format_options(file_format: str, given: str | None) -> str | None:
+    """The writer options of `file_format`, checked, its default filled in."""
+    if file_format not in formats.NAMES:
+        return None  # ConvertConfig names the bad format
+    if given is not None and file_format != formats.ARRAY_RECORD.name:
+        raise OptionsError(f"--array-record-options applies to --file-format array_record, not {file_format}")
+    try:
+        return formats.get(file_format).check_options(given)
+    except ValueError as exc:
+        raise OptionsError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from prep.core import manifest_read, storage
+from prep.core import formats, manifest_read, storage
 from prep.core import shard_counts as sidecar
 from prep.core.manifest_parts import (  # noqa: F401 (re-exported)
     BoxAccounting,
@@ -85,6 +85,11 @@ class Manifest:
     ignore_value: int | None = None  # segmentation: the mask value that marks pixels to ignore
     groups: GroupCounts | None = None  # only when a duplicate group was found or a group decided a split
     shard_counts: sidecar.SidecarRef | None = None  # version 2 as read: the sidecar manifest.json names
+
+    @property
+    def file_format(self) -> str:
+        """The name of its shards' file format (`prep.core.formats`); absent from a TFRecord dataset's options."""
+        return str(self.options.get("file_format", formats.DEFAULT))
 
     @property
     def examples(self) -> int:

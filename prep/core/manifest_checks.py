@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 
+from prep.core import formats
 from prep.core.manifest import Manifest
 from prep.core.naming import ShardName
 
@@ -42,6 +43,7 @@ def contradictions(manifest: Manifest) -> list[str]:
     require_shard_counts(manifest)
     labels = manifest.labels
     messages = []
+    suffix = formats.get(manifest.file_format).suffix
     if len(set(labels)) != len(labels):
         messages.append("labels repeat a class name")
     for split, info in manifest.splits.items():
@@ -49,7 +51,7 @@ def contradictions(manifest: Manifest) -> list[str]:
         if info.num_shards != len(shards):
             messages.append(f"split {split}: num_shards is {info.num_shards} but {len(shards)} shards are listed")
         for i, shard in enumerate(shards):
-            name = ShardName(split, i, len(shards)).filename
+            name = ShardName(split, i, len(shards), suffix).filename
             if (shard.file, shard.index) != (name, i):
                 messages.append(
                     f"split {split}: shard {i} of {len(shards)} must be {name} with index {i}, "

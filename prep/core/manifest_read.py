@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from prep.core import formats, storage
 from prep.core import shard_counts as sidecar
-from prep.core import storage
 from prep.core.errors import ManifestError
 from prep.core.manifest_parts import (
     BoxAccounting,
@@ -89,6 +89,11 @@ def fields(data: bytes | str | dict[str, Any], where: str) -> dict[str, Any]:
     for i, label in enumerate(labels):
         read.check(label, str, f"labels[{i}]")
     options = read.get(data, "options", dict, "options")
+    if options.get("file_format", formats.DEFAULT) not in formats.NAMES:
+        raise ManifestError(
+            f"{where}: options.file_format is {options['file_format']!r}, not a format this version reads "
+            f"({', '.join(formats.NAMES)})"
+        )
     raw_inputs = read.get(data, "inputs", dict, "inputs")
     counts = {
         key: read.get(raw_inputs, key, int, f"inputs.{key}") for key in ("found", "written", "rejected", "capped")

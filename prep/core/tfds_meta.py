@@ -6,8 +6,8 @@ kinds of files in the folder (`tfds.core.read_only_builder`):
 - ``dataset_info.json``: the `DatasetInfo` proto in proto3's JSON mapping
   (camelCase names, int64 values as strings): name, version, file format,
   supervised keys, and per split its shard lengths, bytes and file-name
-  template. The template (`naming.TFDS_TEMPLATE`) lets tfds find our shard
-  names as they are.
+  template. The template (`naming.tfds_template`) lets tfds find our shard
+  names as they are, in either file format (`prep.core.formats`).
 - ``features.json``: `FeaturesDict.to_json()` of our record schema, one entry
   per key of `schema`, so tfds parses and decodes every field we write.
 - ``image.class.label.labels.txt``: the class names, in label-id order.
@@ -44,9 +44,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prep.core import schema
+from prep.core import formats, schema
 from prep.core.manifest import Manifest
-from prep.core.naming import TFDS_TEMPLATE
+from prep.core.naming import tfds_template
 
 NAME = "tfrecord_prep"  # fixed, not the folder's name: the bytes must not depend on where OUTPUT is
 VERSION = "1.0.0"
@@ -218,6 +218,7 @@ def features_json(labels: list[str], task: str = "classification") -> dict[str, 
 
 def dataset_info_json(manifest: Manifest) -> dict[str, Any]:
     """The `DatasetInfo` proto, as JSON, of a dataset described by `manifest`."""
+    shard_format = formats.get(manifest.file_format)
     splits = []
     for name, info in sorted(manifest.splits.items()):
         splits.append(
@@ -225,14 +226,14 @@ def dataset_info_json(manifest: Manifest) -> dict[str, Any]:
                 "name": name,
                 "numBytes": str(info.bytes),
                 "shardLengths": [str(shard.examples) for shard in info.shards],
-                "filepathTemplate": TFDS_TEMPLATE,
+                "filepathTemplate": tfds_template(shard_format.suffix),
             }
         )
     return {
         "name": NAME,
         "version": VERSION,
         "description": DESCRIPTION,
-        "fileFormat": "tfrecord",
+        "fileFormat": shard_format.tfds_format,
         "splits": splits,
     } | _supervised(manifest.task)
 

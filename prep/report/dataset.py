@@ -15,11 +15,10 @@ import io
 import itertools
 import json
 
-from prep.core import storage
+from prep.core import formats, storage
 from prep.core.errors import PrepError
 from prep.core.manifest import REJECTS, Manifest
 from prep.core.schema import ImageRecord
-from prep.core.tfrecord import read_records
 
 
 def load_manifest(output: str) -> Manifest:
@@ -51,21 +50,21 @@ def read_samples(manifest, output: str, wanted: dict[int, int], max_records: int
     missing = sum(wanted.values())
     read, notes = 0, []
     splits = sorted(manifest.splits.values(), key=lambda s: -s.examples)
+    shard_format = formats.get(manifest.file_format)
     for shard in itertools.chain.from_iterable(s.shards for s in splits):
         if not missing or read >= max_records:
             break
         path = storage.join(output, shard.file)
         try:
-            with storage.open_read(path) as f:
-                for _, _, data in read_records(f, shard.file):
-                    read += 1
-                    record = ImageRecord.from_bytes(data)
-                    bucket = picked.get(record.label)
-                    if bucket is not None and len(bucket) < wanted[record.label]:
-                        bucket.append(record)
-                        missing -= 1
-                    if not missing or read >= max_records:
-                        break
+            for data in shard_format.records(path, shard.file):
+                read += 1
+                record = ImageRecord.from_bytes(data)
+                bucket = picked.get(record.label)
+                if bucket is not None and len(bucket) < wanted[record.label]:
+                    bucket.append(record)
+                    missing -= 1
+                if not missing or read >= max_records:
+                    break
         except OSError as exc:  # a damaged dataset still gets its page
             notes.append(f"{shard.file}: {exc.strerror or exc}")
         except PrepError as exc:  # names the shard and record already

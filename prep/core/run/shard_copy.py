@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import BinaryIO, TypeVar
 
 from prep.core import storage
+from prep.core.formats import ShardWriter
 from prep.core.run.checkpoints import PlannedEntry
 from prep.core.run.spill import read_record
 from prep.core.schema import relabel, relabelled_size
@@ -93,9 +94,10 @@ def relabel_framed(framed: bytes, entry: PlannedEntry) -> bytes:
 
 
 def copy_records(
-    entries: Sequence[PlannedEntry], out: BinaryIO, work: WorkDir, source: str, pool: concurrent.futures.Executor
+    entries: Sequence[PlannedEntry], out: ShardWriter, work: WorkDir, source: str, pool: concurrent.futures.Executor
 ) -> tuple[int, str]:
-    """Writes the entries' records to `out` in order; returns (bytes, sha256).
+    """Writes the entries' framed records to `out` (a format's writer, `prep.core.formats`) in order;
+    returns the framed stream's (bytes, sha256), which a TFRecord shard's file is.
 
     Three things overlap, all outside the GIL for large buffers: batches are
     read ahead on `pool` threads, this thread writes them, and one hashing
