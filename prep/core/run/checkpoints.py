@@ -113,7 +113,12 @@ def write_listing_rejects(work: WorkDir, rejects: Iterable[Reject]) -> str:
 
 
 def read_listing_rejects(work: WorkDir) -> list[Reject]:
-    return [Reject(*r) for r in json.loads(storage.read_bytes(work.listing_rejects))]
+    return read_rejects_file(work.listing_rejects)
+
+
+def read_rejects_file(path: str) -> list[Reject]:
+    """Rejects written as `rejects_bytes` writes them."""
+    return [Reject(*r) for r in json.loads(storage.read_bytes(path))]
 
 
 def write_listing_boxes(work: WorkDir, notes: Iterable[BoxNote], tally: BoxTally) -> None:

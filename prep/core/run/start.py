@@ -4,7 +4,8 @@
 reuse (resume.py), clears or refuses OUTPUT (output_dir.py), and stages the
 listing: its inputs in chunk files, in `prep.core.ordering.listing_order` (which the
 planner relies on), its early rejects, and the run record. From then on the staged
-chunk files stand for the listing.
+chunk files stand for the listing. A listing staged on workers (`beam_jobs.list_source`) is readied by
+`clear_output` before it and `ready_listed` after.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import typing
 from collections.abc import Iterable
+from typing import Any
 
 from prep.core import storage
 from prep.core.accounting import sort_rejects
@@ -127,6 +129,40 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
     return Ready(staged, sizes, None)
+
+
+def clear_output(config: ConvertConfig) -> None:
+    """Refuses or clears OUTPUT (`prepare_output`) before SOURCE is listed on workers into its work directory.
+
+    Raises:
+        OutputError: OUTPUT cannot be used or written.
+    """
+    try:
+        prepare_output(config.output, config.overwrite)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+
+
+def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
+    """Checks the options against a listing staged on workers (`beam_jobs.list_source`, its summary) and records
+    the run, as `ready_output` does for a driver's listing. OUTPUT was cleared first (`clear_output`).
+
+    Raises:
+        PlanError: --split given for a SOURCE that names splits, or empty classes under --empty-classes fail.
+        OutputError: OUTPUT cannot be written.
+    """
+    classes = tuple(summary["classes"])
+    check_split_source(config.plan, bool(summary["splits"]))
+    check_listed_classes(config, set(summary["listed"]), classes, "classification")
+    digest = listing_digest(classes, [int(summary["sum"], 16)], summary["rejects_sha256"])
+    listed = ListedDigest(digest, summary["inputs"], summary["rejected"])
+    record = run_record(config.manifest_options(), tool_info(), classes, listed)
+    try:
+        checkpoints.write_run(WorkDir(config.output), record)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+    staged = Staged(classes, listed.inputs + listed.rejected, tuple(summary["splits"]))
+    return Ready(staged, list(summary["sizes"]), None)
 
 
 def check_listed_classes(config: ConvertConfig, listed: set[str], classes: tuple[str, ...], task: str) -> None:
