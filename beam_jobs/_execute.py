@@ -71,18 +71,26 @@ def execute(
 
 
 def list_on_workers(
-    config: ConvertConfig, source: FolderSource, runner: str = RUNNERS_LOCAL, beam_args: list[str] | None = None
+    config: ConvertConfig,
+    source: FolderSource,
+    runner: str = RUNNERS_LOCAL,
+    beam_args: list[str] | None = None,
+    pipeline: bool | None = None,
 ) -> dict[str, Any]:
     """Lists and stages a SOURCE of class folders on workers (`list_source`); returns the summary the driver
-    reads. Callers go through `convert.convert`, which cleared OUTPUT first.
+    reads. Callers go through `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a
+    pipeline (default: on any runner but the embedded one, where `list_source.list_here` runs its steps).
 
     Raises:
         PrepError: SOURCE cannot be listed or used (SourceError), or the runner failed.
     """
-    classes = config.classes
+    classes, seed = config.classes, config.plan.seed
+    if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
+        list_source.list_here(source, seed, classes, config.output)
+        return list_source.read_summary(config.output)
 
     def add(p: beam.Pipeline) -> None:
-        list_source.build_listing(p, source, config.plan.seed, classes, config.output)
+        list_source.build_listing(p, source, seed, classes, config.output)
 
     _run(config, runner, beam_args, len(source.tasks), add)
     return list_source.read_summary(config.output)

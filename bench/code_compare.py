@@ -30,10 +30,12 @@ from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 def run(code: pathlib.Path, src: pathlib.Path, out: pathlib.Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(code))
     cmd = [sys.executable, "-m", "prep.cli", "convert", str(src), str(out), "--num-shards", "8", "--no-progress"]
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    # Not from a checkout's root: `python -m` puts the working directory first on sys.path, before PYTHONPATH.
+    subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=out.parent)
     return time.perf_counter() - start
 
 

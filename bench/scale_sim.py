@@ -68,7 +68,8 @@ run()
 """
 
 # --listing-only: the driver's part up to the first worker task, then the listing staged (on workers where the
-# code lists there, else on the driver as before), with prep's code from --code; prints its timings as JSON.
+# code lists there, as a pipeline on the embedded runner or in-process; else on the driver as before), with prep's
+# code from --code; prints its timings as JSON.
 LISTING = """import atexit, json, os, resource, sys, time
 from tests.support import simfs
 def _rss():
@@ -97,12 +98,13 @@ if folders is not None:
     from beam_jobs._execute import list_on_workers
     from prep.core.run.start import clear_output, ready_listed
     clear_output(config)
-    ready = ready_listed(config, list_on_workers(config, folders))
+    ready = ready_listed(config, list_on_workers(config, folders, pipeline=sys.argv[3] == "pipeline"))
 else:
     from prep.core.inputs import list_inputs
     from prep.core.run.start import ready_output
     ready = ready_output(config, list_inputs(config))
     first.append(time.perf_counter())  # the conversion's first worker task starts now
+first.append(time.perf_counter())  # listed in this process (no pipeline): the conversion's first task starts now
 print(json.dumps({"first_task": first[0] - start, "staged": time.perf_counter() - start,
                   "chunks": len(ready.chunk_sizes), "inputs": ready.staged.found}))
 """
@@ -119,7 +121,9 @@ def listing_only(args, scratch: pathlib.Path) -> None:
         PYTHONPATH=os.pathsep.join([code, str(ROOT)]),  # prep from --code, tests.support from here
     )
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", LISTING, source, "simfs://out/listing"], env=env, capture_output=True)
+    # cwd: not a checkout's root, which `python -c` would put on sys.path before PYTHONPATH.
+    cmd = [sys.executable, "-c", LISTING, source, "simfs://out/listing", "here" if args.in_process else "pipeline"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, cwd=scratch)
     if proc.returncode:
         sys.exit(f"listing failed ({proc.returncode}):\n{proc.stderr.decode()[-4000:]}")
     wall = time.perf_counter() - start
@@ -286,6 +290,12 @@ def main() -> None:
         help="only the driver up to a staged listing (embedded runner): its peak RSS, time to the first worker task",
     )
     parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="with --listing-only: whose prep to run")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="with --listing-only: the listing's steps in the driver's process, as the embedded runner runs them "
+        "(default: as a pipeline, as on any other runner)",
+    )
     args = parser.parse_args()
 
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="scale-sim-"))

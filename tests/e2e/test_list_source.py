@@ -29,12 +29,21 @@ def staged(out: str) -> dict[str, object]:
     return {"files": files, "listing": record["listing"], "labels": record["labels"]}
 
 
+@pytest.fixture(params=[True, False], ids=["pipeline", "in-process"], autouse=True)
+def as_pipeline(request, monkeypatch):
+    """Each test twice: the listing as a Beam pipeline (embedded runner), and its steps run in this process."""
+    monkeypatch.setattr("tests.e2e.test_list_source.PIPELINE", request.param)
+
+
+PIPELINE = True
+
+
 def on_workers(source: str, out: str, **options):
     config = build_config(source, out, options)
     folders = folder_source(config)
     assert folders is not None
     clear_output(config)
-    summary = list_on_workers(config, folders)
+    summary = list_on_workers(config, folders, pipeline=PIPELINE)
     list_source.delete_listed(out)
     if summary["fallback"] is not None:
         return summary["fallback"]
