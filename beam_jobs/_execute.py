@@ -25,7 +25,7 @@ from prep.core.inputs import FolderSource
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.failures import find_prep_error, runner_failure, with_resume_hint
+from prep.core.run.failures import describe_os_error, find_prep_error, runner_failure, with_resume_hint
 from prep.core.run.start import Ready
 from prep.core.workdir import WorkDir
 
@@ -86,7 +86,10 @@ def list_on_workers(
     """
     classes, seed = config.classes, config.plan.seed
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
-        list_source.list_here(source, seed, classes, config.output)
+        try:
+            list_source.list_here(source, seed, classes, config.output)
+        except OSError as exc:  # as a pipeline's failure would be told (find_prep_error)
+            raise OutputError(describe_os_error(exc, config.output)) from None
         return list_source.read_summary(config.output)
 
     def add(p: beam.Pipeline) -> None:
