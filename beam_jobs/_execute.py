@@ -1,4 +1,5 @@
-"""Running the pipeline of a staged conversion, `execute`, and turning its failures into user errors.
+"""Running the pipeline of a staged conversion, `execute`, or of a listing on workers, `list_on_workers`, and
+turning their failures into user errors.
 
 Imports Beam; `convert.py` imports this module only once the listing is staged.
 """
@@ -13,17 +14,18 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs import runners, worker_setup
+from beam_jobs import list_source, runners, worker_setup
 from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
 from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.errors import OutputError, RunnerError
+from prep.core.inputs import FolderSource
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.failures import find_prep_error, runner_failure, with_resume_hint
+from prep.core.run.failures import describe_os_error, find_prep_error, runner_failure, with_resume_hint
 from prep.core.run.start import Ready
 from prep.core.workdir import WorkDir
 
@@ -51,7 +53,6 @@ def execute(
     work = WorkDir(config.output)
     manifest_path = storage.join(config.output, FILENAME)
     num_chunks = len(ready.chunk_sizes)
-    runners.skip_ipython_probe()
     run_info: dict[str, Any] = {
         "runner": runner,
         "workers": config.workers,
@@ -63,28 +64,60 @@ def execute(
         # Inputs the killed run was reading may be what killed it: never read in this thread again.
         suspects = checkpoints.read_in_flight(work)
         run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
+    settings = RunSettings(num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL, suspects=suspects)
+    with Progress(config.output, ready.chunk_sizes, progress):
+        _run(config, runner, beam_args, num_chunks, lambda p: build(p, config, ready.staged, settings, on_step=on_step))
+    return Manifest.from_json(storage.read_bytes(manifest_path), manifest_path)
+
+
+def list_on_workers(
+    config: ConvertConfig,
+    source: FolderSource,
+    runner: str = RUNNERS_LOCAL,
+    beam_args: list[str] | None = None,
+    pipeline: bool | None = None,
+) -> dict[str, Any]:
+    """Lists and stages a SOURCE of class folders on workers (`list_source`); returns the summary the driver
+    reads. Callers go through `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a
+    pipeline (default: on any runner but the embedded one, where `list_source.list_here` runs its steps).
+
+    Raises:
+        PrepError: SOURCE cannot be listed or used (SourceError), or the runner failed.
+    """
+    classes, seed = config.classes, config.plan.seed
+    if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
+        try:
+            list_source.list_here(source, seed, classes, config.output)
+        except OSError as exc:  # as a pipeline's failure would be told (find_prep_error)
+            raise OutputError(describe_os_error(exc, config.output)) from None
+        return list_source.read_summary(config.output)
+
+    def add(p: beam.Pipeline) -> None:
+        list_source.build_listing(p, source, seed, classes, config.output)
+
+    _run(config, runner, beam_args, len(source.tasks), add)
+    return list_source.read_summary(config.output)
+
+
+def _run(config: ConvertConfig, runner: str, beam_args: list[str] | None, items: int, add) -> None:
+    """Runs a pipeline of `items` created elements that `add(p)` builds, turning its failures into PrepErrors."""
+    work = WorkDir(config.output)
+    runners.skip_ipython_probe()
     beam_args, staged = worker_setup.staging_args(
-        runner, runners.dask_partition_args(runner, list(beam_args or []), num_chunks)
+        runner, runners.dask_partition_args(runner, list(beam_args or []), items)
     )
     options = runners.pipeline_options(runner, beam_args)
     try:
-        with Progress(config.output, ready.chunk_sizes, progress):
-            p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
-            build(
-                p,
-                config,
-                ready.staged,
-                RunSettings(num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL, suspects=suspects),
-                on_step=on_step,
-            )
-            with _frozen_heap():
-                result = p.run()
-                try:
-                    result.wait_until_finish()
-                finally:
-                    client = getattr(result, "client", None)  # DaskRunner's client to the cluster
-                    if client is not None:
-                        client.close()
+        p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
+        add(p)
+        with _frozen_heap():
+            result = p.run()
+            try:
+                result.wait_until_finish()
+            finally:
+                client = getattr(result, "client", None)  # DaskRunner's client to the cluster
+                if client is not None:
+                    client.close()
     except Exception as exc:
         error = find_prep_error(exc, config.output)
         if error is None and runners.submits_job(runner):  # the job service's or the remote job's failure
@@ -97,7 +130,6 @@ def execute(
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
-    return Manifest.from_json(storage.read_bytes(manifest_path), manifest_path)
 
 
 @contextlib.contextmanager

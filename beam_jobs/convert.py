@@ -13,27 +13,36 @@ listing staged (`prep.core.run.start`, no Beam); then the listing is let go of, 
 the pipeline imported and run (`_execute`, private to this module). A caller that keeps no
 reference to the listing frees its memory before the pipeline's is allocated: `prep convert`
 peaks at the larger of the two, not their sum.
+
+Given no listing, `convert` stages a SOURCE of class folders with a first pipeline on the same runner
+(`list_source`), after OUTPUT is cleared: the driver then holds nothing per input. Label files, the
+other tasks and `--resume` are listed on the driver (`prep.core.inputs.folder_source` says when).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
+from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.errors import PrepError
-from prep.core.inputs import list_inputs
+from prep.core.inputs import FolderSource, folder_source, list_inputs
+from prep.core.layout import check_split_source
 from prep.core.listing import Listing
 from prep.core.manifest import Manifest
+from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.start import ready_output
+from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.workdir import WorkDir
 
 
 def convert(
     config: ConvertConfig,
-    listing: Listing,
+    listing: Listing | None = None,
     runner: str = RUNNERS_LOCAL,
     beam_args: list[str] | None = None,
     progress: bool = False,
@@ -42,6 +51,8 @@ def convert(
 ) -> Manifest:
     """Runs the conversion and returns the manifest it wrote (see the module docstring).
 
+    `listing`: SOURCE listed by the driver (`prep.core.inputs.list_inputs`); None lists it here: a SOURCE of
+    class folders on workers (`list_source`), any other on the driver.
     `group_target`: see `_execute.execute`; `on_step`: the test hook of checkpoints.py.
 
     Raises:
@@ -51,7 +62,16 @@ def convert(
         from beam_jobs.runners import check_runner_options
 
         check_runner_options(runner, list(beam_args or []))
-    ready = ready_output(config, listing)
+    ready = None
+    if listing is None:
+        source = folder_source(config)
+        if source is not None:
+            ready = _listed_on_workers(config, source, runner, beam_args)
+        if ready is None:
+            listing = list_inputs(config)
+    if ready is None:
+        assert listing is not None  # listed just above, or given
+        ready = ready_output(config, listing)
     del listing  # the staged chunk files stand for it from here on
     if ready.finished is not None:
         return ready.finished
@@ -59,6 +79,40 @@ def convert(
 
     more = {} if group_target is None else {"group_target": group_target}
     return execute(config, ready, runner, beam_args, progress, on_step=on_step, **more)
+
+
+def _listed_on_workers(
+    config: ConvertConfig, source: FolderSource, runner: str, beam_args: list[str] | None
+) -> Ready | None:
+    """Clears OUTPUT, lists SOURCE on workers into its work directory and readies the run; None when the
+    listing needs the driver (its summary's `fallback`). A failure, or the fallback, leaves OUTPUT as
+    `clear_output` left it: no work directory, and no OUTPUT folder where there was none."""
+    from beam_jobs import list_source
+    from beam_jobs._execute import list_on_workers
+
+    if source.layout == "splits":  # known from the top of a local SOURCE: refused before OUTPUT is touched
+        check_split_source(config.plan, True)
+    existed = storage.exists(config.output)
+    clear_output(config)
+
+    def undo() -> None:
+        with contextlib.suppress(OSError):
+            if existed:
+                checkpoints.delete_work(WorkDir(config.output))
+            else:
+                storage.delete(config.output)
+
+    try:
+        summary = list_on_workers(config, source, runner, beam_args)
+        list_source.delete_listed(config.output)
+        if summary["fallback"] is not None:
+            logging.getLogger(__name__).info("listing SOURCE on the driver: %s", summary["fallback"])
+            undo()
+            return None
+        return ready_listed(config, summary)
+    except BaseException:
+        undo()
+        raise
 
 
 def run(argv=None) -> Manifest:
@@ -75,7 +129,7 @@ def run(argv=None) -> Manifest:
     check_beam_args(pipeline_args)
     values = {k: v for k, v in vars(known).items() if k not in ("source", "output")}
     config = build_config(known.source, known.output, values)
-    return convert(config, list_inputs(config), runner=runner.runner, beam_args=pipeline_args)
+    return convert(config, None, runner=runner.runner, beam_args=pipeline_args)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000                       # embedded, dedupe off then on
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000 --runner dask         # a LocalCluster of 2 workers
     PYTHONPATH=$PWD python bench/scale_sim.py --count 100000 --duplicates on --latency-ms 1
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
 
 SOURCE is `simfs://src/<C>x<P>d100` (tests/support/simfs.py): C classes of P generated 64x64 JPEGs of 2 KB,
 every 100th an exact copy of the one before, served from their names with no disk; OUTPUT is `simfs://out/...`,
@@ -65,6 +66,76 @@ from prep.cli import run
 sys.argv = ["prep", *sys.argv[1:]]
 run()
 """
+
+# --listing-only: the driver's part up to the first worker task, then the listing staged (on workers where the
+# code lists there, as a pipeline on the embedded runner or in-process; else on the driver as before), with prep's
+# code from --code; prints its timings as JSON.
+LISTING = """import atexit, json, os, resource, sys, time
+from tests.support import simfs
+def _rss():
+    with open(os.environ["SCALE_SIM_RSS"], "w") as f:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        json.dump({"self": me.ru_maxrss, "children": kids.ru_maxrss,
+                   "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}, f)
+atexit.register(_rss)
+import apache_beam as beam
+from beam_jobs import _execute, convert as conversion  # imported before timing: as a run has them
+from prep.core.convert_options import build_config
+first = []
+_run = beam.Pipeline.run
+def run(self, *a, **k):
+    first.append(time.perf_counter())
+    return _run(self, *a, **k)
+beam.Pipeline.run = run
+config = build_config(sys.argv[1], sys.argv[2], {"split": "train=0.9,validation=0.1", "duplicates": "off"})
+start = time.perf_counter()
+try:
+    from prep.core.inputs import folder_source
+except ImportError:  # code that lists on the driver only
+    folder_source = None
+folders = folder_source(config) if folder_source else None
+if folders is not None:
+    from beam_jobs._execute import list_on_workers
+    from prep.core.run.start import clear_output, ready_listed
+    clear_output(config)
+    ready = ready_listed(config, list_on_workers(config, folders, pipeline=sys.argv[3] == "pipeline"))
+else:
+    from prep.core.inputs import list_inputs
+    from prep.core.run.start import ready_output
+    ready = ready_output(config, list_inputs(config))
+    first.append(time.perf_counter())  # the conversion's first worker task starts now
+first.append(time.perf_counter())  # listed in this process (no pipeline): the conversion's first task starts now
+print(json.dumps({"first_task": first[0] - start, "staged": time.perf_counter() - start,
+                  "chunks": len(ready.chunk_sizes), "inputs": ready.staged.found}))
+"""
+
+
+def listing_only(args, scratch: pathlib.Path) -> None:
+    """Runs the driver up to a staged listing (`LISTING`) and prints its peak RSS and timings."""
+    rss_file = scratch / "rss-listing.json"
+    source = simfs.source_url(args.classes, args.count // args.classes, 100)
+    code = str(args.code.resolve())
+    env = dict(
+        os.environ,
+        SCALE_SIM_RSS=str(rss_file),
+        PYTHONPATH=os.pathsep.join([code, str(ROOT)]),  # prep from --code, tests.support from here
+    )
+    start = time.perf_counter()
+    # cwd: not a checkout's root, which `python -c` would put on sys.path before PYTHONPATH.
+    cmd = [sys.executable, "-c", LISTING, source, "simfs://out/listing", "here" if args.in_process else "pipeline"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, cwd=scratch)
+    if proc.returncode:
+        sys.exit(f"listing failed ({proc.returncode}):\n{proc.stderr.decode()[-4000:]}")
+    wall = time.perf_counter() - start
+    timing = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    rss = json.loads(rss_file.read_text())
+    print(
+        f"{'inputs':>9} {'code':>24} {'first task s':>12} {'staged s':>8} {'chunks':>6} {'driver MB':>9} {'wall s':>7}"
+    )
+    print(
+        f"{timing['inputs']:>9,} {code[-24:]:>24} {timing['first_task']:>12.2f} {timing['staged']:>8.1f} "
+        f"{timing['chunks']:>6} {rss['self'] / 1024:>9.0f} {wall:>7.1f}"
+    )
 
 
 def start_cluster(workers: int):
@@ -213,12 +284,30 @@ def main() -> None:
     parser.add_argument("--prep-workers", type=int, help="prep convert --workers (threads per pipeline worker)")
     parser.add_argument("--top", type=int, default=15, help="callers listed")
     parser.add_argument("--json", type=pathlib.Path, help="also write the rows here")
+    parser.add_argument(
+        "--listing-only",
+        action="store_true",
+        help="only the driver up to a staged listing (embedded runner): its peak RSS, time to the first worker task",
+    )
+    parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="with --listing-only: whose prep to run")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="with --listing-only: the listing's steps in the driver's process, as the embedded runner runs them "
+        "(default: as a pipeline, as on any other runner)",
+    )
     args = parser.parse_args()
 
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="scale-sim-"))
     os.environ["SIMFS_STORE"] = str(scratch / "store")
     os.environ["SIMFS_LATENCY_MS"] = str(args.latency_ms)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if args.listing_only:
+        try:
+            listing_only(args, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
     cluster = client = None
     try:
         if args.runner == "dask":

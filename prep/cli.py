@@ -64,7 +64,6 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
     """
     from beam_jobs import convert as conversion  # installs Beam's FileSystems for a remote SOURCE or label file
     from prep.core.convert_options import build_config, check_beam_args
-    from prep.core.inputs import list_inputs
 
     started = time.time()
     check_beam_args(beam_args)
@@ -75,7 +74,6 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
 
         beam_fs.configure(beam_args)
     config = build_config(source, output, values)
-    listing = [list_inputs(config)]  # handed over below: conversion.convert lets go of it once staged
     show = sys.stderr.isatty() if progress is None else progress
     # Beam logs failures with tracebacks, and warnings about optional cloud
     # clients; our errors reach the user as one line instead.
@@ -90,8 +88,8 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     hooks = ctx.obj if isinstance(ctx.obj, CliHooks) else CliHooks()
-    manifest = conversion.convert(
-        config, listing.pop(), runner=runner, beam_args=list(beam_args), progress=show, on_step=hooks.on_step
+    manifest = conversion.convert(  # lists SOURCE: class folders on workers, others on the driver
+        config, None, runner=runner, beam_args=list(beam_args), progress=show, on_step=hooks.on_step
     )
     from prep.render import convert_summary
 

@@ -1,6 +1,7 @@
 """Listing SOURCE as a conversion's config says: a label file or class folders, local or remote.
 
-Remote SOURCEs and label files are read through `storage`, whose remote file system an
+`folder_source` is the driver's part of listing class folders on workers (beam_jobs/list_source.py): the
+top of SOURCE only, O(classes). Remote SOURCEs and label files are read through `storage`, whose remote file system an
 edge installed (`beam_jobs` installs Beam's). OUTPUT may not lie inside a SOURCE of
 class folders: its shards would be listed as inputs on the next run.
 """
@@ -8,12 +9,13 @@ class folders: its shards would be listed as inputs on the next run.
 from __future__ import annotations
 
 import os
+import typing
 
 from prep.core import detection_inputs, storage, task_inputs
 from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
-from prep.core.listing import Listing, list_folders
+from prep.core.listing import LAYOUTS, Listing, detect_layout, folder_classes, list_folders, local_dirs
 
 
 def output_inside(output: str, source: str) -> bool:
@@ -52,11 +54,7 @@ def list_inputs(config: ConvertConfig) -> Listing:
         if listing.task != "multilabel":
             return listing
         return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
-    if output_inside(config.output, config.source):
-        raise SourceError(
-            f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
-            "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE"
-        )
+    _check_source(config)
     if storage.is_remote(config.source):
         try:
             files = storage.list_files(config.source)
@@ -83,3 +81,79 @@ def _list_label_file(config: ConvertConfig, labels: str) -> Listing:
         allow_outside=config.allow_outside_source,
         group_by=config.dedupe.group_by,
     )
+
+
+def _check_source(config: ConvertConfig) -> None:
+    if output_inside(config.output, config.source):
+        raise SourceError(
+            f"OUTPUT {config.output} is inside SOURCE {config.source}: its shards would be listed as "
+            "inputs (and its folder as a class) on the next run; choose an OUTPUT outside SOURCE"
+        )
+
+
+class FolderTask(typing.NamedTuple):
+    """A listing task on workers: the files under `start` (relative to SOURCE; "" is SOURCE itself), or only
+    those directly in it unless `recursive`. Remote: one task lists every object under SOURCE."""
+
+    task: int
+    start: str
+    recursive: bool
+
+
+class FolderSource(typing.NamedTuple):
+    """Class folders (or split/class folders) of a classification SOURCE, to be listed on workers."""
+
+    source: str
+    layout: str  # classes, splits, or auto: the remote task decides from what it lists
+    classes: tuple[str, ...] | None  # the class folders' names; None for a remote SOURCE (its task finds them)
+    tasks: tuple[FolderTask, ...]
+
+
+def folder_source(config: ConvertConfig) -> FolderSource | None:
+    """The listing tasks of a SOURCE of class folders, from its top only (O(classes) on the driver); None when
+    the driver lists SOURCE itself (`list_inputs`): a label file, other tasks, `--resume` (whose checks
+    compare listings), or a symlinked class or split folder (which may name a folder listed elsewhere).
+
+    Raises:
+        SourceError: SOURCE is missing, not a folder, or holds no class folders; OUTPUT is inside it.
+    """
+    t = config.tasks
+    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+        return None
+    if config.layout not in LAYOUTS:
+        raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {config.layout!r}")
+    _check_source(config)
+    root = config.source
+    if storage.is_remote(root):
+        return FolderSource(root, config.layout, None, (FolderTask(0, "", True),))
+    if not os.path.isdir(root):
+        raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    dirs = local_dirs(root)
+    layout = detect_layout(dirs) if config.layout == "auto" else config.layout
+    classes = folder_classes(root, dirs, layout)
+    starts: list[tuple[str, bool]] = [("", False)]
+    for top in _subfolders(root, ""):
+        if layout == "classes" or top.startswith("."):
+            starts.append((top, True))
+        else:
+            starts += [(top, False), *((f"{top}/{c}", True) for c in _subfolders(root, top))]
+    for start, _ in starts:
+        if start and os.path.islink(os.path.join(root, start)):
+            return None
+    return FolderSource(root, layout, classes, tuple(FolderTask(i, s, r) for i, (s, r) in enumerate(starts)))
+
+
+def _subfolders(root: str, rel: str) -> list[str]:
+    """Names of the folders directly in root/rel, hidden ones too."""
+    try:
+        entries = sorted(os.scandir(os.path.join(root, rel)), key=lambda e: e.name)
+    except OSError as exc:
+        raise SourceError(f"cannot list {os.path.join(root, rel)}: {exc.strerror}") from None
+    found = []
+    for e in entries:
+        try:
+            if e.is_dir():
+                found.append(e.name)
+        except OSError:  # a symlink loop: the walk rejects it
+            continue
+    return found

@@ -110,16 +110,21 @@ def read_class_file(path: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _walk(root: str) -> Iterable[tuple[str, str | None]]:
-    """Yields (relative path, problem) for each file under root, following
-    directory symlinks once; problem is None for a readable-looking file.
+class LinkedFolder(Exception):
+    """A symlinked folder, met by a walk that may not follow it (`walk` with `links=False`)."""
+
+
+def walk(root: str, start: str = "", recursive: bool = True, links: bool = True) -> Iterable[tuple[str, str | None]]:
+    """Yields (relative path, problem) for each file under root (under `root/start`; only those directly in it
+    unless `recursive`), following directory symlinks once; problem is None for a readable-looking file.
 
     Symlinked folders are walked after every real one, so a folder's files are
     listed under its real path, with its class, whatever a symlink elsewhere
-    calls it; a symlink to a folder already walked is one `symlink_loop`.
+    calls it; a symlink to a folder already walked is one `symlink_loop`. A walk of part of root
+    cannot tell: with `links=False` it raises `LinkedFolder` at a symlinked folder instead.
     """
     seen_dirs: set[str] = set()
-    stack = [""]
+    stack = [start]
     linked: collections.deque[str] = collections.deque()
     while stack or linked:
         rel_dir = stack.pop() if stack else linked.popleft()
@@ -140,13 +145,17 @@ def _walk(root: str) -> Iterable[tuple[str, str | None]]:
                 is_dir = entry.is_dir(follow_symlinks=True)
             except OSError:
                 is_dir = False
+            if is_dir and not recursive:
+                continue
             if is_dir:
+                if entry.is_symlink() and not links:
+                    raise LinkedFolder(rel)
                 (linked if entry.is_symlink() else stack).append(rel)
             else:
                 yield rel, None
 
 
-def _local_dirs(root: str) -> list[str]:
+def local_dirs(root: str) -> list[str]:
     """Relative paths of the non-hidden folders one and two levels under root."""
 
     def is_dir(entry: os.DirEntry[str]) -> bool:
@@ -198,7 +207,7 @@ def list_folders(
             raise SourceError(
                 f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist"
             )
-        dirs, listed = _local_dirs(root), _walk(root)
+        dirs, listed = local_dirs(root), walk(root)
     else:
         dirs = sorted(
             {
@@ -211,34 +220,83 @@ def list_folders(
         listed = files
     if layout == "auto":
         layout = detect_layout(dirs)
-    depth = 1 if layout == "classes" else 2
     refs: list[InputRef] = []
     rejects: list[Reject] = []
     for rel, problem in listed:
-        parts = rel.split("/")
-        if problem is not None:
-            reason, _, detail = problem.partition(":")
-            rejects.append(
-                Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)")
-            )
-        elif any(p.startswith(".") for p in parts):
-            rejects.append(Reject(rel, "hidden", "hidden files and folders are not images"))
-        elif len(parts) <= depth:
-            where = "a class folder" if layout == "classes" else "a <split>/<class> folder"
-            rejects.append(Reject(rel, "no_class", f"file is not inside {where}"))
+        entry = entry_of(rel, problem, layout)
+        if isinstance(entry, InputRef):
+            refs.append(entry)
         else:
-            split = sys.intern(parts[0]) if layout == "splits" else None
-            refs.append(InputRef(rel, sys.intern(parts[depth - 1]), split))  # one string per class, not per input
-    folder_classes = {d.split("/")[depth - 1] for d in dirs if d.count("/") == depth - 1}
-    if not folder_classes:
+            rejects.append(entry)
+    return finish_listing(refs, rejects, folder_classes(root, dirs, layout), classes, source=root)
+
+
+def entry_of(rel: str, problem: str | None, layout: str) -> InputRef | Reject:
+    """What a listed file of a `layout` (classes or splits) SOURCE is: an input of its folder's class, or a reject."""
+    parts = rel.split("/")
+    depth = 1 if layout == "classes" else 2
+    if problem is not None:
+        reason, _, detail = problem.partition(":")
+        return Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)")
+    if any(p.startswith(".") for p in parts):
+        return Reject(rel, "hidden", "hidden files and folders are not images")
+    if len(parts) <= depth:
+        where = "a class folder" if layout == "classes" else "a <split>/<class> folder"
+        return Reject(rel, "no_class", f"file is not inside {where}")
+    split = sys.intern(parts[0]) if layout == "splits" else None
+    return InputRef(rel, sys.intern(parts[depth - 1]), split)  # one string per class, not per input
+
+
+def folder_classes(root: str, dirs: Iterable[str], layout: str) -> tuple[str, ...]:
+    """The class names of SOURCE's folders `dirs` (one and two levels down, hidden ones left out), sorted.
+
+    Raises:
+        SourceError: there are none, or one is not UTF-8.
+    """
+    depth = 1 if layout == "classes" else 2
+    names = {d.split("/")[depth - 1] for d in dirs if d.count("/") == depth - 1}
+    if not names:
         raise SourceError(f"SOURCE {root} has no class folders (expected {root}/<class>/<image>)")
-    for name in sorted(folder_classes):
+    for name in sorted(names):
         if printable(name) != name:
             raise SourceError(
                 f"class folder name {printable(name)!r} is not UTF-8; class names go into records "
                 "and the manifest as text: rename the folder"
             )
-    return finish_listing(refs, rejects, tuple(sorted(folder_classes)), classes, source=root)
+    return tuple(sorted(names))
+
+
+def check_some_listed(counts: dict[str, int], source: str) -> None:
+    """Raises SourceError if no class of `counts` (inputs listed per class) has any (if only some have none,
+    --empty-classes says what becomes of them)."""
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty and len(empty) == len(counts):
+        raise SourceError(
+            f"class {empty[0]!r} has no images in {source}"
+            + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else "")
+        )
+
+
+def check_splits(firsts: dict[str, str]) -> None:
+    """Checks the split names SOURCE gives; `firsts` names an input of each, for the error.
+
+    Raises:
+        SourceError: a split name is unusable, or two differ only in case.
+    """
+    for split, path in firsts.items():
+        try:
+            check_split_name(split)
+        except ValueError as exc:
+            raise SourceError(f"{printable(path)}: {exc}") from None
+    by_case: dict[str, str] = {}
+    for split in sorted(firsts):
+        other = by_case.setdefault(split.lower(), split)
+        if other != split:
+            raise SourceError(
+                f"splits {other!r} and {split!r} differ only in case: their shard files would "
+                "overwrite each other on a file system that ignores case (macOS, Windows); "
+                "rename one"
+            )
 
 
 def finish_listing(
@@ -265,27 +323,12 @@ def finish_listing(
     counts = {name: 0 for name in label_names}
     for ref in kept:
         counts[ref.label] += 1
-    empty = [name for name, n in counts.items() if n == 0]
-    if empty and len(empty) == len(counts):  # some empty: --empty-classes says what becomes of them
-        raise SourceError(
-            f"class {empty[0]!r} has no images in {source}"
-            + (f" (and {len(empty) - 1} more empty)" if len(empty) > 1 else "")
-        )
+    check_some_listed(counts, source)
+    firsts: dict[str, str] = {}  # split -> the first input of it
     for ref in kept:
         if ref.split is not None:
-            try:
-                check_split_name(ref.split)
-            except ValueError as exc:
-                raise SourceError(f"{printable(ref.path)}: {exc}") from None
-    by_case: dict[str, str] = {}
-    for split in sorted({ref.split for ref in kept if ref.split is not None}):
-        other = by_case.setdefault(split.lower(), split)
-        if other != split:
-            raise SourceError(
-                f"splits {other!r} and {split!r} differ only in case: their shard files would "
-                "overwrite each other on a file system that ignores case (macOS, Windows); "
-                "rename one"
-            )
+            firsts.setdefault(ref.split, ref.path)
+    check_splits(firsts)
     kept.sort(key=lambda r: r.path)
     rejects.sort(key=lambda r: r.path)
     return Listing(tuple(kept), tuple(rejects), tuple(label_names))

@@ -5,8 +5,8 @@ Pure comparisons, no file access.
 A conversion records, before any image is read, what decides its output
 (`run_record`): the output-deciding options (`ConvertConfig.manifest_options`),
 the tool and Pillow versions (Pillow encodes re-encoded images), the class
-names and a digest of the listing (every input path with its label and split,
-and every early reject). `--resume` recomputes the record and refuses unless
+names and a digest of the listing (every input path with its label and split, and every early
+reject; made of per-chunk sums, `listing_digest`). `--resume` recomputes the record and refuses unless
 it is identical, but for the planning options (`PLANNING_OPTIONS`): they
 decide only which prepared example goes to which shard and the label ids
 written, so a resumed run may change them and plan the prepared images anew
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import typing
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import prep
-from prep.core.listing import InputRef, Listing, printable
+from prep.core.listing import InputRef, printable
 
 # 2: spill files leave kept images out, and chunk indexes record where they go.
 # 3: damaged PNGs are rejected, so chunks prepared before decided otherwise.
@@ -36,7 +37,9 @@ from prep.core.listing import InputRef, Listing, printable
 # 8: keys are hashed a chunk at a time and recorded per chunk (key_rows.write_rows), not after each batch's records.
 # 9: chunk indexes record outcomes by field name (checkpoints.INDEX_VERSION 2), key files are versioned .npy.
 # 10: one spill file per chunk (checkpoints.INDEX_VERSION 3), offsets from its start; names spread by a hash.
-RUN_VERSION = 10
+# 11: single-label chunks are cut by rank-key buckets (ordering.plan_chunks); the listing digest adds per-chunk sums.
+RUN_VERSION = 11
+_MOD = 2**256
 _FLAGS = {"layout": "--layout", "label_file": "--labels", "classes_fixed": "--classes"}
 # Manifest options that only shape the plan, read after every image is prepared.
 PLANNING_OPTIONS = ("seed", "num_shards", "shard_size", "split", "max_per_class", "empty_classes")
@@ -54,36 +57,45 @@ def tool_info() -> dict[str, str]:
     return {"name": "tfrecord-prep", "version": prep.__version__, "pillow": PIL.__version__}
 
 
-def listing_digest(listing: Listing, batch: int = 4096) -> str:
-    """SHA-256 of the listing: classes, inputs (path, label, split) and early rejects, in order.
+def refs_sum(refs: Iterable[InputRef]) -> int:
+    """The inputs' share of the listing digest: the sum of each one's SHA-256 (of its staged fields), mod 2**256.
 
-    It hashes the bytes of ``json.dumps([classes, refs, rejects])``, made `batch`
-    entries at a time rather than whole (~0.2 KB per input at once).
+    A sum, so that it does not depend on the order or chunks the inputs are staged in (the seed orders
+    them, and a resumed run may change the seed), and chunks staged by many tasks add up (`listing_digest`).
     """
-    digest = hashlib.sha256(b"[" + json.dumps(list(listing.classes)).encode())
-    for entries in (listing.refs, listing.rejects):
-        digest.update(b", [")
-        for start in range(0, len(entries), batch):
-            if start:
-                digest.update(b", ")
-            digest.update(
-                json.dumps(
-                    [r.fields() if isinstance(r, InputRef) else list(r) for r in entries[start : start + batch]]
-                )[1:-1].encode()
-            )
-        digest.update(b"]")
-    digest.update(b"]")
-    return digest.hexdigest()
+    total = 0
+    for r in refs:
+        total += int.from_bytes(hashlib.sha256(json.dumps(r.fields()).encode()).digest(), "big")
+    return total % _MOD
 
 
-def run_record(options: dict[str, Any], tool: dict[str, str], listing: Listing) -> dict[str, Any]:
+def listing_digest(classes: Sequence[str], sums: Iterable[int], rejects: str) -> str:
+    """SHA-256 of the listing: the classes, the inputs (`refs_sum` of each chunk, added) and the SHA-256 of
+    the early rejects' file (`checkpoints.write_listing_rejects`). Made of per-chunk sums, so that whoever
+    stages the chunks (the driver, or workers: `beam_jobs.listing`) gives the same digest, and the driver
+    never hashes inputs one by one."""
+    total = sum(sums) % _MOD
+    return hashlib.sha256(json.dumps([list(classes), f"{total:064x}", rejects]).encode()).hexdigest()
+
+
+class ListedDigest(typing.NamedTuple):
+    """The run record's `listing`: its digest (`listing_digest`), inputs and early rejects."""
+
+    sha256: str
+    inputs: int
+    rejected: int
+
+
+def run_record(
+    options: dict[str, Any], tool: dict[str, str], classes: Sequence[str], listed: ListedDigest
+) -> dict[str, Any]:
     """What decides a conversion's output; stored as `.prep-tmp/run.json`."""
     return {
         "version": RUN_VERSION,
         "options": options,
         "tool": tool,
-        "labels": list(listing.classes),
-        "listing": {"sha256": listing_digest(listing), "inputs": len(listing.refs), "rejected": len(listing.rejects)},
+        "labels": list(classes),
+        "listing": listed._asdict(),
     }
 
 

@@ -4,6 +4,9 @@
                                            written once the listing is staged
     .prep-tmp/listing/HHH-chunk-NNNNNN.json  a chunk's inputs, in `ordering.listing_order`
     .prep-tmp/listing/rejects.json         inputs rejected while listing
+    .prep-tmp/listed/group-TTTTTT-GGGGGG.jsonl  listing on workers: task T's inputs of one (split, class),
+                                           in rank order; listed/rejects-TTTTTT.json its rejects;
+                                           listed/summary.json what the driver reads (beam_jobs/list_source.py)
     .prep-tmp/spill/HHH-chunk-NNNNNN.bin   a chunk's spill file: the framed records of its batches in
                                            batch order, kept images left out
     .prep-tmp/spill/HHH-chunk-NNNNNN.json  the chunk's index: its outcomes (prepared references and
@@ -114,6 +117,23 @@ class WorkDir:
     def listing_boxes(self) -> str:
         """Detection: the box notes and tally of the annotations' problems (task_inputs.BoxNote, BoxTally)."""
         return self._path("listing", "boxes.json")
+
+    # The listing made on workers (beam_jobs/list_source.py); the driver deletes these once it is staged.
+    @property
+    def listed_folder(self) -> str:
+        return self._path("listed")
+
+    def listed_group(self, task: int, group: int) -> str:
+        """A listing task's inputs of one (split, class), in rank order, a JSON line each."""
+        return self._path("listed", f"group-{task:06d}-{group:06d}.jsonl")
+
+    def listed_rejects(self, task: int) -> str:
+        return self._path("listed", f"rejects-{task:06d}.json")
+
+    @property
+    def listed_summary(self) -> str:
+        """What the driver reads of the listing made on workers: classes, counts, chunk sizes, digests."""
+        return self._path("listed", "summary.json")
 
     @property
     def spill_folder(self) -> str:

@@ -85,7 +85,7 @@ def test_too_many_shards_names_the_command_that_recovers_and_resume_reuses_every
         )
         result = run_cli("convert", shapes, out, "--num-shards", 4, "--resume")
     assert result.exit_code == 0, result.output
-    assert "resumed: reused 13 of 13 prepared chunks and 0 of 4 shards" in result.output
+    assert "resumed: reused 14 of 14 prepared chunks and 0 of 4 shards" in result.output
     assert seen["spills"] == spills  # the same spill files, untouched, and no new one
     reference = convert_with_cli(shapes, tmp_path / "fresh", "--num-shards", 4)
     assert_same_dataset(out, reference, shards=4)

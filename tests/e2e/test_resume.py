@@ -338,19 +338,28 @@ def test_resume_on_object_store_paths(source, reference, tmp_path, monkeypatch):
     assert_same(out, reference)
 
 
-def test_the_listing_digest_does_not_depend_on_how_it_is_batched_and_sees_every_input():
+def test_the_listing_digest_adds_up_over_chunks_and_sees_every_input(tmp_path):
     from prep.core.listing import InputRef, Listing, Reject
+    from prep.core.ordering import listing_chunks
+    from prep.core.run import checkpoints
+    from prep.core.run.start import digest_listing, stage_listing
     from prep.core.run_record import listing_digest
+    from prep.core.workdir import WorkDir
 
     refs = tuple(InputRef(f"c/{i}.jpg", "c", None if i % 3 else "train") for i in range(50))
     listing = Listing(refs, (Reject("x.txt", "not_image", "d"),), ("c",))
-    whole = listing_digest(listing, batch=10**6)
-    assert (
-        whole
-        == hashlib.sha256(
-            json.dumps([["c"], [r.fields() for r in refs], [["x.txt", "not_image", "d"]]]).encode()
-        ).hexdigest()
+    chunks = listing_chunks(listing, 0)
+    work = WorkDir(str(tmp_path))
+    stage_listing(work, chunks, listing.rejects)
+    rejects = (tmp_path / ".prep-tmp" / "listing" / "rejects.json").read_bytes()
+    whole = digest_listing(listing, chunks)
+    one = sum(int(hashlib.sha256(json.dumps(r.fields()).encode()).hexdigest(), 16) for r in refs) % 2**256
+    assert whole.sha256 == listing_digest(["c"], [one], hashlib.sha256(rejects).hexdigest())
+    # Not the order or the chunks: a resumed run may change the seed that orders them.
+    assert digest_listing(listing, listing_chunks(listing, 5)) == whole
+    assert (whole.inputs, whole.rejected) == (50, 1)
+    assert sorted(r.path for c in range(len(chunks)) for r in checkpoints.read_listing(work, c)) == sorted(
+        r.path for r in refs
     )
-    assert {listing_digest(listing, batch=b) for b in (1, 7, 49, 50)} == {whole}
     moved = Listing(refs[:49] + (InputRef("c/49.jpg", "c", "test"),), listing.rejects, ("c",))
-    assert listing_digest(moved, batch=7) != whole
+    assert digest_listing(moved, listing_chunks(moved, 0)).sha256 != whole.sha256

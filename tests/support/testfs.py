@@ -51,6 +51,15 @@ class TestFileSystem(LocalFileSystem):
             results.append(result)
         return results
 
+    def _list(self, dir_or_prefix):
+        # The paged listing a listing task streams (beam_jobs/list_source.py), as an object store's; match()
+        # lists local paths through here too: those stay local.
+        if not dir_or_prefix.startswith(PREFIX):
+            yield from super()._list(dir_or_prefix)
+            return
+        for m in super()._list(to_local(dir_or_prefix)):
+            yield FileMetadata(to_url(m.path), m.size_in_bytes, m.last_updated_in_seconds)
+
     def create(self, path, *args, **kwargs):
         return super().create(to_local(path), *args, **kwargs)
 

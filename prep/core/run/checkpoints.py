@@ -105,12 +105,24 @@ def read_listing(work: WorkDir, chunk: int) -> list[InputRef]:
     return [InputRef(*r) for r in json.loads(storage.read_bytes(work.listing_chunk(chunk)))]
 
 
-def write_listing_rejects(work: WorkDir, rejects: Iterable[Reject]) -> None:
-    storage.write_atomic(work.listing_rejects, json.dumps([list(r) for r in rejects]).encode())
+def rejects_bytes(rejects: Iterable[Reject]) -> bytes:
+    return json.dumps([list(r) for r in rejects]).encode()
+
+
+def write_listing_rejects(work: WorkDir, rejects: Iterable[Reject]) -> str:
+    """Writes the early rejects (in `accounting.reject_order`); returns the SHA-256 of the file (hex)."""
+    data = rejects_bytes(rejects)
+    storage.write_atomic(work.listing_rejects, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_listing_rejects(work: WorkDir) -> list[Reject]:
-    return [Reject(*r) for r in json.loads(storage.read_bytes(work.listing_rejects))]
+    return read_rejects_file(work.listing_rejects)
+
+
+def read_rejects_file(path: str) -> list[Reject]:
+    """Rejects written as `rejects_bytes` writes them."""
+    return [Reject(*r) for r in json.loads(storage.read_bytes(path))]
 
 
 def write_listing_boxes(work: WorkDir, notes: Iterable[BoxNote], tally: BoxTally) -> None:

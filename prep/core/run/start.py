@@ -4,15 +4,19 @@
 reuse (resume.py), clears or refuses OUTPUT (output_dir.py), and stages the
 listing: its inputs in chunk files, in `prep.core.ordering.listing_order` (which the
 planner relies on), its early rejects, and the run record. From then on the staged
-chunk files stand for the listing.
+chunk files stand for the listing. A listing staged on workers (`beam_jobs.list_source`) is readied by
+`clear_output` before it and `ready_listed` after.
 """
 
 from __future__ import annotations
 
+import hashlib
 import typing
 from collections.abc import Iterable
+from typing import Any
 
 from prep.core import storage
+from prep.core.accounting import sort_rejects
 from prep.core.config import ConvertConfig
 from prep.core.errors import OutputError, PlanError
 from prep.core.layout import check_empty_classes, check_split_source
@@ -23,7 +27,7 @@ from prep.core.ordering import listing_chunks
 from prep.core.run import checkpoints, resume
 from prep.core.run.failures import describe_os_error
 from prep.core.run.output_dir import delete_leftovers, prepare_output
-from prep.core.run_record import run_record, tool_info
+from prep.core.run_record import ListedDigest, listing_digest, refs_sum, run_record, tool_info
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import WorkDir
 
@@ -54,13 +58,35 @@ def stage_listing(
     rejects: Iterable[Reject],
     boxes: tuple[Iterable[BoxNote], BoxTally] | None = None,
 ) -> None:
-    """Writes the listing's chunks (`ordering.listing_chunks`), early rejects and, for detection,
-    `boxes` (the listing's box notes and tally) for the pipeline to read."""
+    """Writes the listing's chunks (`ordering.listing_chunks`), early rejects (in `reject_order`) and, for
+    detection, `boxes` (the listing's box notes and tally) for the pipeline to read."""
     for i, refs in enumerate(chunks):
         checkpoints.write_listing(work, i, refs)
-    checkpoints.write_listing_rejects(work, rejects)
+    checkpoints.write_listing_rejects(work, sort_rejects(rejects))
     if boxes is not None:
         checkpoints.write_listing_boxes(work, *boxes)
+
+
+def digest_listing(listing: Listing, chunks: list[list[InputRef]]) -> ListedDigest:
+    """The run record's listing digest of what `stage_listing` writes, without writing it."""
+    rejects = checkpoints.rejects_bytes(sort_rejects(listing.rejects))
+    return ListedDigest(
+        listing_digest(listing.classes, [refs_sum(c) for c in chunks], hashlib.sha256(rejects).hexdigest()),
+        len(listing.refs),
+        len(listing.rejects),
+    )
+
+
+def staged_of(listing: Listing) -> Staged:
+    return Staged(
+        listing.classes,
+        listing.found,
+        tuple(sorted({r.split for r in listing.refs if r.split})),
+        listing.task,
+        listing.groups,
+        listing.categories,
+        listing.masks,
+    )
 
 
 def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
@@ -72,19 +98,11 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
         OutputError: OUTPUT cannot be used or written.
     """
     check_split_source(config.plan, any(r.split for r in listing.refs))
-    check_listed_classes(config, listing)
+    check_listed_classes(config, {r.label for r in listing.refs}, listing.classes, listing.task)
     work = WorkDir(config.output)
     chunks = listing_chunks(listing, config.plan.seed)
-    record = run_record(config.manifest_options(), tool_info(), listing)
-    staged = Staged(
-        listing.classes,
-        listing.found,
-        tuple(sorted({r.split for r in listing.refs if r.split})),
-        listing.task,
-        listing.groups,
-        listing.categories,
-        listing.masks,
-    )
+    record = run_record(config.manifest_options(), tool_info(), listing.classes, digest_listing(listing, chunks))
+    staged = staged_of(listing)
     sizes = [len(c) for c in chunks]
     try:
         state = (
@@ -113,22 +131,55 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     return Ready(staged, sizes, None)
 
 
-def check_listed_classes(config: ConvertConfig, listing: Listing) -> None:
+def clear_output(config: ConvertConfig) -> None:
+    """Refuses or clears OUTPUT (`prepare_output`) before SOURCE is listed on workers into its work directory.
+
+    Raises:
+        OutputError: OUTPUT cannot be used or written.
+    """
+    try:
+        prepare_output(config.output, config.overwrite)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+
+
+def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
+    """Checks the options against a listing staged on workers (`beam_jobs.list_source`, its summary) and records
+    the run, as `ready_output` does for a driver's listing. OUTPUT was cleared first (`clear_output`).
+
+    Raises:
+        PlanError: --split given for a SOURCE that names splits, or empty classes under --empty-classes fail.
+        OutputError: OUTPUT cannot be written.
+    """
+    classes = tuple(summary["classes"])
+    check_split_source(config.plan, bool(summary["splits"]))
+    check_listed_classes(config, set(summary["listed"]), classes, "classification")
+    digest = listing_digest(classes, [int(summary["sum"], 16)], summary["rejects_sha256"])
+    listed = ListedDigest(digest, summary["inputs"], summary["rejected"])
+    record = run_record(config.manifest_options(), tool_info(), classes, listed)
+    try:
+        checkpoints.write_run(WorkDir(config.output), record)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+    staged = Staged(classes, listed.inputs + listed.rejected, tuple(summary["splits"]))
+    return Ready(staged, list(summary["sizes"]), None)
+
+
+def check_listed_classes(config: ConvertConfig, listed: set[str], classes: tuple[str, ...], task: str) -> None:
     """With `--empty-classes fail`, refuses classes that list no input at all (an empty folder, or a
-    `--classes` name no input has), before any image is read.
+    `--classes` name no input has), before any image is read. `listed`: the labels of the listed inputs.
 
     Raises:
         PlanError: naming them.
     """
-    if listing.task != "classification":
+    if task != "classification":
         if config.plan.empty_classes != "keep" or config.plan.max_per_class is not None:
             flag = "--max-per-class" if config.plan.max_per_class is not None else "--empty-classes"
-            raise PlanError(f"{flag} applies to single-label classification, not {listing.task}")
+            raise PlanError(f"{flag} applies to single-label classification, not {task}")
         return
-    listed = {r.label for r in listing.refs}
-    empty = [i for i, name in enumerate(listing.classes) if name not in listed]
+    empty = [i for i, name in enumerate(classes) if name not in listed]
     try:
-        check_empty_classes(listing.classes, empty, config.plan.empty_classes)
+        check_empty_classes(classes, empty, config.plan.empty_classes)
     except PlanError as exc:
         raise PlanError(
             f"{exc}; nothing was read: run again with --empty-classes keep (or drop) to write the dataset"
