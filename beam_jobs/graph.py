@@ -12,13 +12,16 @@ What each PCollection holds (the types say it; see each step's module):
                                                  GroupNotes (dedupe.py)
     done     = FlatMap(publish)             rejects.jsonl, tfds metadata, then manifest.json    publish.py
 
-Invariants. References never travel as elements (a chunk's wait in its index, a rank
-task's in its entry file) and image bytes never pass through a shuffle (they wait in
-spill files, or in the source for images kept as they are). No task holds more than
-about `plan.GROUP_TARGET` references, a write task `MAX_WRITE_WIDTH` times that;
-only the final summary group grows with the shard count. Every file appears under its
-final name only by a rename once complete, and manifest.json last (checkpoints.py says
-what a resumed run reuses). Only Create, ParDo, GroupByKey, Flatten and composites of
+The chunks are staged before this graph runs: by the driver, or by a first pipeline
+that lists class folders on workers (list_source.py). Invariants. References never
+travel as elements in bulk (a chunk's wait in its index, a rank task's in its entry
+file; only a small section carries its entries, plan.INLINE_MAX) and image bytes never
+pass through a shuffle (they wait in spill files, or in the source for images kept as
+they are). No task holds more than about `plan.GROUP_TARGET` references, a write task
+`MAX_WRITE_WIDTH` times that; only the final summary group grows with the shard count.
+Every file appears under its final name only once complete: by a rename, or on an
+object store by one upload (`storage.uploads_whole`), and manifest.json last
+(checkpoints.py says what a resumed run reuses). Only Create, ParDo, GroupByKey, Flatten and composites of
 them are used, with no side inputs or tagged outputs: the DaskRunner translates nothing
 else; only on the embedded runner does PrepareChunk emit from finish_bundle (`lookahead`).
 Parallelism inside a worker comes from thread pools (pooled.py); docs/design.md says why.
