@@ -16,6 +16,7 @@ from prep.core import formats
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.e2e.test_resume import FullDisk, fail_writes
+from tests.e2e.test_runners import portable_services  # noqa: F401  (a fixture, asked for by name)
 from tests.support import task_datasets
 from tests.support.imagegen import write_dirty_tree
 from tests.support.shards import convert_with_cli
@@ -211,8 +212,8 @@ def test_every_task_gives_the_same_records(task, tmp_path, monkeypatch):
     assert_same_records(tf_out, ar_out)
 
 
-@pytest.mark.parametrize("runner", ["multi_processing", "dask"])
-def test_other_runners_write_the_same_array_record_bytes(source, both, tmp_path, runner):
+@pytest.mark.parametrize("runner", ["multi_processing", "dask", "portable"])
+def test_other_runners_write_the_same_array_record_bytes(source, both, tmp_path, runner, request):
     """ArrayRecord files are as deterministic as TFRecords: the same bytes from any runner and worker
     count, and from shards written in parts (group_target)."""
     options = {"split": "train=0.7,validation=0.3", "num_shards": 3, "workers": 2, "file_format": "array_record"}
@@ -231,6 +232,14 @@ def test_other_runners_write_the_same_array_record_bytes(source, both, tmp_path,
                 beam_args=args,
                 group_target=5,
             )
+    elif runner == "portable":  # Beam's job service and an external worker pool: the path Flink and Spark take
+        job_port, pool_port = request.getfixturevalue("portable_services")
+        args = [
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{pool_port}",
+        ]
+        conversion.convert(config, list_inputs(config), runner="PortableRunner", beam_args=args, group_target=5)
     else:
         args = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
         conversion.convert(config, list_inputs(config), runner="DirectRunner", beam_args=args, group_target=5)
