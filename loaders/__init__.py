@@ -19,7 +19,9 @@ from loaders.load_options import LoadOptions
 from prep.core import storage
 from prep.core.errors import LoaderError
 
-storage.install(GFileSystem())  # remote datasets are read as tf.data reads them
+# Remote datasets are read as tf.data reads them, unless the process also has Beam's file systems
+# (beam_jobs), which know S3 and the object stores' options: they answer first, whatever the import order.
+storage.install(GFileSystem(), fallback=True)
 
 
 def train_loop(*args, **kwargs):

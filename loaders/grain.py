@@ -140,8 +140,19 @@ def dataset(
     read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
     ds = grain.MapDataset.range(num_epochs * plan.batches).map(batches).to_iter_dataset(read)
     if workers:
+        _absl_flags_ready()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=_one_core_each)
     return ds
+
+
+def _absl_flags_ready() -> None:
+    """Grain's worker processes read an absl flag (its profiler's), which raises UnparsedFlagAccessError
+    in a program that never parsed absl's flags (any program not started by `absl.app`) once a framework
+    it profiles, such as JAX, is installed. Their defaults are what such a program means."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
 
 
 def _one_core_each(worker: int, workers: int) -> None:

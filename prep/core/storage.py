@@ -62,10 +62,11 @@ class RemoteFileSystem(Protocol):
 _installed: list[RemoteFileSystem] = []
 
 
-def install(fs: RemoteFileSystem) -> None:
-    """Makes `fs` serve the remote paths it `handles`, before those installed earlier."""
+def install(fs: RemoteFileSystem, fallback: bool = False) -> None:
+    """Makes `fs` serve the remote paths it `handles`, before those installed earlier; a `fallback`
+    serves them only when no other installed file system does, whenever it was installed."""
     if fs not in _installed:
-        _installed.append(fs)
+        _installed.insert(0, fs) if fallback else _installed.append(fs)
 
 
 def _remote(path: str) -> RemoteFileSystem:

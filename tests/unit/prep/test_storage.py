@@ -42,6 +42,23 @@ def test_a_remote_path_goes_to_the_newest_file_system_that_handles_it(installed)
     assert storage.list_names("mem://b") == ["x"] and storage.list_files("mem://b") == [("x/1.jpg", None)]
 
 
+def test_a_fallback_answers_only_where_no_other_does_whatever_the_order(installed):
+    """loaders installs tf.io.gfile as a fallback: in a process that also has Beam's file systems (which
+    know S3 and the stores' options), Beam's answer for gs:// whether loaders was imported before or after."""
+    beam, gfile = _Memory("gs"), _Memory("gs")
+    gfile.handles = lambda path: path.startswith(("gs://", "hdfs://"))
+    installed(beam)
+    installed(gfile, fallback=True)
+    beam.files["gs://b/k"] = b"beam"
+    gfile.files["gs://b/k"] = b"gfile"
+    gfile.files["hdfs://b/k"] = b"only gfile"
+    assert storage.size("gs://b/k") == len(b"beam") and storage.size("hdfs://b/k") == len(b"only gfile")
+    storage._installed[:] = []
+    installed(gfile, fallback=True)
+    installed(beam)
+    assert storage.size("gs://b/k") == len(b"beam")
+
+
 def test_without_a_remote_file_system_a_remote_path_is_an_os_error(installed):
     with pytest.raises(OSError, match="no file system is installed for gs://b/x"):
         storage.exists("gs://b/x")
