@@ -1,4 +1,4 @@
-"""Two fixes to Beam's S3 file system (apache_beam.io.aws), applied by `apply()` in every process that
+"""Fixes to Beam's S3 file system (apache_beam.io.aws), applied by `apply()` in every process that
 reaches an ``s3://`` path through `beam_jobs.beam_fs`, and reads in one request (`read_range`).
 
 - **Small objects in one request, empty ones at all.** Beam's `S3Uploader` opens a multipart upload
@@ -8,6 +8,8 @@ reaches an ``s3://`` path through `beam_jobs.beam_fs`, and reads in one request 
   multipart upload only when the first part of 5 MiB is due; a file smaller than that, empty included,
   is one PutObject, not three requests (create, upload part, complete). Its failure is an `OSError`
   naming the object (ENOENT: no such bucket; EACCES: refused), which `prep` reports in one line.
+- **A copy is one CopyObject** (a rename is a copy and a delete): boto3's managed copy, which Beam calls,
+  asks for the source's metadata first; it is kept for an object too large for one CopyObject (5 GiB).
 - **One boto3 client per set of options, not per call.** Beam's `S3FileSystem` builds a new `S3IO`, and
   with it a new boto3 session and client, for every call (exists, open, match, ...): ~0.15 s of CPU
   each, most of a conversion's time on a small dataset. `_shared_client` builds Beam's client wrapper
@@ -19,7 +21,7 @@ reaches an ``s3://`` path through `beam_jobs.beam_fs`, and reads in one request 
   requests per read. `read_range` is one GetObject (with a Range header for a part); a missing object is
   an `OSError` ENOENT (FileNotFoundError, as Beam's own reader raises), a refused one EACCES.
 
-Both fixes replace names in Beam's modules (`s3io.S3Uploader`, `boto3_client.Client`) that Beam looks up at
+The fixes replace names in Beam's modules (`s3io.S3Uploader`, `boto3_client.Client`) that Beam looks up at
 call time; the tests convert to moto's S3 server through them (tests/e2e/test_object_stores.py).
 """
 
@@ -46,7 +48,7 @@ _OPTIONS = (
 
 
 def apply() -> None:
-    """Installs both fixes, once per process; without Beam's AWS extra (boto3) there is nothing to fix."""
+    """Installs the fixes, once per process; without Beam's AWS extra (boto3) there is nothing to fix."""
     global _applied
     if _applied:
         return
@@ -55,7 +57,7 @@ def apply() -> None:
             return
         try:
             from apache_beam.io.aws import s3io
-            from apache_beam.io.aws.clients.s3 import boto3_client
+            from apache_beam.io.aws.clients.s3 import boto3_client, messages
         except ImportError:
             _applied = True
             return
@@ -65,12 +67,25 @@ def apply() -> None:
         beam_client = boto3_client.Client
         beam_uploader = s3io.S3Uploader
 
+        class Client(beam_client):  # type: ignore[misc, valid-type]
+            def copy(self, request):
+                # boto3's managed copy asks for the source's metadata first (HeadObject) to choose between
+                # one CopyObject and a multipart copy, which only an object over 5 GiB needs
+                source = {"Bucket": request.src_bucket, "Key": request.src_key}
+                try:
+                    self.client.copy_object(CopySource=source, Bucket=request.dest_bucket, Key=request.dest_key)
+                except Exception as exc:
+                    if getattr(exc, "response", {}).get("Error", {}).get("Code") == "InvalidRequest":
+                        super().copy(request)  # too large for one CopyObject
+                        return
+                    raise messages.S3ClientError(str(exc), boto3_client.get_http_error_code(exc)) from exc
+
         def shared_client(options):
             key = _options_key(options)
             with _lock:
                 template = _templates.get(key)
                 if template is None:
-                    template = _templates[key] = beam_client(options=options)
+                    template = _templates[key] = Client(options=options)
             return copy.copy(template)
 
         class Uploader(beam_uploader):  # type: ignore[misc, valid-type]
