@@ -2,7 +2,8 @@
 
     PYTHONPATH=$PWD python bench/objstore_requests.py                      # samples/shapes (204 images), s3 and gs
     PYTHONPATH=$PWD python bench/objstore_requests.py --store gs --source DIR --only convert --by-name
-    PYTHONPATH=$PWD python bench/objstore_requests.py --only convert --code /work/main   # another checkout's
+    PYTHONPATH=$PWD python bench/objstore_requests.py --tiny 2000 --only convert   # 2,000 generated 16x12 JPEGs
+    PYTHONPATH=$PWD python bench/objstore_requests.py --tiny 2000 --only convert --code /work/main  # its prep
 
 Starts moto's S3 server and gcp-storage-emulator on 127.0.0.1 (tests/support/objstores.py), uploads SOURCE
 (class folders) to raw/shapes with the stores' own clients, then runs, each as a fresh `prep` process as a user
@@ -11,8 +12,9 @@ would: `convert raw -> out --num-shards 4 --split train=0.8,validation=0.2`, `ve
 content_keys.jsonl (every shard read and hashed). Printed per command: wall time, the requests the server
 logged while it ran, per input of SOURCE (and per image the conversion kept), and by kind (`objstores.kind`);
 `--by-name` adds, per command, its requests by kind and object name with the numbers taken out (which files
-cost what). A rename is a copy and a delete on
-both stores; moto's log does not tell a copy from a write (both PUT), GCS's does (rewriteTo/copyTo).
+cost what). `--tiny N` converts N tiny generated JPEGs (4 classes of seeded noise, none alike) instead, so
+that per-chunk files weigh as they do at scale. A rename is a copy and a delete on both stores; moto's log
+does not tell a copy from a write (both PUT), GCS's does (rewriteTo/copyTo).
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def run(scheme: str, source: pathlib.Path, only: list[str], code: pathlib.Path, 
         store.stop()
 
 
+def _tiny_images(count: int, root: pathlib.Path) -> pathlib.Path:
+    """`count` 16x12 JPEGs of seeded noise in 4 class folders: distinct, so the conversion keeps them all."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    for i in range(count):
+        folder = root / f"class{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).save(folder / f"img{i:06d}.jpg", quality=90)
+    return root
+
+
 def _print_by_name(lines: list[str]) -> None:
     """Requests by kind and object name, numbers and temporary suffixes taken out, most first."""
     names: collections.Counter = collections.Counter()
@@ -120,7 +135,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="commands to run (convert, verify, ...); all if none")
     parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="the checkout whose `prep` runs (before/after)")
     parser.add_argument("--by-name", action="store_true", help="requests by kind and object name too")
+    parser.add_argument("--tiny", type=int, help="convert this many tiny generated JPEGs instead of --source")
     args = parser.parse_args()
+    if args.tiny:
+        args.source = _tiny_images(args.tiny, pathlib.Path(tempfile.mkdtemp(prefix="objstore-tiny-")))
     for scheme in ("s3", "gs") if args.store == "both" else (args.store,):
         run(scheme, args.source, args.only, args.code, args.by_name)
 
