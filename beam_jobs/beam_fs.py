@@ -125,16 +125,21 @@ class BeamFileSystems:
 class RangeReader(io.BufferedIOBase):
     """A reader of one object that asks the store for the bytes each read wants in one request
     (`get(start, end)`, end exclusive or None for the rest), never for its metadata: `read()` is one request
-    for the whole object, a `seek` then `read(n)` one for n bytes. Reads under 256 KiB (headers, lines,
-    small records) read 256 KiB ahead, so that the next ones nearby cost no request. No request is made
-    until the first read, so a missing object is reported there (FileNotFoundError)."""
+    for the whole object, a `seek` then `read(n)` one for n bytes.
 
-    _AHEAD = 256 << 10
+    Smaller reads (headers, lines, small records) read ahead, 256 KiB at first, twice as much each time the
+    reads go on where the last one ended, up to 16 MiB (Beam's read buffer): reading a whole file in small
+    pieces costs a few requests, a record here and there one each. No request is made until the first read,
+    so a missing object is reported there (FileNotFoundError)."""
+
+    _AHEAD, _AHEAD_MAX = 256 << 10, 16 << 20
 
     def __init__(self, get, path: str):
         self._get, self.name = get, path
         self._pos = 0
-        self._ahead, self._ahead_at = b"", 0  # bytes read ahead for lines, from offset _ahead_at
+        self._ahead, self._ahead_at = b"", 0  # the bytes read ahead, from offset _ahead_at
+        self._span = self._AHEAD  # how much the next read ahead asks for
+        self._end: int | None = None  # the object's size, once a read came back short
 
     def readable(self) -> bool:
         return True
@@ -157,22 +162,22 @@ class RangeReader(io.BufferedIOBase):
 
     def read(self, size: int | None = -1) -> bytes:
         held = self._held()
-        if size is None or size < 0:
-            data = held + self._get(self._pos + len(held), None)
+        if self._end is not None and self._pos + len(held) >= self._end:
+            data = held if size is None or size < 0 else held[:size]
+        elif size is None or size < 0:
+            data = held + self._fetch(self._pos + len(held), None)
         elif size <= len(held):
             data = held[:size]
-        elif size - len(held) >= self._AHEAD:
-            data = held + self._get(self._pos + len(held), self._pos + size)
-        else:  # a small read (a file header, a record) reads ahead: the next ones are likely near
-            self._ahead = held + self._get(self._pos + len(held), self._pos + len(held) + self._AHEAD)
-            self._ahead_at = self._pos
-            data = self._ahead[:size]
+        elif size - len(held) >= self._span:
+            data = held + self._fetch(self._pos + len(held), self._pos + size)
+        else:
+            data = self._read_ahead(held)[:size]
         self._pos += len(data)
         return data
 
     def read1(self, size: int | None = -1) -> bytes:
-        """Up to `size` bytes, reading ahead (a TextIOWrapper reads by 8 KiB: not a request each)."""
-        held = self._held() or self._fill(max(size or 0, self._AHEAD))
+        """Up to `size` bytes, from what was read ahead (a TextIOWrapper reads by 8 KiB: not a request each)."""
+        held = self._held() or self._read_ahead(b"")
         n = len(held) if size is None or size < 0 else min(size, len(held))
         self._pos += n
         return held[:n]
@@ -185,7 +190,7 @@ class RangeReader(io.BufferedIOBase):
     def readline(self, size: int | None = -1) -> bytes:
         line = b""
         while size is None or size < 0 or len(line) < size:
-            held = self._held() or self._fill(self._AHEAD)
+            held = self._held() or self._read_ahead(b"")
             if not held:
                 break
             cut = held.find(b"\n") + 1 or len(held)
@@ -197,9 +202,21 @@ class RangeReader(io.BufferedIOBase):
                 break
         return line
 
-    def _fill(self, n: int) -> bytes:
-        self._ahead, self._ahead_at = self._get(self._pos, self._pos + n), self._pos
+    def _read_ahead(self, held: bytes) -> bytes:
+        """`held` and the next span of bytes after it, kept as read ahead from the current position."""
+        start = self._pos + len(held)
+        going_on = bool(self._ahead) and start == self._ahead_at + len(self._ahead)
+        self._span = min(2 * self._span, self._AHEAD_MAX) if going_on else self._AHEAD
+        self._ahead, self._ahead_at = held + self._fetch(start, start + self._span), self._pos
         return self._ahead
+
+    def _fetch(self, start: int, end: int | None) -> bytes:
+        if self._end is not None and start >= self._end:
+            return b""
+        data = self._get(start, end)
+        if end is None or len(data) < end - start:
+            self._end = start + len(data)
+        return data
 
     def _held(self) -> bytes:
         """The bytes read ahead from the current position on (none after a seek elsewhere)."""
