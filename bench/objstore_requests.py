@@ -42,6 +42,7 @@ def _prep(store, code: pathlib.Path, *args) -> tuple[float, subprocess.Completed
     done = subprocess.run(
         [sys.executable, "-c", "from prep.cli import run; run()", *args, "--", *store.beam_args],
         env=env,
+        cwd=code,  # `python -c` puts the working folder first on sys.path: there, the checkout measured
         capture_output=True,
         text=True,
     )
