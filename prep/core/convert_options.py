@@ -55,6 +55,12 @@ OPTIONS = (
         choices=LAYOUTS,
     ),
     Option(
+        "--label-key",
+        "WebDataset shards: the field of each sample's json member that holds its label "
+        "(default: cls member, else json label/class/cls, else txt).",
+        metavar="FIELD",
+    ),
+    Option(
         "--split",
         "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
         metavar="NAME=FRAC,...",
@@ -306,6 +312,7 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         labels=v["labels"],
         classes=read_class_file(v["classes"]) if v["classes"] else None,
         layout=v["layout"],
+        label_key=v["label_key"],
         plan=PlanOptions(
             seed=v["seed"],
             num_shards=v["num_shards"],

@@ -14,6 +14,7 @@ from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
 from prep.core.listing import Listing, list_folders
+from prep.core.sources import webdataset
 
 
 def output_inside(output: str, source: str) -> bool:
@@ -64,8 +65,29 @@ def list_inputs(config: ConvertConfig) -> Listing:
             raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
         if not files:
             raise SourceError(f"SOURCE {config.source} holds no files")
+        if webdataset.is_shard_set([rel for rel, _ in files]):
+            return _list_shards(config, [rel for rel, _ in files])
         return list_folders(config.source, config.layout, config.classes, files=files)
+    shards = _local_shards(config.source)
+    if shards:
+        return _list_shards(config, shards)
     return list_folders(config.source, config.layout, config.classes)
+
+
+def _local_shards(source: str) -> list[str]:
+    """SOURCE's files relative to it if they are WebDataset shards (all `.tar`), else []."""
+    if not os.path.isdir(source):
+        return []
+    files = [
+        os.path.relpath(os.path.join(top, name), source).replace(os.sep, "/")
+        for top, _, names in os.walk(source)
+        for name in names
+    ]
+    return files if webdataset.is_shard_set(files) else []
+
+
+def _list_shards(config: ConvertConfig, shards: list[str]) -> Listing:
+    return webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
 
 
 def _list_label_file(config: ConvertConfig, labels: str) -> Listing:

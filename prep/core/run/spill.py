@@ -25,6 +25,7 @@ from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, Pre
 from prep.core.listing import InputRef, Reject, printable
 from prep.core.run.task_build import TaskInfo, TaskSpec, build_record, rejected_info
 from prep.core.schema import ENCODED, ImageRecord
+from prep.core.sources import webdataset
 from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.wire import encode_example_around
@@ -51,8 +52,11 @@ def read_input(path: str) -> bytes | tuple[str, str]:
     """The bytes of one input, or (reason, detail) if it cannot be read.
 
     Only regular files are opened: reading a FIFO or a device named like an
-    image would block or never end.
+    image would block or never end. A WebDataset member (`webdataset.member_path`) is one ranged read.
     """
+    member = webdataset.read_member(path)
+    if member is not None:
+        return member
     if not storage.is_remote(path):
         try:
             st = os.stat(path)
@@ -164,7 +168,8 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
+    # before reading: a later change shows (a WebDataset member: its shard's)
+    sig = None if storage.is_remote(path) else storage.signature(_container(path))
     data = read_input(path)
     if isinstance(data, tuple):
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
@@ -227,9 +232,15 @@ def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) 
     return [before, data, after]
 
 
+def _container(path: str) -> str:
+    """The file that holds an input: its WebDataset shard, or itself."""
+    member = webdataset.parse_member(path)
+    return path if member is None else member[0]
+
+
 def _read_again(path: str, size: int) -> bytes | str:
     """The `size` bytes of an input read before, or why they cannot be."""
-    if storage.is_remote(path):
+    if storage.is_remote(path) or webdataset.parse_member(path) is not None:
         data = read_input(path)
         return data[1] if isinstance(data, tuple) else data
     try:

@@ -1,0 +1,102 @@
+"""WebDataset shards written by `webdataset`'s TarWriter, converted: every record's label and image bytes as
+written, damage rejected with reasons, counts that reconcile, the same bytes at 1 and 2 workers and on Beam's
+DirectRunner."""
+
+import json
+
+import pytest
+
+from beam_jobs import convert as conversion
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
+from tests.support.shards import assert_same_dataset, convert_with_cli, read_dataset
+from tests.support.wds_data import corrupt_header, labelled, png, write_shards
+
+
+def _records(out):
+    return {
+        split: {r["image/filename"].decode(): r for shard in shards for r in shard}
+        for split, shards in read_dataset(out).items()
+    }
+
+
+def _rejects(out):
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wds")
+    train = labelled(9, 3) + [
+        {"__key__": "nolabel", "jpg": png(90)},
+        {"__key__": "noimage", "cls": 1},
+        {"__key__": "notimage", "jpg": b"not an image", "cls": 2},
+    ]
+    shards = {
+        "train/00000.tar": train,
+        "train/00001.tar": labelled(8, 3, start=20),
+        "validation/00000.tar": labelled(6, 3, start=40),
+    }
+    return root, write_shards(root, shards)
+
+
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    root, _ = source
+    return convert_with_cli(root, tmp_path_factory.mktemp("ref") / "out", "--num-shards", 2, "--seed", 3)
+
+
+def test_every_record_is_the_sample_written_and_every_reject_names_shard_and_member(source, reference):
+    _, expected = source
+    records = _records(reference)
+    assert set(records) == {"train", "validation"}
+    written = {}
+    for split, by_name in records.items():
+        for name, record in by_name.items():
+            shard_member, _, where = name.partition("#bytes=")
+            assert where and shard_member.startswith(split + "/")
+            key = shard_member.rsplit(".", 1)[0]
+            written[key] = (record["image/encoded"], record["image/class/text"].decode())
+            assert record["image/class/label"] == int(expected[key][1])  # cls 0..2: label id = cls
+    assert written == {k: (image, label) for k, (image, label) in expected.items() if k != "train/00000.tar/notimage"}
+    reasons = {r["path"].partition("#")[0]: r["reason"] for r in _rejects(reference)}
+    assert reasons == {
+        "train/00000.tar/nolabel.jpg": "no_label",
+        "train/00000.tar/noimage": "no_image",
+        "train/00000.tar/notimage.jpg": "undecodable",
+    }
+    inputs = json.loads((reference / "manifest.json").read_text())["inputs"]
+    assert inputs["found"] == 26 == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    assert inputs["written"] == 23
+
+
+def test_two_workers_and_the_direct_runner_write_the_same_bytes(source, reference, tmp_path):
+    root, _ = source
+    for i, (workers, runner) in enumerate(((2, "local"), (1, "DirectRunner"))):
+        out = tmp_path / f"out{i}"
+        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3, "workers": workers})
+        conversion.convert(config, list_inputs(config), runner=runner)
+        assert_same_dataset(out, reference, shards=4)
+
+
+def test_a_damaged_shard_loses_only_what_is_damaged(tmp_path):
+    root = tmp_path / "src"
+    expected = write_shards(root, {"a.tar": labelled(6, 2), "b.tar": labelled(6, 2, start=10)})
+    corrupt_header(root / "a.tar", "s00002.jpg")  # a bad header in the middle
+    data = (root / "b.tar").read_bytes()
+    cut = data.find(b"s00015.jpg\0")
+    (root / "b.tar").write_bytes(data[: cut + 512 + 100])  # cut short inside the last image
+    out = convert_with_cli(root, tmp_path / "out", "--num-shards", 1)
+    names = {n.partition("#")[0] for n in _records(out)["train"]}
+    assert names == {f"a.tar/s0000{i}.jpg" for i in (0, 1, 3, 4, 5)} | {f"b.tar/s000{i}.jpg" for i in range(10, 15)}
+    for name, record in _records(out)["train"].items():
+        key = name.partition("#")[0].rsplit(".", 1)[0]
+        assert record["image/encoded"] == expected[key][0]
+    reasons = sorted((r["path"].partition("#")[0], r["reason"]) for r in _rejects(out))
+    assert reasons == [
+        ("a.tar", "damaged_tar"),
+        ("a.tar/s00002", "no_image"),
+        ("b.tar/s00015.jpg", "truncated_member"),
+    ]
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+    assert inputs["found"] == 13 == inputs["written"] + inputs["rejected"]
