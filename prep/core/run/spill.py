@@ -168,12 +168,11 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    # before reading: a later change shows (a WebDataset member: its shard's)
-    sig = None if storage.is_remote(path) else storage.signature(_container(path))
+    sig = None if storage.is_remote(path) else webdataset.input_signature(path)  # before reading: a change shows
     data = read_input(path)
     if isinstance(data, tuple):
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
-    sig = sig if sig is not None else storage.signature(path, data)
+    sig = sig if sig is not None else webdataset.input_signature(path, data)
     try:
         image = _prepare(data, options.image, buffer, sandbox, ref.path in options.suspects, keys is not None)
     except ImageRejected as exc:
@@ -230,12 +229,6 @@ def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) 
             f"({data if isinstance(data, str) else 'its bytes differ'}); convert again"
         )
     return [before, data, after]
-
-
-def _container(path: str) -> str:
-    """The file that holds an input: its WebDataset shard, or itself."""
-    member = webdataset.parse_member(path)
-    return path if member is None else member[0]
 
 
 def _read_again(path: str, size: int) -> bytes | str:

@@ -56,6 +56,16 @@ def parse_member(path: str) -> tuple[str, int, int] | None:
     return m["shard"], int(m["offset"]), int(m["length"])
 
 
+def input_signature(path: str, data: bytes | None = None) -> str:
+    """`storage.signature` of an input; of a member, its local shard's, or on an object store its length
+    (what `storage.signature` gives of a remote input's bytes)."""
+    where = parse_member(path)
+    if where is None:
+        return storage.signature(path, data)
+    shard, _, length = where
+    return str(length) if storage.is_remote(shard) else storage.signature(shard)
+
+
 def read_member(path: str) -> bytes | tuple[str, str] | None:
     """The bytes of a member path with one ranged read, (reason, detail) if they cannot be read,
     or None if `path` is no member path."""
