@@ -19,6 +19,7 @@ is `truncated_member`, a sample with no image `no_image`, one without a label `n
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import posixpath
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from prep.core import storage
+from prep.core.errors import SourceError
 from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, finish_listing
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
@@ -257,6 +259,13 @@ def list_webdataset(
         names = tuple(sorted(found, key=int))
     else:
         names = tuple(sorted(found))
+    if not refs:
+        reasons = collections.Counter(r.reason for r in rejects)
+        raise SourceError(
+            f"no sample of the {len(shards)} shard(s) under {source} has an image and a label ("
+            + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no samples")
+            + "); see --label-key"
+        )
     return finish_listing(refs, rejects, names, classes, source=source)
 
 
