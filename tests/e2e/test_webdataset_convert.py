@@ -4,6 +4,7 @@ DirectRunner."""
 
 import collections
 import json
+import os
 
 import pytest
 
@@ -154,3 +155,23 @@ def test_shards_in_the_simulated_object_store_are_read_by_range(tmp_path, monkey
         ("read", "list_shard"): 3,
         ("read", "read_member"): 2 * 60,
     }
+
+
+def test_the_sample_writes_a_webdataset_and_converts_it(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(root / "samples" / "webdataset_sample.py"), "--out", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wrote 159 train samples, 45 validation samples" in proc.stdout
+    assert "found 204  written 204  rejected 0  capped 0" in proc.stdout
+    names = {n.partition("#")[0] for split in _records(tmp_path / "s" / "tfrecords").values() for n in split}
+    assert len(names) == 204 and all(".tar/" in n for n in names)
