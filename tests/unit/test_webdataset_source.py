@@ -76,6 +76,8 @@ def test_split_folders_give_splits_and_only_tar_folders_are_shard_sets(tmp_path)
     ]
     assert webdataset.is_shard_set(["a.tar", "sub/b.tar", ".hidden/x.jpg"])
     assert not webdataset.is_shard_set(["a.tar", "cat/x.jpg"]) and not webdataset.is_shard_set([])
+    with pytest.raises(SourceError, match="decompress them"):
+        webdataset.is_shard_set(["a.tar", "b.tar.gz"])
 
 
 def test_member_paths_round_trip_and_read_by_range(tmp_path):

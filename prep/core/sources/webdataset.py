@@ -41,8 +41,19 @@ _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
 
 
 def is_shard_set(files: Sequence[str]) -> bool:
-    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`."""
+    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`.
+
+    Raises:
+        SourceError: they are shards, some of them compressed.
+    """
     visible = [f for f in files if not any(p.startswith(".") for p in f.split("/"))]
+    if (
+        visible
+        and all(f.endswith((".tar", ".tar.gz", ".tgz")) for f in visible)
+        and not all(f.endswith(".tar") for f in visible)
+    ):
+        # a gzip stream has no member offsets to read an image by range
+        raise SourceError("compressed WebDataset shards (.tar.gz, .tgz) are not read yet: decompress them to .tar")
     return bool(visible) and all(f.endswith(".tar") for f in visible)
 
 
