@@ -36,7 +36,8 @@ def source(tmp_path_factory):
     ]
     shards = {
         "train/00000.tar": train,
-        "train/00001.tar": labelled(8, 3, start=20),
+        # an exact copy of train/00000.tar/s00000 under another key: one duplicate group, both kept
+        "train/00001.tar": labelled(8, 3, start=20) + [{**labelled(1, 3)[0], "__key__": "copy"}],
         "validation/00000.tar": labelled(6, 3, start=40),
     }
     return root, write_shards(root, shards)
@@ -68,8 +69,10 @@ def test_every_record_is_the_sample_written_and_every_reject_names_shard_and_mem
         "train/00000.tar/notimage.jpg": "undecodable",
     }
     inputs = json.loads((reference / "manifest.json").read_text())["inputs"]
-    assert inputs["found"] == 26 == inputs["written"] + inputs["rejected"] + inputs["capped"]
-    assert inputs["written"] == 23
+    assert inputs["found"] == 27 == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    assert inputs["written"] == 24
+    groups = json.loads((reference / "duplicates.jsonl").read_text().splitlines()[0])
+    assert groups["exact_groups"] == 1
 
 
 def test_two_workers_and_the_direct_runner_write_the_same_bytes(source, reference, tmp_path):
