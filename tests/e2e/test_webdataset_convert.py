@@ -178,3 +178,20 @@ def test_the_sample_writes_a_webdataset_and_converts_it(tmp_path):
     assert "found 204  written 204  rejected 0  capped 0" in proc.stdout
     names = {n.partition("#")[0] for split in _records(tmp_path / "s" / "tfrecords").values() for n in split}
     assert len(names) == 204 and all(".tar/" in n for n in names)
+
+
+def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, reference, tmp_path):
+    import logging
+
+    from dask import distributed
+
+    from tests.e2e.test_runners import DASK
+
+    root, _ = source
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        out = tmp_path / "out"
+        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
+    assert_same_dataset(out, reference, shards=4)
