@@ -27,7 +27,8 @@ def output_inside(output: str, source: str) -> bool:
 
 
 def list_inputs(config: ConvertConfig) -> Listing:
-    """Lists SOURCE as the config says: a label file or class folders, local or in an object store.
+    """Lists SOURCE as the config says: a label file, class folders or WebDataset shards, local or in an object
+    store.
 
     Raises:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
@@ -67,22 +68,33 @@ def list_inputs(config: ConvertConfig) -> Listing:
             raise SourceError(f"SOURCE {config.source} holds no files")
         if webdataset.is_shard_set([rel for rel, _ in files]):
             return _list_shards(config, [rel for rel, _ in files])
+        _no_label_key(config)
         return list_folders(config.source, config.layout, config.classes, files=files)
     shards = _local_shards(config.source)
     if shards:
         return _list_shards(config, shards)
+    _no_label_key(config)
     return list_folders(config.source, config.layout, config.classes)
+
+
+def _no_label_key(config: ConvertConfig) -> None:
+    if config.label_key is not None:
+        raise SourceError(
+            f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds no .tar shards"
+        )
 
 
 def _local_shards(source: str) -> list[str]:
     """SOURCE's files relative to it if they are WebDataset shards (all `.tar`), else []."""
     if not os.path.isdir(source):
         return []
-    files = [
-        os.path.relpath(os.path.join(top, name), source).replace(os.sep, "/")
-        for top, _, names in os.walk(source)
-        for name in names
-    ]
+    files = []
+    for top, _, names in os.walk(source):
+        for name in names:
+            rel = os.path.relpath(os.path.join(top, name), source).replace(os.sep, "/")
+            if not rel.endswith((".tar", ".tar.gz", ".tgz")) and not any(p.startswith(".") for p in rel.split("/")):
+                return []  # a folder of images: stop at its first one, rather than walk it twice
+            files.append(rel)
     return files if webdataset.is_shard_set(files) else []
 
 

@@ -97,3 +97,14 @@ def test_member_paths_round_trip_and_read_by_range(tmp_path):
 def test_no_class_is_an_error(tmp_path):
     with pytest.raises(SourceError, match="1 no_label"):
         _list(tmp_path, {"a.tar": [{"__key__": "x", "png": png(0)}]})
+
+
+def test_label_key_without_shards_is_an_error(tmp_path):
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "cat" / "x.png").write_bytes(png(0))
+    with pytest.raises(SourceError, match="--label-key"):
+        list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"label_key": "species"}))
+    assert list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {})).found == 1
