@@ -107,10 +107,13 @@ def test_a_damaged_shard_loses_only_what_is_damaged(tmp_path):
     assert inputs["found"] == 13 == inputs["written"] + inputs["rejected"]
 
 
-def test_the_output_verifies_and_inspect_and_report_read_it(reference, run_cli):
-    assert run_cli("verify", reference, "--deep").exit_code == 0
-    assert run_cli("inspect", reference).exit_code == 0
-    assert run_cli("report", reference).exit_code == 0
+def test_the_output_verifies_and_inspect_and_report_read_it(reference, run_cli, tmp_path):
+    import shutil
+
+    copy = shutil.copytree(reference, tmp_path / "copy")  # the report is written into the dataset
+    assert run_cli("verify", copy, "--deep").exit_code == 0
+    assert run_cli("inspect", copy).exit_code == 0
+    assert run_cli("report", copy).exit_code == 0 and (copy / "report.html").exists()
 
 
 def test_a_conversion_killed_after_some_shards_resumes_to_the_same_bytes(tmp_path, run_cli):
