@@ -108,3 +108,19 @@ def test_label_key_without_shards_is_an_error(tmp_path):
     with pytest.raises(SourceError, match="--label-key"):
         list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"label_key": "species"}))
     assert list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {})).found == 1
+
+
+def test_the_fast_header_pass_lists_what_tarfile_lists(tmp_path, monkeypatch):
+    long_key = "deep/" * 30 + "k"  # a name past ustar's 100 bytes: a pax path
+    shards = {
+        "a.tar": [
+            {"__key__": long_key, "png": png(0), "cls": 1},
+            {"__key__": "é-name", "png": png(1), "json": {"label": "x"}},
+            {"__key__": "plain", "png": png(2), "txt": "y"},
+        ]
+    }
+    write_shards(tmp_path, shards)
+    fast = webdataset.list_shard(str(tmp_path), "a.tar", None)
+    assert [r.label for r in fast[0]] == ["1", "x", "y"] and fast[0][0].path.startswith(f"a.tar/{long_key}.png#")
+    monkeypatch.setattr(webdataset, "_fast_members", lambda f, size: None)
+    assert webdataset.list_shard(str(tmp_path), "a.tar", None) == fast

@@ -177,23 +177,80 @@ class _Scan:
         self.expected = end
 
     def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo, shift: int) -> None:
-        if shift + info.offset > self.expected:
-            self.damaged(shift + info.offset, "bad tar header")
-        offset = shift + info.offset_data
-        self.expected = offset + -(-info.size // _BLOCK) * _BLOCK
-        if not info.isfile():
+        def read() -> bytes:
+            data = tar.extractfile(info)
+            return data.read() if data is not None else b""
+
+        self.add(info.name, shift + info.offset, shift + info.offset_data, info.size, info.isfile(), read)
+
+    def add(self, name: str, header: int, offset: int, size: int, is_file: bool, read: Callable[[], bytes]) -> None:
+        """A member whose header starts at `header` and data at `offset`; `read` gives its data."""
+        if header > self.expected:
+            self.damaged(header, "bad tar header")
+        self.expected = offset + -(-size // _BLOCK) * _BLOCK
+        if not is_file:
             return
-        key, suffix = _split_name(info.name)
+        key, suffix = _split_name(name)
         if self.sample is None or key != self.sample.key:
             self.close()
             self.sample = _Sample(key)
         sample = self.sample
         if suffix in IMAGE_SUFFIXES:
             if sample.image is None or _rank(suffix) < _rank(_split_name(sample.image[0])[1]):
-                sample.image = (info.name, offset, info.size)
-        elif suffix in ("cls", "txt", "json") and info.size <= _LABEL_MEMBER_LIMIT and offset + info.size <= self.size:
-            data = tar.extractfile(info)
-            sample.labels[suffix] = data.read() if data is not None else b""
+                sample.image = (name, offset, size)
+        elif suffix in _LABELS and size <= _LABEL_MEMBER_LIMIT and offset + size <= self.size:
+            sample.labels[suffix] = read()
+
+
+_LABELS = ("cls", "txt", "json")
+_ZERO = bytes(_BLOCK)
+Member = tuple[str, int, int, int, bool, bytes]  # name, header offset, data offset, size, a file, label bytes
+
+
+def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
+    """The members of a clean local shard (ustar, pax `path`/`size`, GNU long names), read header by header
+    about ten times faster than tarfile; None at anything else (a bad checksum, a header cut short), for
+    tarfile to read the shard and say what is damaged."""
+    out: list[Member] = []
+    pos, name, length, start = 0, None, None, None  # name, length, start: from a pax or long-name header
+    while pos + _BLOCK <= size:
+        f.seek(pos)
+        h = f.read(_BLOCK)
+        if h == _ZERO:
+            return out if name is None else None
+        try:
+            checksum = int(h[148:156].split(b"\0")[0].strip() or b"0", 8)
+            n = int(h[124:136].split(b"\0")[0].strip() or b"0", 8)
+        except ValueError:
+            return None
+        if checksum != sum(h[:148]) + 256 + sum(h[156:]) or h[124] & 0x80:
+            return None
+        typ, data = h[156:157], pos + _BLOCK
+        start = pos if start is None else start
+        if typ in (b"x", b"L"):
+            body = f.read(n)
+            if typ == b"L":
+                name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            else:
+                for line in body.decode("utf-8", "surrogateescape").splitlines():
+                    field, _, value = line.partition(" ")[2].partition("=")
+                    name = value if field == "path" else name
+                    length = int(value) if field == "size" else length
+        elif typ != b"g":
+            if name is None:
+                name = h[:100].split(b"\0")[0].decode("utf-8", "surrogateescape")
+                prefix = h[345:500].split(b"\0")[0].decode("utf-8", "surrogateescape")
+                name = f"{prefix}/{name}" if h[257:262] == b"ustar" and prefix else name
+            n = n if length is None else length
+            is_file = typ in (b"0", b"\0", b"7")
+            label = b""
+            if is_file and _split_name(name)[1] in _LABELS and n <= _LABEL_MEMBER_LIMIT and data + n <= size:
+                f.seek(data)
+                label = f.read(n)
+            out.append((name, start, data, n, is_file, label))
+            name, length, start = None, None, None
+        pos = data + -(-n // _BLOCK) * _BLOCK
+    return out if pos >= size and name is None else None
 
 
 def list_shard(
@@ -218,10 +275,13 @@ def list_shard(
     local = not storage.is_remote(full)
     base = 0
     with f:
-        while base < size:
+        fast = _fast_members(f, size) if local else None
+        for name, header, offset, length, is_file, label in fast or ():
+            scan.add(name, header, offset, length, is_file, lambda label=label: label)  # type: ignore[misc]
+        while fast is None and base < size:
             tar = None
             try:
-                if base:
+                if base or local:  # the fast pass may have moved a local reader
                     f.seek(base)
                 # a random-access TarFile counts offsets from the file's start, a stream from where it began
                 tar = tarfile.open(fileobj=f, mode="r:" if local else "r|", ignore_zeros=True)
