@@ -9,8 +9,9 @@ are class names in numeric order, so label id = `cls` value when they run 0..N-1
 
 An input's path is `<shard>/<member>#bytes=<offset>+<length>` (`member_path`), relative to
 SOURCE: the shard writer reads a kept image again with one ranged read (`read_member`), and
-`image/filename` says which shard and member it came from. A shard is listed in one streaming
-pass (`list_shard`, one shard in, its refs and rejects out: a listing task per shard later);
+`image/filename` says which shard and member it came from. A shard is listed in one pass
+(`list_shard`, one shard in, its refs and rejects out: a listing task per shard later): a local
+one header by header (`_fast_members`, else tarfile), a remote one in one streamed read;
 members' data is skipped, never held, except the small label members of the sample at hand.
 Damage loses only what is damaged: a bad header is skipped block by block to the next good
 one (the bytes between are one `damaged_tar` reject), a member cut short by the shard's end
