@@ -99,6 +99,7 @@ class ConvertConfig:
     labels: str | None = None  # label file; None: class folders
     classes: tuple[str, ...] | None = None  # fixed label order from --classes
     layout: str = "auto"
+    label_key: str | None = None  # WebDataset shards: the json member's field that holds the label
     plan: PlanOptions = PlanOptions()
     image: ImageOptions = ImageOptions()
     workers: int | None = None  # threads per pipeline worker; None: all cores of that worker

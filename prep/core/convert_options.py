@@ -55,6 +55,12 @@ OPTIONS = (
         choices=LAYOUTS,
     ),
     Option(
+        "--label-key",
+        "WebDataset shards: the field of each sample's json member that holds its label "
+        "(default: cls member, else json label/class/cls, else txt).",
+        metavar="FIELD",
+    ),
+    Option(
         "--split",
         "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
         metavar="NAME=FRAC,...",
@@ -315,12 +321,13 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
     annotations, split_annotations = parse_annotations(v["annotations"])
     return ConvertConfig(
         file_format=v["file_format"],
-        format_options=_format_options(v["file_format"], v["array_record_options"]),
+        format_options=formats.checked_options(v["file_format"], v["array_record_options"]),
         source=_absolute(source),
         output=_absolute(output),
         labels=v["labels"],
         classes=read_class_file(v["classes"]) if v["classes"] else None,
         layout=v["layout"],
+        label_key=v["label_key"],
         plan=PlanOptions(
             seed=v["seed"],
             num_shards=v["num_shards"],
@@ -363,18 +370,6 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
             group_by=v["group_by"],
         ),
     )
-
-
-def _format_options(file_format: str, given: str | None) -> str | None:
-    """The writer options of `file_format`, checked, its default filled in."""
-    if file_format not in formats.NAMES:
-        return None  # ConvertConfig names the bad format
-    if given is not None and file_format != formats.ARRAY_RECORD.name:
-        raise OptionsError(f"--array-record-options applies to --file-format array_record, not {file_format}")
-    try:
-        return formats.get(file_format).check_options(given)
-    except ValueError as exc:
-        raise OptionsError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

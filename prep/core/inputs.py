@@ -16,6 +16,7 @@ from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
 from prep.core.listing import LAYOUTS, Listing, detect_layout, folder_classes, list_folders, local_dirs
+from prep.core.sources import webdataset
 
 
 def output_inside(output: str, source: str) -> bool:
@@ -28,7 +29,8 @@ def output_inside(output: str, source: str) -> bool:
 
 
 def list_inputs(config: ConvertConfig) -> Listing:
-    """Lists SOURCE as the config says: a label file or class folders, local or in an object store.
+    """Lists SOURCE as the config says: a label file, class folders or WebDataset shards, local or in an object
+    store.
 
     Raises:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
@@ -62,8 +64,40 @@ def list_inputs(config: ConvertConfig) -> Listing:
             raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
         if not files:
             raise SourceError(f"SOURCE {config.source} holds no files")
+        if webdataset.is_shard_set([rel for rel, _ in files]):
+            return _list_shards(config, [rel for rel, _ in files])
+        _no_label_key(config)
         return list_folders(config.source, config.layout, config.classes, files=files)
+    shards = _local_shards(config.source)
+    if shards:
+        return _list_shards(config, shards)
+    _no_label_key(config)
     return list_folders(config.source, config.layout, config.classes)
+
+
+def _no_label_key(config: ConvertConfig) -> None:
+    if config.label_key is not None:
+        raise SourceError(
+            f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds no .tar shards"
+        )
+
+
+def _local_shards(source: str) -> list[str]:
+    """SOURCE's files relative to it if they are WebDataset shards (all `.tar`), else []."""
+    if not os.path.isdir(source):
+        return []
+    files = []
+    for top, _, names in os.walk(source):
+        for name in names:
+            rel = os.path.relpath(os.path.join(top, name), source).replace(os.sep, "/")
+            if not rel.endswith((".tar", ".tar.gz", ".tgz")) and not any(p.startswith(".") for p in rel.split("/")):
+                return []  # a folder of images: stop at its first one, rather than walk it twice
+            files.append(rel)
+    return files if webdataset.is_shard_set(files) else []
+
+
+def _list_shards(config: ConvertConfig, shards: list[str]) -> Listing:
+    return webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
 
 
 def _list_label_file(config: ConvertConfig, labels: str) -> Listing:

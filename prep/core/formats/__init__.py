@@ -7,6 +7,7 @@ format is one module implementing `ShardFormat` and one line in `FORMATS`.
 
 from __future__ import annotations
 
+from prep.core.errors import OptionsError
 from prep.core.formats.array_record_format import ARRAY_RECORD
 from prep.core.formats.base import RecordSource, ScanResult, ShardFormat, ShardWriter
 from prep.core.formats.tfrecord_format import TFRECORD
@@ -38,3 +39,19 @@ __all__ = [
     "ShardWriter",
     "get",
 ]
+
+
+def checked_options(file_format: str, given: str | None) -> str | None:
+    """The writer options of `file_format` (`--array-record-options`), checked, its default filled in.
+
+    Raises:
+        OptionsError: options given for a format that takes none, or options the format refuses.
+    """
+    if file_format not in NAMES:
+        return None  # ConvertConfig names the bad format
+    if given is not None and file_format != ARRAY_RECORD.name:
+        raise OptionsError(f"--array-record-options applies to --file-format array_record, not {file_format}")
+    try:
+        return get(file_format).check_options(given)
+    except ValueError as exc:
+        raise OptionsError(str(exc)) from None

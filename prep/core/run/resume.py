@@ -17,6 +17,7 @@ from prep.core.listing import InputRef, Listing, printable
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints, replan
 from prep.core.run_record import differences, listing_change, replanned
+from prep.core.sources import webdataset
 from prep.core.workdir import TMP_DIR, WorkDir
 
 FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
@@ -140,7 +141,7 @@ def changed_input(source: str, work: WorkDir, chunks: list[list[InputRef]]) -> s
         return None
 
     def now(job: tuple[str, str]) -> str:
-        return storage.signature(storage.input_path(source, job[0]))
+        return webdataset.input_signature(storage.input_path(source, job[0]))
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         for (path, then), current in zip(jobs, pool.map(now, jobs)):

@@ -25,6 +25,7 @@ from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, Pre
 from prep.core.listing import InputRef, Reject, printable
 from prep.core.run.task_build import TaskInfo, TaskSpec, build_record, rejected_info
 from prep.core.schema import ENCODED, ImageRecord
+from prep.core.sources import webdataset
 from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.wire import encode_example_around
@@ -51,8 +52,11 @@ def read_input(path: str) -> bytes | tuple[str, str]:
     """The bytes of one input, or (reason, detail) if it cannot be read.
 
     Only regular files are opened: reading a FIFO or a device named like an
-    image would block or never end.
+    image would block or never end. A WebDataset member (`webdataset.member_path`) is one ranged read.
     """
+    member = webdataset.read_member(path)
+    if member is not None:
+        return member
     if not storage.is_remote(path):
         try:
             st = os.stat(path)
@@ -164,11 +168,11 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    sig = None if storage.is_remote(path) else storage.signature(path)  # before reading: a later change shows
+    sig = None if storage.is_remote(path) else webdataset.input_signature(path)  # before reading: a change shows
     data = read_input(path)
     if isinstance(data, tuple):
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
-    sig = sig if sig is not None else storage.signature(path, data)
+    sig = sig if sig is not None else webdataset.input_signature(path, data)
     try:
         image = _prepare(data, options.image, buffer, sandbox, ref.path in options.suspects, keys is not None)
     except ImageRejected as exc:
@@ -229,7 +233,7 @@ def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) 
 
 def _read_again(path: str, size: int) -> bytes | str:
     """The `size` bytes of an input read before, or why they cannot be."""
-    if storage.is_remote(path):
+    if storage.is_remote(path) or webdataset.parse_member(path) is not None:
         data = read_input(path)
         return data[1] if isinstance(data, tuple) else data
     try:

@@ -1,0 +1,1 @@
+"""Sources other than folders and label files: WebDataset shards."""

@@ -1,0 +1,354 @@
+"""SOURCE as WebDataset tar shards: a folder (or object-store prefix) whose files are all `.tar`.
+
+A sample is the run of consecutive members that share a key, as `webdataset` groups them: the
+key is a member's name up to the first dot of its base name (`a/b.c.jpg` -> key `a/b`, suffix
+`c.jpg`). Its image is the first member whose suffix is an image kind (IMAGE_SUFFIXES order);
+its label comes from `--label-key` (a field of the `json` member), else `cls` (an integer),
+else a `label`/`class`/`cls` field of `json`, else `txt`. Integer labels without `--classes`
+are class names in numeric order, so label id = `cls` value when they run 0..N-1.
+
+An input's path is `<shard>/<member>#bytes=<offset>+<length>` (`member_path`), relative to
+SOURCE: the shard writer reads a kept image again with one ranged read (`read_member`), and
+`image/filename` says which shard and member it came from. A shard is listed in one pass
+(`list_shard`, one shard in, its refs and rejects out: a listing task per shard later): a local
+one header by header (`_fast_members`, else tarfile), a remote one in one streamed read;
+members' data is skipped, never held, except the small label members of the sample at hand.
+Damage loses only what is damaged: a bad header is skipped block by block to the next good
+one (the bytes between are one `damaged_tar` reject), a member cut short by the shard's end
+is `truncated_member`, a sample with no image `no_image`, one without a label `no_label`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import posixpath
+import re
+import tarfile
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+from prep.core import storage
+from prep.core.errors import SourceError
+from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, finish_listing
+
+IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
+JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
+_MEMBER = re.compile(r"^(?P<shard>.+?\.tar)/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S)
+_INT = re.compile(r"-?\d+")
+_BLOCK = 512
+_LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
+
+
+def is_shard_set(files: Sequence[str]) -> bool:
+    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`.
+
+    Raises:
+        SourceError: they are shards, some of them compressed.
+    """
+    visible = [f for f in files if not any(p.startswith(".") for p in f.split("/"))]
+    if (
+        visible
+        and all(f.endswith((".tar", ".tar.gz", ".tgz")) for f in visible)
+        and not all(f.endswith(".tar") for f in visible)
+    ):
+        # a gzip stream has no member offsets to read an image by range
+        raise SourceError("compressed WebDataset shards (.tar.gz, .tgz) are not read yet: decompress them to .tar")
+    return bool(visible) and all(f.endswith(".tar") for f in visible)
+
+
+def member_path(shard: str, member: str, offset: int, length: int) -> str:
+    return f"{shard}/{member}#bytes={offset}+{length}"
+
+
+def parse_member(path: str) -> tuple[str, int, int] | None:
+    """(shard path, offset, length) of a member path (`member_path`, possibly under SOURCE), else None."""
+    m = _MEMBER.match(path)
+    if m is None:
+        return None
+    return m["shard"], int(m["offset"]), int(m["length"])
+
+
+def input_signature(path: str, data: bytes | None = None) -> str:
+    """`storage.signature` of an input; of a member, its local shard's, or on an object store its length
+    (what `storage.signature` gives of a remote input's bytes)."""
+    where = parse_member(path)
+    if where is None:
+        return storage.signature(path, data)
+    shard, _, length = where
+    return str(length) if storage.is_remote(shard) else storage.signature(shard)
+
+
+def read_member(path: str) -> bytes | tuple[str, str] | None:
+    """The bytes of a member path with one ranged read, (reason, detail) if they cannot be read,
+    or None if `path` is no member path."""
+    where = parse_member(path)
+    if where is None:
+        return None
+    shard, offset, length = where
+    try:
+        with storage.open_read(shard) as f:
+            f.seek(offset)
+            data = storage.read_exact(f, length)
+    except FileNotFoundError:
+        return "missing", f"shard {shard} does not exist"
+    except Exception as exc:  # each file system raises its own types
+        return "unreadable", f"shard {shard}: {exc}"
+    if len(data) != length:
+        return "truncated_member", f"shard ends {length - len(data)} bytes before the member's end"
+    return data
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    """(key, suffix) as webdataset's `base_plus_ext` splits a member name."""
+    folder, base = posixpath.split(name)
+    stem, dot, suffix = base.partition(".")
+    return (posixpath.join(folder, stem) if folder else stem), (suffix.lower() if dot else "")
+
+
+def _label(members: dict[str, bytes], label_key: str | None) -> str | tuple[str, str]:
+    """The sample's label as a class name, or (reason, detail)."""
+    if label_key is None and "cls" in members:
+        text = members["cls"].decode("utf-8", "replace").strip()
+        if not _INT.fullmatch(text):
+            return "bad_label", f"cls member {text[:40]!r} is not an integer"
+        return str(int(text))
+    if "json" in members:
+        try:
+            meta = json.loads(members["json"])
+        except ValueError as exc:
+            return "bad_label", f"json member is not JSON: {exc}"
+        keys = (label_key,) if label_key is not None else JSON_KEYS
+        for key in keys:
+            if isinstance(meta, dict) and key in meta:
+                value = meta[key]
+                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                    return "bad_label", f"json field {key!r} is {type(value).__name__}, not one label"
+                return str(value)
+        if label_key is not None:
+            return "no_label", f"json member has no field {label_key!r}"
+    if label_key is None and "txt" in members:
+        text = members["txt"].decode("utf-8", "replace").strip()
+        return text if text else ("no_label", "txt member is empty")
+    return "no_label", "sample has no cls, txt or json label"
+
+
+class _Sample:
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.image: tuple[str, int, int] | None = None  # (member name, offset, length)
+        self.labels: dict[str, bytes] = {}
+
+
+class _Scan:
+    """One shard's listing in progress: its refs and rejects, the sample at hand, where the next header is due."""
+
+    def __init__(self, shard: str, split: str | None, label_key: str | None, size: int) -> None:
+        self.shard, self.split, self.label_key, self.size = shard, split, label_key, size
+        self.refs: list[InputRef] = []
+        self.rejects: list[Reject] = []
+        self.sample: _Sample | None = None
+        self.expected = 0  # where the next header should start
+
+    def close(self) -> None:
+        sample, self.sample = self.sample, None
+        if sample is None:
+            return
+        name = f"{self.shard}/{sample.key}"
+        if sample.image is None:
+            self.rejects.append(Reject(name, "no_image", "sample has no image member (jpg, jpeg, png, webp, ...)"))
+            return
+        member, offset, length = sample.image
+        path = member_path(self.shard, member, offset, length)
+        if offset + length > self.size:
+            short = offset + length - self.size
+            self.rejects.append(Reject(path, "truncated_member", f"shard ends {short} bytes before the member's end"))
+            return
+        label = _label(sample.labels, self.label_key)
+        if isinstance(label, tuple):
+            self.rejects.append(Reject(path, *label))
+        else:
+            self.refs.append(InputRef(path, label, self.split))
+
+    def damaged(self, end: int, detail: str) -> None:
+        """The bytes from where a header was due to `end` are no member: one reject, and the sample ends."""
+        self.close()
+        self.rejects.append(Reject(f"{self.shard}#bytes={self.expected}+{end - self.expected}", "damaged_tar", detail))
+        self.expected = end
+
+    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo, shift: int) -> None:
+        def read() -> bytes:
+            data = tar.extractfile(info)
+            return data.read() if data is not None else b""
+
+        self.add(info.name, shift + info.offset, shift + info.offset_data, info.size, info.isfile(), read)
+
+    def add(self, name: str, header: int, offset: int, size: int, is_file: bool, read: Callable[[], bytes]) -> None:
+        """A member whose header starts at `header` and data at `offset`; `read` gives its data."""
+        if header > self.expected:
+            self.damaged(header, "bad tar header")
+        self.expected = offset + -(-size // _BLOCK) * _BLOCK
+        if not is_file:
+            return
+        key, suffix = _split_name(name)
+        if self.sample is None or key != self.sample.key:
+            self.close()
+            self.sample = _Sample(key)
+        sample = self.sample
+        if suffix in IMAGE_SUFFIXES:
+            if sample.image is None or _rank(suffix) < _rank(_split_name(sample.image[0])[1]):
+                sample.image = (name, offset, size)
+        elif suffix in _LABELS and size <= _LABEL_MEMBER_LIMIT and offset + size <= self.size:
+            sample.labels[suffix] = read()
+
+
+_LABELS = ("cls", "txt", "json")
+_ZERO = bytes(_BLOCK)
+Member = tuple[str, int, int, int, bool, bytes]  # name, header offset, data offset, size, a file, label bytes
+
+
+def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
+    """The members of a clean local shard (ustar, pax `path`/`size`, GNU long names), read header by header
+    about ten times faster than tarfile; None at anything else (a bad checksum, a header cut short), for
+    tarfile to read the shard and say what is damaged."""
+    out: list[Member] = []
+    pos, name, length, start = 0, None, None, None  # name, length, start: from a pax or long-name header
+    while pos + _BLOCK <= size:
+        f.seek(pos)
+        h = f.read(_BLOCK)
+        if h == _ZERO:
+            return out if name is None else None
+        try:
+            checksum = int(h[148:156].split(b"\0")[0].strip() or b"0", 8)
+            n = int(h[124:136].split(b"\0")[0].strip() or b"0", 8)
+        except ValueError:
+            return None
+        if checksum != sum(h[:148]) + 256 + sum(h[156:]) or h[124] & 0x80:
+            return None
+        typ, data = h[156:157], pos + _BLOCK
+        start = pos if start is None else start
+        if typ in (b"x", b"L"):
+            body = f.read(n)
+            if typ == b"L":
+                name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            else:
+                for line in body.decode("utf-8", "surrogateescape").splitlines():
+                    field, _, value = line.partition(" ")[2].partition("=")
+                    name = value if field == "path" else name
+                    length = int(value) if field == "size" else length
+        elif typ != b"g":
+            if name is None:
+                name = h[:100].split(b"\0")[0].decode("utf-8", "surrogateescape")
+                prefix = h[345:500].split(b"\0")[0].decode("utf-8", "surrogateescape")
+                name = f"{prefix}/{name}" if h[257:262] == b"ustar" and prefix else name
+            n = n if length is None else length
+            is_file = typ in (b"0", b"\0", b"7")
+            label = b""
+            if is_file and _split_name(name)[1] in _LABELS and n <= _LABEL_MEMBER_LIMIT and data + n <= size:
+                f.seek(data)
+                label = f.read(n)
+            out.append((name, start, data, n, is_file, label))
+            name, length, start = None, None, None
+        pos = data + -(-n // _BLOCK) * _BLOCK
+    return out if pos >= size and name is None else None
+
+
+def list_shard(
+    source: str, shard: str, split: str | None, label_key: str | None = None
+) -> tuple[list[InputRef], list[Reject]]:
+    """One shard (`shard` relative to SOURCE) in one pass: its samples' refs and rejects.
+
+    A local shard is read header by header, members' data skipped by seeking (reading it all made
+    listing 20,000 photos cost more than converting them); a remote one in one streamed read (a seek
+    there is one more request). Python's tarfile skips a bad header block by block (`ignore_zeros`)
+    but gives up on a bad header after a pax header; the pass then starts again one block after it.
+    """
+    full = storage.input_path(source, shard)
+    try:
+        size = os.path.getsize(full) if not storage.is_remote(full) else storage.size(full)
+        if size is None:
+            raise OSError("size unknown")
+        f: BinaryIO = storage.open_read(full)
+    except Exception as exc:  # each file system raises its own types
+        return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
+    scan = _Scan(shard, split, label_key, size)
+    local = not storage.is_remote(full)
+    base = 0
+    with f:
+        fast = _fast_members(f, size) if local else None
+        for name, header, offset, length, is_file, label in fast or ():
+            scan.add(name, header, offset, length, is_file, lambda label=label: label)  # type: ignore[misc]
+        while fast is None and base < size:
+            tar = None
+            try:
+                if base or local:  # the fast pass may have moved a local reader
+                    f.seek(base)
+                # a random-access TarFile counts offsets from the file's start, a stream from where it began
+                tar = tarfile.open(fileobj=f, mode="r:" if local else "r|", ignore_zeros=True)
+                shift = 0 if local else base
+                for info in tar:
+                    scan.member(tar, info, shift)
+                break
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                # the header that could not be read
+                failed = base if tar is None else tar.offset + (0 if local else base)
+                if failed + _BLOCK >= size or scan.expected >= size:
+                    # the shard cut short: a member cut short is its sample's reject (`close`); bytes left
+                    # that no header explains are one damaged_tar
+                    if scan.expected < size:
+                        scan.damaged(size, str(exc))
+                    break
+                base = max(failed, scan.expected) + _BLOCK  # past the bad block, never back
+    scan.close()
+    return scan.refs, scan.rejects
+
+
+def _rank(suffix: str) -> int:
+    return IMAGE_SUFFIXES.index(suffix) if suffix in IMAGE_SUFFIXES else len(IMAGE_SUFFIXES)
+
+
+def list_webdataset(
+    source: str,
+    shards: Sequence[str],
+    layout: str,
+    classes: tuple[str, ...] | None,
+    label_key: str | None,
+    lister: Callable[[str, str, str | None, str | None], tuple[list[InputRef], list[Reject]]] = list_shard,
+) -> Listing:
+    """Every shard listed (on the driver for now: it then holds one ref per sample, as for folders);
+    shards under a split folder (`train/`, `validation/`, ...) give that split."""
+    refs: list[InputRef] = []
+    rejects: list[Reject] = []
+    tops = {s.split("/")[0] for s in shards if "/" in s}
+    by_split = layout == "splits" or (layout == "auto" and bool(tops) and tops <= KNOWN_SPLITS)
+    for shard in sorted(s for s in shards if not any(p.startswith(".") for p in s.split("/"))):
+        split = shard.split("/")[0] if by_split and "/" in shard else None
+        got, bad = lister(source, shard, split, label_key)
+        refs += got
+        rejects += bad
+    found = {ref.label for ref in refs}
+    if classes is not None and found and not found & set(classes) and all(_INT.fullmatch(n) for n in found):
+        named = [_named(ref, classes) for ref in refs]  # cls ids index --classes
+        rejects += [r for r in named if isinstance(r, Reject)]
+        refs = [r for r in named if isinstance(r, InputRef)]
+        found = {ref.label for ref in refs}
+    if found and all(_INT.fullmatch(name) for name in found):
+        names = tuple(sorted(found, key=int))
+    else:
+        names = tuple(sorted(found))
+    if not refs:
+        reasons = collections.Counter(r.reason for r in rejects)
+        raise SourceError(
+            f"no sample of the {len(shards)} shard(s) under {source} has an image and a label ("
+            + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no samples")
+            + "); see --label-key"
+        )
+    return finish_listing(refs, rejects, names, classes, source=source)
+
+
+def _named(ref: InputRef, classes: tuple[str, ...]) -> InputRef | Reject:
+    i = int(ref.label)
+    if not 0 <= i < len(classes):
+        return Reject(ref.path, "unknown_label", f"label {i} is past the {len(classes)} names of --classes")
+    return ref._replace(label=classes[i])

@@ -1,0 +1,200 @@
+"""WebDataset shards written by `webdataset`'s TarWriter, converted: every record's label and image bytes as
+written, damage rejected with reasons, counts that reconcile, the same bytes at 1 and 2 workers and on Beam's
+DirectRunner."""
+
+import collections
+import json
+import os
+
+import pytest
+
+from beam_jobs import convert as conversion
+from prep.core.convert_options import build_config
+from prep.core.inputs import list_inputs
+from tests.support.shards import assert_same_dataset, convert_with_cli, read_dataset
+from tests.support.wds_data import corrupt_header, labelled, png, write_shards
+
+
+def _records(out):
+    return {
+        split: {r["image/filename"].decode(): r for shard in shards for r in shard}
+        for split, shards in read_dataset(out).items()
+    }
+
+
+def _rejects(out):
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wds")
+    train = labelled(9, 3) + [
+        {"__key__": "nolabel", "jpg": png(90)},
+        {"__key__": "noimage", "cls": 1},
+        {"__key__": "notimage", "jpg": b"not an image", "cls": 2},
+    ]
+    shards = {
+        "train/00000.tar": train,
+        # an exact copy of train/00000.tar/s00000 under another key: one duplicate group, both kept
+        "train/00001.tar": labelled(8, 3, start=20) + [{**labelled(1, 3)[0], "__key__": "copy"}],
+        "validation/00000.tar": labelled(6, 3, start=40),
+    }
+    return root, write_shards(root, shards)
+
+
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    root, _ = source
+    return convert_with_cli(root, tmp_path_factory.mktemp("ref") / "out", "--num-shards", 2, "--seed", 3)
+
+
+def test_every_record_is_the_sample_written_and_every_reject_names_shard_and_member(source, reference):
+    _, expected = source
+    records = _records(reference)
+    assert set(records) == {"train", "validation"}
+    written = {}
+    for split, by_name in records.items():
+        for name, record in by_name.items():
+            shard_member, _, where = name.partition("#bytes=")
+            assert where and shard_member.startswith(split + "/")
+            key = shard_member.rsplit(".", 1)[0]
+            written[key] = (record["image/encoded"], record["image/class/text"].decode())
+            assert record["image/class/label"] == int(expected[key][1])  # cls 0..2: label id = cls
+    assert written == {k: (image, label) for k, (image, label) in expected.items() if k != "train/00000.tar/notimage"}
+    reasons = {r["path"].partition("#")[0]: r["reason"] for r in _rejects(reference)}
+    assert reasons == {
+        "train/00000.tar/nolabel.jpg": "no_label",
+        "train/00000.tar/noimage": "no_image",
+        "train/00000.tar/notimage.jpg": "undecodable",
+    }
+    inputs = json.loads((reference / "manifest.json").read_text())["inputs"]
+    assert inputs["found"] == 27 == inputs["written"] + inputs["rejected"] + inputs["capped"]
+    assert inputs["written"] == 24
+    groups = json.loads((reference / "duplicates.jsonl").read_text().splitlines()[0])
+    assert groups["exact_groups"] == 1
+
+
+def test_two_workers_and_the_direct_runner_write_the_same_bytes(source, reference, tmp_path):
+    root, _ = source
+    for i, (workers, runner) in enumerate(((2, "local"), (1, "DirectRunner"))):
+        out = tmp_path / f"out{i}"
+        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3, "workers": workers})
+        conversion.convert(config, list_inputs(config), runner=runner)
+        assert_same_dataset(out, reference, shards=4)
+
+
+def test_a_damaged_shard_loses_only_what_is_damaged(tmp_path):
+    root = tmp_path / "src"
+    expected = write_shards(root, {"a.tar": labelled(6, 2), "b.tar": labelled(6, 2, start=10)})
+    corrupt_header(root / "a.tar", "s00002.jpg")  # a bad header in the middle
+    data = (root / "b.tar").read_bytes()
+    cut = data.find(b"s00015.jpg\0")
+    (root / "b.tar").write_bytes(data[: cut + 512 + 100])  # cut short inside the last image
+    out = convert_with_cli(root, tmp_path / "out", "--num-shards", 1)
+    names = {n.partition("#")[0] for n in _records(out)["train"]}
+    assert names == {f"a.tar/s0000{i}.jpg" for i in (0, 1, 3, 4, 5)} | {f"b.tar/s000{i}.jpg" for i in range(10, 15)}
+    for name, record in _records(out)["train"].items():
+        key = name.partition("#")[0].rsplit(".", 1)[0]
+        assert record["image/encoded"] == expected[key][0]
+    reasons = sorted((r["path"].partition("#")[0], r["reason"]) for r in _rejects(out))
+    assert reasons == [
+        ("a.tar", "damaged_tar"),
+        ("a.tar/s00002", "no_image"),
+        ("b.tar/s00015.jpg", "truncated_member"),
+    ]
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+    assert inputs["found"] == 13 == inputs["written"] + inputs["rejected"]
+
+
+def test_the_output_verifies_and_inspect_and_report_read_it(reference, run_cli, tmp_path):
+    import shutil
+
+    copy = shutil.copytree(reference, tmp_path / "copy")  # the report is written into the dataset
+    assert run_cli("verify", copy, "--deep").exit_code == 0
+    assert run_cli("inspect", copy).exit_code == 0
+    assert run_cli("report", copy).exit_code == 0 and (copy / "report.html").exists()
+
+
+def test_a_conversion_killed_after_some_shards_resumes_to_the_same_bytes(tmp_path, run_cli):
+    from tests.e2e import test_kill
+
+    root = tmp_path / "src"
+    write_shards(root, {f"{i:05d}.tar": labelled(40, 3, start=40 * i, size=(40, 30)) for i in range(4)})
+    reference = convert_with_cli(root, tmp_path / "ref", *test_kill.ARGS)
+    out = tmp_path / "out"
+    test_kill.kill_when(test_kill.start(root, out, "shard=1.5"), lambda: len(test_kill.sidecars(out)) >= 1)
+    assert not (out / "manifest.json").exists()
+    result = run_cli("convert", root, out, *test_kill.ARGS, "--resume")
+    assert result.exit_code == 0, result.output
+    assert_same_dataset(out, reference, shards=test_kill.SHARDS)
+    assert json.loads((out / "manifest.json").read_text())["run"]["resumed"]["shards_reused"] >= 1
+
+
+def test_shards_in_the_simulated_object_store_are_read_by_range(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+    from tests.support import simfs
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    expected = write_shards(store / "wds", {f"{i:05d}.tar": labelled(20, 2, start=20 * i) for i in range(3)})
+    before, _ = simfs.local_counts()
+    result = CliRunner().invoke(main, ["convert", "simfs://wds", "simfs://out/x", "--num-shards", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    counts = simfs.local_counts()[0] - before
+    records = _records(store / "out" / "x")["train"]
+    assert {n.partition("#")[0].rsplit(".", 1)[0]: r["image/encoded"] for n, r in records.items()} == {
+        k: image for k, (image, _) in expected.items()
+    }
+    reads = collections.Counter()
+    for (kind, what, caller), n in counts.items():
+        if what.startswith("wds/"):
+            reads[kind, caller.rpartition(":")[2]] += n
+    # each shard streamed once to list it (one GET, never a seek), then one ranged read of an image to check
+    # it and one to write it: the prepare step reads in the seeded order, not shard by shard
+    assert reads == {
+        ("list", "list_inputs"): 1,
+        ("stat", "list_shard"): 6,  # its size, through Beam's match
+        ("read", "list_shard"): 3,
+        ("read", "read_member"): 2 * 60,
+    }
+
+
+def test_the_sample_writes_a_webdataset_and_converts_it(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(root / "samples" / "webdataset_sample.py"), "--out", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wrote 159 train samples, 45 validation samples" in proc.stdout
+    assert "found 204  written 204  rejected 0  capped 0" in proc.stdout
+    names = {n.partition("#")[0] for split in _records(tmp_path / "s" / "tfrecords").values() for n in split}
+    assert len(names) == 204 and all(".tar/" in n for n in names)
+
+
+def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, reference, tmp_path):
+    import logging
+
+    from dask import distributed
+
+    from tests.e2e.test_runners import DASK
+
+    root, _ = source
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        out = tmp_path / "out"
+        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
+    assert_same_dataset(out, reference, shards=4)

@@ -1,0 +1,126 @@
+"""Listing WebDataset shards: labels from cls, json (--label-key) or txt; --classes; what is not a sample."""
+
+import pytest
+
+from prep.core.errors import SourceError
+from prep.core.sources import webdataset
+from tests.support.wds_data import png, write_shards
+
+
+def _list(root, shards, classes=None, label_key=None):
+    write_shards(root, shards)
+    return webdataset.list_webdataset(str(root), sorted(shards), "auto", classes, label_key)
+
+
+def test_labels_from_json_txt_and_a_named_json_field(tmp_path):
+    listing = _list(
+        tmp_path,
+        {
+            "a.tar": [
+                {"__key__": "j", "png": png(1), "json": {"label": "cat"}},
+                {"__key__": "t", "png": png(2), "txt": "dog"},
+                {"__key__": "both", "png": png(3), "json": {"label": "cat"}, "txt": "a caption"},
+            ]
+        },
+    )
+    assert {r.path.partition("#")[0]: r.label for r in listing.refs} == {
+        "a.tar/j.png": "cat",
+        "a.tar/t.png": "dog",
+        "a.tar/both.png": "cat",  # json before txt
+    }
+    listing = _list(
+        tmp_path / "k", {"a.tar": [{"__key__": "x", "png": png(1), "json": {"species": "owl"}}]}, None, "species"
+    )
+    assert [r.label for r in listing.refs] == ["owl"]
+
+
+def test_integer_labels_are_ordered_numerically_and_index_classes(tmp_path):
+    shards = {"a.tar": [{"__key__": f"k{i}", "png": png(i), "cls": i} for i in (10, 2, 0, 1)]}
+    assert _list(tmp_path, shards).classes == ("0", "1", "2", "10")
+    listing = _list(tmp_path / "c", shards, classes=("a", "b", "c"))
+    assert sorted(r.label for r in listing.refs) == ["a", "b", "c"]
+    assert [(r.path.partition("#")[0], r.reason) for r in listing.rejects] == [("a.tar/k10.png", "unknown_label")]
+
+
+def test_bad_labels_and_list_labels_are_rejects_with_reasons(tmp_path):
+    listing = _list(
+        tmp_path,
+        {
+            "a.tar": [
+                {"__key__": "ok", "png": png(0), "cls": 1},
+                {"__key__": "word", "png": png(1), "cls": "one"},
+                {"__key__": "many", "png": png(2), "json": {"label": ["a", "b"]}},
+                {"__key__": "nokey", "png": png(3), "json": {"other": 1}},
+            ]
+        },
+    )
+    assert {r.path.partition("#")[0]: r.reason for r in listing.rejects} == {
+        "a.tar/word.png": "bad_label",
+        "a.tar/many.png": "bad_label",
+        "a.tar/nokey.png": "no_label",
+    }
+    assert listing.found == 4
+
+
+def test_split_folders_give_splits_and_only_tar_folders_are_shard_sets(tmp_path):
+    listing = _list(
+        tmp_path,
+        {
+            "train/a.tar": [{"__key__": "x", "png": png(0), "cls": 0}],
+            "validation/b.tar": [{"__key__": "y", "png": png(1), "cls": 0}],
+        },
+    )
+    assert sorted((r.split, r.path.partition("/")[0]) for r in listing.refs) == [
+        ("train", "train"),
+        ("validation", "validation"),
+    ]
+    assert webdataset.is_shard_set(["a.tar", "sub/b.tar", ".hidden/x.jpg"])
+    assert not webdataset.is_shard_set(["a.tar", "cat/x.jpg"]) and not webdataset.is_shard_set([])
+    with pytest.raises(SourceError, match="decompress them"):
+        webdataset.is_shard_set(["a.tar", "b.tar.gz"])
+
+
+def test_member_paths_round_trip_and_read_by_range(tmp_path):
+    write_shards(tmp_path, {"a.tar": [{"__key__": "x.y", "png": png(7), "cls": 0}]})
+    refs, rejects = webdataset.list_shard(str(tmp_path), "a.tar", None)
+    assert refs == [] and [(r.path, r.reason) for r in rejects] == [("a.tar/x", "no_image")]  # key x, suffix y.png
+    write_shards(tmp_path, {"a.tar": [{"__key__": "x", "png": png(7), "cls": 0}]})
+    (ref,) = webdataset.list_shard(str(tmp_path), "a.tar", None)[0]
+    assert ref.path.startswith("a.tar/x.png#bytes=")
+    shard, offset, length = webdataset.parse_member(str(tmp_path / ref.path))
+    assert webdataset.read_member(str(tmp_path / ref.path)) == png(7)
+    assert webdataset.parse_member("cat/x.jpg") is None and webdataset.read_member("cat/x.jpg") is None
+    short = webdataset.member_path(shard, "x.y.png", offset, length + 10**6)
+    assert webdataset.read_member(short)[0] == "truncated_member"
+
+
+def test_no_class_is_an_error(tmp_path):
+    with pytest.raises(SourceError, match="1 no_label"):
+        _list(tmp_path, {"a.tar": [{"__key__": "x", "png": png(0)}]})
+
+
+def test_label_key_without_shards_is_an_error(tmp_path):
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "cat" / "x.png").write_bytes(png(0))
+    with pytest.raises(SourceError, match="--label-key"):
+        list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"label_key": "species"}))
+    assert list_inputs(build_config(str(tmp_path / "src"), str(tmp_path / "out"), {})).found == 1
+
+
+def test_the_fast_header_pass_lists_what_tarfile_lists(tmp_path, monkeypatch):
+    long_key = "deep/" * 30 + "k"  # a name past ustar's 100 bytes: a pax path
+    shards = {
+        "a.tar": [
+            {"__key__": long_key, "png": png(0), "cls": 1},
+            {"__key__": "é-name", "png": png(1), "json": {"label": "x"}},
+            {"__key__": "plain", "png": png(2), "txt": "y"},
+        ]
+    }
+    write_shards(tmp_path, shards)
+    fast = webdataset.list_shard(str(tmp_path), "a.tar", None)
+    assert [r.label for r in fast[0]] == ["1", "x", "y"] and fast[0][0].path.startswith(f"a.tar/{long_key}.png#")
+    monkeypatch.setattr(webdataset, "_fast_members", lambda f, size: None)
+    assert webdataset.list_shard(str(tmp_path), "a.tar", None) == fast
