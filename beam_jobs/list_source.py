@@ -26,15 +26,14 @@ import collections
 import contextlib
 import hashlib
 import json
-import tempfile
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import apache_beam as beam
 
+from beam_jobs.list_remote import remote_names, shards_only
 from prep.core import storage
 from prep.core.accounting import sort_rejects
-from prep.core.errors import SourceError
 from prep.core.inputs import FolderSource, FolderTask
 from prep.core.listing import (
     InputRef,
@@ -120,7 +119,10 @@ class ListFolders(beam.DoFn):
         try:
             with contextlib.ExitStack() as stack:
                 if src.classes is None:  # remote: every object under SOURCE, by one task
-                    names, dirs = _remote_names(src.source, stack)
+                    names, dirs = remote_names(src.source, stack)
+                    if shards_only(names()):  # WebDataset shards: listed by prep.core.sources, on the driver
+                        yield TaskDone(task.task, None, (), layout, "WebDataset shards")
+                        return
                     layout = detect_layout(dirs) if layout == "auto" else layout
                     entries: Iterable[tuple[str, str | None]] = ((n, None) for n in names())
                 else:
@@ -180,47 +182,6 @@ class ListFolders(beam.DoFn):
 
 class _OutOfOrder(Exception):
     pass
-
-
-def _remote_names(source: str, stack: contextlib.ExitStack):
-    """Streams the names under a remote SOURCE to a local temporary file (its listing may outgrow memory); returns
-    a function that reads them back, and the folders one and two levels down.
-
-    Raises:
-        SourceError: the listing fails, part-way or not, naming the prefix (never a SOURCE missing a folder).
-    """
-    from apache_beam.io.filesystems import FileSystems
-
-    prefix = source.rstrip("/") + "/"
-    spool = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape"))
-    dirs: set[str] = set()
-    try:
-        # The file system's own paged listing, as a generator: FileSystems.match would hold every name at once.
-        for metadata in FileSystems.get_filesystem(prefix)._list(prefix):
-            path = metadata.path
-            if not path.startswith(prefix) or path == prefix:
-                continue
-            rel = path[len(prefix) :]
-            if "\n" in rel:
-                raise SourceError(f"SOURCE {source} holds an object whose name has a line break: {rel!r}")
-            spool.write(rel + "\n")
-            parts = rel.split("/")
-            for n in (1, 2):
-                if len(parts) > n and not any(p.startswith(".") for p in parts[:n]):
-                    dirs.add("/".join(parts[:n]))
-    except SourceError:
-        raise
-    except Exception as exc:  # each file system raises its own types
-        raise SourceError(f"cannot list SOURCE {prefix}: {exc}") from None
-    if not dirs and not spool.tell():
-        raise SourceError(f"SOURCE {source} holds no files")
-
-    def names() -> Iterator[str]:
-        spool.seek(0)
-        for line in spool:
-            yield line[:-1]
-
-    return names, sorted(dirs)
 
 
 def plan(element, source: FolderSource, classes: tuple[str, ...] | None):

@@ -146,7 +146,8 @@ class FolderSource(typing.NamedTuple):
 def folder_source(config: ConvertConfig) -> FolderSource | None:
     """The listing tasks of a SOURCE of class folders, from its top only (O(classes) on the driver); None when
     the driver lists SOURCE itself (`list_inputs`): a label file, other tasks, `--resume` (whose checks
-    compare listings), or a symlinked class or split folder (which may name a folder listed elsewhere).
+    compare listings), WebDataset shards, or a symlinked class or split folder (which may name a folder
+    listed elsewhere).
 
     Raises:
         SourceError: SOURCE is missing, not a folder, or holds no class folders; OUTPUT is inside it.
@@ -162,6 +163,8 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
         return FolderSource(root, config.layout, None, (FolderTask(0, "", True),))
     if not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    if _local_shards(root):  # WebDataset shards: listed by prep.core.sources, on the driver
+        return None
     dirs = local_dirs(root)
     layout = detect_layout(dirs) if config.layout == "auto" else config.layout
     classes = folder_classes(root, dirs, layout)

@@ -156,6 +156,7 @@ def test_shards_in_the_simulated_object_store_are_read_by_range(tmp_path, monkey
     # each shard streamed once to list it (one GET, never a seek), then one ranged read of an image to check
     # it and one to write it: the prepare step reads in the seeded order, not shard by shard
     assert reads == {
+        ("list", "remote_names"): 1,  # the listing on workers, which finds shards and leaves them to the driver
         ("list", "list_inputs"): 1,
         ("stat", "list_shard"): 6,  # its size, through Beam's match
         ("read", "list_shard"): 3,
