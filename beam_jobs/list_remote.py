@@ -1,12 +1,12 @@
 """A remote SOURCE's object names for the listing on workers (list_source.py), streamed from the file
-system's own paged listing into a spool file, and whether they are WebDataset shards (listed on the driver).
+system's own paged listing into a spool file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from prep.core.errors import SourceError
 
@@ -50,16 +50,3 @@ def remote_names(source: str, stack: contextlib.ExitStack):
             yield line[:-1]
 
     return names, sorted(dirs)
-
-
-def shards_only(names: Iterable[str]) -> bool:
-    """Whether every visible object is a `.tar` file (WebDataset shards: `sources.webdataset.is_shard_set`),
-    read up to the first that is not."""
-    seen = False
-    for name in names:
-        if any(p.startswith(".") for p in name.split("/")):
-            continue
-        if not name.endswith((".tar", ".tar.gz", ".tgz")):
-            return False
-        seen = True
-    return seen

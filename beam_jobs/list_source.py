@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
-from beam_jobs.list_remote import remote_names, shards_only
+from beam_jobs.list_remote import remote_names
 from prep.core import storage
 from prep.core.accounting import sort_rejects
 from prep.core.inputs import FolderSource, FolderTask
@@ -49,6 +49,7 @@ from prep.core.listing import (
 from prep.core.ordering import Group, bucket_of, buckets_for, group_order, plan_chunks, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
+from prep.core.sources import webdataset
 from prep.core.workdir import WorkDir
 
 
@@ -120,7 +121,7 @@ class ListFolders(beam.DoFn):
             with contextlib.ExitStack() as stack:
                 if src.classes is None:  # remote: every object under SOURCE, by one task
                     names, dirs = remote_names(src.source, stack)
-                    if shards_only(names()):  # WebDataset shards: listed by prep.core.sources, on the driver
+                    if webdataset.only_shards(names()):  # WebDataset shards: listed by prep.core.sources, on the driver
                         yield TaskDone(task.task, None, (), layout, "WebDataset shards")
                         return
                     layout = detect_layout(dirs) if layout == "auto" else layout

@@ -26,7 +26,7 @@ import os
 import posixpath
 import re
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from prep.core import storage
@@ -41,21 +41,33 @@ _BLOCK = 512
 _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
 
 
+def _visible(name: str) -> bool:
+    return not any(p.startswith(".") for p in name.split("/"))
+
+
+def only_shards(names: Iterable[str]) -> bool:
+    """Whether the visible names are some `.tar` files, compressed or not, read up to the first that is not
+    (a folder of images is not walked whole)."""
+    seen = False
+    for name in filter(_visible, names):
+        if not name.endswith((".tar", ".tar.gz", ".tgz")):
+            return False
+        seen = True
+    return seen
+
+
 def is_shard_set(files: Sequence[str]) -> bool:
     """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`.
 
     Raises:
         SourceError: they are shards, some of them compressed.
     """
-    visible = [f for f in files if not any(p.startswith(".") for p in f.split("/"))]
-    if (
-        visible
-        and all(f.endswith((".tar", ".tar.gz", ".tgz")) for f in visible)
-        and not all(f.endswith(".tar") for f in visible)
-    ):
+    if not only_shards(files):
+        return False
+    if not all(f.endswith(".tar") for f in filter(_visible, files)):
         # a gzip stream has no member offsets to read an image by range
         raise SourceError("compressed WebDataset shards (.tar.gz, .tgz) are not read yet: decompress them to .tar")
-    return bool(visible) and all(f.endswith(".tar") for f in visible)
+    return True
 
 
 def member_path(shard: str, member: str, offset: int, length: int) -> str:
