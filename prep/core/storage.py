@@ -66,7 +66,7 @@ def install(fs: RemoteFileSystem, fallback: bool = False) -> None:
     """Makes `fs` serve the remote paths it `handles`, before those installed earlier; a `fallback`
     serves them only when no other installed file system does, whenever it was installed."""
     if fs not in _installed:
-        _installed.insert(0, fs) if fallback else _installed.append(fs)
+        _installed.insert(0 if fallback else len(_installed), fs)
 
 
 def _remote(path: str) -> RemoteFileSystem:

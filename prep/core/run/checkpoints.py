@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from prep.core import storage
 from prep.core.errors import ResumeError
 from prep.core.listing import InputRef, Reject
+from prep.core.run.chunk_spill import Spilled
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import WorkDir
 
@@ -45,18 +46,12 @@ class ChunkIndex(typing.NamedTuple):
     inputs: list[str]  # storage.signature of each listed input, in listing order
 
 
-class PlannedEntry(Protocol):
+class PlannedEntry(Spilled, Protocol):
     """What the core reads of a planned entry (beam_jobs.plan.Entry, which the core may not import):
-    `entries_digest` here, the shard writer's copy in `shard_copy`."""
+    `entries_digest` here, the shard writer's copy in `shard_copy`; where it waits, as `Spilled`."""
 
     @property
     def order(self) -> bytes: ...
-    @property
-    def spill(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def length(self) -> int: ...
     @property
     def label(self) -> int: ...
     @property
@@ -65,8 +60,6 @@ class PlannedEntry(Protocol):
     def source(self) -> bytes: ...
     @property
     def cut(self) -> int: ...
-    @property
-    def image(self) -> int: ...
     @property
     def relabel(self) -> int: ...
     @property
