@@ -14,7 +14,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs import list_source, runners, worker_setup
+from beam_jobs import list_labels, list_source, runners, worker_setup
 from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
@@ -22,6 +22,7 @@ from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.errors import OutputError, RunnerError
 from prep.core.inputs import FolderSource
+from prep.core.label_ranges import LabelSource
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
@@ -72,30 +73,32 @@ def execute(
 
 def list_on_workers(
     config: ConvertConfig,
-    source: FolderSource,
+    source: FolderSource | LabelSource,
     runner: str = RUNNERS_LOCAL,
     beam_args: list[str] | None = None,
     pipeline: bool | None = None,
 ) -> dict[str, Any]:
-    """Lists and stages a SOURCE of class folders on workers (`list_source`); returns the summary the driver
-    reads. Callers go through `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a
-    pipeline (default: on any runner but the embedded one, where `list_source.list_here` runs its steps).
+    """Lists and stages a SOURCE of class folders (`list_source`) or a label file (`list_labels`) on workers;
+    returns the summary the driver reads. Callers go through `convert.convert`, which cleared OUTPUT first.
+    `pipeline`: run the listing as a pipeline (default: on any runner but the embedded one, where `list_here`
+    runs its steps).
 
     Raises:
         PrepError: SOURCE cannot be listed or used (SourceError), or the runner failed.
     """
     classes, seed = config.classes, config.plan.seed
+    lister = list_labels if isinstance(source, LabelSource) else list_source
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
         try:
-            list_source.list_here(source, seed, classes, config.output)
+            lister.list_here(source, seed, classes, config.output)  # type: ignore[arg-type]
         except OSError as exc:  # as a pipeline's failure would be told (find_prep_error)
             raise OutputError(describe_os_error(exc, config.output)) from None
         return list_source.read_summary(config.output)
 
     def add(p: beam.Pipeline) -> None:
-        list_source.build_listing(p, source, seed, classes, config.output)
+        lister.build_listing(p, source, seed, classes, config.output)  # type: ignore[arg-type]
 
-    _run(config, runner, beam_args, len(source.tasks), add)
+    _run(config, runner, beam_args, source.ranges if isinstance(source, LabelSource) else len(source.tasks), add)
     return list_source.read_summary(config.output)
 
 

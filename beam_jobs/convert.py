@@ -14,9 +14,11 @@ the pipeline imported and run (`_execute`, private to this module). A caller tha
 reference to the listing frees its memory before the pipeline's is allocated: `prep convert`
 peaks at the larger of the two, not their sum.
 
-Given no listing, `convert` stages a SOURCE of class folders with a first pipeline on the same runner
-(`list_source`), after OUTPUT is cleared: the driver then holds nothing per input. Label files, the
-other tasks and `--resume` are listed on the driver (`prep.core.inputs.folder_source` says when).
+Given no listing, `convert` stages a SOURCE of class folders (`list_source`), or on a runner other than the
+embedded one a classification label file read in byte ranges (`list_labels`), with a first pipeline on the
+same runner, after OUTPUT is cleared: the driver then holds nothing per input. The other tasks, multi-label
+files and `--resume` are listed on the driver (`folder_source` and `label_source` say when); so are label
+files on the embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.errors import PrepError
 from prep.core.inputs import FolderSource, folder_source, list_inputs
+from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
 from prep.core.manifest import Manifest
@@ -64,7 +67,9 @@ def convert(
         check_runner_options(runner, list(beam_args or []))
     ready = None
     if listing is None:
-        source = folder_source(config)
+        source: FolderSource | LabelSource | None = folder_source(config)
+        if source is None and runner != RUNNERS_LOCAL:  # the embedded runner's workers are this process
+            source = label_source(config)
         if source is not None:
             ready = _listed_on_workers(config, source, runner, beam_args)
         if ready is None:
@@ -82,7 +87,7 @@ def convert(
 
 
 def _listed_on_workers(
-    config: ConvertConfig, source: FolderSource, runner: str, beam_args: list[str] | None
+    config: ConvertConfig, source: FolderSource | LabelSource, runner: str, beam_args: list[str] | None
 ) -> Ready | None:
     """Clears OUTPUT, lists SOURCE on workers into its work directory and readies the run; None when the
     listing needs the driver (its summary's `fallback`). A failure, or the fallback, leaves OUTPUT as
@@ -90,7 +95,8 @@ def _listed_on_workers(
     from beam_jobs import list_source
     from beam_jobs._execute import list_on_workers
 
-    if source.layout == "splits":  # known from the top of a local SOURCE: refused before OUTPUT is touched
+    # known from the top of a local SOURCE: refused before OUTPUT is touched
+    if isinstance(source, FolderSource) and source.layout == "splits":
         check_split_source(config.plan, True)
     existed = storage.exists(config.output)
     clear_output(config)

@@ -161,24 +161,28 @@ class ListFolders(beam.DoFn):
             groups.append(self._flush(task, len(groups), current))
 
     def _flush(self, task: int, index: int, refs: list[InputRef]) -> GroupListed:
-        """Writes a group's inputs in rank order (`listing_order`'s within a group), a JSON line each."""
-        keyed = sorted((sort_key(self._seed, r.path), r.path, r) for r in refs)
-        buckets = buckets_for(len(keyed))
-        counts, offsets = [0] * buckets, [0] * (buckets + 1)
-        lines, size = [], 0
-        for key, _, ref in keyed:
-            b = bucket_of(key, buckets)
-            counts[b] += 1
-            line = (json.dumps(ref.fields()) + "\n").encode()
-            lines.append(line)
-            size += len(line)
-            offsets[b + 1] = size
-        for b in range(1, buckets + 1):  # an empty bucket starts and ends where the one before ended
-            offsets[b] = max(offsets[b], offsets[b - 1])
-        path = self._work.listed_group(task, index)
-        storage.write_streamed(path, lines)
-        first = refs[0]
-        return GroupListed(path, first.split, first.label, min(r.path for r in refs), counts, offsets)
+        return write_group(self._work.listed_group(task, index), refs, self._seed)
+
+
+def write_group(path: str, refs: list[InputRef], seed: int) -> GroupListed:
+    """Writes a group's inputs to work file `path` in rank order (`listing_order`'s within a group), a JSON
+    line each."""
+    keyed = sorted((sort_key(seed, r.path), r.path, r) for r in refs)
+    buckets = buckets_for(len(keyed))
+    counts, offsets = [0] * buckets, [0] * (buckets + 1)
+    lines, size = [], 0
+    for key, _, ref in keyed:
+        b = bucket_of(key, buckets)
+        counts[b] += 1
+        line = (json.dumps(ref.fields()) + "\n").encode()
+        lines.append(line)
+        size += len(line)
+        offsets[b + 1] = size
+    for b in range(1, buckets + 1):  # an empty bucket starts and ends where the one before ended
+        offsets[b] = max(offsets[b], offsets[b - 1])
+    storage.write_streamed(path, lines)
+    first = refs[0]
+    return GroupListed(path, first.split, first.label, min(r.path for r in refs), counts, offsets)
 
 
 class _OutOfOrder(Exception):
@@ -204,6 +208,16 @@ def plan(element, source: FolderSource, classes: tuple[str, ...] | None):
         remote = done[0]
         found = folder_classes(source.source, remote.dirs, remote.layout)
     names = classes if classes is not None else found
+    firsts: dict[str, str] = {}
+    for g in groups:
+        if g.split is not None and g.label in names:
+            firsts[g.split] = min(firsts.get(g.split, g.first), g.first)
+    yield from plan_groups(groups, names, source.source, firsts)
+
+
+def plan_groups(groups: list[GroupListed], names: tuple[str, ...], where: str, firsts: dict[str, str]):
+    """`plan`'s part once the classes are known (`names`): groups in `group_order`, `firsts` an input of each
+    split, which an error about its name names; `where` is what SOURCE an error about empty classes names."""
     known = set(names)
     counts = dict.fromkeys(names, 0)
     kept = []
@@ -213,11 +227,7 @@ def plan(element, source: FolderSource, classes: tuple[str, ...] | None):
             kept.append(g)
         else:
             yield UnknownGroup(g.path, g.label)
-    check_some_listed(counts, source.source)
-    firsts: dict[str, str] = {}
-    for g in kept:
-        if g.split is not None:
-            firsts[g.split] = min(firsts.get(g.split, g.first), g.first)
+    check_some_listed(counts, where)
     check_splits(firsts)
     chunking = plan_chunks(((g.split, g.label), g.counts) for g in kept)
     pieces: dict[int, list[tuple[str, int, int]]] = collections.defaultdict(list)

@@ -15,7 +15,8 @@ import os
 import posixpath
 import stat
 import sys
-from collections.abc import Iterator
+import typing
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prep.core.errors import SourceError
@@ -24,11 +25,12 @@ from prep.core.storage import is_remote
 
 LABEL_COLUMNS = ("path", "label")
 MULTI = "\0multi"  # set in a JSONL row whose label is a list: the file is multi-label
+JSON_EXTS = (".jsonl", ".json", ".ndjson")
+CSV_EXTS = (".csv", ".tsv", ".txt")
+Row = tuple[int, "dict[str, str] | None", "str | None"]  # (line number, values or None, problem or None)
 
 
-def _label_rows(
-    path: str, data: bytes | None, group_by: str | None = None
-) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
+def _label_rows(path: str, data: bytes | None, group_by: str | None = None) -> Iterator[Row]:
     """Yields (line number, dict or None, problem) rows of a CSV, TSV or JSONL file (a CSV or TSV file must
     have the `group_by` column too, when given)."""
     ext = os.path.splitext(path)[1].lower()
@@ -50,44 +52,69 @@ def _label_rows(
         raise SourceError(f"cannot read label file {path}: {exc.strerror}") from None
     with f:
         try:
-            if ext in (".jsonl", ".json", ".ndjson"):
+            if ext in JSON_EXTS:
                 for number, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        yield number, None, f"not JSON: {exc.msg}"
-                        continue
-                    if not isinstance(row, dict):
-                        yield number, None, "not a JSON object"
-                        continue
-                    values, problem = _json_values(row)
-                    yield number, values, problem
+                    parsed = jsonl_row(number, line)
+                    if parsed is not None:
+                        yield parsed
                 return
-            if ext not in (".csv", ".tsv", ".txt"):
+            if ext not in CSV_EXTS:
                 raise SourceError(f"label file {path} must end in .csv, .tsv or .jsonl")
-            # skipinitialspace: "cat, a.jpg" names a.jpg; a path is otherwise kept exactly as
-            # written (quote it to keep leading spaces): "x.png " is not x.png.
-            reader = csv.reader(f, delimiter="\t" if ext == ".tsv" else ",", skipinitialspace=True)
-            header = next(reader, None)
-            if header is None:
-                raise SourceError(f"label file {path} is empty")
-            header = [h.strip() for h in header]
-            missing = [c for c in (*LABEL_COLUMNS, *([group_by] if group_by else [])) if c not in header]
-            if missing:
-                raise SourceError(f"label file {path} has no {missing[0]!r} column (columns: {', '.join(header)})")
+            reader = csv_reader(f, ext)
+            header = check_header(path, next(reader, None), group_by)
             for row in reader:
-                if not row or not any(cell.strip() for cell in row):
-                    continue
-                if len(row) != len(header):
-                    yield reader.line_num, None, f"{len(row)} fields, header has {len(header)}"
-                    continue
-                yield reader.line_num, dict(zip(header, row)), None
+                parsed = csv_row(reader.line_num, row, header)
+                if parsed is not None:
+                    yield parsed
         except UnicodeDecodeError:
             raise SourceError(f"label file {path} is not UTF-8 text") from None
         except csv.Error as exc:
             raise SourceError(f"label file {path} is not valid CSV: {exc}") from None
+
+
+def csv_reader(lines: Iterable[str], ext: str) -> Any:
+    """A csv.reader of a label file's lines (a file opened with newline="", or lines split as it splits them)."""
+    # skipinitialspace: "cat, a.jpg" names a.jpg; a path is otherwise kept exactly as
+    # written (quote it to keep leading spaces): "x.png " is not x.png.
+    return csv.reader(lines, delimiter="\t" if ext == ".tsv" else ",", skipinitialspace=True)
+
+
+def check_header(path: str, header: list[str] | None, group_by: str | None) -> list[str]:
+    """A CSV or TSV file's column names, stripped.
+
+    Raises:
+        SourceError: the file is empty or lacks a needed column.
+    """
+    if header is None:
+        raise SourceError(f"label file {path} is empty")
+    header = [h.strip() for h in header]
+    missing = [c for c in (*LABEL_COLUMNS, *([group_by] if group_by else [])) if c not in header]
+    if missing:
+        raise SourceError(f"label file {path} has no {missing[0]!r} column (columns: {', '.join(header)})")
+    return header
+
+
+def csv_row(number: int, row: list[str], header: list[str]) -> Row | None:
+    """A CSV record ending on line `number` as a row, or None for a blank one."""
+    if not row or not any(cell.strip() for cell in row):
+        return None
+    if len(row) != len(header):
+        return number, None, f"{len(row)} fields, header has {len(header)}"
+    return number, dict(zip(header, row)), None
+
+
+def jsonl_row(number: int, line: str) -> Row | None:
+    """JSONL line `number` as a row, or None for a blank one."""
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return number, None, f"not JSON: {exc.msg}"
+    if not isinstance(row, dict):
+        return number, None, "not a JSON object"
+    values, problem = _json_values(row)
+    return number, values, problem
 
 
 def _json_values(row: dict[str, Any]) -> tuple[dict[str, str] | None, str | None]:
@@ -178,52 +205,22 @@ def list_label_file(
     """
     if data is None and not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
+    rules = RowRules(root, os.path.basename(label_file), allow_outside, group_by)
     refs: list[InputRef] = []
     rejects: list[Reject] = []
     first_line: dict[str, int] = {}
     saw_row = multi = False
     for number, row, problem in _label_rows(label_file, data, group_by):
         saw_row = True
-        where = f"line {number}"
-        if problem is not None:
-            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
-            continue
-        assert row is not None  # _label_rows gives each line a row or a problem
-        if "path" not in row or "label" not in row:
-            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "row lacks 'path' or 'label'"))
-            continue
-        raw_path, label = row["path"], row["label"].strip()
-        if MULTI in row or "|" in label:
-            multi = True
-            label = "|".join(sorted({name.strip() for name in label.split("|") if name.strip()}))
-        problem = (
-            _text_problem("path", raw_path, file_name=True)
-            or _text_problem("label", label)
-            or _text_problem("split", row.get("split") or "")
-        )
-        if problem is not None:
-            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", problem))
-            continue
-        split = (row.get("split") or "").strip() or None
-        # One spelling per file name: "\udcc3\udca9" is the bytes of "é", so it becomes "é".
-        raw_path = raw_path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
-        rel = normalize_path(root, raw_path, allow_outside) if raw_path else None
-        if not raw_path:
-            rejects.append(Reject(f"{os.path.basename(label_file)}:{number}", "bad_row", "empty path"))
-        elif rel is None:
-            rejects.append(
-                Reject(
-                    raw_path, "outside_source", f"{where}: path is outside SOURCE (--allow-outside-source accepts it)"
-                )
-            )
-        elif not label:
-            rejects.append(Reject(rel, "empty_label", f"{where}: label is empty"))
-        elif rel in first_line:
-            rejects.append(Reject(rel, "duplicate", f"{where}: path already listed on line {first_line[rel]}"))
+        outcome, is_multi = judge_row(rules, number, row, problem)
+        multi = multi or is_multi
+        if isinstance(outcome, Reject):
+            rejects.append(outcome)
+        elif outcome.ref.path in first_line:
+            rejects.append(duplicate(outcome, first_line[outcome.ref.path]))
         else:
-            first_line[rel] = number
-            group = (row.get(group_by) or "").strip() or None if group_by else None
-            refs.append(InputRef(rel, sys.intern(label), split and sys.intern(split), group=group))
+            first_line[outcome.ref.path] = number
+            refs.append(outcome.ref)
     if not saw_row:
         raise SourceError(f"label file {label_file} has no rows")
     if refs and len({r.split is None for r in refs}) > 1:
@@ -234,6 +231,62 @@ def list_label_file(
     if not found_classes:
         raise SourceError(f"label file {label_file} has no usable rows")
     return finish_listing(refs, rejects, found_classes, classes, source=label_file)
+
+
+class RowRules(typing.NamedTuple):
+    """What judging a label file's row needs besides the row."""
+
+    root: str  # SOURCE
+    name: str  # the label file's base name, which bad rows' rejects are named by
+    allow_outside: bool
+    group_by: str | None
+
+
+class Candidate(typing.NamedTuple):
+    """A row that becomes an input unless an earlier line lists its path too."""
+
+    line: int
+    ref: InputRef
+
+
+def judge_row(
+    rules: RowRules, number: int, row: dict[str, str] | None, problem: str | None
+) -> tuple[Candidate | Reject, bool]:
+    """Row `number` (as `_label_rows` gives it) as a candidate input or a reject, and whether it is multi-label."""
+    if problem is not None:
+        return Reject(f"{rules.name}:{number}", "bad_row", problem), False
+    assert row is not None  # _label_rows gives each line a row or a problem
+    if "path" not in row or "label" not in row:
+        return Reject(f"{rules.name}:{number}", "bad_row", "row lacks 'path' or 'label'"), False
+    raw_path, label = row["path"], row["label"].strip()
+    multi = MULTI in row or "|" in label
+    if multi:
+        label = "|".join(sorted({name.strip() for name in label.split("|") if name.strip()}))
+    problem = (
+        _text_problem("path", raw_path, file_name=True)
+        or _text_problem("label", label)
+        or _text_problem("split", row.get("split") or "")
+    )
+    if problem is not None:
+        return Reject(f"{rules.name}:{number}", "bad_row", problem), multi
+    split = (row.get("split") or "").strip() or None
+    # One spelling per file name: "\udcc3\udca9" is the bytes of "é", so it becomes "é".
+    raw_path = raw_path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+    rel = normalize_path(rules.root, raw_path, rules.allow_outside) if raw_path else None
+    if not raw_path:
+        return Reject(f"{rules.name}:{number}", "bad_row", "empty path"), multi
+    if rel is None:
+        detail = f"line {number}: path is outside SOURCE (--allow-outside-source accepts it)"
+        return Reject(raw_path, "outside_source", detail), multi
+    if not label:
+        return Reject(rel, "empty_label", f"line {number}: label is empty"), multi
+    group = (row.get(rules.group_by) or "").strip() or None if rules.group_by else None
+    return Candidate(number, InputRef(rel, sys.intern(label), split and sys.intern(split), group=group)), multi
+
+
+def duplicate(later: Candidate, first_line: int) -> Reject:
+    """The reject of a row whose path line `first_line` listed first."""
+    return Reject(later.ref.path, "duplicate", f"line {later.line}: path already listed on line {first_line}")
 
 
 def _finish_multilabel(

@@ -1,0 +1,131 @@
+"""A label file read in byte ranges on workers (beam_jobs/list_labels.py) stages exactly what the driver's
+listing does: the same chunk files, early rejects (reasons, line numbers) and run record, so shards are
+byte-identical; multi-label files fall back to the driver; bad text is the driver's error."""
+
+from __future__ import annotations
+
+import pytest
+
+from beam_jobs import list_labels, list_source
+from beam_jobs._execute import list_on_workers
+from prep.core.convert_options import build_config
+from prep.core.errors import SourceError
+from prep.core.inputs import list_inputs
+from prep.core.label_ranges import label_source
+from prep.core.run import checkpoints
+from prep.core.run.start import clear_output, ready_listed, ready_output
+from prep.core.workdir import WorkDir
+from tests.e2e.test_list_source import staged
+
+PIPELINE = True
+
+
+@pytest.fixture(params=[True, False], ids=["pipeline", "in-process"], autouse=True)
+def as_pipeline(request, monkeypatch):
+    """Each test twice: the listing as a Beam pipeline (embedded runner), and its steps run in this process."""
+    monkeypatch.setattr("tests.e2e.test_list_labels.PIPELINE", request.param)
+
+
+def on_workers(source: str, out: str, range_bytes: int, **options):
+    config = build_config(source, out, options)
+    src = label_source(config, range_bytes)
+    assert src is not None
+    clear_output(config)
+    summary = list_on_workers(config, src, pipeline=PIPELINE)
+    list_source.delete_listed(out)
+    if summary["fallback"] is not None:
+        return summary["fallback"]
+    return ready_listed(config, summary)
+
+
+def on_driver(source: str, out: str, **options):
+    config = build_config(source, out, options)
+    return ready_output(config, list_inputs(config))
+
+
+def assert_same_staging(source, tmp_path, range_bytes, **options):
+    workers, driver = str(tmp_path / f"w{range_bytes}"), str(tmp_path / f"d{range_bytes}")
+    a, b = on_workers(source, workers, range_bytes, **options), on_driver(source, driver, **options)
+    assert (a.staged, a.chunk_sizes) == (b.staged, b.chunk_sizes)
+    assert staged(workers) == staged(driver)
+    return checkpoints.read_listing_rejects(WorkDir(workers))
+
+
+# CRLF and LF lines, blank lines, a quoted path holding a comma and one holding a newline, bad rows,
+# duplicates far apart (across ranges), a path outside SOURCE, an empty label, no newline at the end.
+CSV = (
+    "\ufeffpath,label,split\r\n"
+    + "".join(f"img/{i:03d}.jpg,{('cat', 'dog', 'emu')[i % 3]},{'train' if i % 4 else 'test'}\r\n" for i in range(60))
+    + '\n"img/a,b.jpg",cat,train\n"img/new\nline.jpg",dog,train\n\n'
+    + "img/007.jpg,dog,train\nimg/bad.jpg,cat\n../out.jpg,cat,train\nimg/x.jpg,,train\n"
+    + "".join(f"img/{i:03d}.jpg,{('cat', 'dog')[i % 2]},train\n" for i in range(60, 120))
+    + "img/013.jpg,cat,train\nimg/last.jpg,emu,test"
+)
+
+
+@pytest.mark.parametrize("range_bytes", [7, 100, 1 << 20])
+def test_a_csv_file_stages_as_on_the_driver(tmp_path, range_bytes):
+    labels = tmp_path / "labels.csv"
+    labels.write_bytes(CSV.encode())
+    (tmp_path / "src").mkdir()
+    rejects = assert_same_staging(str(tmp_path / "src"), tmp_path, range_bytes, labels=str(labels), seed=4)
+    assert [(r.path, r.reason, r.detail) for r in rejects] == [
+        ("../out.jpg", "outside_source", "line 69: path is outside SOURCE (--allow-outside-source accepts it)"),
+        ("img/007.jpg", "duplicate", "line 67: path already listed on line 9"),
+        ("img/013.jpg", "duplicate", "line 131: path already listed on line 15"),
+        ("img/x.jpg", "empty_label", "line 70: label is empty"),
+        ("labels.csv:68", "bad_row", "2 fields, header has 3"),
+    ]
+
+
+def test_a_jsonl_file_with_classes_and_a_remote_label_file(tmp_path):
+    from tests.support.testfs import to_url
+
+    lines = [f'{{"path": "p/{i}.png", "label": "{"ab"[i % 2]}"}}' for i in range(40)]
+    lines[5] = '{"path": "p/1.png", "label": "b"}'  # a duplicate
+    lines[9] = "not json"
+    lines[12] = '{"path": "p/12.png", "label": "zebra"}'  # not in --classes
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\r\n".join(lines[:20]) + "\n\n   \n" + "\n".join(lines[20:]) + "\n")
+    classes = tmp_path / "classes.txt"
+    classes.write_text("b\na\n")
+    (tmp_path / "src").mkdir()
+    rejects = assert_same_staging(str(tmp_path / "src"), tmp_path, 50, labels=to_url(str(labels)), classes=str(classes))
+    assert [(r.path, r.reason, r.detail) for r in rejects] == [
+        ("labels.jsonl:10", "bad_row", "not JSON: Expecting value"),
+        ("p/1.png", "duplicate", "line 6: path already listed on line 2"),
+        ("p/12.png", "unknown_label", "label 'zebra' is not in --classes"),
+    ]
+
+
+def test_a_multilabel_file_falls_back_to_the_driver(tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\na.png,cat\nb.png,cat|dog\n")
+    (tmp_path / "src").mkdir()
+    assert on_workers(str(tmp_path / "src"), str(tmp_path / "w"), 9, labels=str(labels)) == "multi-label rows"
+    assert not (tmp_path / "w" / ".prep-tmp" / "listed").exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"path,label\na.png,cat\n" + b"b.png,c\xffat\n" * 30,  # not UTF-8
+        b"path,label\r\n\r\n\r\n",  # no rows
+        b"path,label,split\na.png,cat,train\nb.png,cat,\n",  # a split for some rows only
+        b"path,lable\na.png,cat\n",  # a column missing
+        b"path,label\n,cat\n",  # no usable row
+    ],
+)
+def test_errors_are_the_drivers(tmp_path, data):
+    labels = tmp_path / "labels.csv"
+    labels.write_bytes(data)
+    (tmp_path / "src").mkdir()
+    with pytest.raises(SourceError) as driver:
+        on_driver(str(tmp_path / "src"), str(tmp_path / "d"), labels=str(labels))
+    with pytest.raises(SourceError) as workers:
+        on_workers(str(tmp_path / "src"), str(tmp_path / "w"), 8, labels=str(labels))
+    assert str(workers.value) == str(driver.value)
+
+
+def test_the_module_docstring_names_its_steps():
+    assert "ReadRange" in list_labels.__doc__
