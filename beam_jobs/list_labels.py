@@ -190,7 +190,8 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
     decided = (
         read
         | "Candidates" >> beam.FlatMap(_of(Candidate))
-        | "ByPath" >> beam.Map(lambda c: (c.ref.path, c))
+        # as bytes: a key's coder encodes text as strict UTF-8, and a file name may not be UTF-8
+        | "ByPath" >> beam.Map(lambda c: (c.ref.path.encode("utf-8", "surrogateescape"), c))
         | "GatherPaths" >> beam.GroupByKey()
         | "Duplicates" >> beam.FlatMap(decide)
     )

@@ -4,6 +4,7 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000 --runner dask         # a LocalCluster of 2 workers
     PYTHONPATH=$PWD python bench/scale_sim.py --count 100000 --duplicates on --latency-ms 1
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file  # a CSV label file
 
 SOURCE is `simfs://src/<C>x<P>d100` (tests/support/simfs.py): C classes of P generated 64x64 JPEGs of 2 KB,
 every 100th an exact copy of the one before, served from their names with no disk; OUTPUT is `simfs://out/...`,
@@ -81,19 +82,32 @@ atexit.register(_rss)
 import apache_beam as beam
 from beam_jobs import _execute, convert as conversion  # imported before timing: as a run has them
 from prep.core.convert_options import build_config
-first = []
+first, hwm = [], []
+def peak_mb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 _run = beam.Pipeline.run
 def run(self, *a, **k):
     first.append(time.perf_counter())
+    hwm.append(peak_mb())
     return _run(self, *a, **k)
 beam.Pipeline.run = run
-config = build_config(sys.argv[1], sys.argv[2], {"split": "train=0.9,validation=0.1", "duplicates": "off"})
+options = {"split": "train=0.9,validation=0.1", "duplicates": "off"}
+if sys.argv[4]:
+    options["labels"] = sys.argv[4]
+config = build_config(sys.argv[1], sys.argv[2], options)
 start = time.perf_counter()
 try:
     from prep.core.inputs import folder_source
 except ImportError:  # code that lists on the driver only
     folder_source = None
 folders = folder_source(config) if folder_source else None
+if folders is None and sys.argv[4]:
+    try:
+        from prep.core.label_ranges import label_source
+    except ImportError:  # code that reads label files on the driver only
+        label_source = None
+    folders = label_source(config) if label_source else None
 if folders is not None:
     from beam_jobs._execute import list_on_workers
     from prep.core.run.start import clear_output, ready_listed
@@ -104,9 +118,11 @@ else:
     from prep.core.run.start import ready_output
     ready = ready_output(config, list_inputs(config))
     first.append(time.perf_counter())  # the conversion's first worker task starts now
+    hwm.append(peak_mb())
 first.append(time.perf_counter())  # listed in this process (no pipeline): the conversion's first task starts now
+hwm.append(peak_mb())
 print(json.dumps({"first_task": first[0] - start, "staged": time.perf_counter() - start,
-                  "chunks": len(ready.chunk_sizes), "inputs": ready.staged.found}))
+                  "chunks": len(ready.chunk_sizes), "inputs": ready.staged.found, "first_mb": hwm[0]}))
 """
 
 
@@ -115,6 +131,14 @@ def listing_only(args, scratch: pathlib.Path) -> None:
     rss_file = scratch / "rss-listing.json"
     source = simfs.source_url(args.classes, args.count // args.classes, 100)
     code = str(args.code.resolve())
+    labels = ""
+    if args.label_file:  # a CSV of every input and its class, in the simulated store; SOURCE's names as paths
+        labels = "simfs://out/labels.csv"
+        (scratch / "store" / "out").mkdir(parents=True, exist_ok=True)
+        with open(scratch / "store" / "out" / "labels.csv", "w") as f:
+            f.write("path,label\n")
+            for name in simfs.source_names(args.classes, args.count // args.classes):
+                f.write(f"{name},{name.split('/')[0]}\n")
     env = dict(
         os.environ,
         SCALE_SIM_RSS=str(rss_file),
@@ -122,7 +146,8 @@ def listing_only(args, scratch: pathlib.Path) -> None:
     )
     start = time.perf_counter()
     # cwd: not a checkout's root, which `python -c` would put on sys.path before PYTHONPATH.
-    cmd = [sys.executable, "-c", LISTING, source, "simfs://out/listing", "here" if args.in_process else "pipeline"]
+    mode = "here" if args.in_process else "pipeline"
+    cmd = [sys.executable, "-c", LISTING, source, "simfs://out/listing", mode, labels]
     proc = subprocess.run(cmd, env=env, capture_output=True, cwd=scratch)
     if proc.returncode:
         sys.exit(f"listing failed ({proc.returncode}):\n{proc.stderr.decode()[-4000:]}")
@@ -130,11 +155,12 @@ def listing_only(args, scratch: pathlib.Path) -> None:
     timing = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     rss = json.loads(rss_file.read_text())
     print(
-        f"{'inputs':>9} {'code':>24} {'first task s':>12} {'staged s':>8} {'chunks':>6} {'driver MB':>9} {'wall s':>7}"
+        f"{'inputs':>9} {'code':>24} {'first task s':>12} {'staged s':>8} {'chunks':>6} {'MB at 1st task':>14} "
+        f"{'driver MB':>9} {'wall s':>7}"
     )
     print(
         f"{timing['inputs']:>9,} {code[-24:]:>24} {timing['first_task']:>12.2f} {timing['staged']:>8.1f} "
-        f"{timing['chunks']:>6} {rss['self'] / 1024:>9.0f} {wall:>7.1f}"
+        f"{timing['chunks']:>6} {timing.get('first_mb', 0):>14.0f} {rss['self'] / 1024:>9.0f} {wall:>7.1f}"
     )
 
 
@@ -290,6 +316,12 @@ def main() -> None:
         help="only the driver up to a staged listing (embedded runner): its peak RSS, time to the first worker task",
     )
     parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="with --listing-only: whose prep to run")
+    parser.add_argument(
+        "--label-file",
+        action="store_true",
+        help="with --listing-only: list a CSV label file of the inputs (read in ranges on workers) rather "
+        "than SOURCE's class folders",
+    )
     parser.add_argument(
         "--in-process",
         action="store_true",

@@ -20,10 +20,13 @@ from tests.e2e.test_list_source import staged
 PIPELINE = True
 
 
-@pytest.fixture(params=[True, False], ids=["pipeline", "in-process"], autouse=True)
+@pytest.fixture(params=[True, False], ids=["pipeline", "in-process"])
 def as_pipeline(request, monkeypatch):
-    """Each test twice: the listing as a Beam pipeline (embedded runner), and its steps run in this process."""
+    """A test twice: the listing as a Beam pipeline (embedded runner), and its steps run in this process."""
     monkeypatch.setattr("tests.e2e.test_list_labels.PIPELINE", request.param)
+
+
+both_ways = pytest.mark.usefixtures("as_pipeline")
 
 
 def on_workers(source: str, out: str, range_bytes: int, **options):
@@ -63,6 +66,7 @@ CSV = (
 )
 
 
+@both_ways
 @pytest.mark.parametrize("range_bytes", [7, 100, 1 << 20])
 def test_a_csv_file_stages_as_on_the_driver(tmp_path, range_bytes):
     labels = tmp_path / "labels.csv"
@@ -78,6 +82,7 @@ def test_a_csv_file_stages_as_on_the_driver(tmp_path, range_bytes):
     ]
 
 
+@both_ways
 def test_a_jsonl_file_with_classes_and_a_remote_label_file(tmp_path):
     from tests.support.testfs import to_url
 
@@ -85,6 +90,7 @@ def test_a_jsonl_file_with_classes_and_a_remote_label_file(tmp_path):
     lines[5] = '{"path": "p/1.png", "label": "b"}'  # a duplicate
     lines[9] = "not json"
     lines[12] = '{"path": "p/12.png", "label": "zebra"}'  # not in --classes
+    lines[14] = lines[30] = '{"path": "p/\\udcff.png", "label": "a"}'  # a file name that is not UTF-8, twice
     labels = tmp_path / "labels.jsonl"
     labels.write_text("\r\n".join(lines[:20]) + "\n\n   \n" + "\n".join(lines[20:]) + "\n")
     classes = tmp_path / "classes.txt"
@@ -95,9 +101,11 @@ def test_a_jsonl_file_with_classes_and_a_remote_label_file(tmp_path):
         ("labels.jsonl:10", "bad_row", "not JSON: Expecting value"),
         ("p/1.png", "duplicate", "line 6: path already listed on line 2"),
         ("p/12.png", "unknown_label", "label 'zebra' is not in --classes"),
+        ("p/\udcff.png", "duplicate", "line 33: path already listed on line 15"),
     ]
 
 
+@both_ways
 def test_a_multilabel_file_falls_back_to_the_driver(tmp_path):
     labels = tmp_path / "labels.csv"
     labels.write_text("path,label\na.png,cat\nb.png,cat|dog\n")
@@ -106,6 +114,7 @@ def test_a_multilabel_file_falls_back_to_the_driver(tmp_path):
     assert not (tmp_path / "w" / ".prep-tmp" / "listed").exists()
 
 
+@both_ways
 @pytest.mark.parametrize(
     "data",
     [
@@ -127,5 +136,28 @@ def test_errors_are_the_drivers(tmp_path, data):
     assert str(workers.value) == str(driver.value)
 
 
-def test_the_module_docstring_names_its_steps():
-    assert "ReadRange" in list_labels.__doc__
+def test_a_conversion_on_another_runner_writes_the_drivers_shards(tmp_path, monkeypatch):
+    from beam_jobs import convert as conversion
+    from tests.support.imagegen import write_class_tree
+    from tests.support.shards import assert_same_dataset
+
+    paths = write_class_tree(tmp_path / "src", {"ant": 14, "bee": 9, "cat": 5}, size=(6, 5))
+    rows = [f"{p.relative_to(tmp_path / 'src')},{p.parent.name}" for p in paths]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\r\n" + "\r\n".join([*rows, rows[3], "bad,row,here", "cat/none.png,cat"]))
+    options = {"labels": str(labels), "split": "train=0.7,validation=0.3", "seed": 3, "num_shards": 2}
+    conversion.convert(build_config(str(tmp_path / "src"), str(tmp_path / "driver"), options))
+    built: list = []
+    monkeypatch.setattr(list_labels, "build_listing", _recorded(list_labels.build_listing, built))
+    config = build_config(str(tmp_path / "src"), str(tmp_path / "workers"), options)
+    conversion.convert(config, runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
+    assert len(built) == 1  # listed on workers
+    assert_same_dataset(tmp_path / "workers", tmp_path / "driver", shards=4)
+
+
+def _recorded(build, calls: list):
+    def recorded(*args):
+        calls.append(args)
+        return build(*args)
+
+    return recorded
