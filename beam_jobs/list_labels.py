@@ -44,7 +44,7 @@ from prep.core.accounting import sort_rejects
 from prep.core.errors import SourceError
 from prep.core.label_file import Candidate, duplicate, judge_row
 from prep.core.label_ranges import BadText, LabelSource, RangeJob, count_range, place, read_range
-from prep.core.listing import Reject
+from prep.core.listing import InputRef, Reject
 from prep.core.run import checkpoints
 from prep.core.workdir import WorkDir
 
@@ -88,23 +88,45 @@ class ReadRange(beam.DoFn):
         yield RangeDone(job.part, path, rows, multi, None)
 
 
+# What the shuffles carry: plain tuples of text, numbers and bytes, which Beam's coders write compactly (a
+# NamedTuple is pickled whole), and paths as bytes (a key's coder writes text as strict UTF-8, and a file name
+# may not be UTF-8).
+def _bytes(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
+
+
+def _text(path: bytes) -> str:
+    return path.decode("utf-8", "surrogateescape")
+
+
+def by_path(c: Candidate) -> tuple[bytes, tuple[int, str, str | None, str | None]]:
+    return _bytes(c.ref.path), (c.line, c.ref.label, c.ref.split, c.ref.group)
+
+
+def by_group(c: Candidate) -> tuple[tuple[str | None, str], tuple[int, bytes, str | None]]:
+    return (c.ref.split, c.ref.label), (c.line, _bytes(c.ref.path), c.ref.group)
+
+
 def decide(element):
-    """(path, [Candidate]) -> the candidate on the lowest line, and a duplicate Reject for each other."""
-    _, candidates = element
-    first, *later = sorted(candidates, key=lambda c: c.line)
+    """(path, [by_path's rows]) -> the candidate on the lowest line, and a duplicate Reject for each other."""
+    key, rows = element
+    path = _text(key)
+    rows = sorted(rows, key=lambda row: row[0])
+    first, *later = (Candidate(line, InputRef(path, label, split, group=group)) for line, label, split, group in rows)
     yield first
     for c in later:
         yield duplicate(c, first.line)
 
 
 class WriteGroup(beam.DoFn):
-    """((split, class), [Candidate]) -> its group file (`list_source.write_group`) as a LabelGroup."""
+    """((split, class), [by_group's rows]) -> its group file (`list_source.write_group`) as a LabelGroup."""
 
     def __init__(self, seed: int, work: WorkDir):
         self._seed, self._work = seed, work
 
     def process(self, element):
-        (split, label), candidates = element
+        (split, label), rows = element
+        candidates = [Candidate(line, InputRef(_text(path), label, split, group=group)) for line, path, group in rows]
         # Named by a hash of the group: no task knows the others' groups. 96 bits: no two groups meet.
         digest = hashlib.sha256(json.dumps([split, label]).encode()).digest()
         path = self._work.listed_group(int.from_bytes(digest[:6], "big"), int.from_bytes(digest[6:12], "big"))
@@ -190,15 +212,14 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
     decided = (
         read
         | "Candidates" >> beam.FlatMap(_of(Candidate))
-        # as bytes: a key's coder encodes text as strict UTF-8, and a file name may not be UTF-8
-        | "ByPath" >> beam.Map(lambda c: (c.ref.path.encode("utf-8", "surrogateescape"), c))
+        | "ByPath" >> beam.Map(by_path)
         | "GatherPaths" >> beam.GroupByKey()
         | "Duplicates" >> beam.FlatMap(decide)
     )
     groups = (
         decided
         | "Kept" >> beam.FlatMap(_of(Candidate))
-        | "ByGroup" >> beam.Map(lambda c: ((c.ref.split, c.ref.label), c))
+        | "ByGroup" >> beam.Map(by_group)
         | "GatherGroups" >> beam.GroupByKey()
         | "WriteGroups" >> beam.ParDo(WriteGroup(seed, work))
     )
@@ -243,15 +264,15 @@ def list_here(src: LabelSource, seed: int, classes: tuple[str, ...] | None, outp
     jobs = place([count_range(src, part) for part in range(src.ranges)])
     reader = ReadRange(src, work)
     read = [item for job in jobs for item in reader.process(job)]
-    by_path: dict[str, list[Candidate]] = {}
-    for c in _only(read, Candidate):
-        by_path.setdefault(c.ref.path, []).append(c)
-    decided = [item for entry in by_path.items() for item in decide(entry)]
-    by_group: dict[tuple[str | None, str], list[Candidate]] = {}
-    for c in _only(decided, Candidate):
-        by_group.setdefault((c.ref.split, c.ref.label), []).append(c)
+    paths: dict[bytes, list] = {}
+    for key, entry in map(by_path, _only(read, Candidate)):
+        paths.setdefault(key, []).append(entry)
+    decided = [item for entry in paths.items() for item in decide(entry)]
+    groups_rows: dict[tuple[str | None, str], list] = {}
+    for group, member in map(by_group, _only(decided, Candidate)):
+        groups_rows.setdefault(group, []).append(member)
     grouper = WriteGroup(seed, work)
-    groups = [g for entry in by_group.items() for g in grouper.process(entry)]
+    groups = [g for entry in groups_rows.items() for g in grouper.process(entry)]
     done = _only(read, RangeDone)
     planned = list(plan((None, [*groups, *done]), src, classes))
     writer = WriteChunk(work)

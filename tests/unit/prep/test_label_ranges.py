@@ -101,3 +101,28 @@ def test_a_remote_file_read_failing_part_way_names_the_file(tmp_path, monkeypatc
     monkeypatch.setattr(TestFileSystem, "open", failing)
     with pytest.raises(SourceError, match=f"cannot read label file {url}: connection reset"):
         ranged(url, data, 500, ".csv")
+
+
+@pytest.mark.parametrize("case", ["no source", "no file", "a folder", "a fifo", "extension"])
+def test_what_the_driver_checks_before_reading_gives_its_errors(tmp_path, case):
+    import os
+
+    from prep.core.convert_options import build_config
+    from prep.core.inputs import list_inputs
+    from prep.core.label_ranges import label_source
+
+    source, labels = tmp_path / "src", tmp_path / ("labels.xls" if case == "extension" else "labels.csv")
+    if case != "no source":
+        source.mkdir()
+    if case in ("no source", "extension"):
+        labels.write_text("path,label\na.png,cat\n")
+    elif case == "a folder":
+        labels.mkdir()
+    elif case == "a fifo":
+        os.mkfifo(labels)
+    config = build_config(str(source), str(tmp_path / "out"), {"labels": str(labels)})
+    with pytest.raises(SourceError) as driver:
+        list_inputs(config)
+    with pytest.raises(SourceError) as ranges:
+        label_source(config)
+    assert str(ranges.value) == str(driver.value)
