@@ -4,6 +4,10 @@ Every row becomes an `InputRef` or a `Reject` with its reason (bad row, empty pa
 label, a path outside SOURCE unless allowed, a duplicate path), so counts reconcile.
 Paths are normalized relative to SOURCE (`normalize_path`): that is the record's
 `image/filename`, which then does not depend on where SOURCE is.
+
+Here the driver reads the whole file (`list_label_file`); on workers it is read in byte ranges
+(`prep.core.label_ranges`, `beam_jobs.list_labels`) through the same row parsing (`csv_row`, `jsonl_row`)
+and judgement (`judge_row`), duplicates decided by a shuffle on the path.
 """
 
 from __future__ import annotations
