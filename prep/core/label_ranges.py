@@ -37,6 +37,7 @@ RANGE_BYTES = 16 << 20  # bytes a listing task reads, about
 _BLOCK = 1 << 20
 _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
 _BOM = b"\xef\xbb\xbf"
+_END = re.compile(rb"\r\n|\r|\n")
 
 
 class BadText(SourceError):
@@ -275,11 +276,14 @@ def _segment(f: BinaryIO, src: LabelSource, start: int, end: int) -> tuple[int |
         raise SourceError(f"cannot read label file {src.path}: {exc}") from None
     data = (b"" if start else b"\n") + _read(f, src, end - start + back)
     # data[i] is the byte at start - 1 + i; a line starts after "\n", or after "\r" not followed by "\n".
-    starts = [m.end() for m in re.finditer(rb"\r\n|\r|\n", data[:-1])]
-    starts = [s for s in starts if not (data[s - 1 : s] == b"\r" and data[s : s + 1] == b"\n")]
-    if not starts:
+    # Counted with bytes.count, not line by line: a "\r\n" is one end, and one ends where data[:-1] does.
+    lines = data[:-1].count(b"\n") + data[:-1].count(b"\r") - data.count(b"\r\n")
+    if not lines:
         return None, 0, b""
-    first = start - 1 + starts[0]
+    found = _END.search(data, 0, len(data) - 1)
+    assert found is not None  # some line starts in the range
+    at = found.end() + 1 if found.group() == b"\r" and data[found.end() : found.end() + 1] == b"\n" else found.end()
+    first = start - 1 + at
     tail = b""
     if not data.endswith(b"\n"):  # the line running on past `end`, up to where the next one starts
         raw = next((raw for _, raw in _lines(f, src, end, 1 << 16)), b"")
@@ -287,8 +291,8 @@ def _segment(f: BinaryIO, src: LabelSource, start: int, end: int) -> tuple[int |
             tail = raw
         elif raw == b"\n":  # "\r" then "\n": one line end
             tail = raw
-    segment = data[starts[0] :] + tail
-    return first, len(starts), segment[len(_BOM) :] if first == 0 and segment.startswith(_BOM) else segment
+    segment = data[at:] + tail
+    return first, lines, segment[len(_BOM) :] if first == 0 and segment.startswith(_BOM) else segment
 
 
 def _ends_quoted(ext: str, segment: bytes, quoted: bool) -> bool:
