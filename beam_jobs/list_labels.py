@@ -33,9 +33,9 @@ from beam_jobs.list_source import (
     RejectsWritten,
     UnknownGroup,
     WriteChunk,
-    _of,
-    _read_refs,
+    of_kind,
     plan_groups,
+    read_refs,
     write_group,
     write_summary,
 )
@@ -185,7 +185,7 @@ def write_rejects(element, work: WorkDir):
         else:
             detail = f"label {item.label!r} is not in --classes"
             size = storage.size(item.path) or 0
-            rejects += [Reject(r.path, "unknown_label", detail) for r in _read_refs(item.path, 0, size)]
+            rejects += [Reject(r.path, "unknown_label", detail) for r in read_refs(item.path, 0, size)]
     data = checkpoints.rejects_bytes(sort_rejects(rejects))
     storage.write_atomic(work.listing_rejects, data)
     yield RejectsWritten(len(rejects), hashlib.sha256(data).hexdigest())
@@ -211,19 +211,19 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
     )
     decided = (
         read
-        | "Candidates" >> beam.FlatMap(_of(Candidate))
+        | "Candidates" >> beam.FlatMap(of_kind(Candidate))
         | "ByPath" >> beam.Map(by_path)
         | "GatherPaths" >> beam.GroupByKey()
         | "Duplicates" >> beam.FlatMap(decide)
     )
     groups = (
         decided
-        | "Kept" >> beam.FlatMap(_of(Candidate))
+        | "Kept" >> beam.FlatMap(of_kind(Candidate))
         | "ByGroup" >> beam.Map(by_group)
         | "GatherGroups" >> beam.GroupByKey()
         | "WriteGroups" >> beam.ParDo(WriteGroup(seed, work))
     )
-    done = read | "Done" >> beam.FlatMap(_of(RangeDone))
+    done = read | "Done" >> beam.FlatMap(of_kind(RangeDone))
     planned = (
         (groups, done)
         | "PlanParts" >> beam.Flatten()
@@ -233,15 +233,15 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
     )
     written = (
         planned
-        | "ChunkJobs" >> beam.FlatMap(_of(ChunkJob))
+        | "ChunkJobs" >> beam.FlatMap(of_kind(ChunkJob))
         | "SpreadChunkJobs" >> beam.Reshuffle()
         | "WriteChunks" >> beam.ParDo(WriteChunk(work))
     )
     rejects = (
         (
             done,
-            decided | "DuplicateRows" >> beam.FlatMap(_of(Reject)),
-            planned | "Unknown" >> beam.FlatMap(_of(UnknownGroup)),
+            decided | "DuplicateRows" >> beam.FlatMap(of_kind(Reject)),
+            planned | "Unknown" >> beam.FlatMap(of_kind(UnknownGroup)),
         )
         | "RejectSources" >> beam.Flatten()
         | "RejectsOneKey" >> beam.Map(one_key)
@@ -249,7 +249,7 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
         | "WriteRejects" >> beam.FlatMap(write_rejects, work)
     )
     (
-        (planned | "Info" >> beam.FlatMap(_of(PlanInfo)), written, rejects)
+        (planned | "Info" >> beam.FlatMap(of_kind(PlanInfo)), written, rejects)
         | "SummaryParts" >> beam.Flatten()
         | "SummaryOneKey" >> beam.Map(one_key)
         | "GatherSummary" >> beam.GroupByKey()

@@ -102,7 +102,7 @@ class RejectsWritten(typing.NamedTuple):
     sha256: str
 
 
-def _of(kind):
+def of_kind(kind):
     return lambda item: [item] if isinstance(item, kind) else []
 
 
@@ -254,12 +254,12 @@ class WriteChunk(beam.DoFn):
         self._work = work
 
     def process(self, job: ChunkJob):
-        refs = [r for path, start, end in job.pieces for r in _read_refs(path, start, end)]
+        refs = [r for path, start, end in job.pieces for r in read_refs(path, start, end)]
         checkpoints.write_listing(self._work, job.chunk, refs)
         yield ChunkWritten(job.chunk, len(refs), refs_sum(refs))
 
 
-def _read_refs(path: str, start: int, end: int) -> list[InputRef]:
+def read_refs(path: str, start: int, end: int) -> list[InputRef]:
     with storage.open_read(path) as f:
         f.seek(start)
         data = storage.read_exact(f, end - start)
@@ -279,7 +279,7 @@ def write_rejects(element, work: WorkDir):
         else:
             detail = f"label {item.label!r} is not in --classes"
             size = storage.size(item.path) or 0
-            rejects += [Reject(r.path, "unknown_label", detail) for r in _read_refs(item.path, 0, size)]
+            rejects += [Reject(r.path, "unknown_label", detail) for r in read_refs(item.path, 0, size)]
     data = checkpoints.rejects_bytes(sort_rejects(rejects))
     storage.write_atomic(work.listing_rejects, data)
     yield RejectsWritten(len(rejects), hashlib.sha256(data).hexdigest())
@@ -326,19 +326,19 @@ def build_listing(p: beam.Pipeline, source: FolderSource, seed: int, classes: tu
     )
     written = (
         planned
-        | "ChunkJobs" >> beam.FlatMap(_of(ChunkJob))
+        | "ChunkJobs" >> beam.FlatMap(of_kind(ChunkJob))
         | "SpreadChunkJobs" >> beam.Reshuffle()
         | "WriteChunks" >> beam.ParDo(WriteChunk(work))
     )
     rejects = (
-        (listed | "Done" >> beam.FlatMap(_of(TaskDone)), planned | "Unknown" >> beam.FlatMap(_of(UnknownGroup)))
+        (listed | "Done" >> beam.FlatMap(of_kind(TaskDone)), planned | "Unknown" >> beam.FlatMap(of_kind(UnknownGroup)))
         | "RejectSources" >> beam.Flatten()
         | "RejectsOneKey" >> beam.Map(one_key)
         | "GatherRejects" >> beam.GroupByKey()
         | "WriteRejects" >> beam.FlatMap(write_rejects, work)
     )
     (
-        (planned | "Info" >> beam.FlatMap(_of(PlanInfo)), written, rejects)
+        (planned | "Info" >> beam.FlatMap(of_kind(PlanInfo)), written, rejects)
         | "SummaryParts" >> beam.Flatten()
         | "SummaryOneKey" >> beam.Map(one_key)
         | "GatherSummary" >> beam.GroupByKey()
