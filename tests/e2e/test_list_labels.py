@@ -161,3 +161,13 @@ def _recorded(build, calls: list):
         return build(*args)
 
     return recorded
+
+
+@both_ways
+def test_a_group_by_column_is_staged_as_on_the_driver(tmp_path):
+    rows = [f"g/{i}.png,{'xy'[i % 2]},p{i % 5}" for i in range(30)] + ["g/3.png,x,p9", "g/30.png,y,"]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label,patient\n" + "\n".join(rows) + "\n")
+    (tmp_path / "src").mkdir()
+    rejects = assert_same_staging(str(tmp_path / "src"), tmp_path, 64, labels=str(labels), group_by="patient")
+    assert [(r.path, r.reason) for r in rejects] == [("g/3.png", "duplicate")]
