@@ -64,7 +64,7 @@ def _edges(values: list) -> tuple[np.ndarray, int]:
     arrays = [v for v in values if isinstance(v, PartEdges)]
     if not arrays:
         return near_components.EMPTY, 1
-    return np.unique(np.concatenate([v.edges for v in arrays]), axis=0), arrays[0].parts
+    return near_components.unique_edges(np.concatenate([v.edges for v in arrays])), arrays[0].parts
 
 
 def close_part(element):
