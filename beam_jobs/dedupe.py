@@ -45,6 +45,7 @@ import numpy as np
 
 from beam_jobs.dedupe_components import SpreadComponents, grouped_items
 from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
+from beam_jobs.dedupe_exact import ExactGroups
 from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
@@ -261,11 +262,14 @@ class Dedupe(beam.PTransform):
         by_chunk, by_batch, notes = [counts], [], []  # what Regroup gathers by chunk, and Decide by group batch
         if keys:
             # GroupedItems | ScanStats
-            whole, parts = counts | "FindPairs" >> _FindPairs(work, s)
-            found = whole | "Components" >> _Gathered(None, components, s.max_size)
-            if parts is not None:  # steps cost ~0.1 s each on the embedded runner even when given nothing
-                spread = parts | "SpreadComponents" >> SpreadComponents(s.max_size)
-                found = (found, spread) | "Found" >> beam.Flatten()
+            if s.options.near == "off":
+                found = counts | "ExactGroups" >> ExactGroups(work, s)
+            else:
+                whole, parts = counts | "FindPairs" >> _FindPairs(work, s)
+                found = whole | "Components" >> _Gathered(None, components, s.max_size)
+                if parts is not None:  # steps cost ~0.1 s each on the embedded runner even when given nothing
+                    spread = parts | "SpreadComponents" >> SpreadComponents(s.max_size)
+                    found = (found, spread) | "Found" >> beam.Flatten()
             # MemberSlice | UserLink
             members = (
                 found

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from beam_jobs import dedupe_components as dc  # noqa: E402
 from beam_jobs.dedupe import components  # noqa: E402
+from prep.core import near_components  # noqa: E402
 from prep.core.run import dedupe_files  # noqa: E402
 from prep.core.run.dedupe_types import (  # noqa: E402
     BandPairs,
@@ -96,13 +97,13 @@ def spread(found: list[BandPairs], rounds: int, max_size: int):
     used = None
     for r in range(rounds):
         joined = by_part(edges, PartEdges)
-        if used is None and all(
-            __import__("prep.core.near_components", fromlist=["x"]).settled(dc._edges(v)[0]) for v in joined.values()
-        ):
+        if used is None and all(near_components.settled(dc._edges(v)[0]) for v in joined.values()):
             used = r
         edges = tasks.run("round", dc.close_part, joined, rows_of)
     settled = tasks.run("settle", dc.settle_part, by_part(edges, PartEdges), rows_of)
     states = [s for s in settled if isinstance(s, PartState)]
+    if used is None and all(s.settled for s in states):
+        used = rounds
     verdicts = list(dc.verdict((None, states)))
     joined = by_part(
         verdicts + [s for s in settled if isinstance(s, (PartLabels, PartEdges))] + first,
