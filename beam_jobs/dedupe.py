@@ -5,7 +5,7 @@ hashes in its key file (dedupe_files.py); only chunk ids, keys and slices of wor
 bytes. The steps, and what each PCollection holds (dedupe_types.py):
 
     counts    : ChunkCounts                     per prepared chunk (prepare.py)
-    found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and one
+    found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and
                                                 ScanStats. FindPairs (dedupe_scan.py): up to `part_target`
                                                 images one ScanTask, its near pairs found by sorting the
                                                 hashes on each band (prep.core.near_bands); past that,
@@ -14,7 +14,9 @@ bytes. The steps, and what each PCollection holds (dedupe_types.py):
                                                 Components: the bounded union-find over the one scan's
                                                 pairs, in one task; the band parts' pairs go to
                                                 SpreadComponents (dedupe_components.py): rounds by image
-                                                part, then a union-find task per part of the components
+                                                part, then a union-find task per part of the components.
+                                                With --near off, ExactGroups (dedupe_exact.py) instead:
+                                                equal sha256 by a GroupByKey, no scan
     members   = RecordMembers                   MemberSlice per chunk and group batch (the chunk's Members
                                                 go to its members file, dedupe_files.py), UserLink with user groups
     units     = MergeUserGroups                 only with user groups and --split: user groups that duplicates

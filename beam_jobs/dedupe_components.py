@@ -71,7 +71,9 @@ def close_part(element):
     """(part, [PartEdges]) -> PartEdges of its images, each joined to the least image it reaches."""
     _, values = element
     edges, parts = _edges(list(values))
-    for part, closed in near_components.by_part(near_components.local_stars(edges), parts):
+    if not near_components.settled(edges):  # settled stars close into themselves: spare the work
+        edges = near_components.local_stars(edges)
+    for part, closed in near_components.by_part(edges, parts):
         yield PartEdges(part, closed, parts)
 
 
