@@ -52,9 +52,8 @@ def first_edges(found: BandPairs):
     if len(pairs):
         for part, edges in near_components.by_part(pairs[:, 1:], parts):
             yield PartEdges(part, edges, parts)
-        where = near_components.part_of(pairs[:, 1], parts)
-        for part in np.unique(where).tolist():
-            yield PartPairs(part, pairs[where == part], parts)
+        for part, rows in near_components.pairs_by_part(pairs, pairs[:, 1], parts):
+            yield PartPairs(part, rows, parts)
     if found.skipped:
         yield ScanStats(0, found.skipped)
 
@@ -111,7 +110,7 @@ def label_part(element):
         return
     (known,) = [v for v in values if isinstance(v, PartLabels)]
     label = near_components.label_pairs(rows, known.items, known.labels)
-    for part, chunk in near_components.by_component(rows, label, parts):
+    for part, chunk in near_components.pairs_by_part(rows, label, parts):
         yield ComponentPairs(part, chunk)
 
 
@@ -128,7 +127,7 @@ def fallback(element):
         edges = near_components.both_ways(near_components.local_stars(edges))
     items, labels = near_components.labels(edges)
     label = near_components.label_pairs(rows, items, labels)
-    for part, chunk in near_components.by_component(rows, label, values[0].parts):
+    for part, chunk in near_components.pairs_by_part(rows, label, values[0].parts):
         yield ComponentPairs(part, chunk)
 
 

@@ -15,7 +15,7 @@ exactly one, smaller (a leaf); then each image's label, its component's least im
 
 The groups themselves are not these components: the bounded union-find (union_find.py) refuses unions past
 its size bound, in the order of the pairs, which is sequential. But a component's pairs decide its groups
-alone, so the pairs, once labelled, go to a task by their component (`by_component`) that runs the same
+alone, so the pairs, once labelled, go to a task by their component (`pairs_by_part`) that runs the same
 bounded union-find on them: groups and refusals are exactly those of one union-find over all the pairs.
 """
 
@@ -118,8 +118,9 @@ def label_pairs(pairs: np.ndarray, items: np.ndarray, label: np.ndarray) -> np.n
     return label[at]
 
 
-def by_component(pairs: np.ndarray, label: np.ndarray, parts: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Pair rows and their components' labels -> (part of the component, its pairs) for each part."""
+def pairs_by_part(pairs: np.ndarray, label: np.ndarray, parts: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Pair rows and an image each (their component's label, or their first image) -> (that image's part,
+    its pairs) for each part with some."""
     where = part_of(label, parts)
     order = np.argsort(where, kind="stable")
     where, pairs = where[order], pairs[order]

@@ -83,7 +83,7 @@ def test_pairs_are_labelled_and_cut_by_their_component():
     items = np.array(sorted(truth), np.int64)
     label = nc.label_pairs(pairs, items, np.array([truth[x] for x in items.tolist()], np.int64))
     seen = 0
-    for part, chunk in nc.by_component(pairs, label, 5):
+    for part, chunk in nc.pairs_by_part(pairs, label, 5):
         assert all(truth[a] % 5 == part for a in chunk[:, 1].tolist())
         seen += len(chunk)
     assert seen == len(pairs)
