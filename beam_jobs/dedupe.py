@@ -5,14 +5,18 @@ hashes in its key file (dedupe_files.py); only chunk ids, keys and slices of wor
 bytes. The steps, and what each PCollection holds (dedupe_types.py):
 
     counts    : ChunkCounts                     per prepared chunk (prepare.py)
-    found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and one
+    found     = FindPairs | Components          GroupedItems per chunk with an item in a group, and
                                                 ScanStats. FindPairs (dedupe_scan.py): up to `part_target`
                                                 images one ScanTask, its near pairs found by sorting the
                                                 hashes on each band (prep.core.near_bands); past that,
                                                 BucketTasks cut the hashes into band parts, and a GroupByKey
                                                 gives each part to a task of its own; BandPairs either way.
-                                                Components: the bounded union-find over all of them, in one
-                                                task
+                                                Components: the bounded union-find over the one scan's
+                                                pairs, in one task; the band parts' pairs go to
+                                                SpreadComponents (dedupe_components.py): rounds by image
+                                                part, then a union-find task per part of the components.
+                                                With --near off, ExactGroups (dedupe_exact.py) instead:
+                                                equal sha256 by a GroupByKey, no scan
     members   = RecordMembers                   MemberSlice per chunk and group batch (the chunk's Members
                                                 go to its members file, dedupe_files.py), UserLink with user groups
     units     = MergeUserGroups                 only with user groups and --split: user groups that duplicates
@@ -27,8 +31,9 @@ bytes. The steps, and what each PCollection holds (dedupe_types.py):
 
 What is held at once: one bucket (at most `cap`² distances), one group (at most `max_size` members,
 union_find.py), one chunk; a scan task about `part_target` images (48 bytes each whole, 16 a part), a bucket
-task as many; and in the one union-find task, the pairs as arrays (24 bytes a pair, duplicates only) and
-8 bytes an image in some pair. One decide task holds one group batch; the report task one line per batch
+task as many; and in the one union-find task (up to `part_target` images), the pairs as arrays (24 bytes a
+pair, duplicates only) and 8 bytes an image in some pair; past it, a part of the images' edges or of the
+components' pairs (dedupe_components.py). One decide task holds one group batch; the report task one line per batch
 at a time. Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset); a step with several
 kinds of output emits one NamedTuple type per kind, split by type (`dedupe_types.only`).
 """
@@ -40,7 +45,9 @@ import json
 import apache_beam as beam
 import numpy as np
 
+from beam_jobs.dedupe_components import SpreadComponents, grouped_items
 from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
+from beam_jobs.dedupe_exact import ExactGroups
 from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
 from prep.core import storage
@@ -62,11 +69,10 @@ from prep.core.run.dedupe_types import (
     UserLink,
     only,
 )
-from prep.core.union_find import UnionFind
+from prep.core.union_find import pair_groups
 from prep.core.workdir import WorkDir
 
 REPORT = dedupe_files.DUPLICATES_FILE
-_UNION_BLOCK = 1 << 16  # pairs made Python ints at once
 
 
 def chunk_items(work: WorkDir, chunk: int, with_keys: bool = True, wanted=None) -> list[tuple]:
@@ -96,13 +102,8 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
 
 
 def components(element: tuple[None, list[BandPairs]], max_size: int):
-    """(None, every BandPairs) -> `GroupedItems` per chunk with an item in a group, and the `ScanStats`.
-
-    Pairs are fed exact first, then by distance and ids, so which unions a full group
-    refuses depends on the data alone. A group's id is its smallest item. Held: the pairs as arrays (24
-    bytes a pair, and a sort's copies: ~56 at the peak) and 8 bytes an image in some pair (union_find), no
-    object per pair.
-    """
+    """(None, every BandPairs) -> `GroupedItems` per chunk with an item in a group, and the `ScanStats`: one
+    task, the union-find over every pair (union_find.pair_groups). Group batches in order of group id."""
     _, found = element
     found = list(found)
     skipped = sum(f.skipped for f in found)
@@ -110,29 +111,10 @@ def components(element: tuple[None, list[BandPairs]], max_size: int):
     del found
     pairs = np.concatenate(arrays) if arrays else np.zeros((0, 3), np.int64)
     del arrays
-    pairs = pairs[np.lexsort(pairs.T[::-1])]  # rows (distance, a, b) sorted; a pair met twice, twice
-    ends = pairs[np.r_[True, (pairs[1:] != pairs[:-1]).any(axis=1)][: len(pairs)], 1:]  # each once: a and b
+    items, groups, ranks, refused = pair_groups(pairs, max_size)
     del pairs
-    items = np.unique(ends)  # ascending
-    ends = np.searchsorted(items, ends).astype(np.int32)  # as indexes into items
-    uf = UnionFind(len(items), max_size)
-    for first in range(0, len(ends), _UNION_BLOCK):
-        for a, b in ends[first : first + _UNION_BLOCK].tolist():
-            uf.union(a, b)
-    del ends
-    roots = uf.roots()
-    tops, firsts, sizes = np.unique(roots, return_index=True, return_counts=True)  # firsts: smallest items
-    of = np.searchsorted(tops, roots)  # each item's set
-    members = np.flatnonzero(sizes[of] > 1)  # ascending
-    heads = firsts[of[members]]  # the index of each member's group id
-    ranks = np.searchsorted(np.sort(firsts[sizes > 1]), heads)  # in order of group id
-    rows = zip(items[members].tolist(), items[heads].tolist(), ranks.tolist())
-    by_chunk: dict[int, list] = {}
-    for item, group, r in rows:
-        by_chunk.setdefault(dedupe_files.item_chunk(item), []).append((item, group, dedupe_files.batch_of(r)))
-    for chunk, chunk_rows in sorted(by_chunk.items()):
-        yield GroupedItems(chunk, tuple(chunk_rows))
-    yield ScanStats(uf.refused, skipped)
+    yield from grouped_items(items, groups, [dedupe_files.batch_of(r) for r in ranks.tolist()])
+    yield ScanStats(refused, skipped)
 
 
 def member_info(element: tuple[int, list[GroupedItems]], work: WorkDir, settings: DedupeSettings):
@@ -233,7 +215,8 @@ class _Gathered(beam.PTransform):
 
 
 class _FindPairs(beam.PTransform):
-    """ChunkCounts -> `BandPairs` of every crop scale and band (and one empty, so that Components runs)."""
+    """ChunkCounts -> (`BandPairs` of the one scan task, and one empty so that Components runs; `BandPairs`
+    of the band parts, or None when there can be no more than `part_target` images)."""
 
     def __init__(self, work: WorkDir, settings: DedupeSettings):
         super().__init__()
@@ -252,6 +235,10 @@ class _FindPairs(beam.PTransform):
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers))
         )
+        none = counts.pipeline | "NoPairs" >> beam.Create([BandPairs(np.zeros((0, 3), np.int64), 0)])
+        whole = (whole, none) | "WholePairs" >> beam.Flatten()
+        if not s.spread:  # scan_tasks makes one ScanTask: no band parts to wait for
+            return whole, None
         parts = (
             tasks
             | "Buckets" >> beam.FlatMap(only(BucketTask))
@@ -260,8 +247,7 @@ class _FindPairs(beam.PTransform):
             | "ByPart" >> beam.GroupByKey()
             | "ScanParts" >> beam.FlatMap(scan_part, s.cap)
         )
-        none = counts.pipeline | "NoPairs" >> beam.Create([BandPairs(np.zeros((0, 3), np.int64), 0)])
-        return (whole, parts, none) | "AllPairs" >> beam.Flatten()
+        return whole, parts
 
 
 class Dedupe(beam.PTransform):
@@ -278,9 +264,14 @@ class Dedupe(beam.PTransform):
         by_chunk, by_batch, notes = [counts], [], []  # what Regroup gathers by chunk, and Decide by group batch
         if keys:
             # GroupedItems | ScanStats
-            found = (
-                counts | "FindPairs" >> _FindPairs(work, s) | "Components" >> _Gathered(None, components, s.max_size)
-            )
+            if s.options.near == "off":
+                found = counts | "ExactGroups" >> ExactGroups(work, s)
+            else:
+                whole, parts = counts | "FindPairs" >> _FindPairs(work, s)
+                found = whole | "Components" >> _Gathered(None, components, s.max_size)
+                if parts is not None:  # steps cost ~0.1 s each on the embedded runner even when given nothing
+                    spread = parts | "SpreadComponents" >> SpreadComponents(s.max_size)
+                    found = (found, spread) | "Found" >> beam.Flatten()
             # MemberSlice | UserLink
             members = (
                 found

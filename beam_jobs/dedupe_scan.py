@@ -126,4 +126,4 @@ def scan_part(element: tuple[PartKey, typing.Iterable[np.ndarray]], cap: int):
         rows["item"], rows["hash"], band, cap, dims=near_bands.families(bits)[family], same=family == 0
     )
     if pairs or skipped:
-        yield BandPairs(np.array(pairs, np.int64).reshape(-1, 3), skipped)
+        yield BandPairs(np.array(pairs, np.int64).reshape(-1, 3), skipped, 1 << bits)

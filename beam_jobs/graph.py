@@ -39,6 +39,7 @@ from beam_jobs.dedupe import Dedupe
 from beam_jobs.plan import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import PublishInputs, publish
 from prep.core.config import ConvertConfig
+from prep.core.ordering import MAX_CHUNK
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.dedupe_files import GroupNotes
 from prep.core.run.dedupe_types import DedupeSettings
@@ -124,6 +125,7 @@ def build(
             config.plan.split_fractions,
             listing.task == "classification",
             workers=config.workers,
+            images=run.num_chunks * MAX_CHUNK,
         )
         regrouped = counts | "Dedupe" >> Dedupe(work, config.output, settings)
         counts = regrouped | "Regrouped" >> beam.FlatMap(_of(prepare.ChunkCounts))

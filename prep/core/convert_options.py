@@ -18,7 +18,7 @@ from typing import Any
 from prep.core import formats, targets
 from prep.core.config import ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig, TaskOptions
 from prep.core.errors import OptionsError
-from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICATES, DedupeOptions
+from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICATES, NEAR, DedupeOptions
 from prep.core.image_rules import DEFAULT_IMAGE_TIMEOUT, DEFAULT_MAX_PIXELS, IMAGE_FORMATS, ISOLATE, ImageOptions
 from prep.core.layout import EMPTY_CLASSES, PlanOptions, parse_split_fractions
 from prep.core.listing import LAYOUTS, read_class_file
@@ -194,6 +194,14 @@ OPTIONS = (
         choices=DUPLICATES,
     ),
     Option(
+        "--near",
+        "Near duplicates (re-encodes, resizes, crops: perceptual hashes within a distance) as well as exact "
+        "ones, or off: exact duplicates only (same stored bytes), grouped by a shuffle on their sha256, whose "
+        "work grows as the images and not as their square (for billions of images; docs/leakage.md).",
+        default="on",
+        choices=NEAR,
+    ),
+    Option(
         "--conflicts",
         "A duplicate group whose images carry different labels: reject-exact rejects the images whose "
         "exact duplicates (same stored bytes) carry another label (label_conflict, naming them) and only "
@@ -364,6 +372,7 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         ),
         dedupe=DedupeOptions(
             duplicates=v["duplicates"],
+            near=v["near"],
             conflicts=v["conflicts"],
             cross_split=v["cross_split"],
             group_pattern=v["group_pattern"],

@@ -49,6 +49,7 @@ DUPLICATES = ("keep", "drop", "off")
 CONFLICTS = ("reject-exact", "reject", "keep")
 CONFLICTS_DEFAULT = CONFLICTS[0]
 CROSS_SPLIT = ("report", "remove")
+NEAR = ("on", "off")  # --near: look for near duplicates too, or exact ones only
 TRAIN = "train"
 NAMED = 10  # members named in one reject's detail at most
 
@@ -58,6 +59,7 @@ class DedupeOptions:
     """How duplicates and user groups are found and treated (see the module docstring)."""
 
     duplicates: str = "keep"  # off: no content keys, no duplicate groups (user groups still hold)
+    near: str = "on"  # off: exact duplicates only (same stored bytes), no near scan: O(n) (docs/leakage.md)
     conflicts: str = CONFLICTS_DEFAULT
     cross_split: str = "report"
     group_pattern: str | None = None
@@ -68,6 +70,7 @@ class DedupeOptions:
             ("duplicates", self.duplicates, DUPLICATES),
             ("conflicts", self.conflicts, CONFLICTS),
             ("cross-split", self.cross_split, CROSS_SPLIT),
+            ("near", self.near, NEAR),
         ):
             if value not in allowed:
                 raise OptionsError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
@@ -91,6 +94,7 @@ class DedupeOptions:
                 for n, v, d in (
                     ("conflicts", self.conflicts, CONFLICTS_DEFAULT),
                     ("cross-split", self.cross_split, "report"),
+                    ("near", self.near, "on"),
                 )
                 if v != d
             ]
@@ -114,6 +118,7 @@ class DedupeOptions:
             ("duplicates", self.duplicates, "keep"),
             ("conflicts", self.conflicts, CONFLICTS_DEFAULT),
             ("cross_split", self.cross_split, "report"),
+            ("near", self.near, "on"),
             ("group_pattern", self.group_pattern, None),
             ("group_by", self.group_by, None),
         ):

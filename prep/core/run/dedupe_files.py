@@ -342,3 +342,13 @@ def write_rejects(work: WorkDir, batch: int, rejects: list[Reject]) -> None:
 def read_rejects(work: WorkDir, batch: int) -> typing.Iterator[Reject]:
     """A group batch's policy rejects, in order, one line at a time."""
     return (Reject(**record) for record in _read_lines(work.policy_rejects(batch)))
+
+
+_PART_STRIDE = 1 << 20  # group batches a component part may number (each GROUPS_PER_BATCH groups)
+
+
+def part_batch(part: int, rank: int) -> int:
+    """The group batch of the `rank`-th group (by group id) of component part `part` (dedupe_components.py),
+    after every batch `batch_of` numbers: batches stay GROUPS_PER_BATCH groups, numbered without a count of
+    every part's groups first."""
+    return (part + 1) * _PART_STRIDE + batch_of(rank)

@@ -32,6 +32,12 @@ class DedupeSettings:
     max_size: int = DEFAULT_MAX_SIZE  # members of a duplicate group at most (union_find)
     part_target: int = PART_TARGET  # images a scan task takes, about
     workers: int | None = None  # the scan's threads; None: every core
+    images: int | None = None  # images at most (the staged chunks' bound); None: not known
+
+    @property
+    def spread(self) -> bool:
+        """Whether the scan may be cut into band parts, so the graph needs the spread components' steps."""
+        return self.images is None or self.images > self.part_target
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", tuple(self.labels))
@@ -62,6 +68,60 @@ class BandPairs(typing.NamedTuple):
 
     pairs: np.ndarray  # int64 rows (distance, item a, item b)
     skipped: int
+    parts: int = 1  # past part_target (a band part's pairs), the parts components are spread over
+
+
+class PartEdges(typing.NamedTuple):
+    """Edges of images of component part `part` (near_components: (u, v) rows, u in the part)."""
+
+    part: int
+    edges: np.ndarray
+    parts: int  # how many parts (the band parts' 2**bits)
+
+
+class PartPairs(typing.NamedTuple):
+    """Pair rows (distance, a, b) whose a is in part `part`, waiting for their components' labels."""
+
+    part: int
+    pairs: np.ndarray
+    parts: int
+
+
+class PartState(typing.NamedTuple):
+    """Whether part `part`'s edges are settled into stars after the rounds (near_components.settled)."""
+
+    part: int
+    settled: bool
+
+
+class Verdict(typing.NamedTuple):
+    """Whether every part settled: then part `part` labels its pairs itself, else the fallback task does."""
+
+    part: int
+    settled: bool
+
+
+class PartLabels(typing.NamedTuple):
+    """Part `part`'s images (ascending) and their components' labels (their least images)."""
+
+    part: int
+    items: np.ndarray
+    labels: np.ndarray
+
+
+class Unsettled(typing.NamedTuple):
+    """A part's edges and pairs, for the fallback task when some part did not settle in the rounds."""
+
+    edges: np.ndarray
+    pairs: np.ndarray
+    parts: int
+
+
+class ComponentPairs(typing.NamedTuple):
+    """Pairs of components of part `part` (their labels' part), for the bounded union-find there."""
+
+    part: int
+    pairs: np.ndarray
 
 
 class GroupedItems(typing.NamedTuple):
