@@ -185,11 +185,12 @@ class _Rows:
         start = 0
         blocks = table.blocks(wanted)
         for index in range(len(table.sizes)) if table.sizes is not None else itertools.count():
+            rows = table.sizes[index] if table.sizes is not None else 0
             try:
                 if table.sizes is None:  # an Arrow stream: read until it ends
                     rows, block = next(blocks)
                 else:
-                    rows, block = table.sizes[index], table.block(index, wanted)
+                    block = table.block(index, wanted)
             except StopIteration:
                 return
             except Exception as exc:  # pyarrow's types
