@@ -195,3 +195,47 @@ def test_the_sample_writes_a_parquet_dataset_and_converts_it(tmp_path):
     assert "found 204  written 204  rejected 0  capped 0" in proc.stdout
     names = {n for split in _records(tmp_path / "s" / "tfrecords").values() for n in split}
     assert len(names) == 204 and all(".parquet#row=" in n for n in names)
+
+
+def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, reference, tmp_path):
+    import logging
+
+    from dask import distributed
+
+    from tests.e2e.test_runners import DASK
+
+    root, _ = source
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        out = tmp_path / "out"
+        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
+        address = f"--dask_client_address={cluster.scheduler_address}"
+        conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
+    assert_same_dataset(out, reference, shards=4)
+
+
+def test_files_in_the_simulated_object_store_are_read_by_row_group(tmp_path, monkeypatch):
+    import collections
+
+    from click.testing import CliRunner
+
+    from prep.cli import main
+    from tests.support import simfs
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    files = {f"data/train-0000{i}-of-00003.parquet": hf_rows(20, start=20 * i) for i in range(3)}
+    write_hub(store / "hub", files, rows_per_group=10)
+    before, _ = simfs.local_counts()
+    result = CliRunner().invoke(main, ["convert", "simfs://hub", "simfs://out/x", "--num-shards", "2", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    counts = simfs.local_counts()[0] - before
+    _check_written(store / "out" / "x", expected(files))
+    reads = collections.Counter()
+    for (kind, what, _), n in counts.items():
+        if what.startswith("hub/"):
+            reads[kind] += n
+    # the listing reads each file's footer and label columns; a worker each row group's images once (more if
+    # two threads decode the same group at once); the writer reads none: kept rows are spilled
+    assert reads["read"] < 60 / 2, reads
