@@ -83,7 +83,6 @@ def local_tables(source: str) -> list[str]:
 
 def _label_column(schema: Any, wanted: str | None, file: str) -> tuple[str, tuple[str, ...] | None]:
     """The label column and its ClassLabel names (None when the metadata gives none)."""
-    import pyarrow as pa
 
     names = [f.name for f in schema]
     features = hf_features(schema)
@@ -101,16 +100,23 @@ def _label_column(schema: Any, wanted: str | None, file: str) -> tuple[str, tupl
     else:
         found = [n for n in names if class_names(n) is not None]
         if not found:
-            usable = {f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_string(f.type)}
-            usable |= {f.name for f in schema if pa.types.is_large_string(f.type)}
+            usable = {f.name for f in schema if _label_type(f.type)}
             found = [n for n in LABEL_NAMES if n in usable]
     if len(found) != 1:
         which = f"several label columns ({', '.join(found)})" if found else "no label column"
         raise SourceError(f"{file} has {which}: name one with --label-column (columns: {describe(schema)})")
     kind = schema.field(found[0]).type
-    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if not _label_type(kind):
         raise SourceError(f"label column {found[0]!r} of {file} is {kind}: labels are integers or strings")
     return found[0], class_names(found[0])
+
+
+def _label_type(kind: Any) -> bool:
+    """Whether a column of this type holds labels: integers or strings (pandas' categoricals too)."""
+    import pyarrow as pa
+
+    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+    return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
 def _split_column(schema: Any, wanted: str | None, file: str) -> str | None:

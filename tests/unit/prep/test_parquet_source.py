@@ -65,6 +65,14 @@ def test_several_image_columns_are_an_error_naming_them_unless_one_is_chosen(tmp
         _list(tmp_path, columns=TableColumns(image="side"))
 
 
+def test_pandas_categorical_labels_are_strings(tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame({"image": [b"x", b"y"], "label": pd.Categorical(["owl", "emu"])})
+    frame.to_parquet(tmp_path / "a.parquet")
+    assert [r.label for r in _list(tmp_path).refs] == ["owl", "emu"]
+
+
 def test_integer_labels_without_names_are_ordered_numerically_and_index_classes(tmp_path):
     write_plain(tmp_path / "a.parquet", {"image": [b"x"] * 4, "label": [10, 2, 0, 1]})
     assert _list(tmp_path).classes == ("0", "1", "2", "10")
