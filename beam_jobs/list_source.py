@@ -49,7 +49,7 @@ from prep.core.listing import (
 from prep.core.ordering import Group, bucket_of, buckets_for, group_order, plan_chunks, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
-from prep.core.sources import webdataset
+from prep.core.sources import parquet, webdataset
 from prep.core.workdir import WorkDir
 
 
@@ -121,8 +121,8 @@ class ListFolders(beam.DoFn):
             with contextlib.ExitStack() as stack:
                 if src.classes is None:  # remote: every object under SOURCE, by one task
                     names, dirs = remote_names(src.source, stack)
-                    if webdataset.only_shards(names()):  # WebDataset shards: listed by prep.core.sources, on the driver
-                        yield TaskDone(task.task, None, (), layout, "WebDataset shards")
+                    if webdataset.only_shards(names()) or parquet.only_tables(names()):  # listed by prep.core.sources
+                        yield TaskDone(task.task, None, (), layout, "WebDataset shards or Parquet/Arrow tables")
                         return
                     layout = detect_layout(dirs) if layout == "auto" else layout
                     entries: Iterable[tuple[str, str | None]] = ((n, None) for n in names())

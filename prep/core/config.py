@@ -91,6 +91,15 @@ class TaskOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class TableColumns:
+    """A Parquet or Arrow SOURCE's columns of images, labels and splits (None: found; prep.core.sources.parquet)."""
+
+    image: str | None = None
+    label: str | None = None
+    split: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ConvertConfig:
     """A conversion: what to read, how to plan and transform, where to write."""
 
@@ -100,6 +109,7 @@ class ConvertConfig:
     classes: tuple[str, ...] | None = None  # fixed label order from --classes
     layout: str = "auto"
     label_key: str | None = None  # WebDataset shards: the json member's field that holds the label
+    columns: TableColumns = TableColumns()  # Parquet and Arrow SOURCEs: --image-column, --label-column, ...
     plan: PlanOptions = PlanOptions()
     image: ImageOptions = ImageOptions()
     workers: int | None = None  # threads per pipeline worker; None: all cores of that worker

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from prep.core import formats, targets
+from prep.core import config, formats, targets
 from prep.core.config import ANNOTATION_FORMATS, BOX_POLICIES, CROWD_POLICIES, UNANNOTATED, ConvertConfig, TaskOptions
 from prep.core.errors import OptionsError
 from prep.core.groups import CONFLICTS, CONFLICTS_DEFAULT, CROSS_SPLIT, DUPLICATES, NEAR, DedupeOptions
@@ -60,6 +60,9 @@ OPTIONS = (
         "(default: cls member, else json label/class/cls, else txt).",
         metavar="FIELD",
     ),
+    Option("--image-column", "Parquet or Arrow SOURCE: the column of images (default: found).", metavar="NAME"),
+    Option("--label-column", "Parquet or Arrow SOURCE: the column of labels (default: found).", metavar="NAME"),
+    Option("--split-column", "Parquet or Arrow SOURCE: the column of splits (default: split).", metavar="NAME"),
     Option(
         "--split",
         "Stratified split when SOURCE names none, e.g. train=0.8,validation=0.1,test=0.1.",
@@ -336,6 +339,7 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         classes=read_class_file(v["classes"]) if v["classes"] else None,
         layout=v["layout"],
         label_key=v["label_key"],
+        columns=config.TableColumns(v["image_column"], v["label_column"], v["split_column"]),
         plan=PlanOptions(
             seed=v["seed"],
             num_shards=v["num_shards"],

@@ -12,11 +12,11 @@ import os
 import typing
 
 from prep.core import detection_inputs, storage, task_inputs
-from prep.core.config import ConvertConfig
+from prep.core.config import ConvertConfig, TableColumns
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
 from prep.core.listing import LAYOUTS, Listing, detect_layout, folder_classes, list_folders, local_dirs
-from prep.core.sources import webdataset
+from prep.core.sources import parquet, webdataset
 
 
 def output_inside(output: str, source: str) -> bool:
@@ -29,8 +29,8 @@ def output_inside(output: str, source: str) -> bool:
 
 
 def list_inputs(config: ConvertConfig) -> Listing:
-    """Lists SOURCE as the config says: a label file, class folders or WebDataset shards, local or in an object
-    store.
+    """Lists SOURCE as the config says: a label file, class folders, WebDataset shards or Parquet/Arrow tables,
+    local or in an object store.
 
     Raises:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
@@ -66,8 +66,13 @@ def list_inputs(config: ConvertConfig) -> Listing:
             raise SourceError(f"SOURCE {config.source} holds no files")
         if webdataset.is_shard_set([rel for rel, _ in files]):
             return _list_shards(config, [rel for rel, _ in files])
+        if parquet.only_tables(rel for rel, _ in files):
+            return _list_tables(config, [rel for rel, _ in files])
         _no_label_key(config)
         return list_folders(config.source, config.layout, config.classes, files=files)
+    tables = parquet.local_tables(config.source)
+    if tables:
+        return _list_tables(config, tables)
     shards = _local_shards(config.source)
     if shards:
         return _list_shards(config, shards)
@@ -80,6 +85,17 @@ def _no_label_key(config: ConvertConfig) -> None:
         raise SourceError(
             f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds no .tar shards"
         )
+    if config.columns != TableColumns():
+        raise SourceError(
+            f"--image-column, --label-column and --split-column name columns of Parquet or Arrow "
+            f"files; SOURCE {config.source} holds none"
+        )
+
+
+def _list_tables(config: ConvertConfig, files: list[str]) -> Listing:
+    if config.label_key is not None:
+        raise SourceError(f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds tables")
+    return parquet.list_tables(config.source, files, config.layout, config.classes, config.columns)
 
 
 def _local_shards(source: str) -> list[str]:
@@ -161,9 +177,11 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
     root = config.source
     if storage.is_remote(root):
         return FolderSource(root, config.layout, None, (FolderTask(0, "", True),))
+    if os.path.isfile(root) and parquet.local_tables(root):  # one Parquet or Arrow file
+        return None
     if not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
-    if _local_shards(root):  # WebDataset shards: listed by prep.core.sources, on the driver
+    if _local_shards(root) or parquet.local_tables(root):  # listed by prep.core.sources, on the driver
         return None
     dirs = local_dirs(root)
     layout = detect_layout(dirs) if config.layout == "auto" else config.layout

@@ -16,8 +16,8 @@ from prep.core.errors import ManifestError, ResumeError
 from prep.core.listing import InputRef, Listing, printable
 from prep.core.manifest import FILENAME, Manifest
 from prep.core.run import checkpoints, replan
+from prep.core.run.spill import input_signature
 from prep.core.run_record import differences, listing_change, replanned
-from prep.core.sources import webdataset
 from prep.core.workdir import TMP_DIR, WorkDir
 
 FINISHED, FRESH, RESUME = "finished", "fresh", "resume"
@@ -141,7 +141,7 @@ def changed_input(source: str, work: WorkDir, chunks: list[list[InputRef]]) -> s
         return None
 
     def now(job: tuple[str, str]) -> str:
-        return webdataset.input_signature(storage.input_path(source, job[0]))
+        return input_signature(storage.input_path(source, job[0]))
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         for (path, then), current in zip(jobs, pool.map(now, jobs)):

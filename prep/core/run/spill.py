@@ -25,7 +25,7 @@ from prep.core.image_rules import EncodeBuffer, ImageOptions, ImageRejected, Pre
 from prep.core.listing import InputRef, Reject, printable
 from prep.core.run.task_build import TaskInfo, TaskSpec, build_record, rejected_info
 from prep.core.schema import ENCODED, ImageRecord
-from prep.core.sources import webdataset
+from prep.core.sources import table_files, webdataset
 from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.wire import encode_example_around
@@ -48,13 +48,16 @@ _KINDS = {
 }
 
 
-def read_input(path: str) -> bytes | tuple[str, str]:
+def read_input(path: str, column: str | None = None) -> bytes | tuple[str, str]:
     """The bytes of one input, or (reason, detail) if it cannot be read.
 
     Only regular files are opened: reading a FIFO or a device named like an
-    image would block or never end. A WebDataset member (`webdataset.member_path`) is one ranged read.
+    image would block or never end. A WebDataset member (`webdataset.member_path`) is one ranged read; a
+    Parquet or Arrow row (`table_files.row_path`) is read from its block, in image column `column` if given.
     """
     member = webdataset.read_member(path)
+    if member is None:
+        member = table_files.read_row(path, column)
     if member is not None:
         return member
     if not storage.is_remote(path):
@@ -106,6 +109,7 @@ class PrepareOptions:
     task: TaskSpec | None = None  # None: single-label classification; else the record is a TaskRecord
     keys: bool = False  # hash the content keys of good inputs, for the dedupe stage (prep/core/run/dedupe_files.py)
     suspects: frozenset[str] = frozenset()  # inputs a killed run was reading: prepared in the sandbox only
+    image_column: str | None = None  # a Parquet or Arrow SOURCE's, when --image-column names it
 
     @classmethod
     def from_config(
@@ -119,6 +123,7 @@ class PrepareOptions:
             task,
             config.dedupe.keys,
             frozenset(suspects),
+            config.columns.image,
         )
 
 
@@ -139,6 +144,12 @@ def _prepare(
     ):
         return sandbox.prepare(data, options)[0]
     return prepare_image(data, options, buffer, keys)
+
+
+def input_signature(path: str, data: bytes | None = None) -> str:
+    """`storage.signature` of an input; of a WebDataset member or a table row, of its shard or file."""
+    found = table_files.input_signature(path)
+    return found if found is not None else webdataset.input_signature(path, data)
 
 
 def read_and_prepare(
@@ -168,11 +179,11 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    sig = None if storage.is_remote(path) else webdataset.input_signature(path)  # before reading: a change shows
-    data = read_input(path)
+    sig = None if storage.is_remote(path) else input_signature(path)  # before reading: a change shows
+    data = read_input(path, options.image_column)
     if isinstance(data, tuple):
         return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
-    sig = sig if sig is not None else webdataset.input_signature(path, data)
+    sig = sig if sig is not None else input_signature(path, data)
     try:
         image = _prepare(data, options.image, buffer, sandbox, ref.path in options.suspects, keys is not None)
     except ImageRejected as exc:
@@ -192,8 +203,9 @@ def read_and_prepare(
         record = built
     if keys is not None:
         keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
-    if image.converted:
-        return (frame(record.to_bytes()), 0, 0, True), sig, info
+    # A table's row is spilled whole: read again, its block would be decoded once per record (bench/parquet_read.py)
+    if image.converted or table_files.parse_row(path) is not None:
+        return (frame(record.to_bytes()), 0, 0, image.converted), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
     return (before + after, len(before), len(image.encoded), False), sig, info
