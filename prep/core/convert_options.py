@@ -54,12 +54,7 @@ OPTIONS = (
         default="auto",
         choices=LAYOUTS,
     ),
-    Option(
-        "--label-key",
-        "WebDataset shards: the field of each sample's json member that holds its label "
-        "(default: cls member, else json label/class/cls, else txt).",
-        metavar="FIELD",
-    ),
+    Option("--label-key", "WebDataset shards: the json member's field of labels (default: found).", metavar="FIELD"),
     Option("--image-column", "Parquet or Arrow SOURCE: the column of images (default: found).", metavar="NAME"),
     Option("--label-column", "Parquet or Arrow SOURCE: the column of labels (default: found).", metavar="NAME"),
     Option("--split-column", "Parquet or Arrow SOURCE: the column of splits (default: split).", metavar="NAME"),
