@@ -18,7 +18,15 @@ PACKAGES = ("prep", "beam_jobs", "loaders")
 MAX_LINES = 400  # past this a module usually holds two roles (docs/design.md)
 
 # What the pure core may import besides the standard library and itself (docs/design.md, "Layers").
-CORE_THIRD_PARTY = {"PIL", "numpy", "google_crc32c", "yaml", "pycocotools", "array_record"}  # all but PIL, numpy and
+CORE_THIRD_PARTY = {
+    "PIL",
+    "numpy",
+    "google_crc32c",
+    "yaml",
+    "pycocotools",
+    "array_record",
+    "ijson",
+}  # all but PIL, numpy and
 # google_crc32c: lazily
 
 
