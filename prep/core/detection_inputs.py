@@ -117,7 +117,8 @@ def read_rows(
     from prep.core.annotations.coco import read_coco_rows
     from prep.core.annotations.rows import rows_of
 
-    if (detect_format(path) if fmt is None else fmt) == "coco":
+    fmt = detect_format(path) if fmt is None else fmt
+    if fmt == "coco":
         return read_coco_rows(source, path, classes, folder, store)
     return rows_of(read_annotations(source, path, fmt, classes), store)
 

@@ -7,6 +7,11 @@ they come. Values are as `json.loads` gives them (ints, floats, str, lists, dict
 are rewritten, byte for byte, into strings of as many bytes (`"\x7f"`, DEL characters) and turned back
 into floats in the items (a string of nothing but 1, 6 or 7 DEL characters is taken for one of them).
 
+Each key has its own parser over the same chunks (ijson matches one prefix per parser); a parser is no
+longer fed once its array has ended (another array gave items in a later chunk), so a file costs about
+two parses. A key given twice at the top level (not valid COCO): `json.loads` keeps its last value, this
+its first array.
+
 A file that is not JSON raises `StreamError` with yajl's reason and the line and column where it
 stopped (found by parsing again up to the failing chunk, byte by byte through it: only on errors).
 """
@@ -126,14 +131,23 @@ def stream_arrays(path: str, keys: tuple[str, ...], sink: Callable[[str, Any], N
     coros = {key: ijson.items_coro(found[key], f"{key}.item", use_float=True) for key in keys}
     literals = _Literals()
     done = 0
+    last: dict[str, int] = {}  # the last chunk in which each key's parser gave items
+    live = list(keys)
     with storage.open_read(path) as f:
         try:
-            for chunk in _chunks(f, literals):
-                for key in keys:
+            for n, chunk in enumerate(_chunks(f, literals)):
+                for key in live:
                     coros[key].send(chunk)
-                    _drain(key, found[key], sink, counts, literals.rewritten)
+                    if found[key]:
+                        last[key] = n
+                        _drain(key, found[key], sink, counts, literals.rewritten)
                 done += len(chunk)
-            for key in keys:
+                # Top-level arrays never interleave: once another array gives items in a later chunk than
+                # a key's last, that key's array has ended and its parser is no longer fed (one parser
+                # reaches the end, and says whether the whole text is JSON).
+                if any(last.get(key) == n for key in live):
+                    live = [key for key in live if last.get(key, n) == n]
+            for key in live:
                 coros[key].close()
                 _drain(key, found[key], sink, counts, literals.rewritten)
         except ijson.JSONError as exc:
