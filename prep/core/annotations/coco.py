@@ -222,8 +222,6 @@ def read_coco_rows(
         if not exc.utf8:
             raise SourceError(f"COCO annotations {path} is not UTF-8 text ({exc})") from None
         _fail(path, f"not JSON ({exc})")
-    finally:
-        spill.close()
     store = FileStore(os.path.join(folder, "objects.jsonl")) if store is None else store
     rows, problems = spill.join(checks.images, dict(found), store)
     problems.sort(key=lambda pair: pair[0])  # equal problems (path, box, reason) in the file's order

@@ -4,7 +4,8 @@ While the file streams by, each annotation is checked as far as it can be alone 
 segmentation, `coco._shape`) and spilled, as one JSON line, to one of `buckets` files chosen by a hash
 of its `image_id`; annotations that name no usable id are Problems at once. Once the images and
 categories are known, the buckets are joined one at a time: only one bucket's annotations are in memory
-(the file's size over the bucket count), and each image's objects go to the set's `FileStore` as they are
+(the file's size over the bucket count, ~BUCKET_BYTES; lines wait up to BUFFER_BYTES before they are
+appended to their buckets), and each image's objects go to the set's `FileStore` as they are
 made. The images themselves (id, path, size: ~100 bytes each) stay in memory, as the listing holds every
 image anyway.
 
@@ -36,9 +37,13 @@ _COMPACT = {
 }  # as rows.objects_text writes objects  # about the annotations' bytes per bucket: what one join step holds
 
 
+MAX_BUCKETS = 4096  # past 64 GiB of annotations, buckets grow instead
+BUFFER_BYTES = 32 << 20  # spilled lines held before they are appended to their buckets' files
+
+
 def bucket_count(file_bytes: int | None) -> int:
     """Buckets for a file of `file_bytes` (None: unknown), so that one holds ~BUCKET_BYTES."""
-    return min(1024, max(1, (file_bytes or 0) // BUCKET_BYTES + 1))
+    return min(MAX_BUCKETS, max(1, (file_bytes or 0) // BUCKET_BYTES + 1))
 
 
 def _key(iid: object) -> object:
@@ -55,7 +60,9 @@ class Spill:
 
     def __init__(self, folder: str, buckets: int, file_name: str):
         self.folder, self.buckets, self.file_name = folder, buckets, file_name
-        self._files = [open(self._path(i), "w", encoding="utf-8") for i in range(buckets)]  # noqa: SIM115
+        # Lines wait in memory and are appended a bucket at a time: one file open at once, whatever the count.
+        self._waiting: dict[int, list[str]] = {}
+        self._held = 0
         self.problems: list[Problem] = []  # annotations that name no usable image id, in file order
 
     def _path(self, bucket: int) -> str:
@@ -76,23 +83,31 @@ class Spill:
             line = f"{json.dumps(head, **_COMPACT)}\t{before[1:-1]}\t{after[1:-1]}\n"  # type: ignore[arg-type]
         else:
             line = json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
-        self._files[_bucket(_key(iid), self.buckets)].write(line)
+        self._waiting.setdefault(_bucket(_key(iid), self.buckets), []).append(line)
+        self._held += len(line)
+        if self._held > BUFFER_BYTES:
+            self.flush()
 
-    def close(self) -> None:
-        for f in self._files:
-            f.close()
+    def flush(self) -> None:
+        """Appends the lines waiting in memory to their buckets' files."""
+        for bucket, lines in sorted(self._waiting.items()):
+            with open(self._path(bucket), "a", encoding="utf-8") as f:
+                f.writelines(lines)
+        self._waiting, self._held = {}, 0
 
     def join(
         self, images: dict[ImageId, ImageEntry], names: dict[int, str], store: ObjectStore
     ) -> tuple[list[ImageRow], list[tuple[int, Problem]]]:
         """Rows of the images (those inside SOURCE), and the problems of images and objects, each with
         its image's position in 'images' (which orders equal problems as the file does)."""
-        self.close()
+        self.flush()
         rows: list[ImageRow] = []
         problems: list[tuple[int, Problem]] = []
         seen: set[ImageId] = set()
         for i in range(self.buckets):
             per_image: dict[ImageId, list[list[Any]]] = {}
+            if not os.path.exists(self._path(i)):
+                continue
             with open(self._path(i), encoding="utf-8") as f:
                 for line in f:
                     head, *parts = line.rstrip("\n").split("\t")  # JSON text holds no raw tab

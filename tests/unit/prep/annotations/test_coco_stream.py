@@ -143,6 +143,7 @@ def test_chunks_and_buckets_cut_anywhere(tmp_path, monkeypatch):
     for chunk in (1, 3, 7, 64):
         monkeypatch.setattr(json_stream, "CHUNK", chunk)
         monkeypatch.setattr(coco_join, "BUCKET_BYTES", 50)  # many buckets
+        monkeypatch.setattr(coco_join, "BUFFER_BYTES", 300)  # appended to them several times
         same(read_annotations(str(tmp_path), path), want)
     assert coco_join.bucket_count(5000) > 10
 
