@@ -180,8 +180,8 @@ def _listing(
         source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
         split = ann.split or (splits or {}).get(ann.path)
         objects = [ids[label] for label in ann.labels if label in ids]
-        items.append((ann.path, split, objects, {}))
-        extras[ann.path] = listing_extra(ann, found.store, str(source_id))
+        items.append((ann.path, split, objects, {}))  # its extra is set after strata_refs, from the text made
+        extras[ann.path] = listing_extra(ann, found.store, str(source_id))  # here (no dict of every object held)
     kept = len(items)
     for path in on_disk:
         if path in annotated or path in problem_images:
