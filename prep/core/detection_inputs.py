@@ -19,8 +19,11 @@ annotation and image/source_id; group: its stratum). Invariants:
 
 from __future__ import annotations
 
+import os
+import tempfile
 import typing
 
+from prep.core.annotations.rows import listing_extra
 from prep.core.errors import SourceError
 from prep.core.listing import Listing, Reject, printable
 from prep.core.manifest_parts import Category
@@ -40,7 +43,7 @@ from prep.core.task_inputs import (
 )
 
 if typing.TYPE_CHECKING:
-    from prep.core.annotations import AnnotationSet
+    from prep.core.annotations.rows import ObjectStore, RowSet
     from prep.core.config import TaskOptions
     from prep.core.layout import PlanOptions
 
@@ -73,19 +76,51 @@ def list_detection(
         SourceError: SOURCE or the annotations cannot be read, they name no class, or no image
             they name is left to write.
     """
-    from prep.core.annotations import read_annotations
+    from prep.core.annotations.rows import FileStore
 
     files = [f for f in source_files(source) if f not in skip]
-    if options.split_annotations:
-        found = read_split_annotations(source, options.split_annotations, options.annotation_format, classes, files)
-        where = " ".join(f"{split}={path}" for split, path in options.split_annotations)
-    else:
-        assert options.annotations is not None  # the caller lists detection only with --annotations
-        found = read_annotations(source, options.annotations, options.annotation_format, classes)
-        where = options.annotations
-    if not found.categories:
-        raise SourceError(f"--annotations {where} names no class")
-    return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
+    fmt = options.annotation_format
+    # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
+    with tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
+        store = FileStore(os.path.join(folder, "objects.jsonl"))
+        try:
+            if options.split_annotations:
+                spill = (folder, store, read_rows)
+                found = read_split_annotations(source, options.split_annotations, (fmt, classes), files, spill)
+                where = " ".join(f"{split}={path}" for split, path in options.split_annotations)
+            else:
+                assert options.annotations is not None  # the caller lists detection only with --annotations
+                found = read_rows(source, options.annotations, fmt, classes, folder, store)
+                where = options.annotations
+            if not found.categories:
+                raise SourceError(f"--annotations {where} names no class")
+            return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
+        finally:
+            store.close()
+
+
+def read_rows(
+    source: str,
+    path: str,
+    fmt: str | None,
+    classes: tuple[str, ...] | None,
+    folder: str,
+    store: ObjectStore | None = None,
+) -> RowSet:
+    """The annotations at PATH as rows (`prep.core.annotations.rows`): a COCO file streamed, its objects
+    on disk under `folder` (or in `store`); other formats read whole, their objects in `store`.
+
+    Raises:
+        SourceError: PATH cannot be read or is not of the format.
+    """
+    from prep.core.annotations import detect_format, read_annotations
+    from prep.core.annotations.coco import read_coco_rows
+    from prep.core.annotations.rows import rows_of
+
+    fmt = detect_format(path) if fmt is None else fmt
+    if fmt == "coco":
+        return read_coco_rows(source, path, classes, folder, store)
+    return rows_of(read_annotations(source, path, fmt, classes), store)
 
 
 def _tip(options: TaskOptions) -> str:
@@ -103,7 +138,7 @@ def _tip(options: TaskOptions) -> str:
 
 def _listing(
     source: str,
-    found: AnnotationSet,
+    found: RowSet,
     files: list[str],
     unannotated: str,
     layout: str,
@@ -127,24 +162,26 @@ def _listing(
             notes.append(BoxNote(p.path, p.box, p.reason, p.detail))
             tally = tally.plus(dropped_tally(1, [p.reason]))
     problem_images = {p.path for p in found.problems if p.box is None}
-    annotated = {a.path for a in found.images}
-    ids_used = [a.source_id for a in found.images if isinstance(a.source_id, int)]
-    next_id = max(max(ids_used, default=0), len(found.images)) + 1  # after every COCO id and every index
+    annotated = {a.path for a in found.rows}
+    ids_used = [a.source_id for a in found.rows if isinstance(a.source_id, int)]
+    next_id = max(max(ids_used, default=0), len(found.rows)) + 1  # after every COCO id and every index
     items: list[Item] = []
+    extras: dict[str, str] = {}  # the annotated inputs' extras, made once here (`rows.listing_extra`)
     splits = folder_split(sorted(annotated | (set(on_disk) if unannotated == "keep" else set())), layout)
-    for i, ann in enumerate(found.images):
+    for i, ann in enumerate(found.rows):
         if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
-            tally = tally.plus(_lost(len(ann.objects)))
+            tally = tally.plus(_lost(len(ann.labels)))
             continue
         if ann.path not in exists or is_hidden(ann.path):
             if ann.path not in hidden:
                 rejects.append(_unusable(ann.path, ann.path in exists))
-            tally = tally.plus(_lost(len(ann.objects)))
+            tally = tally.plus(_lost(len(ann.labels)))
             continue
         source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
         split = ann.split or (splits or {}).get(ann.path)
-        objects = [ids[o.label] for o in ann.objects if o.label in ids]
-        items.append((ann.path, split, objects, {"a": ann.to_json(), "s": str(source_id)}))
+        objects = [ids[label] for label in ann.labels if label in ids]
+        items.append((ann.path, split, objects, {}))  # its extra is set after strata_refs, from the text made
+        extras[ann.path] = listing_extra(ann, found.store, str(source_id))  # here (no dict of every object held)
     kept = len(items)
     for path in on_disk:
         if path in annotated or path in problem_images:
@@ -162,6 +199,7 @@ def _listing(
     if len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError("--annotations gives a split for some images but not for others")
     refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
+    refs = [r._replace(extra=extras[r.path]) if r.path in extras else r for r in refs]
     rejects.sort(key=lambda r: (r.path, r.reason))
     return Listing(
         tuple(refs),
@@ -172,7 +210,7 @@ def _listing(
         categories=tuple(Category(c.id, c.name, c.source_id) for c in found.categories),
         box_notes=tuple(notes),
         boxes=tally,
-        masks=any(o.polygons or o.rle is not None for a in found.images for o in a.objects),
+        masks=any(a.masks for a in found.rows),
     )
 
 
@@ -182,9 +220,9 @@ def _unusable(path: str, exists: bool) -> Reject:
     return Reject(path, "missing_image", f"the annotations name {printable(path)}, which is not under SOURCE")
 
 
-def nothing_to_write(source: str, found: AnnotationSet, rejects: list[Reject], unannotated: int) -> str:
+def nothing_to_write(source: str, found: RowSet, rejects: list[Reject], unannotated: int) -> str:
     """The one-line error of a detection listing in which no annotated image is left to write."""
-    named = len(found.images) + sum(1 for p in found.problems if p.box is None and p.reason in NOT_FOUND)
+    named = len(found.rows) + sum(1 for p in found.problems if p.box is None and p.reason in NOT_FOUND)
     if not named:
         return f"nothing to write: the annotations name no image (SOURCE {source})"
     counts: dict[str, int] = {}

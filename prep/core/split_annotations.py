@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prep.core.errors import OptionsError, SourceError
 from prep.core.naming import check_split_name
 from prep.core.storage import is_remote
 
 if typing.TYPE_CHECKING:
-    from prep.core.annotations import AnnotationSet, ImageAnnotation, Problem
+    from prep.core.annotations import Problem
+    from prep.core.annotations.rows import ImageRow, ObjectStore, RowSet
+
+# (source, PATH, format, --classes, spill folder, store) -> the file's RowSet (`detection_inputs.read_rows`)
+ReadRows = Callable[[str, str, "str | None", "tuple[str, ...] | None", str, "ObjectStore"], "RowSet"]
 
 
 def image_folder(paths: Sequence[str], files: set[str]) -> str:
@@ -37,15 +41,15 @@ def image_folder(paths: Sequence[str], files: set[str]) -> str:
     return best
 
 
-def _moved(found: AnnotationSet, folder: str, split: str) -> AnnotationSet:
+def _moved(found: RowSet, folder: str, split: str) -> RowSet:
     """`found` with its image paths under `folder` and every image in `split`."""
-    paths = {a.path for a in found.images}
+    paths = {a.path for a in found.rows}
 
     def move(path: str) -> str:
         return f"{folder}/{path}" if folder and path in paths else path
 
     return found._replace(
-        images=tuple(a._replace(path=move(a.path), split=split) for a in found.images),
+        rows=tuple(a._replace(path=move(a.path), split=split) for a in found.rows),
         problems=tuple(p._replace(path=move(p.path)) for p in found.problems),
     )
 
@@ -53,27 +57,33 @@ def _moved(found: AnnotationSet, folder: str, split: str) -> AnnotationSet:
 def read_split_annotations(
     source: str,
     by_split: Sequence[tuple[str, str]],
-    fmt: str | None,
-    classes: tuple[str, ...] | None,
+    options: tuple[str | None, tuple[str, ...] | None],
     files: Sequence[str],
-) -> AnnotationSet:
+    spill: tuple[str, ObjectStore, ReadRows],
+) -> RowSet:
     """The annotations of every (split, PATH) as one set, image paths relative to SOURCE.
 
-    `files`: the files under SOURCE (relative paths), where each file's image folder is looked for.
+    `options`: the format (None: detected) and --classes; `files`: the files under SOURCE (relative
+    paths), where each file's image folder is looked for; `spill`: a local folder for the readers'
+    spills, the store every file's objects go to, and the reader.
 
     Raises:
         SourceError: a file cannot be read, or two files name different classes.
     """
-    from prep.core.annotations import AnnotationSet, read_annotations
+    from prep.core.annotations.rows import RowSet
 
+    fmt, classes = options
+    folder_of, store, read = spill
     present = set(files)
     sets = []
-    for split, path in by_split:
-        found = read_annotations(source, path, fmt, classes)
-        folder = image_folder([a.path for a in found.images], present)
+    for i, (split, path) in enumerate(by_split):
+        work = os.path.join(folder_of, f"split-{i}")
+        os.makedirs(work, exist_ok=True)
+        found = read(source, path, fmt, classes, work, store)
+        folder = image_folder([a.path for a in found.rows], present)
         sets.append((split, path, _moved(found, folder, split)))
     first_split, first_path, first = sets[0]
-    images: dict[str, ImageAnnotation] = {}
+    images: dict[str, ImageRow] = {}
     problems: list[Problem] = []
     for split, path, found in sets:
         if [(c.name, c.source_id) for c in found.categories] != [(c.name, c.source_id) for c in first.categories]:
@@ -82,20 +92,20 @@ def read_split_annotations(
                 "one dataset share their classes (--classes FILE keeps the ones named in it)"
             )
         problems += found.problems
-        for ann in found.images:
+        for ann in found.rows:
             if ann.path in images:
                 other = images[ann.path].split
                 detail = f"named by the annotations of split {other!r} and of split {split!r}"
                 problems.append(_conflict(ann, detail))
                 continue
             images[ann.path] = ann
-    return AnnotationSet(tuple(images[p] for p in sorted(images)), first.categories, tuple(problems))
+    return RowSet(tuple(images[p] for p in sorted(images)), first.categories, tuple(problems), store)
 
 
-def _conflict(ann: ImageAnnotation, detail: str) -> Problem:
+def _conflict(ann: ImageRow, detail: str) -> Problem:
     from prep.core.annotations import Problem
 
-    return Problem(ann.path, "split_conflict", detail, None, len(ann.objects))
+    return Problem(ann.path, "split_conflict", detail, None, len(ann.labels))
 
 
 def parse_annotations(value: str | Sequence[str] | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:

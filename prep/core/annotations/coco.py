@@ -1,4 +1,4 @@
-"""The COCO instances JSON reader.
+"""The COCO instances JSON reader, streamed: memory bounded whatever the file's size.
 
 * Categories: sparse source ids become ids 1..K in ascending source id; each keeps its
   source id.
@@ -10,42 +10,96 @@
   with its position in `annotations`); one naming an unknown category, or with an
   unusable bbox or segmentation, a Problem of its image at its index there.
 * A file that is not a COCO instances JSON (not JSON, no `images`, a category or image
-  entry without its id, repeated ids) is a SourceError naming the file and the fault.
+  entry without its id, repeated ids) is a SourceError naming the file and the fault; of
+  several faults, the first of categories, then images, then annotations.
+
+The file is read once as a stream (`json_stream`, ijson), its arrays in any order; the
+annotations are joined to their images bucket by bucket on local disk (`coco_join`), and
+each image's objects wait in a file (`rows.FileStore`) until the listing takes them.
+`read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import os
 import posixpath
+import tempfile
+import typing
+from array import array
 from typing import Any, NoReturn
 
-from prep.core.annotations.files import image_path, read_text
-from prep.core.annotations.model import AnnotationSet, ImageAnnotation, Json, Obj, Problem, as_float, finish
+from prep.core import storage
+from prep.core.annotations.coco_join import ImageEntry, ImageId, Spill, bucket_count
+from prep.core.annotations.files import image_path
+from prep.core.annotations.json_stream import StreamError, first_byte, stream_arrays, value_of
+from prep.core.annotations.model import AnnotationSet, Json, as_float
+from prep.core.annotations.rows import FileStore, ObjectStore, RowSet, annotation_set, finish_rows
 from prep.core.errors import SourceError
 
-ImageId = int | str  # an image's `id` in the file
-ImageEntry = tuple[str | None, str, int | None, int | None]  # (relative path or None, file_name, width, height)
+SECTIONS = ("categories", "images", "annotations")
 
 
 def _fail(path: str, what: str) -> NoReturn:
     raise SourceError(f"COCO annotations {path}: {what}")
 
 
-def _list(doc: Json, key: str, path: str) -> list[Any]:
-    value = doc.get(key)
-    if not isinstance(value, list):
-        _fail(path, f"no {key!r} list" if value is None else f"{key!r} is not a list")
-    return value
-
-
 def _size(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _categories(doc: Json, path: str) -> list[tuple[int, str]]:
+class _Checks:
+    """The first fault of each section, found while the file streams by; raised in SECTIONS' order."""
+
+    def __init__(self, path: str, source: str):
+        self.path, self.source = path, source
+        self.faults: dict[str, str] = {}
+        self.categories: list[Any] = []
+        self.images: dict[ImageId, ImageEntry] = {}
+        self._paths: dict[str, ImageId] = {}
+        self._count = 0
+
+    def image(self, img: object) -> None:
+        i = self._count
+        self._count += 1
+        if "images" in self.faults:
+            return
+        iid = img.get("id") if isinstance(img, dict) else None
+        name = img.get("file_name") if isinstance(img, dict) else None
+        if not isinstance(iid, (int, str)) or isinstance(iid, bool) or not isinstance(name, str) or not name:
+            self.faults["images"] = f"images[{i}] has no 'id' and non-empty 'file_name'"
+            return
+        if iid in self.images:
+            self.faults["images"] = f"image id {iid!r} is given twice"
+            return
+        assert isinstance(img, dict)  # it has an id
+        rel = image_path(self.source, name)
+        if rel is not None and rel in self._paths:
+            self.faults["images"] = f"image ids {self._paths[rel]!r} and {iid!r} both name {rel!r}"
+            return
+        if rel is not None:
+            self._paths[rel] = iid
+        self.images[iid] = (rel, name, _size(img.get("width")), _size(img.get("height")), i)
+
+    def section(self, key: str, counts: dict[str, int]) -> None:
+        """Checks that `key` is a list (an array with no items is looked at again, whole)."""
+        if counts[key] or key in self.faults:
+            return
+        values = value_of(self.path, key)
+        value = values[-1] if values else None  # a repeated key: the last, as json.loads
+        if not isinstance(value, list):
+            self.faults[key] = f"no {key!r} list" if value is None else f"{key!r} is not a list"
+
+    def raise_first(self) -> None:
+        for key in SECTIONS:
+            if key in self.faults:
+                _fail(self.path, self.faults[key])
+
+
+def _categories(cats: list[Any], path: str) -> list[tuple[int, str]]:
     found: dict[int, str] = {}
     names: set[str] = set()
-    for i, cat in enumerate(_list(doc, "categories", path)):
+    for i, cat in enumerate(cats):
         cid = cat.get("id") if isinstance(cat, dict) else None
         name = cat.get("name") if isinstance(cat, dict) else None
         if not isinstance(cid, int) or isinstance(cid, bool) or not isinstance(name, str) or not name:
@@ -59,43 +113,35 @@ def _categories(doc: Json, path: str) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-def _images(doc: Json, path: str, source: str) -> dict[ImageId, ImageEntry]:
-    """{image id: (relative path, or the file_name as written when it leaves SOURCE, width, height)}."""
-    images: dict[ImageId, ImageEntry] = {}
-    paths: dict[str, ImageId] = {}
-    for i, img in enumerate(_list(doc, "images", path)):
-        iid = img.get("id") if isinstance(img, dict) else None
-        name = img.get("file_name") if isinstance(img, dict) else None
-        if not isinstance(iid, (int, str)) or isinstance(iid, bool) or not isinstance(name, str) or not name:
-            _fail(path, f"images[{i}] has no 'id' and non-empty 'file_name'")
-        if iid in images:
-            _fail(path, f"image id {iid!r} is given twice")
-        rel = image_path(source, name)
-        if rel is not None and rel in paths:
-            _fail(path, f"image ids {paths[rel]!r} and {iid!r} both name {rel!r}")
-        if rel is not None:
-            paths[rel] = iid
-        images[iid] = (rel, name, _size(img.get("width")), _size(img.get("height")))
-    return images
+def _floats(poly: object) -> list[float] | None:
+    """The values of a polygon as floats, each as `as_float` reads it; None if one is not a number."""
+    if not isinstance(poly, list):
+        return None
+    if bool not in set(map(type, poly)):  # the fast path: array('d') would read True as 1.0
+        try:
+            return array("d", poly).tolist()
+        except TypeError:  # a string (as_float reads "1.5") or another value
+            pass
+    values = [as_float(v) for v in poly]
+    return None if any(v is None for v in values) else typing.cast(list[float], values)
 
 
-def _segmentation(seg: object) -> tuple[tuple[tuple[float, ...], ...], Json | None, str | None]:
+def _segmentation(seg: object) -> tuple[list[list[float]], Json | None, str | None]:
     """(polygons, rle, problem) of a `segmentation` value."""
     if seg is None or seg == []:
-        return (), None, None
+        return [], None, None
     if isinstance(seg, list):
         polygons = []
         for k, poly in enumerate(seg):
-            values = [as_float(v) for v in poly] if isinstance(poly, list) else [None]
-            floats = [v for v in values if v is not None]
-            if len(floats) < len(values) or len(values) < 6 or len(values) % 2:
-                return (), None, f"polygon {k} is not a list of at least 3 x, y pairs"
-            polygons.append(tuple(floats))
-        return tuple(polygons), None, None
+            floats = _floats(poly)
+            if floats is None or len(floats) < 6 or len(floats) % 2:
+                return [], None, f"polygon {k} is not a list of at least 3 x, y pairs"
+            polygons.append(floats)
+        return polygons, None, None
     if isinstance(seg, dict):
         size, counts = seg.get("size"), seg.get("counts")
         if not (isinstance(size, list) and len(size) == 2 and all(_size(v) for v in size)):
-            return (), None, "RLE 'size' is not [height, width]"
+            return [], None, "RLE 'size' is not [height, width]"
         if not (
             isinstance(counts, str)
             or (
@@ -103,13 +149,14 @@ def _segmentation(seg: object) -> tuple[tuple[tuple[float, ...], ...], Json | No
                 and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
             )
         ):
-            return (), None, "RLE 'counts' is neither a string nor a list of counts"
-        return (), {"size": list(size), "counts": counts}, None
-    return (), None, f"segmentation is a {type(seg).__name__}, not polygons or RLE"
+            return [], None, "RLE 'counts' is neither a string nor a list of counts"
+        return [], {"size": list(size), "counts": counts}, None
+    return [], None, f"segmentation is a {type(seg).__name__}, not polygons or RLE"
 
 
-def _object(ann: Json, index: int, label: str) -> Obj | tuple[str, str]:
-    """The object of one annotation of a known image and category, or (reason, detail) why not."""
+def _shape(ann: Json) -> Json | tuple[str, str]:
+    """The object of one annotation as `ImageAnnotation.to_json` writes it, but for its index and label
+    (known at the join), or (reason, detail) why it cannot be one."""
     bbox = ann.get("bbox")
     values = [as_float(v) for v in bbox] if isinstance(bbox, list) else []
     floats = [v for v in values if v is not None]
@@ -119,73 +166,85 @@ def _object(ann: Json, index: int, label: str) -> Obj | tuple[str, str]:
     if problem:
         return "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
     x, y, w, h = floats
-    crowd = ann.get("iscrowd", 0)
+    item: Json = {"b": [_num_out(v) for v in (x, y, x + w, y + h)]}
+    if ann.get("iscrowd", 0) in (1, True):
+        item["f"] = 1
     area = as_float(ann.get("area"))
-    return Obj(index, label, (x, y, x + w, y + h), crowd=crowd in (1, True), area=area, polygons=polygons, rle=rle)
+    if area is not None:
+        item["a"] = _num_out(area)
+    if polygons:
+        item["p"] = polygons
+    if rle is not None:
+        item["r"] = rle
+    return item
 
 
-def _id(ann: object) -> object:
-    return ann.get("id") if isinstance(ann, dict) else None
+def _num_out(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(float(value))  # as ImageAnnotation.to_json writes it
 
 
-def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
-    """Reads a COCO instances JSON whose `file_name`s are relative to SOURCE.
+def read_coco_rows(
+    source: str, path: str, classes: tuple[str, ...] | None, folder: str, store: ObjectStore | None = None
+) -> RowSet:
+    """Reads a COCO instances JSON whose `file_name`s are relative to SOURCE, as a stream; spills its
+    annotations under `folder` (local, removed by the caller) and puts its images' objects in `store`
+    (None: a FileStore there).
 
     Raises:
         SourceError: the file cannot be read or is not a COCO instances JSON.
     """
-    text = read_text(path, "COCO annotations")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        _fail(path, f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
-    if not isinstance(doc, dict):
-        _fail(path, "not a JSON object with 'images', 'annotations' and 'categories'")
-    problems: list[Problem] = []
-    found = _categories(doc, path)
-    names = dict(found)
-    images = _images(doc, path, source)
-    annotations = _list(doc, "annotations", path)
     file_name = posixpath.basename(path.replace("\\", "/"))
-    per_image: dict[ImageId, list[Json]] = {iid: [] for iid in images}
-    for position, ann in enumerate(annotations):
-        iid = ann.get("image_id") if isinstance(ann, dict) else None
-        if iid is None or isinstance(iid, (list, dict, bool)) or iid not in images:
-            why = "is not an object with an 'image_id'" if iid is None else f"names image id {iid!r}, not in 'images'"
-            problems.append(
-                Problem(
-                    file_name,
-                    "unknown_image" if iid is not None else "bad_annotation",
-                    f"annotations[{position}] (id {_id(ann)!r}) {why}",
-                    position,
-                )
-            )
-            continue
-        per_image[iid].append(ann)
-    result: dict[str, ImageAnnotation] = {}
-    for iid, (rel, name, width, height) in images.items():
-        if rel is None:
-            detail = f"image id {iid!r}: file_name {name!r} is outside SOURCE"
-            problems.append(Problem(name, "outside_source", detail, boxes=len(per_image[iid])))
-            continue
-        objects = []
-        for index, ann in enumerate(per_image[iid]):
-            cid = ann.get("category_id")
-            if isinstance(cid, bool) or cid not in names:
-                problems.append(
-                    Problem(
-                        rel,
-                        "unknown_category",
-                        f"annotation id {ann.get('id')!r} names category id {cid!r}, not in 'categories'",
-                        index,
-                    )
-                )
-                continue
-            made = _object(ann, index, names[cid])
-            if isinstance(made, Obj):
-                objects.append(made)
-            else:
-                problems.append(Problem(rel, *made, index))
-        source_id = iid if isinstance(iid, int) else None
-        result[rel] = ImageAnnotation(rel, width, height, False, tuple(objects), source_id, None)
-    return finish(result, found, classes, problems)
+    checks = _Checks(path, source)
+    spill = Spill(folder, bucket_count(_file_size(path)), file_name)
+    position = [0]
+
+    def sink(key: str, item: Any) -> None:
+        if key == "annotations":
+            spill.add(position[0], item, _shape)
+            position[0] += 1
+        elif key == "images":
+            checks.image(item)
+        else:
+            checks.categories.append(item)
+
+    try:
+        first = first_byte(path)
+        counts = stream_arrays(path, SECTIONS, sink)
+        if first != b"{":
+            _fail(path, "not a JSON object with 'images', 'annotations' and 'categories'")
+        for key in SECTIONS:
+            checks.section(key, counts)
+        found = [] if "categories" in checks.faults else _categories(checks.categories, path)
+        checks.raise_first()
+    except OSError as exc:
+        raise SourceError(f"cannot read COCO annotations {path}: {exc.strerror or exc}") from None
+    except StreamError as exc:
+        if not exc.utf8:
+            raise SourceError(f"COCO annotations {path} is not UTF-8 text ({exc})") from None
+        _fail(path, f"not JSON ({exc})")
+    store = FileStore(os.path.join(folder, "objects.jsonl")) if store is None else store
+    rows, problems = spill.join(checks.images, dict(found), store)
+    problems.sort(key=lambda pair: pair[0])  # equal problems (path, box, reason) in the file's order
+    return finish_rows(rows, found, classes, spill.problems + [p for _, p in problems], store)
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return storage.size(path)
+    except Exception:  # each file system raises its own types; the read says what is wrong
+        return None
+
+
+def read_coco(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
+    """Reads a COCO instances JSON whose `file_name`s are relative to SOURCE, every object in memory
+    (a listing uses `read_coco_rows`, which keeps them on disk).
+
+    Raises:
+        SourceError: the file cannot be read or is not a COCO instances JSON.
+    """
+    with tempfile.TemporaryDirectory(prefix="prep-coco-") as folder:
+        found = read_coco_rows(source, path, classes, folder)
+        try:
+            return annotation_set(found)
+        finally:
+            found.store.close()

@@ -1,0 +1,171 @@
+"""The COCO reader's join of annotations to images, outside memory: an external hash join.
+
+While the file streams by, each annotation is checked as far as it can be alone (its bbox and
+segmentation, `coco._shape`) and spilled, as one JSON line, to one of `buckets` files chosen by a hash
+of its `image_id`; annotations that name no usable id are Problems at once. Once the images and
+categories are known, the buckets are joined one at a time: only one bucket's annotations are in memory
+(the file's size over the bucket count, ~BUCKET_BYTES; lines wait up to BUFFER_BYTES before they are
+appended to their buckets), and each image's objects go to the set's `FileStore` as they are
+made. The images themselves (id, path, size: ~100 bytes each) stay in memory, as the listing holds every
+image anyway.
+
+Why here, not a shuffle on workers: a detection listing is made on the driver (its strata need every
+image's classes together), so the join feeds it directly; spilling costs one write and one read of the
+annotations on local disk, and no runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import typing
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from prep.core.annotations.model import Json, Problem
+from prep.core.annotations.rows import ImageRow, ObjectStore
+
+ImageId = int | str  # an image's `id` in the file
+# (relative path or None, file_name, width, height, position in 'images')
+ImageEntry = tuple[str | None, str, int | None, int | None, int]
+Shape = Callable[[Json], "Json | tuple[str, str]"]  # an annotation's object item (to_json, no "i"/"l") or why not
+BUCKET_BYTES = 16 << 20
+_COMPACT = {
+    "separators": (",", ":"),
+    "sort_keys": True,
+}  # as rows.objects_text writes objects  # about the annotations' bytes per bucket: what one join step holds
+
+
+MAX_BUCKETS = 4096  # past 64 GiB of annotations, buckets grow instead
+BUFFER_BYTES = 32 << 20  # spilled lines held before they are appended to their buckets' files
+
+
+def bucket_count(file_bytes: int | None) -> int:
+    """Buckets for a file of `file_bytes` (None: unknown), so that one holds ~BUCKET_BYTES."""
+    return min(MAX_BUCKETS, max(1, (file_bytes or 0) // BUCKET_BYTES + 1))
+
+
+def _key(iid: object) -> object:
+    """The join key of an annotation's image_id: a float with an integer value finds that integer id."""
+    return int(iid) if isinstance(iid, float) and iid.is_integer() else iid
+
+
+def _bucket(key: object, buckets: int) -> int:
+    return zlib.crc32(repr(key).encode("utf-8", "surrogatepass")) % buckets
+
+
+class Spill:
+    """Annotations spilled to bucket files under `folder` (see the module docstring)."""
+
+    def __init__(self, folder: str, buckets: int, file_name: str):
+        self.folder, self.buckets, self.file_name = folder, buckets, file_name
+        # Lines wait in memory and are appended a bucket at a time: one file open at once, whatever the count.
+        self._waiting: dict[int, list[str]] = {}
+        self._held = 0
+        self.problems: list[Problem] = []  # annotations that name no usable image id, in file order
+
+    def _path(self, bucket: int) -> str:
+        return os.path.join(self.folder, f"bucket-{bucket:04d}.jsonl")
+
+    def add(self, position: int, ann: object, shape: Shape) -> None:
+        """Spills annotation number `position` of 'annotations' (or makes it a Problem)."""
+        iid = ann.get("image_id") if isinstance(ann, dict) else None
+        if iid is None or isinstance(iid, (list, dict, bool)):
+            self.problems.append(_unknown(self.file_name, position, ann, iid))
+            return
+        assert isinstance(ann, dict)  # iid is not None
+        made = shape(ann)
+        head = [position, iid, ann.get("id"), ann.get("category_id")]
+        if isinstance(made, dict):  # the object's JSON around its "i" and "l", which sort between "f" and "p"
+            before = json.dumps({k: made[k] for k in ("a", "b", "f") if k in made}, **_COMPACT)  # type: ignore[arg-type]
+            after = json.dumps({k: made[k] for k in ("p", "r") if k in made}, **_COMPACT)  # type: ignore[arg-type]
+            line = f"{json.dumps(head, **_COMPACT)}\t{before[1:-1]}\t{after[1:-1]}\n"  # type: ignore[arg-type]
+        else:
+            line = json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
+        self._waiting.setdefault(_bucket(_key(iid), self.buckets), []).append(line)
+        self._held += len(line)
+        if self._held > BUFFER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Appends the lines waiting in memory to their buckets' files."""
+        for bucket, lines in sorted(self._waiting.items()):
+            with open(self._path(bucket), "a", encoding="utf-8") as f:
+                f.writelines(lines)
+        self._waiting, self._held = {}, 0
+
+    def join(
+        self, images: dict[ImageId, ImageEntry], names: dict[int, str], store: ObjectStore
+    ) -> tuple[list[ImageRow], list[tuple[int, Problem]]]:
+        """Rows of the images (those inside SOURCE), and the problems of images and objects, each with
+        its image's position in 'images' (which orders equal problems as the file does)."""
+        self.flush()
+        rows: list[ImageRow] = []
+        problems: list[tuple[int, Problem]] = []
+        seen: set[ImageId] = set()
+        for i in range(self.buckets):
+            per_image: dict[ImageId, list[list[Any]]] = {}
+            if not os.path.exists(self._path(i)):
+                continue
+            with open(self._path(i), encoding="utf-8") as f:
+                for line in f:
+                    head, *parts = line.rstrip("\n").split("\t")  # JSON text holds no raw tab
+                    record = json.loads(head)
+                    record.append(parts)  # the object's JSON, or [] for a problem (last in the head)
+                    iid = record[1]
+                    if iid not in images:
+                        self.problems.append(_unknown(self.file_name, record[0], {"id": record[2]}, iid))
+                        continue
+                    per_image.setdefault(typing.cast(ImageId, _key(iid)), []).append(record)
+            os.remove(self._path(i))
+            for key, records in per_image.items():
+                seen.add(key)
+                _image(key, images[key], records, names, store, rows, problems)
+        for iid, entry in images.items():
+            if iid not in seen:
+                _image(iid, entry, [], names, store, rows, problems)
+        self.problems.sort(key=lambda p: p.box or 0)
+        return rows, problems
+
+
+def _unknown(file_name: str, position: int, ann: object, iid: object) -> Problem:
+    why = "is not an object with an 'image_id'" if iid is None else f"names image id {iid!r}, not in 'images'"
+    ann_id = ann.get("id") if isinstance(ann, dict) else None
+    reason = "unknown_image" if iid is not None else "bad_annotation"
+    return Problem(file_name, reason, f"annotations[{position}] (id {ann_id!r}) {why}", position)
+
+
+def _image(
+    iid: ImageId,
+    entry: ImageEntry,
+    records: list[list[Any]],
+    names: dict[int, str],
+    store: ObjectStore,
+    rows: list[ImageRow],
+    problems: list[tuple[int, Problem]],
+) -> None:
+    """The row of one image from its annotations' records (in file order), and its problems."""
+    rel, name, width, height, order = entry
+    if rel is None:
+        detail = f"image id {iid!r}: file_name {name!r} is outside SOURCE"
+        problems.append((order, Problem(name, "outside_source", detail, boxes=len(records))))
+        return
+    objects, labels, masks = [], [], False
+    for index, (_, _, ann_id, cid, *rest) in enumerate(records):
+        parts = rest[-1]
+        if isinstance(cid, (bool, list, dict)) or cid not in names:
+            detail = f"annotation id {ann_id!r} names category id {cid!r}, not in 'categories'"
+            problems.append((order, Problem(rel, "unknown_category", detail, index)))
+        elif parts:
+            before, after = parts
+            label = json.dumps(names[cid])
+            objects.append(f'{{{before},"i":{index},"l":{label}{"," + after if after else ""}}}')
+            labels.append(names[cid])
+            masks = masks or bool(after)
+        else:
+            reason, detail = rest[0]
+            problems.append((order, Problem(rel, reason, detail, index)))
+    source_id = iid if isinstance(iid, int) else None
+    at = store.put("[" + ",".join(objects) + "]")
+    rows.append(ImageRow(rel, width, height, False, tuple(labels), masks, source_id, None, at))

@@ -1,0 +1,218 @@
+"""The arrays of a JSON object read as a stream, in bounded memory, with ijson (its C backend, yajl2_c).
+
+`stream_arrays(path, keys, sink)` reads the file once, in chunks, and hands every item of each named
+top-level array to `sink(key, item)` as soon as it is parsed, in file order, the arrays in whatever order
+they come. Values are as `json.loads` gives them (ints, floats, str, lists, dicts), including the
+`NaN`, `Infinity` and `-Infinity` that Python's JSON writer emits and yajl refuses: outside strings they
+are rewritten, byte for byte, into strings of as many bytes (`"\x7f"`, DEL characters) and turned back
+into floats in the items (a string of nothing but 1, 6 or 7 DEL characters is taken for one of them).
+
+Each key has its own parser over the same chunks (ijson matches one prefix per parser); a parser is no
+longer fed once its array has ended (another array gave items in a later chunk), so a file costs about
+two parses. A key given twice at the top level (not valid COCO): `json.loads` keeps its last value, this
+its first array.
+
+A file that is not JSON raises `StreamError` with yajl's reason and the line and column where it
+stopped (found by parsing again up to the failing chunk, byte by byte through it: only on errors).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO
+
+from prep.core import storage
+
+CHUNK = 1 << 20
+_BOM = codecs.BOM_UTF8
+_TOKEN = re.compile(rb'\\.|"|-Infinity|Infinity|NaN', re.DOTALL)
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_SAME_LENGTH = {b"NaN": b'"\x7f"', b"Infinity": b'"' + b"\x7f" * 6 + b'"', b"-Infinity": b'"' + b"\x7f" * 7 + b'"'}
+_BACK = {"\x7f": float("nan"), "\x7f" * 6: float("inf"), "\x7f" * 7: float("-inf")}
+_HOLD = 16  # bytes held back at a chunk's end, so that no token or escape is cut in two
+
+
+class StreamError(Exception):
+    """The text is not JSON: `reason` (yajl's), `line` and `column` (1-based, in characters)."""
+
+    def __init__(self, reason: str, line: int, column: int, utf8: bool = True):
+        super().__init__(f"{reason} at line {line} column {column}")
+        self.reason, self.line, self.column, self.utf8 = reason, line, column, utf8
+
+
+class _Literals:
+    """Rewrites NaN, Infinity and -Infinity outside strings into strings of the same length (see above)."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.rewritten = 0
+
+    def __call__(self, data: bytes) -> bytes:
+        if b"NaN" not in data and b"Infinity" not in data:  # the fast path: only track whether in a string
+            quotes = _ESCAPE.sub(b"", data).count(b'"') if b"\\" in data else data.count(b'"')
+            self.in_string ^= bool(quotes & 1)
+            return data
+        out, last = [], 0
+        for m in _TOKEN.finditer(data):
+            token = m.group()
+            if token == b'"':
+                self.in_string = not self.in_string
+            elif token in _SAME_LENGTH and not self.in_string:
+                out += [data[last : m.start()], _SAME_LENGTH[token]]
+                last = m.end()
+                self.rewritten += 1
+        return b"".join(out) + data[last:] if out else data
+
+
+def _cut(data: bytes) -> int:
+    """Where to end a chunk that is not the file's last: before its last `_HOLD` bytes, never inside a
+    literal (a run of letters up to the longest, `-Infinity`) nor just after a backslash (an escape)."""
+    cut = max(0, len(data) - _HOLD)
+    for _ in range(len(b"-Infinity")):
+        if cut == 0 or not (data[cut - 1 : cut].isalpha() or data[cut - 1 : cut] == b"-"):
+            break
+        cut -= 1
+    while cut > 0 and data[cut - 1 : cut] == b"\\":
+        cut -= 1
+    return cut
+
+
+def _chunks(f: BinaryIO, literals: _Literals) -> Iterable[bytes]:
+    """The file's bytes in chunks, a leading byte-order mark dropped and literals rewritten."""
+    held = storage.read_exact(f, len(_BOM))
+    held = b"" if held == _BOM else held
+    while True:
+        piece = f.read(CHUNK)
+        data = held + piece
+        if not piece:
+            if data:
+                yield literals(data)
+            return
+        cut = _cut(data)
+        held = data[cut:]
+        if cut:
+            yield literals(data[:cut])
+
+
+def _restore(value: Any) -> Any:
+    if isinstance(value, str):
+        return _BACK.get(value, value)
+    if isinstance(value, list):
+        return [_restore(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _restore(v) for k, v in value.items()}
+    return value
+
+
+def first_byte(path: str) -> bytes:
+    """The first byte of the text that is not white space (after a byte-order mark), b'' if none."""
+    with storage.open_read(path) as f:
+        for chunk in _chunks(f, _Literals()):
+            stripped = chunk.lstrip(b" \t\r\n")
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def stream_arrays(path: str, keys: tuple[str, ...], sink: Callable[[str, Any], None]) -> dict[str, int]:
+    """Hands every item of the top-level arrays `keys` of the JSON file at `path` to `sink(key, item)`;
+    returns the number of items of each key.
+
+    Raises:
+        StreamError: the text is not JSON (or not UTF-8 in a string).
+        OSError: the file cannot be read.
+    """
+    import ijson  # lazily: the pure core imports no third-party parser at start
+
+    counts = dict.fromkeys(keys, 0)
+    found: dict[str, list[Any]] = {key: ijson.utils.sendable_list() for key in keys}
+    coros = {key: ijson.items_coro(found[key], f"{key}.item", use_float=True) for key in keys}
+    literals = _Literals()
+    done = 0
+    last: dict[str, int] = {}  # the last chunk in which each key's parser gave items
+    live = list(keys)
+    with storage.open_read(path) as f:
+        try:
+            for n, chunk in enumerate(_chunks(f, literals)):
+                for key in live:
+                    coros[key].send(chunk)
+                    if found[key]:
+                        last[key] = n
+                        _drain(key, found[key], sink, counts, literals.rewritten)
+                done += len(chunk)
+                # Top-level arrays never interleave: once another array gives items in a later chunk than
+                # a key's last, that key's array has ended and its parser is no longer fed (one parser
+                # reaches the end, and says whether the whole text is JSON).
+                if any(last.get(key) == n for key in live):
+                    live = [key for key in live if last.get(key, n) == n]
+            for key in live:
+                coros[key].close()
+                _drain(key, found[key], sink, counts, literals.rewritten)
+        except ijson.JSONError as exc:
+            raise _locate(path, str(exc), done) from None
+    return counts
+
+
+def value_of(path: str, key: str) -> list[Any]:
+    """The values of top-level `key` (none when absent): for a key whose array gave no items, to tell an
+    empty array from a missing key or another type. Parses the file again."""
+    import ijson  # lazily: the pure core imports no third-party parser at start
+
+    with storage.open_read(path) as f:
+        got: list[Any] = ijson.utils.sendable_list()
+        coro = ijson.items_coro(got, key, use_float=True)
+        for chunk in _chunks(f, _Literals()):
+            coro.send(chunk)
+        coro.close()
+    return [_restore(v) for v in got]
+
+
+def _drain(key: str, items: list[Any], sink: Callable[[str, Any], None], counts: dict[str, int], nan: int) -> None:
+    for item in items:
+        sink(key, _restore(item) if nan else item)
+    counts[key] += len(items)
+    del items[:]
+
+
+def _locate(path: str, message: str, start: int) -> StreamError:
+    """The error of yajl's `message`, met in the chunk that starts at byte `start` of the parsed text,
+    at the line and column of the byte where a fresh parser fed byte by byte from there stops."""
+    import ijson  # lazily: the pure core imports no third-party parser at start
+
+    reason = message.strip().strip("b'\"").split("\\n")[0].split("\n")[0].strip().rstrip(".")
+    coro = ijson.basic_parse_coro(ijson.utils.sendable_list())
+    where = _Position()
+    with storage.open_read(path) as f:
+        try:
+            for chunk in _chunks(f, _Literals()):
+                if where.offset + len(chunk) <= start:
+                    coro.send(chunk)
+                    where.advance(chunk)
+                    continue
+                for i in range(len(chunk)):
+                    coro.send(chunk[i : i + 1])
+                    where.advance(chunk[i : i + 1])
+            coro.close()
+        except ijson.JSONError:
+            pass
+    return StreamError(reason, where.line, where.column, utf8="UTF8" not in reason)
+
+
+class _Position:
+    """Line and column (in characters: UTF-8 continuation bytes are not counted) after the bytes seen."""
+
+    _CONTINUATION = bytes(range(0x80, 0xC0))
+
+    def __init__(self) -> None:
+        self.offset, self.line, self.column = 0, 1, 1
+
+    def advance(self, data: bytes) -> None:
+        self.offset += len(data)
+        newlines = data.count(b"\n")
+        if newlines:
+            self.line += newlines
+            self.column = 1
+            data = data[data.rfind(b"\n") + 1 :]
+        self.column += len(data.translate(None, self._CONTINUATION))

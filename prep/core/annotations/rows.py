@@ -1,0 +1,165 @@
+"""Annotation sets whose objects wait in a store: what a detection listing reads, in bounded memory.
+
+An `ImageRow` is an image's annotation without its objects' geometry: those are one compact JSON text
+(the `"o"` list of `ImageAnnotation.to_json`, keys sorted) in an `ObjectStore`, in memory for small
+readers or in a file beside the COCO reader's spill (`FileStore`). `RowSet` is `AnnotationSet` in that
+form: rows sorted by path, categories in id order, problems in the readers' stable order.
+
+`listing_extra` builds the listing's `InputRef.extra` of a row: the same text as
+`json.dumps({"a": annotation.to_json(), "s": source_id}, separators=(",", ":"), sort_keys=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import typing
+from array import array
+from collections.abc import Iterable, Sequence
+
+from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Problem, choose_categories
+
+_COMPACT = {"separators": (",", ":"), "sort_keys": True}
+
+
+class ImageRow(typing.NamedTuple):
+    """One image's annotation; its objects are `store.get(at)`."""
+
+    path: str
+    width: int | None
+    height: int | None
+    normalized: bool
+    labels: tuple[str, ...]  # each object's label, in the objects' order
+    masks: bool  # an object has polygons or RLE
+    source_id: int | None
+    split: str | None
+    at: int
+
+
+class ObjectStore:
+    """Objects' JSON texts kept in memory."""
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+
+    def put(self, text: str) -> int:
+        self._texts.append(text)
+        return len(self._texts) - 1
+
+    def get(self, at: int) -> str:
+        return self._texts[at]
+
+    def close(self) -> None:
+        """Lets go of what the store holds (a file store's file)."""
+
+
+class FileStore(ObjectStore):
+    """Objects' JSON texts appended to a file (UTF-8), read back by position: memory O(rows)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._file = open(path, "w+b")  # noqa: SIM115  # closed by `close`, with the spill it belongs to
+        self._starts = array("q", [0])
+
+    def put(self, text: str) -> int:
+        self._file.seek(0, os.SEEK_END)
+        self._file.write(text.encode("utf-8"))
+        self._starts.append(self._file.tell())
+        return len(self._starts) - 2
+
+    def get(self, at: int) -> str:
+        self._file.seek(self._starts[at])
+        return self._file.read(self._starts[at + 1] - self._starts[at]).decode("utf-8")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RowSet(typing.NamedTuple):
+    """What a reader found, objects in `store`: rows sorted by path, categories in id order, problems."""
+
+    rows: tuple[ImageRow, ...]
+    categories: tuple[Category, ...]
+    problems: tuple[Problem, ...]
+    store: ObjectStore
+
+
+def objects_text(items: list[dict[str, typing.Any]]) -> str:
+    return json.dumps(items, **_COMPACT)  # type: ignore[arg-type]
+
+
+def row_of(ann: ImageAnnotation, store: ObjectStore) -> ImageRow:
+    """The row of `ann`, its objects put in `store`."""
+    masks = any(o.polygons or o.rle is not None for o in ann.objects)
+    at = store.put(objects_text(ann.to_json()["o"]))
+    labels = tuple(o.label for o in ann.objects)
+    return ImageRow(ann.path, ann.width, ann.height, ann.normalized, labels, masks, ann.source_id, ann.split, at)
+
+
+def rows_of(found: AnnotationSet, store: ObjectStore | None = None) -> RowSet:
+    """`found` as a RowSet whose objects go to `store` (a new one in memory if None)."""
+    store = ObjectStore() if store is None else store
+    return RowSet(tuple(row_of(a, store) for a in found.images), found.categories, found.problems, store)
+
+
+def annotation(row: ImageRow, store: ObjectStore) -> ImageAnnotation:
+    """The ImageAnnotation of `row`."""
+    return ImageAnnotation.from_json({**_small(row), "o": json.loads(store.get(row.at))})
+
+
+def annotation_set(found: RowSet) -> AnnotationSet:
+    """`found` with every object in memory (`AnnotationSet`)."""
+    return AnnotationSet(tuple(annotation(r, found.store) for r in found.rows), found.categories, found.problems)
+
+
+def listing_extra(row: ImageRow, store: ObjectStore, source_id: str) -> str:
+    """The listing's extra of `row`: {"a": its annotation, "s": image/source_id} as compact sorted JSON."""
+    # "o" sorts after "h" and "n", whose values are numbers: the first '"o":0' is the placeholder.
+    head = json.dumps({"a": {**_small(row), "o": 0}, "s": source_id}, **_COMPACT)  # type: ignore[arg-type]
+    return head.replace('"o":0', '"o":' + store.get(row.at), 1)
+
+
+def _small(row: ImageRow) -> dict[str, typing.Any]:
+    """`ImageAnnotation.to_json` of `row` without "o"."""
+    out: dict[str, typing.Any] = {"p": row.path}
+    for key, value in (("w", row.width), ("h", row.height), ("s", row.source_id), ("t", row.split)):
+        if value is not None:
+            out[key] = value
+    if row.normalized:
+        out["n"] = 1
+    return out
+
+
+def finish_rows(
+    rows: Iterable[ImageRow],
+    found: Sequence[tuple[int | str | None, str]],
+    classes: tuple[str, ...] | None,
+    problems: list[Problem],
+    store: ObjectStore,
+) -> RowSet:
+    """`model.finish` for rows: categories (or --classes, whose unknown labels become Problems), rows
+    sorted by path, problems in a stable order."""
+    categories = choose_categories(found, classes)
+    kept = list(rows)
+    if classes is not None:
+        known = {c.name for c in categories}
+        kept = [_keep_known(r, known, problems, store) for r in kept]
+    kept.sort(key=lambda r: r.path)
+    ordered = sorted(problems, key=lambda p: (p.path, -1 if p.box is None else p.box, p.reason))
+    return RowSet(tuple(kept), tuple(categories), tuple(ordered), store)
+
+
+def _keep_known(row: ImageRow, known: set[str], problems: list[Problem], store: ObjectStore) -> ImageRow:
+    """`model.keep_known` for a row."""
+    if all(label in known for label in row.labels):
+        return row
+    kept = []
+    for item in json.loads(store.get(row.at)):
+        if item["l"] in known:
+            kept.append(item)
+        else:
+            detail = f"label {item['l']!r} is not one of the classes (--classes)"
+            problems.append(Problem(row.path, "unknown_class", detail, item["i"]))
+    masks = any("p" in item or "r" in item for item in kept)
+    labels = tuple(item["l"] for item in kept)
+    return row._replace(labels=labels, masks=masks, at=store.put(objects_text(kept)))
