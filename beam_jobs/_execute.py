@@ -14,7 +14,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs import list_source, runners, worker_setup
+from beam_jobs import list_shards, list_source, runners, worker_setup
 from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
@@ -27,6 +27,7 @@ from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.failures import describe_os_error, find_prep_error, runner_failure, with_resume_hint
 from prep.core.run.start import Ready
+from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
 
 
@@ -72,12 +73,13 @@ def execute(
 
 def list_on_workers(
     config: ConvertConfig,
-    source: FolderSource,
+    source: FolderSource | ShardSource,
     runner: str = RUNNERS_LOCAL,
     beam_args: list[str] | None = None,
     pipeline: bool | None = None,
 ) -> dict[str, Any]:
-    """Lists and stages a SOURCE of class folders on workers (`list_source`); returns the summary the driver
+    """Lists and stages a SOURCE of class folders (`list_source`) or WebDataset shards (`list_shards`) on workers;
+    returns the summary the driver
     reads. Callers go through `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a
     pipeline (default: on any runner but the embedded one, where `list_source.list_here` runs its steps).
 
@@ -87,13 +89,19 @@ def list_on_workers(
     classes, seed = config.classes, config.plan.seed
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
         try:
-            list_source.list_here(source, seed, classes, config.output)
+            if isinstance(source, ShardSource):
+                list_shards.list_here(source, seed, classes, config.output)
+            else:
+                list_source.list_here(source, seed, classes, config.output)
         except OSError as exc:  # as a pipeline's failure would be told (find_prep_error)
             raise OutputError(describe_os_error(exc, config.output)) from None
         return list_source.read_summary(config.output)
 
     def add(p: beam.Pipeline) -> None:
-        list_source.build_listing(p, source, seed, classes, config.output)
+        if isinstance(source, ShardSource):
+            list_shards.build_listing(p, source, seed, classes, config.output)
+        else:
+            list_source.build_listing(p, source, seed, classes, config.output)
 
     _run(config, runner, beam_args, len(source.tasks), add)
     return list_source.read_summary(config.output)

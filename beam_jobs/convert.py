@@ -30,13 +30,14 @@ from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, folder_source, list_inputs
+from prep.core.inputs import FolderSource, folder_source, list_inputs, shard_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
 from prep.core.manifest import Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
 
 
@@ -64,9 +65,14 @@ def convert(
         check_runner_options(runner, list(beam_args or []))
     ready = None
     if listing is None:
-        source = folder_source(config)
+        source: FolderSource | ShardSource | None = folder_source(config)
         if source is not None:
             ready = _listed_on_workers(config, source, runner, beam_args)
+        if ready is None and (source is None or storage.is_remote(config.source)):
+            # WebDataset shards: local ones seen by folder_source, remote ones by the workers' listing
+            shards = shard_source(config)
+            if shards is not None:
+                ready = _listed_on_workers(config, shards, runner, beam_args)
         if ready is None:
             listing = list_inputs(config)
     if ready is None:
@@ -82,7 +88,7 @@ def convert(
 
 
 def _listed_on_workers(
-    config: ConvertConfig, source: FolderSource, runner: str, beam_args: list[str] | None
+    config: ConvertConfig, source: FolderSource | ShardSource, runner: str, beam_args: list[str] | None
 ) -> Ready | None:
     """Clears OUTPUT, lists SOURCE on workers into its work directory and readies the run; None when the
     listing needs the driver (its summary's `fallback`). A failure, or the fallback, leaves OUTPUT as
@@ -90,7 +96,8 @@ def _listed_on_workers(
     from beam_jobs import list_source
     from beam_jobs._execute import list_on_workers
 
-    if source.layout == "splits":  # known from the top of a local SOURCE: refused before OUTPUT is touched
+    # known from the top of a local SOURCE (or the shards' names): refused before OUTPUT is touched
+    if source.layout == "splits" if isinstance(source, FolderSource) else any(t.split for t in source.tasks):
         check_split_source(config.plan, True)
     existed = storage.exists(config.output)
     clear_output(config)

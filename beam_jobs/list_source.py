@@ -81,6 +81,7 @@ class ChunkJob(typing.NamedTuple):
 class UnknownGroup(typing.NamedTuple):
     path: str  # its group file
     label: str
+    detail: str | None = None  # the rejects' detail when not "not in --classes"
 
 
 class PlanInfo(typing.NamedTuple):
@@ -161,24 +162,27 @@ class ListFolders(beam.DoFn):
             groups.append(self._flush(task, len(groups), current))
 
     def _flush(self, task: int, index: int, refs: list[InputRef]) -> GroupListed:
-        """Writes a group's inputs in rank order (`listing_order`'s within a group), a JSON line each."""
-        keyed = sorted((sort_key(self._seed, r.path), r.path, r) for r in refs)
-        buckets = buckets_for(len(keyed))
-        counts, offsets = [0] * buckets, [0] * (buckets + 1)
-        lines, size = [], 0
-        for key, _, ref in keyed:
-            b = bucket_of(key, buckets)
-            counts[b] += 1
-            line = (json.dumps(ref.fields()) + "\n").encode()
-            lines.append(line)
-            size += len(line)
-            offsets[b + 1] = size
-        for b in range(1, buckets + 1):  # an empty bucket starts and ends where the one before ended
-            offsets[b] = max(offsets[b], offsets[b - 1])
-        path = self._work.listed_group(task, index)
-        storage.write_streamed(path, lines)
-        first = refs[0]
-        return GroupListed(path, first.split, first.label, min(r.path for r in refs), counts, offsets)
+        return write_group(self._work.listed_group(task, index), self._seed, refs)
+
+
+def write_group(path: str, seed: int, refs: list[InputRef]) -> GroupListed:
+    """Writes a group's inputs to `path` in rank order (`listing_order`'s within a group), a JSON line each."""
+    keyed = sorted((sort_key(seed, r.path), r.path, r) for r in refs)
+    buckets = buckets_for(len(keyed))
+    counts, offsets = [0] * buckets, [0] * (buckets + 1)
+    lines, size = [], 0
+    for key, _, ref in keyed:
+        b = bucket_of(key, buckets)
+        counts[b] += 1
+        line = (json.dumps(ref.fields()) + "\n").encode()
+        lines.append(line)
+        size += len(line)
+        offsets[b + 1] = size
+    for b in range(1, buckets + 1):  # an empty bucket starts and ends where the one before ended
+        offsets[b] = max(offsets[b], offsets[b - 1])
+    storage.write_streamed(path, lines)
+    first = refs[0]
+    return GroupListed(path, first.split, first.label, min(r.path for r in refs), counts, offsets)
 
 
 class _OutOfOrder(Exception):
@@ -244,12 +248,12 @@ class WriteChunk(beam.DoFn):
         self._work = work
 
     def process(self, job: ChunkJob):
-        refs = [r for path, start, end in job.pieces for r in _read_refs(path, start, end)]
+        refs = [r for path, start, end in job.pieces for r in read_refs(path, start, end)]
         checkpoints.write_listing(self._work, job.chunk, refs)
         yield ChunkWritten(job.chunk, len(refs), refs_sum(refs))
 
 
-def _read_refs(path: str, start: int, end: int) -> list[InputRef]:
+def read_refs(path: str, start: int, end: int) -> list[InputRef]:
     with storage.open_read(path) as f:
         f.seek(start)
         data = storage.read_exact(f, end - start)
@@ -267,9 +271,9 @@ def write_rejects(element, work: WorkDir):
                 return
             rejects += checkpoints.read_rejects_file(item.rejects)
         else:
-            detail = f"label {item.label!r} is not in --classes"
+            detail = item.detail or f"label {item.label!r} is not in --classes"
             size = storage.size(item.path) or 0
-            rejects += [Reject(r.path, "unknown_label", detail) for r in _read_refs(item.path, 0, size)]
+            rejects += [Reject(r.path, "unknown_label", detail) for r in read_refs(item.path, 0, size)]
     data = checkpoints.rejects_bytes(sort_rejects(rejects))
     storage.write_atomic(work.listing_rejects, data)
     yield RejectsWritten(len(rejects), hashlib.sha256(data).hexdigest())

@@ -157,7 +157,7 @@ def test_shards_in_the_simulated_object_store_are_read_by_range(tmp_path, monkey
     # it and one to write it: the prepare step reads in the seeded order, not shard by shard
     assert reads == {
         ("list", "remote_names"): 1,  # the listing on workers, which finds shards and leaves them to the driver
-        ("list", "list_inputs"): 1,
+        ("list", "shard_source"): 1,  # the shard names, on the driver
         ("stat", "list_shard"): 6,  # its size, through Beam's match
         ("read", "list_shard"): 3,
         ("read", "read_member"): 2 * 60,

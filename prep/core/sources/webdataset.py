@@ -31,7 +31,8 @@ from typing import BinaryIO
 
 from prep.core import storage
 from prep.core.errors import SourceError
-from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, finish_listing
+from prep.core.listing import InputRef, Listing, Reject, finish_listing
+from prep.core.sources import shard_set
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
@@ -328,39 +329,23 @@ def list_webdataset(
     label_key: str | None,
     lister: Callable[[str, str, str | None, str | None], tuple[list[InputRef], list[Reject]]] = list_shard,
 ) -> Listing:
-    """Every shard listed (on the driver for now: it then holds one ref per sample, as for folders);
-    shards under a split folder (`train/`, `validation/`, ...) give that split."""
+    """Every shard listed on the driver, which then holds one ref per sample (`--resume`, tests); a conversion
+    lists them on workers (beam_jobs/list_shards.py), by the same rules (`shard_set`)."""
     refs: list[InputRef] = []
     rejects: list[Reject] = []
-    tops = {s.split("/")[0] for s in shards if "/" in s}
-    by_split = layout == "splits" or (layout == "auto" and bool(tops) and tops <= KNOWN_SPLITS)
-    for shard in sorted(s for s in shards if not any(p.startswith(".") for p in s.split("/"))):
-        split = shard.split("/")[0] if by_split and "/" in shard else None
-        got, bad = lister(source, shard, split, label_key)
+    for task in shard_set.shard_tasks(shards, layout):
+        got, bad = lister(source, task.shard, task.split, label_key)
         refs += got
         rejects += bad
-    found = {ref.label for ref in refs}
-    if classes is not None and found and not found & set(classes) and all(_INT.fullmatch(n) for n in found):
-        named = [_named(ref, classes) for ref in refs]  # cls ids index --classes
-        rejects += [r for r in named if isinstance(r, Reject)]
-        refs = [r for r in named if isinstance(r, InputRef)]
-        found = {ref.label for ref in refs}
-    if found and all(_INT.fullmatch(name) for name in found):
-        names = tuple(sorted(found, key=int))
-    else:
-        names = tuple(sorted(found))
     if not refs:
-        reasons = collections.Counter(r.reason for r in rejects)
-        raise SourceError(
-            f"no sample of the {len(shards)} shard(s) under {source} has an image and a label ("
-            + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no samples")
-            + "); see --label-key"
-        )
-    return finish_listing(refs, rejects, names, classes, source=source)
-
-
-def _named(ref: InputRef, classes: tuple[str, ...]) -> InputRef | Reject:
-    i = int(ref.label)
-    if not 0 <= i < len(classes):
-        return Reject(ref.path, "unknown_label", f"label {i} is past the {len(classes)} names of --classes")
-    return ref._replace(label=classes[i])
+        raise shard_set.no_samples(source, len(shards), collections.Counter(r.reason for r in rejects))
+    names = shard_set.class_names((ref.label for ref in refs), classes)
+    if names.relabel is not None:
+        assert classes is not None  # class_names relabels for --classes only
+        rejects += [
+            Reject(r.path, "unknown_label", names.past_end_detail(r.label, classes))
+            for r in refs
+            if r.label in names.past_end
+        ]
+        refs = [r._replace(label=names.relabel[r.label]) for r in refs if r.label not in names.past_end]
+    return finish_listing(refs, rejects, names.names, classes, source=source)

@@ -1,0 +1,218 @@
+"""Listing WebDataset shards on workers: a listing task per shard, staging what the driver's listing would.
+
+The driver lists only the shard names (`prep.core.inputs.shard_source`: O(shards)), then:
+
+    tasks   = Create | Reshuffle              a ShardTask each (prep.core.sources.shard_set)
+    listed  = ParDo(ListShard)                ShardGroup | TaskDone: the shard's samples, a group (split, label)
+                                              at a time, in one work file; its rejects in another
+    groups  = by group | GroupByKey | ParDo(SortGroup)    GroupListed: a group's inputs from every shard, in rank
+                                              order, cut in buckets (list_source.write_group)
+    planned = one key | ParDo(plan)            as list_source.plan, labels named as shard_set.class_names says
+    then the chunk, reject and summary steps of list_source.
+
+The chunk and reject files are those `prep.core.run.start.ready_output` stages from the driver's listing
+(`webdataset.list_webdataset`): tests/e2e/test_webdataset_convert.py compares the bytes. A listing task
+holds one shard's samples, a group task one group's (as a class folder's task does), the plan step one
+count per bucket; no sample travels as an element. On the embedded runner the same steps run in the
+driver's process (`list_here`). Integer labels written two ways (`1`, `01`) that --classes would name
+alike make the summary say `fallback`: the driver then lists the shards itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import typing
+
+import apache_beam as beam
+
+from beam_jobs import list_source
+from beam_jobs.list_source import ChunkJob, ChunkWritten, GroupListed, PlanInfo, TaskDone, UnknownGroup
+from prep.core import storage
+from prep.core.accounting import sort_rejects
+from prep.core.inputs import FolderSource
+from prep.core.listing import InputRef
+from prep.core.ordering import group_order
+from prep.core.run import checkpoints
+from prep.core.run_record import refs_sum
+from prep.core.sources import shard_set, webdataset
+from prep.core.sources.shard_set import ShardSource, ShardTask
+from prep.core.workdir import WorkDir
+
+
+class ShardGroup(typing.NamedTuple):
+    """A listing task's inputs of one group: bytes [start, end) of its work file."""
+
+    split: str | None
+    label: str
+    task: int
+    place: int  # 1 + the group's place among the task's groups (0 names the task's file)
+    path: str
+    start: int
+    end: int
+
+
+class Relabelled(typing.NamedTuple):
+    """A chunk to write, and the class name of the inputs of each group file whose label indexes --classes."""
+
+    job: ChunkJob
+    labels: tuple[tuple[str, str], ...]  # (group file, class name)
+
+
+def _of(kind):
+    return lambda item: [item] if isinstance(item, kind) else []
+
+
+class ListShard(beam.DoFn):
+    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone."""
+
+    def __init__(self, source: ShardSource, work: WorkDir):
+        self._source, self._work = source, work
+
+    def process(self, task: ShardTask):
+        refs, rejects = webdataset.list_shard(self._source.source, task.shard, task.split, self._source.label_key)
+        by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)
+        for ref in refs:
+            by_group[group_order((ref.split, ref.label))].append(ref)
+        path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
+        for index, key in enumerate(sorted(by_group)):
+            members = by_group[key]
+            start = size
+            for ref in members:
+                line = (json.dumps(ref.fields()) + "\n").encode()
+                lines.append(line)
+                size += len(line)
+            groups.append(ShardGroup(members[0].split, members[0].label, task.task, index + 1, path, start, size))
+        if lines:
+            storage.write_streamed(path, lines)
+        yield from groups
+        rejects_path = self._work.listed_rejects(task.task)
+        storage.write_atomic(rejects_path, checkpoints.rejects_bytes(sort_rejects(rejects)))
+        yield TaskDone(task.task, rejects_path, (), "classes", None)
+
+
+def sort_group(element, seed: int, work: WorkDir) -> GroupListed:
+    """(group, [ShardGroup]) -> the group's file in rank order, named after its first task's piece."""
+    _, pieces = element
+    pieces = sorted(pieces, key=lambda g: g.task)
+    refs = [r for g in pieces for r in list_source.read_refs(g.path, g.start, g.end)]
+    return list_source.write_group(work.listed_group(pieces[0].task, pieces[0].place), seed, refs)
+
+
+def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
+    """(None, [GroupListed | TaskDone]) -> as `list_source.plan`, each ChunkJob Relabelled.
+
+    Raises:
+        SourceError: no sample has an image and a label (naming the rejects' reasons), or as
+            `list_source.plan`.
+    """
+    _, items = element
+    groups = [g for g in items if isinstance(g, GroupListed)]
+    done = [d for d in items if isinstance(d, TaskDone)]
+    if not groups:
+        rejects = (r for d in done if d.rejects for r in checkpoints.read_rejects_file(d.rejects))
+        reasons = collections.Counter(r.reason for r in rejects)
+        raise shard_set.no_samples(source.source, len(source.tasks), reasons)
+    names = shard_set.class_names((g.label for g in groups), classes)
+    labels: dict[str, str] = {}
+    if names.relabel is not None:
+        assert classes is not None  # class_names relabels for --classes only
+        named = collections.Counter((g.split, names.relabel.get(g.label)) for g in groups)
+        if any(n > 1 for (_, label), n in named.items() if label is not None):
+            yield PlanInfo("integer labels written two ways name one class of --classes")
+            return
+        for g in [g for g in groups if g.label in names.past_end]:
+            yield UnknownGroup(g.path, g.label, names.past_end_detail(g.label, classes))
+        groups = [g._replace(label=names.relabel[g.label]) for g in groups if g.label not in names.past_end]
+        labels = {g.path: g.label for g in groups}
+    folders = FolderSource(source.source, "classes", names.names, ())
+    for item in list_source.plan((None, [*groups, *done]), folders, classes):
+        if isinstance(item, ChunkJob):
+            yield Relabelled(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels))
+        else:
+            yield item
+
+
+class WriteChunk(beam.DoFn):
+    """Relabelled -> its chunk file (`checkpoints.write_listing`), and a ChunkWritten."""
+
+    def __init__(self, work: WorkDir):
+        self._work = work
+
+    def process(self, item: Relabelled):
+        labels = dict(item.labels)
+        refs = []
+        for path, start, end in item.job.pieces:
+            got = list_source.read_refs(path, start, end)
+            refs += [r._replace(label=labels[path]) for r in got] if path in labels else got
+        checkpoints.write_listing(self._work, item.job.chunk, refs)
+        yield ChunkWritten(item.job.chunk, len(refs), refs_sum(refs))
+
+
+def build_listing(p: beam.Pipeline, source: ShardSource, seed: int, classes: tuple[str, ...] | None, output: str):
+    """Adds the listing steps to pipeline `p` (see the module docstring)."""
+    work = WorkDir(output)
+    one_key = lambda item: (None, item)  # noqa: E731
+    listed = (
+        p
+        | "ListTasks" >> beam.Create(list(source.tasks))
+        | "SpreadTasks" >> beam.Reshuffle()
+        | "ListShards" >> beam.ParDo(ListShard(source, work))
+    )
+    grouped = (
+        listed
+        | "Pieces" >> beam.FlatMap(_of(ShardGroup))
+        | "ByGroup" >> beam.Map(lambda g: (group_order((g.split, g.label)), g))
+        | "GatherGroups" >> beam.GroupByKey()
+        | "SortGroups" >> beam.Map(sort_group, seed, work)
+    )
+    done = listed | "Done" >> beam.FlatMap(_of(TaskDone))
+    planned = (
+        (grouped, done)
+        | "PlanParts" >> beam.Flatten()
+        | "PlanOneKey" >> beam.Map(one_key)
+        | "GatherListed" >> beam.GroupByKey()
+        | "PlanChunks" >> beam.FlatMap(plan, source, classes)
+    )
+    written = (
+        planned
+        | "ChunkJobs" >> beam.FlatMap(_of(Relabelled))
+        | "SpreadChunkJobs" >> beam.Reshuffle()
+        | "WriteChunks" >> beam.ParDo(WriteChunk(work))
+    )
+    rejects = (
+        (done, planned | "Unknown" >> beam.FlatMap(_of(UnknownGroup)))
+        | "RejectSources" >> beam.Flatten()
+        | "RejectsOneKey" >> beam.Map(one_key)
+        | "GatherRejects" >> beam.GroupByKey()
+        | "WriteRejects" >> beam.FlatMap(list_source.write_rejects, work)
+    )
+    (
+        (planned | "Info" >> beam.FlatMap(_of(PlanInfo)), written, rejects)
+        | "SummaryParts" >> beam.Flatten()
+        | "SummaryOneKey" >> beam.Map(one_key)
+        | "GatherSummary" >> beam.GroupByKey()
+        | "WriteSummary" >> beam.FlatMap(list_source.write_summary, work)
+    )
+
+
+def list_here(source: ShardSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:
+    """The steps of `build_listing`, one after another in this process (for the embedded runner), holding
+    what the pipeline's elements would: O(shards x groups + buckets + chunks)."""
+    work = WorkDir(output)
+    lister, writer = ListShard(source, work), WriteChunk(work)
+    listed = [item for task in source.tasks for item in lister.process(task)]
+    pieces = sorted((g for g in listed if isinstance(g, ShardGroup)), key=lambda g: group_order((g.split, g.label)))
+    done = [d for d in listed if isinstance(d, TaskDone)]
+    groups = [
+        sort_group((key, list(run)), seed, work)
+        for key, run in itertools.groupby(pieces, key=lambda g: group_order((g.split, g.label)))
+    ]
+    planned = list(plan((None, [*groups, *done]), source, classes))
+    written = [w for job in planned if isinstance(job, Relabelled) for w in writer.process(job)]
+    unknown = [i for i in planned if isinstance(i, UnknownGroup)]
+    rejected = list(list_source.write_rejects((None, [*done, *unknown]), work))
+    info = [i for i in planned if isinstance(i, PlanInfo)]
+    for _ in list_source.write_summary((None, [*info, *written, *rejected]), work):
+        pass
