@@ -158,7 +158,8 @@ def read_and_prepare(
     its framed record without the image, which belongs at `cut`; the shard
     writer reads the image from the source again (`read_record`). That halves
     what a pass-through conversion writes, and the record's CRC, spilled with
-    it, shows whether the source changed in between.
+    it, shows whether the source changed in between. A WebDataset member's is
+    spilled whole, as a converted one's.
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
@@ -196,6 +197,10 @@ def read_and_prepare(
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
+    if webdataset.parse_member(path) is not None:
+        # A tar member is spilled whole: read again it would cost the writer a ranged read (a request)
+        # per image, where spill ranges are read many at a time (docs/benchmarks.md, WebDataset).
+        return (before + image.encoded + after, 0, 0, False), sig, info
     return (before + after, len(before), len(image.encoded), False), sig, info
 
 
