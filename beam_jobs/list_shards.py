@@ -21,8 +21,10 @@ alike make the summary say `fallback`: the driver then lists the shards itself.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
+import tempfile
 import typing
 
 import apache_beam as beam
@@ -33,16 +35,17 @@ from prep.core import storage
 from prep.core.accounting import sort_rejects
 from prep.core.inputs import FolderSource
 from prep.core.listing import InputRef
-from prep.core.ordering import group_order
+from prep.core.ordering import group_order, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
-from prep.core.sources import shard_set, webdataset
+from prep.core.sources import held, shard_set, webdataset
 from prep.core.sources.shard_set import ShardSource, ShardTask
 from prep.core.workdir import WorkDir
 
 
 class ShardGroup(typing.NamedTuple):
-    """A listing task's inputs of one group: bytes [start, end) of its work file."""
+    """A listing task's inputs of one group, in rank order: bytes [start, end) of its work file, and of its
+    members' copy (`WorkDir.members_data(task, 0)`) [data_start, data_end), or -1s when none is held."""
 
     split: str | None
     label: str
@@ -51,13 +54,26 @@ class ShardGroup(typing.NamedTuple):
     path: str
     start: int
     end: int
+    data_start: int = -1
+    data_end: int = -1
+
+
+class GroupData(typing.NamedTuple):
+    """A group's members' bytes in its rank order: file `data`, whose bytes `offsets[b]` on are bucket b's
+    (as GroupListed.offsets are of its refs file `path`)."""
+
+    path: str
+    data: str
+    offsets: tuple[int, ...]
 
 
 class Relabelled(typing.NamedTuple):
-    """A chunk to write, and the class name of the inputs of each group file whose label indexes --classes."""
+    """A chunk to write, the class name of the inputs of each group file whose label indexes --classes, and
+    where its members' bytes are held, in its order (held.Range), if they are."""
 
     job: ChunkJob
     labels: tuple[tuple[str, str], ...]  # (group file, class name)
+    data: tuple[held.Range, ...] = ()
 
 
 def _of(kind):
@@ -65,39 +81,92 @@ def _of(kind):
 
 
 class ListShard(beam.DoFn):
-    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone."""
+    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote shard's
+    members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
 
-    def __init__(self, source: ShardSource, work: WorkDir):
-        self._source, self._work = source, work
+    def __init__(self, source: ShardSource, seed: int, work: WorkDir):
+        self._source, self._seed, self._work = source, seed, work
 
     def process(self, task: ShardTask):
-        refs, rejects = webdataset.list_shard(self._source.source, task.shard, task.split, self._source.label_key)
-        by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)
-        for ref in refs:
-            by_group[group_order((ref.split, ref.label))].append(ref)
-        path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
-        for index, key in enumerate(sorted(by_group)):
-            members = by_group[key]
-            start = size
-            for ref in members:
-                line = (json.dumps(ref.fields()) + "\n").encode()
-                lines.append(line)
-                size += len(line)
-            groups.append(ShardGroup(members[0].split, members[0].label, task.task, index + 1, path, start, size))
-        if lines:
-            storage.write_streamed(path, lines)
+        src = self._source
+        hold = storage.is_remote(src.source)
+        with tempfile.TemporaryFile() if hold else contextlib.nullcontext() as copy:
+            refs, rejects = webdataset.list_shard(src.source, task.shard, task.split, src.label_key, copy)
+            by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)
+            for ref in refs:
+                by_group[group_order((ref.split, ref.label))].append(ref)
+            path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
+            where: list[tuple[int, int]] = []  # (offset, length) in the shard of each member, in the file's order
+            for index, key in enumerate(sorted(by_group)):
+                members = sorted(by_group[key], key=lambda r: (sort_key(self._seed, r.path), r.path))
+                start, data_start = size, sum(n for _, n in where)
+                for ref in members:
+                    line = (json.dumps(ref.fields()) + "\n").encode()
+                    lines.append(line)
+                    size += len(line)
+                    where.append(_where(ref))
+                data = (data_start, sum(n for _, n in where)) if hold else (-1, -1)
+                groups.append(
+                    ShardGroup(members[0].split, members[0].label, task.task, index + 1, path, start, size, *data)
+                )
+            if lines:
+                storage.write_streamed(path, lines)
+            if hold and where:
+                storage.write_streamed(self._work.members_data(task.task, 0), _pieces(copy, where))
         yield from groups
         rejects_path = self._work.listed_rejects(task.task)
         storage.write_atomic(rejects_path, checkpoints.rejects_bytes(sort_rejects(rejects)))
         yield TaskDone(task.task, rejects_path, (), "classes", None)
 
 
-def sort_group(element, seed: int, work: WorkDir) -> GroupListed:
-    """(group, [ShardGroup]) -> the group's file in rank order, named after its first task's piece."""
+def _where(ref: InputRef) -> tuple[int, int]:
+    member = webdataset.parse_member(ref.path)
+    assert member is not None  # list_shard's refs are member paths
+    return member[1], member[2]
+
+
+def _pieces(f, where: list[tuple[int, int]]):
+    for offset, length in where:
+        f.seek(offset)
+        yield storage.read_exact(f, length)
+
+
+def sort_group(element, seed: int, work: WorkDir):
+    """(group, [ShardGroup]) -> the group's GroupListed: its file in rank order, named after its first task's
+    piece; and its GroupData when its members are held, merged from the pieces' copies (one streamed read
+    each, as each piece is in rank order)."""
     _, pieces = element
     pieces = sorted(pieces, key=lambda g: g.task)
-    refs = [r for g in pieces for r in list_source.read_refs(g.path, g.start, g.end)]
-    return list_source.write_group(work.listed_group(pieces[0].task, pieces[0].place), seed, refs)
+    tagged = sorted(
+        (sort_key(seed, r.path), r.path, i, r)
+        for i, g in enumerate(pieces)
+        for r in list_source.read_refs(g.path, g.start, g.end)
+    )
+    first = pieces[0]
+    listed = list_source.write_group(work.listed_group(first.task, first.place), seed, [t[3] for t in tagged])
+    yield listed
+    if first.data_start < 0:
+        return
+    data = work.members_data(first.task, first.place)
+    with contextlib.ExitStack() as stack:
+        readers: dict[int, typing.BinaryIO] = {}
+
+        def merged():
+            for _, _, i, ref in tagged:
+                if i not in readers:
+                    g = pieces[i]
+                    readers[i] = stack.enter_context(storage.open_read(work.members_data(g.task, 0)))
+                    readers[i].seek(g.data_start)
+                yield storage.read_exact(readers[i], _where(ref)[1])
+
+        storage.write_streamed(data, merged())
+    offsets, at, n = [0], 0, 0
+    lengths = [_where(t[3])[1] for t in tagged]
+    for count in listed.counts:
+        at += sum(lengths[n : n + count])
+        n += count
+        offsets.append(at)
+    yield GroupData(listed.path, data, tuple(offsets))
 
 
 def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
@@ -110,6 +179,8 @@ def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
     _, items = element
     groups = [g for g in items if isinstance(g, GroupListed)]
     done = [d for d in items if isinstance(d, TaskDone)]
+    held_data = {d.path: d for d in items if isinstance(d, GroupData)}
+    refs_offsets = {g.path: g.offsets for g in groups}
     if not groups:
         rejects = (r for d in done if d.rejects for r in checkpoints.read_rejects_file(d.rejects))
         reasons = collections.Counter(r.reason for r in rejects)
@@ -129,9 +200,18 @@ def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
     folders = FolderSource(source.source, "classes", names.names, ())
     for item in list_source.plan((None, [*groups, *done]), folders, classes):
         if isinstance(item, ChunkJob):
-            yield Relabelled(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels))
+            data: tuple[held.Range, ...] = ()
+            if all(p in held_data for p, _, _ in item.pieces):
+                data = tuple(_data_range(held_data[p], refs_offsets[p], s, e) for p, s, e in item.pieces)
+            yield Relabelled(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels), data)
         else:
             yield item
+
+
+def _data_range(group: GroupData, offsets: list[int], start: int, end: int) -> held.Range:
+    """The bytes of a group's members' copy that hold its refs in bytes [start, end) of its refs file: bucket
+    boundaries map one to the other (an empty bucket starts where the one after does, in both)."""
+    return group.data, group.offsets[offsets.index(start)], group.offsets[offsets.index(end)]
 
 
 class WriteChunk(beam.DoFn):
@@ -147,6 +227,8 @@ class WriteChunk(beam.DoFn):
             got = list_source.read_refs(path, start, end)
             refs += [r._replace(label=labels[path]) for r in got] if path in labels else got
         checkpoints.write_listing(self._work, item.job.chunk, refs)
+        if item.data:
+            held.write_chunk_ranges(self._work, item.job.chunk, item.data)
         yield ChunkWritten(item.job.chunk, len(refs), refs_sum(refs))
 
 
@@ -158,14 +240,14 @@ def build_listing(p: beam.Pipeline, source: ShardSource, seed: int, classes: tup
         p
         | "ListTasks" >> beam.Create(list(source.tasks))
         | "SpreadTasks" >> beam.Reshuffle()
-        | "ListShards" >> beam.ParDo(ListShard(source, work))
+        | "ListShards" >> beam.ParDo(ListShard(source, seed, work))
     )
     grouped = (
         listed
         | "Pieces" >> beam.FlatMap(_of(ShardGroup))
         | "ByGroup" >> beam.Map(lambda g: (group_order((g.split, g.label)), g))
         | "GatherGroups" >> beam.GroupByKey()
-        | "SortGroups" >> beam.Map(sort_group, seed, work)
+        | "SortGroups" >> beam.FlatMap(sort_group, seed, work)
     )
     done = listed | "Done" >> beam.FlatMap(_of(TaskDone))
     planned = (
@@ -201,13 +283,14 @@ def list_here(source: ShardSource, seed: int, classes: tuple[str, ...] | None, o
     """The steps of `build_listing`, one after another in this process (for the embedded runner), holding
     what the pipeline's elements would: O(shards x groups + buckets + chunks)."""
     work = WorkDir(output)
-    lister, writer = ListShard(source, work), WriteChunk(work)
+    lister, writer = ListShard(source, seed, work), WriteChunk(work)
     listed = [item for task in source.tasks for item in lister.process(task)]
     pieces = sorted((g for g in listed if isinstance(g, ShardGroup)), key=lambda g: group_order((g.split, g.label)))
     done = [d for d in listed if isinstance(d, TaskDone)]
     groups = [
-        sort_group((key, list(run)), seed, work)
+        item
         for key, run in itertools.groupby(pieces, key=lambda g: group_order((g.split, g.label)))
+        for item in sort_group((key, list(run)), seed, work)
     ]
     planned = list(plan((None, [*groups, *done]), source, classes))
     written = [w for job in planned if isinstance(job, Relabelled) for w in writer.process(job)]

@@ -26,6 +26,7 @@ import os
 import posixpath
 import re
 import tarfile
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
@@ -267,15 +268,48 @@ def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
     return out if pos >= size and name is None else None
 
 
+class _Tee:
+    """A reader that writes what it reads to `copy` at the same offsets (a remote shard's copy, made by the pass
+    that lists it: every member it lists was read through)."""
+
+    def __init__(self, inner: BinaryIO, copy: BinaryIO) -> None:
+        self._inner, self._copy, self._pos = inner, copy, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._inner.read(n)
+        self._copy.seek(self._pos)
+        self._copy.write(data)
+        self._pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._inner.seek(offset, whence)
+        self._pos = self._inner.tell()
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> _Tee:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def list_shard(
-    source: str, shard: str, split: str | None, label_key: str | None = None
+    source: str, shard: str, split: str | None, label_key: str | None = None, copy: BinaryIO | None = None
 ) -> tuple[list[InputRef], list[Reject]]:
     """One shard (`shard` relative to SOURCE) in one pass: its samples' refs and rejects.
 
     A local shard is read header by header, members' data skipped by seeking (reading it all made
     listing 20,000 photos cost more than converting them); a remote one in one streamed read (a seek
-    there is one more request). Python's tarfile skips a bad header block by block (`ignore_zeros`)
-    but gives up on a bad header after a pax header; the pass then starts again one block after it.
+    there is one more request; `copy`, when given, gets the bytes it read). Python's tarfile skips a bad
+    header block by block (`ignore_zeros`) but gives up on a bad header after a pax header; the pass then
+    starts again one block after it.
     """
     full = storage.input_path(source, shard)
     try:
@@ -283,6 +317,8 @@ def list_shard(
         if size is None:
             raise OSError("size unknown")
         f: BinaryIO = storage.open_read(full)
+        if copy is not None and storage.is_remote(full):
+            f = typing.cast(BinaryIO, _Tee(f, copy))
     except Exception as exc:  # each file system raises its own types
         return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
     scan = _Scan(shard, split, label_key, size)
