@@ -148,18 +148,11 @@ def sort_group(element, seed: int, work: WorkDir):
     if first.data_start < 0:
         return
     data = work.members_data(first.task, first.place)
-    with contextlib.ExitStack() as stack:
-        readers: dict[int, typing.BinaryIO] = {}
-
-        def merged():
-            for _, _, i, ref in tagged:
-                if i not in readers:
-                    g = pieces[i]
-                    readers[i] = stack.enter_context(storage.open_read(work.members_data(g.task, 0)))
-                    readers[i].seek(g.data_start)
-                yield storage.read_exact(readers[i], _where(ref)[1])
-
-        storage.write_streamed(data, merged())
+    readers = _Readers(work, pieces)
+    try:
+        storage.write_streamed(data, (readers.read(i, _where(ref)[1]) for _, _, i, ref in tagged))
+    finally:
+        readers.close()
     offsets, at, n = [0], 0, 0
     lengths = [_where(t[3])[1] for t in tagged]
     for count in listed.counts:
@@ -206,6 +199,38 @@ def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
             yield Relabelled(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels), data)
         else:
             yield item
+
+
+class _Readers:
+    """Readers of the pieces' copies, each going on where it stopped: at most `OPEN` open at once (a remote
+    reader reads ahead up to 16 MiB); one closed to make room is opened again where it stopped, one more
+    request, so a group spread over more shards than that costs up to a request a member again."""
+
+    OPEN = 64
+
+    def __init__(self, work: WorkDir, pieces: list[ShardGroup]) -> None:
+        self._work, self._pieces = work, pieces
+        self._at = [g.data_start for g in pieces]
+        self._open: collections.OrderedDict[int, typing.BinaryIO] = collections.OrderedDict()
+
+    def read(self, i: int, n: int) -> bytes:
+        f = self._open.pop(i, None)
+        if f is None:
+            if len(self._open) >= self.OPEN:
+                self._open.popitem(last=False)[1].close()
+            g = self._pieces[i]
+            f = storage.open_read(self._work.members_data(g.task, 0))
+            f.seek(self._at[i])
+        self._open[i] = f
+        data = storage.read_exact(f, n)
+        if len(data) != n:
+            raise OSError(f"members' copy {self._work.members_data(self._pieces[i].task, 0)} is cut short")
+        self._at[i] += n
+        return data
+
+    def close(self) -> None:
+        for f in self._open.values():
+            f.close()
 
 
 def _data_range(group: GroupData, offsets: list[int], start: int, end: int) -> held.Range:
