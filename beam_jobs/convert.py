@@ -14,9 +14,10 @@ the pipeline imported and run (`_execute`, private to this module). A caller tha
 reference to the listing frees its memory before the pipeline's is allocated: `prep convert`
 peaks at the larger of the two, not their sum.
 
-Given no listing, `convert` stages a SOURCE of class folders with a first pipeline on the same runner
-(`list_source`), after OUTPUT is cleared: the driver then holds nothing per input. Label files, the
-other tasks and `--resume` are listed on the driver (`prep.core.inputs.folder_source` says when).
+Given no listing, `convert` stages a SOURCE of class folders (`list_source`) or of WebDataset shards
+(`list_shards`) with a first pipeline on the same runner, after OUTPUT is cleared: the driver then holds
+nothing per input. Label files, the other tasks and `--resume` are listed on the driver
+(`prep.core.inputs.folder_source` and `shard_source` say when).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class ListFolders(beam.DoFn):
             with contextlib.ExitStack() as stack:
                 if src.classes is None:  # remote: every object under SOURCE, by one task
                     names, dirs = remote_names(src.source, stack)
-                    if webdataset.only_shards(names()):  # WebDataset shards: listed by prep.core.sources, on the driver
+                    if webdataset.only_shards(names()):  # shards: the driver names them, list_shards lists them
                         yield TaskDone(task.task, None, (), layout, "WebDataset shards")
                         return
                     layout = detect_layout(dirs) if layout == "auto" else layout

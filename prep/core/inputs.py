@@ -164,7 +164,7 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
         return FolderSource(root, config.layout, None, (FolderTask(0, "", True),))
     if not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
-    if _local_shards(root):  # WebDataset shards: listed by prep.core.sources, on the driver
+    if _local_shards(root):  # WebDataset shards: `shard_source`
         return None
     dirs = local_dirs(root)
     layout = detect_layout(dirs) if config.layout == "auto" else config.layout
