@@ -110,3 +110,35 @@ def test_integer_labels_written_two_ways_fall_back_to_the_driver(tmp_path, pipel
         },
     )
     assert "two ways" in on_workers(root, tmp_path / "w", pipeline, classes=_classes(tmp_path, "a", "b"))
+
+
+def test_remote_shards_stage_the_driver_listing_and_chunk_member_ranges(tmp_path, pipeline, monkeypatch):
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    write_shards(store / "wds", {f"{i}.tar": labelled(60, 3, start=60 * i, size=(4, 3)) for i in range(4)})
+    corrupt_header(store / "wds" / "2.tar", "s00130.jpg")
+    workers, driver = "simfs://out/w", "simfs://out/d"
+    config = build_config("simfs://wds", workers, {"seed": 2})
+    shards = shard_source(config)
+    assert shards is not None and len(shards.tasks) == 4
+    clear_output(config)
+    summary = list_on_workers(config, shards, pipeline=pipeline)
+    list_source.delete_listed(workers)
+    a = ready_listed(config, summary)
+    config_d = build_config("simfs://wds", driver, {"seed": 2})
+    b = ready_output(config_d, list_inputs(config_d))
+    assert (a.staged, a.chunk_sizes) == (b.staged, b.chunk_sizes)
+    assert staged(str(store / "out" / "w")) == staged(str(store / "out" / "d"))
+    members = sorted(p.name for p in (store / "out" / "w" / ".prep-tmp" / "members").iterdir())
+    assert sum(name.endswith(".json") for name in members) == len(a.chunk_sizes)  # every chunk's ranges
+    from prep.core.run import checkpoints
+    from prep.core.sources import held, webdataset
+    from prep.core.workdir import WorkDir
+
+    work = WorkDir(workers)
+    for chunk in range(len(a.chunk_sizes)):
+        refs = checkpoints.read_listing(work, chunk)
+        got = [data for h in held.batches_held(work, chunk, refs, 16) for data in held.read_held(h)]
+        assert got == [webdataset.read_member(f"simfs://wds/{r.path}") for r in refs]
