@@ -97,15 +97,17 @@ class ListShard(beam.DoFn):
                 by_group[group_order((ref.split, ref.label))].append(ref)
             path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
             where: list[tuple[int, int]] = []  # (offset, length) in the shard of each member, in the file's order
+            held_size = 0  # bytes of the members' copy so far
             for index, key in enumerate(sorted(by_group)):
                 members = sorted(by_group[key], key=lambda r: (sort_key(self._seed, r.path), r.path))
-                start, data_start = size, sum(n for _, n in where)
+                start, data_start = size, held_size
                 for ref in members:
                     line = (json.dumps(ref.fields()) + "\n").encode()
                     lines.append(line)
                     size += len(line)
                     where.append(_where(ref))
-                data = (data_start, sum(n for _, n in where)) if hold else (-1, -1)
+                    held_size += where[-1][1]
+                data = (data_start, held_size) if hold else (-1, -1)
                 groups.append(
                     ShardGroup(members[0].split, members[0].label, task.task, index + 1, path, start, size, *data)
                 )
