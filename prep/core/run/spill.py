@@ -160,8 +160,8 @@ def read_and_prepare(
     its framed record without the image, which belongs at `cut`; the shard
     writer reads the image from the source again (`read_record`). That halves
     what a pass-through conversion writes, and the record's CRC, spilled with
-    it, shows whether the source changed in between. A WebDataset member's is
-    spilled whole, as a converted one's.
+    it, shows whether the source changed in between. A remote WebDataset
+    member's is spilled whole, as a converted one's.
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
@@ -201,9 +201,10 @@ def read_and_prepare(
         return (frame(record.to_bytes()), 0, 0, True), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
-    if webdataset.parse_member(path) is not None:
-        # A tar member is spilled whole: read again it would cost the writer a ranged read (a request)
-        # per image, where spill ranges are read many at a time (docs/benchmarks.md, WebDataset).
+    if storage.is_remote(path) and webdataset.parse_member(path) is not None:
+        # A remote tar member is spilled whole: read again it would cost the writer a request per image
+        # (docs/benchmarks.md, WebDataset). A local one is read again by range, from the page cache: writing
+        # it to the spill cost more (20,000 photos pass-through, bench/wds_bench.py).
         return (before + image.encoded + after, 0, 0, False), sig, info
     return (before + after, len(before), len(image.encoded), False), sig, info
 
