@@ -14,11 +14,12 @@ the pipeline imported and run (`_execute`, private to this module). A caller tha
 reference to the listing frees its memory before the pipeline's is allocated: `prep convert`
 peaks at the larger of the two, not their sum.
 
-Given no listing, `convert` stages a SOURCE of class folders (`list_source`), or on a runner other than the
-embedded one a classification label file read in byte ranges (`list_labels`), with a first pipeline on the
-same runner, after OUTPUT is cleared: the driver then holds nothing per input. The other tasks, multi-label
-files and `--resume` are listed on the driver (`folder_source` and `label_source` say when); so are label
-files on the embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
+Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
+(`list_shards`), or on a runner other than the embedded one a classification label file read in byte ranges
+(`list_labels`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then holds
+nothing per input. The other tasks, multi-label files, Parquet tables and `--resume` are listed on the driver
+(`folder_source`, `shard_source` and `label_source` say when); so are label files on the embedded runner,
+whose workers are the driver's process (the driver's listing is the faster there).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, folder_source, list_inputs
+from prep.core.inputs import FolderSource, folder_source, list_inputs, shard_source
 from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
@@ -40,6 +41,7 @@ from prep.core.manifest import Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
 
 
@@ -72,6 +74,11 @@ def convert(
             source = label_source(config)
         if source is not None:
             ready = _listed_on_workers(config, source, runner, beam_args)
+        if ready is None and (source is None or storage.is_remote(config.source)):
+            # WebDataset shards: local ones seen by folder_source, remote ones by the workers' listing
+            shards = shard_source(config)
+            if shards is not None:
+                ready = _listed_on_workers(config, shards, runner, beam_args)
         if ready is None:
             listing = list_inputs(config)
     if ready is None:
@@ -87,7 +94,7 @@ def convert(
 
 
 def _listed_on_workers(
-    config: ConvertConfig, source: FolderSource | LabelSource, runner: str, beam_args: list[str] | None
+    config: ConvertConfig, source: FolderSource | LabelSource | ShardSource, runner: str, beam_args: list[str] | None
 ) -> Ready | None:
     """Clears OUTPUT, lists SOURCE on workers into its work directory and readies the run; None when the
     listing needs the driver (its summary's `fallback`). A failure, or the fallback, leaves OUTPUT as
@@ -95,8 +102,12 @@ def _listed_on_workers(
     from beam_jobs import list_source
     from beam_jobs._execute import list_on_workers
 
-    # known from the top of a local SOURCE: refused before OUTPUT is touched
-    if isinstance(source, FolderSource) and source.layout == "splits":
+    # known from the top of a local SOURCE (or the shards' names): refused before OUTPUT is touched
+    if (
+        source.layout == "splits"
+        if isinstance(source, FolderSource)
+        else isinstance(source, ShardSource) and any(t.split for t in source.tasks)
+    ):
         check_split_source(config.plan, True)
     existed = storage.exists(config.output)
     clear_output(config)

@@ -81,6 +81,7 @@ class ChunkJob(typing.NamedTuple):
 class UnknownGroup(typing.NamedTuple):
     path: str  # its group file
     label: str
+    detail: str | None = None  # the rejects' detail when not "not in --classes"
 
 
 class PlanInfo(typing.NamedTuple):
@@ -121,7 +122,8 @@ class ListFolders(beam.DoFn):
             with contextlib.ExitStack() as stack:
                 if src.classes is None:  # remote: every object under SOURCE, by one task
                     names, dirs = remote_names(src.source, stack)
-                    if webdataset.only_shards(names()) or parquet.only_tables(names()):  # listed by prep.core.sources
+                    if webdataset.only_shards(names()) or parquet.only_tables(names()):
+                        # shards: the driver names them, list_shards lists them; tables: listed on the driver
                         yield TaskDone(task.task, None, (), layout, "WebDataset shards or Parquet/Arrow tables")
                         return
                     layout = detect_layout(dirs) if layout == "auto" else layout
@@ -277,7 +279,7 @@ def write_rejects(element, work: WorkDir):
                 return
             rejects += checkpoints.read_rejects_file(item.rejects)
         else:
-            detail = f"label {item.label!r} is not in --classes"
+            detail = item.detail or f"label {item.label!r} is not in --classes"
             size = storage.size(item.path) or 0
             rejects += [Reject(r.path, "unknown_label", detail) for r in read_refs(item.path, 0, size)]
     data = checkpoints.rejects_bytes(sort_rejects(rejects))

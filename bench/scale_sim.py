@@ -5,6 +5,7 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 100000 --duplicates on --latency-ms 1
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file  # a CSV label file
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --webdataset 1000 --duplicates off  # from tar shards
 
 SOURCE is `simfs://src/<C>x<P>d100` (tests/support/simfs.py): C classes of P generated 64x64 JPEGs of 2 KB,
 every 100th an exact copy of the one before, served from their names with no disk; OUTPUT is `simfs://out/...`,
@@ -20,6 +21,10 @@ the dedupe stage's share: of requests, those made from its modules (DEDUPE_MODUL
 1 - (CPU with --duplicates off) / (CPU with keep) when both ran (CPU rather than wall time: on a machine shared
 with other work, wall time moves more than CPU time). Then the requests per kept image by calling function
 (file:function), largest first, for the last run.
+
+With `--webdataset N`, the same images (jpg + cls, in seeded order) are first written as WebDataset shards of
+N samples, `simfs://wds/NNNNN.tar` (stored objects, not virtual), and SOURCE is `simfs://wds`: issue 38
+wants requests per image from tar shards far below one.
 
 Goal of issue #37: at most 3 requests per kept pass-through image all told, and a driver whose memory stays
 flat in the number of inputs. Image sizes here are tiny, so bytes and CPU per image are not those of photos;
@@ -183,11 +188,33 @@ def worker_usage(client) -> tuple[float, float]:
     return max(u[2] for u in usage.values()) / 1024, sum(u[0] + u[1] for u in usage.values())
 
 
+def write_webdataset(args) -> str:
+    """The simulated source's images as WebDataset shards of `args.webdataset` samples in the store; their SOURCE."""
+    import random
+
+    import webdataset as wds
+
+    from tests.support import simsource
+
+    per_class = args.count // args.classes
+    samples = [(c, n) for c in range(args.classes) for n in range(per_class)]
+    random.Random(0).shuffle(samples)
+    folder = pathlib.Path(os.environ["SIMFS_STORE"]) / "wds"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for start in range(0, len(samples), args.webdataset):
+        with open(folder / f"{start // args.webdataset:05d}.tar", "wb") as f, wds.TarWriter(f) as sink:
+            for c, n in samples[start : start + args.webdataset]:
+                image = simsource.image_bytes(c, n - 1 if n % 100 == 99 else n)  # every 100th a copy, as simfs://src
+                sink.write({"__key__": f"c{c:04d}-{n:07d}", "jpg": image, "cls": c})
+    return "simfs://wds"
+
+
 def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     counts_dir, rss_file = scratch / f"counts-{duplicates}", scratch / f"rss-{duplicates}.json"
     shutil.rmtree(counts_dir, ignore_errors=True)
     per_class = args.count // args.classes
-    source = simfs.source_url(args.classes, per_class, 100)
+    source = args.source or simfs.source_url(args.classes, per_class, 100)
     out = f"simfs://out/run-{duplicates}"
     shutil.rmtree(pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}", ignore_errors=True)
     cmd = [
@@ -287,7 +314,7 @@ def print_table(rows: list[dict]) -> None:
 def print_callers(r: dict, top: int) -> None:
     by_caller: collections.Counter = collections.Counter()
     for (kind, obj, caller), n in r["counts"].items():
-        where = "source image" if obj == "src" else obj.split("/", 2)[-1]
+        where = "source image" if obj == "src" else "source shard" if obj == "wds" else obj.split("/", 2)[-1]
         by_caller[(caller, kind, where)] += n * (2 if kind == "rename" else 1)
     print(f"\nrequests per kept image by caller, duplicates {r['duplicates']} (rename = 2), top {top}:")
     for (caller, kind, where), n in by_caller.most_common(top):
@@ -314,6 +341,12 @@ def main() -> None:
         "--listing-only",
         action="store_true",
         help="only the driver up to a staged listing (embedded runner): its peak RSS, time to the first worker task",
+    )
+    parser.add_argument(
+        "--webdataset",
+        type=int,
+        metavar="N",
+        help="SOURCE: the images as WebDataset shards of N samples (simfs://wds) instead of class folders",
     )
     parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="with --listing-only: whose prep to run")
     parser.add_argument(
@@ -344,6 +377,7 @@ def main() -> None:
     try:
         if args.runner == "dask":
             cluster, client = start_cluster(args.dask_workers)
+        args.source = write_webdataset(args) if args.webdataset else None
         modes = {"on": ["keep"], "off": ["off"], "both": ["off", "keep"]}[args.duplicates]
         rows = [run_once(args, scratch, mode, client) for mode in modes]
     finally:

@@ -16,7 +16,8 @@ from prep.core.config import ConvertConfig, TableColumns
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
 from prep.core.listing import LAYOUTS, Listing, detect_layout, folder_classes, list_folders, local_dirs
-from prep.core.sources import parquet, webdataset
+from prep.core.sources import parquet, shard_set, webdataset
+from prep.core.sources.shard_set import ShardSource
 
 
 def output_inside(output: str, source: str) -> bool:
@@ -181,7 +182,7 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
         return None
     if not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
-    if _local_shards(root) or parquet.local_tables(root):  # listed by prep.core.sources, on the driver
+    if _local_shards(root) or parquet.local_tables(root):  # shards: `shard_source`; tables: listed on the driver
         return None
     dirs = local_dirs(root)
     layout = detect_layout(dirs) if config.layout == "auto" else config.layout
@@ -196,6 +197,31 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
         if start and os.path.islink(os.path.join(root, start)):
             return None
     return FolderSource(root, layout, classes, tuple(FolderTask(i, s, r) for i, (s, r) in enumerate(starts)))
+
+
+def shard_source(config: ConvertConfig) -> ShardSource | None:
+    """The listing tasks of a SOURCE of WebDataset shards, a task a shard (O(shards) on the driver); None when
+    SOURCE is no shard set, or the driver lists it (`folder_source`'s cases). A remote SOURCE is asked after
+    its listing on workers found only shards.
+
+    Raises:
+        SourceError: SOURCE cannot be listed, or holds compressed shards.
+    """
+    t = config.tasks
+    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+        return None
+    _check_source(config)
+    if storage.is_remote(config.source):
+        try:
+            shards = [rel for rel, _ in storage.list_files(config.source)]
+        except Exception as exc:  # each file system raises its own types
+            raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
+        shards = shards if webdataset.is_shard_set(shards) else []
+    else:
+        shards = _local_shards(config.source)
+    if not shards:
+        return None
+    return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key)
 
 
 def _subfolders(root: str, rel: str) -> list[str]:

@@ -4,6 +4,8 @@
                                            written once the listing is staged
     .prep-tmp/listing/HHH-chunk-NNNNNN.json  a chunk's inputs, in `ordering.listing_order`
     .prep-tmp/listing/rejects.json         inputs rejected while listing
+    .prep-tmp/members/data-TTTTTT-GGGGGG.bin  WebDataset members' bytes copied from remote shards, and
+    .prep-tmp/members/HHH-chunk-NNNNNN.json    the ranges of them that hold a chunk's (beam_jobs/list_shards.py)
     .prep-tmp/listed/group-TTTTTT-GGGGGG.jsonl  listing on workers: task T's inputs of one (split, class),
                                            in rank order; listed/rejects-TTTTTT.json its rejects;
                                            listed/summary.json what the driver reads (beam_jobs/list_source.py)
@@ -117,6 +119,15 @@ class WorkDir:
     def listing_boxes(self) -> str:
         """Detection: the box notes and tally of the annotations' problems (task_inputs.BoxNote, BoxTally)."""
         return self._path("listing", "boxes.json")
+
+    # WebDataset members' bytes, copied from remote shards by the listing on workers in each chunk's order
+    # (beam_jobs/list_shards.py), for the prepare step to read a batch at a time (prep/core/sources/held.py).
+    def members_data(self, task: int, group: int) -> str:
+        return self._path("members", f"data-{task:06d}-{group:06d}.bin")
+
+    def chunk_members(self, chunk: int) -> str:
+        """The (data file, start, end) ranges that hold a chunk's members' bytes, in its order."""
+        return self._path("members", f"{spread(chunk)}.json")
 
     # The listing made on workers (beam_jobs/list_source.py); the driver deletes these once it is staged.
     @property

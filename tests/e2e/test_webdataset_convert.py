@@ -153,15 +153,49 @@ def test_shards_in_the_simulated_object_store_are_read_by_range(tmp_path, monkey
     for (kind, what, caller), n in counts.items():
         if what.startswith("wds/"):
             reads[kind, caller.rpartition(":")[2]] += n
-    # each shard streamed once to list it (one GET, never a seek), then one ranged read of an image to check
-    # it and one to write it: the prepare step reads in the seeded order, not shard by shard
+    # each shard streamed once to list it (one GET, never a seek), its members copied as they stream by
+    # (`_Tee.read`); the prepare step reads those copies, a batch at a time, never the shards again
     assert reads == {
         ("list", "remote_names"): 1,  # the listing on workers, which finds shards and leaves them to the driver
-        ("list", "list_inputs"): 1,
+        ("list", "shard_source"): 1,  # the shard names, on the driver
         ("stat", "list_shard"): 6,  # its size, through Beam's match
-        ("read", "list_shard"): 3,
-        ("read", "read_member"): 2 * 60,
+        ("read", "read"): 3,
     }
+
+
+def test_requests_per_image_from_tar_shards_are_far_below_one(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+    from tests.support import simfs
+
+    monkeypatch.setenv("SIMFS_STORE", str(tmp_path / "store"))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    shards, per_shard = 10, 200
+    expected = write_shards(
+        tmp_path / "store" / "wds",
+        {f"{i:05d}.tar": labelled(per_shard, 4, start=per_shard * i, size=(8, 6)) for i in range(shards)},
+    )
+    before, _ = simfs.local_counts()
+    result = CliRunner().invoke(
+        main, ["convert", "simfs://wds", "simfs://out/b", "--num-shards", "2", "--duplicates", "off", "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    counts = simfs.local_counts()[0] - before
+    records = _records(tmp_path / "store" / "out" / "b")["train"]
+    assert {n.partition("#")[0].rsplit(".", 1)[0]: r["image/encoded"] for n, r in records.items()} == {
+        k: image for k, (image, _) in expected.items()
+    }
+    kept = len(records)
+    assert kept == shards * per_shard
+    to_shards = sum(n for (kind, what, _), n in counts.items() if what.startswith("wds/") and kind != "list")
+    assert to_shards == 3 * shards  # two stats and one streamed read a shard, whatever their samples
+    to_members = sum(n for (kind, what, _), n in counts.items() if kind == "read" and "members/" in what)
+    print(f"\n{simfs.requests(counts) / kept:.2f} requests per kept image, {to_members / kept:.3f} member reads")
+    # a batch's members (16) in one read, two where they straddle two groups' files; one a piece to merge them
+    assert to_members / kept < 0.15, to_members / kept
+    # all told, the writer's reads of spilled records (one each, as today for converted images) dominate
+    assert simfs.requests(counts) / kept <= 1.5, simfs.requests(counts) / kept
 
 
 def test_the_sample_writes_a_webdataset_and_converts_it(tmp_path):
@@ -199,3 +233,39 @@ def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, refere
         address = f"--dask_client_address={cluster.scheduler_address}"
         conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
     assert_same_dataset(out, reference, shards=4)
+
+
+def test_damaged_shards_in_the_simulated_object_store_give_the_local_conversion(tmp_path, monkeypatch):
+    """Remote shards are listed streamed, their members copied as they stream by; with a bad header and a
+    shard cut short (the pass restarts past the bad block), the output is the local SOURCE's, byte for byte,
+    also when the pieces' copies are merged with one reader open at a time."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from prep.cli import main
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    monkeypatch.setattr("beam_jobs.list_shards._Readers.OPEN", 1)  # a group's pieces merged reopening readers
+    root = tmp_path / "src"
+    write_shards(root, {"a.tar": labelled(30, 3), "b.tar": labelled(30, 3, start=30)})
+    corrupt_header(root / "a.tar", "s00012.jpg")
+    data = (root / "b.tar").read_bytes()
+    cut = data.find(b"s00055.jpg\0")
+    (root / "b.tar").write_bytes(data[: cut + 512 + 100])
+    shutil.copytree(root, store / "wds")
+    local = convert_with_cli(root, tmp_path / "local", "--num-shards", 2)
+    args = ["--num-shards", "2", "--no-progress"]
+    result = CliRunner().invoke(main, ["convert", "simfs://wds", "simfs://out/r", *args])
+    assert result.exit_code == 0, result.output
+    from tests.support.shards import manifest_without_run, other_files, shard_bytes
+
+    out = store / "out" / "r"
+    assert shard_bytes(out) == shard_bytes(local) and len(shard_bytes(out)) == 2
+    assert manifest_without_run(out) == manifest_without_run(local)
+    assert other_files(out) == other_files(local)
+    assert not [p for p in (out / ".prep-tmp").rglob("*") if p.is_file()]  # the store's objects; folders are not
+    assert {r["reason"] for r in _rejects(local)} == {"damaged_tar", "no_image", "truncated_member"}

@@ -124,3 +124,30 @@ def test_the_fast_header_pass_lists_what_tarfile_lists(tmp_path, monkeypatch):
     assert [r.label for r in fast[0]] == ["1", "x", "y"] and fast[0][0].path.startswith(f"a.tar/{long_key}.png#")
     monkeypatch.setattr(webdataset, "_fast_members", lambda f, size: None)
     assert webdataset.list_shard(str(tmp_path), "a.tar", None) == fast
+
+
+def test_held_members_are_read_a_batch_at_a_time_across_files(tmp_path):
+    from prep.core.listing import InputRef
+    from prep.core.sources import held
+    from prep.core.workdir import WorkDir
+
+    work = WorkDir(str(tmp_path / "out"))
+    blobs = [bytes([i]) * (i + 1) for i in range(7)]
+    files = [work.members_data(0, 1), work.members_data(0, 2)]
+    (tmp_path / "out" / ".prep-tmp" / "members").mkdir(parents=True)
+    # the chunk's first 3 members end file 0 (after 5 bytes of another chunk's), the other 4 start file 1
+    with open(files[0], "wb") as f:
+        f.write(b"x" * 5 + b"".join(blobs[:3]))
+    with open(files[1], "wb") as f:
+        f.write(b"".join(blobs[3:]) + b"y" * 9)
+    first = sum(map(len, blobs[:3]))
+    held.write_chunk_ranges(work, 4, [(files[0], 5, 5 + first), (files[1], 0, sum(map(len, blobs[3:])))])
+    refs = [
+        InputRef(webdataset.member_path("a.tar", f"k{i}.jpg", 1000 * i, len(b)), "0", None) for i, b in enumerate(blobs)
+    ]
+    batches = held.batches_held(work, 4, refs, 2)
+    assert [len(b.ranges) for b in batches] == [1, 2, 1, 1]  # the second batch straddles the two files
+    assert [data for b in batches for data in held.read_held(b)] == blobs
+    assert held.batches_held(work, 5, refs, 2) == [None] * 4  # a chunk without held members reads the shards
+    folder = [InputRef("cat/a.jpg", "cat", None)]
+    assert held.batches_held(work, 4, folder, 2) == [None]  # nor inputs that are no members

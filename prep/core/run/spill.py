@@ -26,6 +26,7 @@ from prep.core.listing import InputRef, Reject, printable
 from prep.core.run.task_build import TaskInfo, TaskSpec, build_record, rejected_info
 from prep.core.schema import ENCODED, ImageRecord
 from prep.core.sources import table_files, webdataset
+from prep.core.sources.held import Held, read_held
 from prep.core.task_record import TaskRecord
 from prep.core.tfrecord import frame, frame_around, framed_around_matches
 from prep.core.wire import encode_example_around
@@ -160,6 +161,7 @@ def read_and_prepare(
     source_id: str | None = None,
     sandbox: Sandbox | None = None,
     keys: KeyBatch | None = None,
+    data: bytes | None = None,
 ) -> tuple[Spilled | Reject, str, TaskInfo | None]:
     """Reads one input; returns ((spilled bytes, cut, image bytes, converted) or a Reject, input signature,
     TaskInfo or None).
@@ -169,20 +171,23 @@ def read_and_prepare(
     its framed record without the image, which belongs at `cut`; the shard
     writer reads the image from the source again (`read_record`). That halves
     what a pass-through conversion writes, and the record's CRC, spilled with
-    it, shows whether the source changed in between.
+    it, shows whether the source changed in between. A remote WebDataset
+    member's is spilled whole, as a converted one's.
 
     `buffer` is this thread's, for re-encoding (see prep.core.image_rules.EncodeBuffer).
     `source_id`, when given, is written as image/source_id (--target model-garden);
     `sandbox`: see `_prepare`. With `options.task` (multi-label, detection, segmentation),
     the record is a TaskRecord (prep/core/run/task_build.py) and the TaskInfo gives its counts.
-    `keys`, when given, gets the prepared image added (content_keys.KeyBatch).
+    `keys`, when given, gets the prepared image added (content_keys.KeyBatch). `data`: the input's bytes when
+    they were read already (a WebDataset member held in the work directory, prep/core/sources/held.py).
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
     sig = None if storage.is_remote(path) else input_signature(path)  # before reading: a change shows
-    data = read_input(path, options.image_column)
-    if isinstance(data, tuple):
-        return Reject(ref.path, *data), sig or "", task and rejected_info(task, ref)
+    got = read_input(path, options.image_column) if data is None else data
+    if isinstance(got, tuple):
+        return Reject(ref.path, *got), sig or "", task and rejected_info(task, ref)
+    data = got
     sig = sig if sig is not None else input_signature(path, data)
     try:
         image = _prepare(data, options.image, buffer, sandbox, ref.path in options.suspects, keys is not None)
@@ -208,6 +213,11 @@ def read_and_prepare(
         return (frame(record.to_bytes()), 0, 0, image.converted), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
+    if storage.is_remote(path) and webdataset.parse_member(path) is not None:
+        # A remote tar member is spilled whole: read again it would cost the writer a request per image
+        # (docs/benchmarks.md, WebDataset). A local one is read again by range, from the page cache: writing
+        # it to the spill cost more (20,000 photos pass-through, bench/wds_bench.py).
+        return (before + image.encoded + after, 0, 0, False), sig, info
     return (before + after, len(before), len(image.encoded), False), sig, info
 
 
@@ -272,6 +282,7 @@ def prepare_batch(
     label_ids: dict[str, int],
     sandbox: Sandbox | None = None,
     pause: Callable[[], object] | None = None,
+    held: Held | None = None,
 ) -> tuple[list[Outcome], int, BatchKeys | None]:
     """Prepares `refs` in order and hands what each record needs to `sink`, its chunk's spill file, as batch
     `spill` (a spill id: `workdir.spill_id`).
@@ -288,6 +299,7 @@ def prepare_batch(
     `suspects`, inputs in flight when an earlier run was killed (`chunk_spill.mark_in_flight`), go to `sandbox`.
     `pause`, a test hook, is called first. With `keys`, the good inputs' keys are hashed
     together (content_keys.KeyBatch) and returned, for PrepareChunk to record a chunk's at once.
+    `held`: where the batch's WebDataset members' bytes are held, read at once (prep/core/sources/held.py).
     """
     if pause is not None:
         pause()
@@ -299,10 +311,15 @@ def prepare_batch(
     names: list[str] = []
     keyed = None
     pieces: list[bytes] = []  # a batch's bytes: at most BATCH records
+    datas: list[bytes | None] = [None] * len(refs)
+    if held is not None:
+        datas = list(read_held(held) or datas)
     with EncodeBuffer() as buffer:
         for i, ref in enumerate(refs):
             sid = targets.source_id(spill * BATCH + i) if options.source_ids and task is None else None
-            result, signature, info = read_and_prepare(options, ref, label_ids[ref.label], buffer, sid, sandbox, batch)
+            result, signature, info = read_and_prepare(
+                options, ref, label_ids[ref.label], buffer, sid, sandbox, batch, datas[i]
+            )
             outcome: Prepared | Reject
             if isinstance(result, Reject):
                 outcome = result

@@ -26,12 +26,14 @@ import os
 import posixpath
 import re
 import tarfile
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from prep.core import storage
 from prep.core.errors import SourceError
-from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, finish_listing
+from prep.core.listing import InputRef, Listing, Reject, finish_listing
+from prep.core.sources import shard_set
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
@@ -266,15 +268,48 @@ def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
     return out if pos >= size and name is None else None
 
 
+class _Tee:
+    """A reader that writes what it reads to `copy` at the same offsets (a remote shard's copy, made by the pass
+    that lists it: every member it lists was read through)."""
+
+    def __init__(self, inner: BinaryIO, copy: BinaryIO) -> None:
+        self._inner, self._copy, self._pos = inner, copy, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._inner.read(n)
+        self._copy.seek(self._pos)
+        self._copy.write(data)
+        self._pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._inner.seek(offset, whence)
+        self._pos = self._inner.tell()
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> _Tee:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def list_shard(
-    source: str, shard: str, split: str | None, label_key: str | None = None
+    source: str, shard: str, split: str | None, label_key: str | None = None, copy: BinaryIO | None = None
 ) -> tuple[list[InputRef], list[Reject]]:
     """One shard (`shard` relative to SOURCE) in one pass: its samples' refs and rejects.
 
     A local shard is read header by header, members' data skipped by seeking (reading it all made
     listing 20,000 photos cost more than converting them); a remote one in one streamed read (a seek
-    there is one more request). Python's tarfile skips a bad header block by block (`ignore_zeros`)
-    but gives up on a bad header after a pax header; the pass then starts again one block after it.
+    there is one more request; `copy`, when given, gets the bytes it read). Python's tarfile skips a bad
+    header block by block (`ignore_zeros`) but gives up on a bad header after a pax header; the pass then
+    starts again one block after it.
     """
     full = storage.input_path(source, shard)
     try:
@@ -282,6 +317,8 @@ def list_shard(
         if size is None:
             raise OSError("size unknown")
         f: BinaryIO = storage.open_read(full)
+        if copy is not None and storage.is_remote(full):
+            f = typing.cast(BinaryIO, _Tee(f, copy))
     except Exception as exc:  # each file system raises its own types
         return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
     scan = _Scan(shard, split, label_key, size)
@@ -328,39 +365,23 @@ def list_webdataset(
     label_key: str | None,
     lister: Callable[[str, str, str | None, str | None], tuple[list[InputRef], list[Reject]]] = list_shard,
 ) -> Listing:
-    """Every shard listed (on the driver for now: it then holds one ref per sample, as for folders);
-    shards under a split folder (`train/`, `validation/`, ...) give that split."""
+    """Every shard listed on the driver, which then holds one ref per sample (`--resume`, tests); a conversion
+    lists them on workers (beam_jobs/list_shards.py), by the same rules (`shard_set`)."""
     refs: list[InputRef] = []
     rejects: list[Reject] = []
-    tops = {s.split("/")[0] for s in shards if "/" in s}
-    by_split = layout == "splits" or (layout == "auto" and bool(tops) and tops <= KNOWN_SPLITS)
-    for shard in sorted(s for s in shards if not any(p.startswith(".") for p in s.split("/"))):
-        split = shard.split("/")[0] if by_split and "/" in shard else None
-        got, bad = lister(source, shard, split, label_key)
+    for task in shard_set.shard_tasks(shards, layout):
+        got, bad = lister(source, task.shard, task.split, label_key)
         refs += got
         rejects += bad
-    found = {ref.label for ref in refs}
-    if classes is not None and found and not found & set(classes) and all(_INT.fullmatch(n) for n in found):
-        named = [_named(ref, classes) for ref in refs]  # cls ids index --classes
-        rejects += [r for r in named if isinstance(r, Reject)]
-        refs = [r for r in named if isinstance(r, InputRef)]
-        found = {ref.label for ref in refs}
-    if found and all(_INT.fullmatch(name) for name in found):
-        names = tuple(sorted(found, key=int))
-    else:
-        names = tuple(sorted(found))
     if not refs:
-        reasons = collections.Counter(r.reason for r in rejects)
-        raise SourceError(
-            f"no sample of the {len(shards)} shard(s) under {source} has an image and a label ("
-            + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no samples")
-            + "); see --label-key"
-        )
-    return finish_listing(refs, rejects, names, classes, source=source)
-
-
-def _named(ref: InputRef, classes: tuple[str, ...]) -> InputRef | Reject:
-    i = int(ref.label)
-    if not 0 <= i < len(classes):
-        return Reject(ref.path, "unknown_label", f"label {i} is past the {len(classes)} names of --classes")
-    return ref._replace(label=classes[i])
+        raise shard_set.no_samples(source, len(shards), collections.Counter(r.reason for r in rejects))
+    names = shard_set.class_names((ref.label for ref in refs), classes)
+    if names.relabel is not None:
+        assert classes is not None  # class_names relabels for --classes only
+        rejects += [
+            Reject(r.path, "unknown_label", names.past_end_detail(r.label, classes))
+            for r in refs
+            if r.label in names.past_end
+        ]
+        refs = [r._replace(label=names.relabel[r.label]) for r in refs if r.label not in names.past_end]
+    return finish_listing(refs, rejects, names.names, classes, source=source)
