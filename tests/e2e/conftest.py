@@ -27,3 +27,23 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if HERE in pathlib.Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """The scheduler address of a Dask LocalCluster (2 processes of 1 thread) that the session's Dask tests
+    share (tests/support/services.py says why); skips when Dask is not installed."""
+    pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
+    from tests.support.services import dask_cluster
+
+    with dask_cluster() as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def portable_services(tmp_path_factory):
+    """(job port, pool port): Beam's local job service and an external worker pool, shared by the session."""
+    from tests.support.services import portable_services
+
+    with portable_services(tmp_path_factory.mktemp("worker-pool")) as ports:
+        yield ports

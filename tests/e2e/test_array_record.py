@@ -16,7 +16,6 @@ from prep.core import formats
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.e2e.test_resume import FullDisk, fail_writes
-from tests.e2e.test_runners import portable_services  # noqa: F401  (a fixture, asked for by name)
 from tests.support import task_datasets
 from tests.support.imagegen import write_dirty_tree
 from tests.support.shards import convert_with_cli
@@ -219,19 +218,14 @@ def test_other_runners_write_the_same_array_record_bytes(source, both, tmp_path,
     options = {"split": "train=0.7,validation=0.3", "num_shards": 3, "workers": 2, "file_format": "array_record"}
     config = build_config(str(source), str(tmp_path / "out"), options)
     if runner == "dask":
-        import logging
-
-        distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-            args = [f"--dask_client_address={cluster.scheduler_address}"]
-            conversion.convert(
-                config,
-                list_inputs(config),
-                runner="apache_beam.runners.dask.dask_runner.DaskRunner",
-                beam_args=args,
-                group_target=5,
-            )
+        args = [f"--dask_client_address={request.getfixturevalue('dask_cluster')}"]
+        conversion.convert(
+            config,
+            list_inputs(config),
+            runner="apache_beam.runners.dask.dask_runner.DaskRunner",
+            beam_args=args,
+            group_target=5,
+        )
     elif runner == "portable":  # Beam's job service and an external worker pool: the path Flink and Spark take
         job_port, pool_port = request.getfixturevalue("portable_services")
         args = [

@@ -2,11 +2,6 @@
 
 import logging
 import os
-import pathlib
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -15,6 +10,7 @@ from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
 from tests.support.imagegen import write_dirty_tree
 from tests.support.shards import assert_same_dataset, manifest_without_run, shard_bytes
+from tests.support.workers import free_port
 
 DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # index: record indexes must be identical through every runner, also for shards written in parts.
@@ -104,54 +100,7 @@ def test_direct_runner_multi_processing(source, reference, tmp_path):
     assert_same(out, reference)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited early with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
-
-
-@pytest.fixture
-def portable_services(tmp_path):
-    """Beam's local job service and an external worker pool: the path Flink and Spark take.
-
-    The workers import this checkout's code (PYTHONPATH), not whatever copy is installed."""
-    job_port, pool_port = free_port(), free_port()
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-    ]
-    try:
-        wait_for_port(job_port, procs[0])
-        wait_for_port(pool_port, procs[1])
-        yield job_port, pool_port
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(timeout=30)
+# portable_services and dask_cluster: tests/e2e/conftest.py (one of each per session).
 
 
 def test_portable_runner_with_external_worker_pool(source, reference, tmp_path, portable_services):
@@ -201,12 +150,10 @@ def test_a_job_service_that_does_not_answer_is_one_error_and_resume_finishes_on_
     assert_same(tmp_path / "out", reference)
 
 
-def test_dask_runner_on_local_cluster(source, reference, tmp_path):
-    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        address = f"--dask_client_address={cluster.scheduler_address}"
-        out = convert(source, tmp_path / "out", runner=DASK, beam_args=[address], group_target=5)
+def test_dask_runner_on_local_cluster(source, reference, tmp_path, dask_cluster):
+    out = convert(
+        source, tmp_path / "out", runner=DASK, beam_args=[f"--dask_client_address={dask_cluster}"], group_target=5
+    )
     assert_same(out, reference)
 
 
@@ -301,10 +248,6 @@ def test_detection_through_the_runners(
     assert_same(out, detection_reference)
 
 
-def test_detection_on_the_dask_runner(detection_source, detection_reference, tmp_path):
-    distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        address = f"--dask_client_address={cluster.scheduler_address}"
-        out = convert_detection(detection_source, tmp_path / "out", DASK, [address], group_target=5)
+def test_detection_on_the_dask_runner(detection_source, detection_reference, tmp_path, dask_cluster):
+    out = convert_detection(detection_source, tmp_path / "out", DASK, [f"--dask_client_address={dask_cluster}"], 5)
     assert_same(out, detection_reference)

@@ -2,6 +2,7 @@
 
     python tests/support/dist_worker.py mirrored DATA OUT.json --devices 3
     python tests/support/dist_worker.py mwms DATA OUT.json --index 0 --ports 41001,41002
+    python tests/support/dist_worker.py mirrored DATA OUT.json --devices 2 --detection DETECTION_DATA
 
 mirrored: MirroredStrategy over N logical CPU devices (set before TensorFlow
 starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
@@ -9,7 +10,8 @@ starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
 replica, the batches and file names of a training epoch (twice) and of a padded
 evaluation epoch, then train: Keras 3 `fit` and a custom loop (mirrored), or
 a custom loop and tf-keras `fit` when tf-keras is installed (mwms); mwms also
-records how Keras 3 `fit` fails there.
+records how Keras 3 `fit` fails there. With `--detection`, the same process then reads a detection split
+through the same strategy (tests/support/dist_detection.py): a TensorFlow process less per configuration.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def mirrored(args) -> dict:
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     dist = loaders.distribute(strategy, args.data, "train", global_batch, IMAGE)
     result["loop_losses"] = loaders.train_loop(strategy, looped, optimizer, loss, dist, steps, global_batch)
-    return result
+    return with_detection(result, strategy, args)
 
 
 def mwms(args) -> dict:
@@ -153,6 +155,14 @@ def mwms(args) -> dict:
         dist = loaders.distribute(strategy, args.data, "train", global_batch, IMAGE, repeat=True)
         history = legacy.fit(dist, epochs=2, steps_per_epoch=steps, verbose=0)
         result["tf_keras_losses"] = history.history["loss"]
+    return with_detection(result, strategy, args)
+
+
+def with_detection(result: dict, strategy, args) -> dict:
+    if args.detection:
+        from tests.support import dist_detection
+
+        result["detection"] = dist_detection.checks(strategy, args.detection)
     return result
 
 
@@ -164,6 +174,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--ports", default="")
+    parser.add_argument("--detection", default="", help="a detection dataset to read with the same strategy")
     args = parser.parse_args()
     result = mirrored(args) if args.mode == "mirrored" else mwms(args)
     for key, value in result.items():
