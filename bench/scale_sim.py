@@ -20,7 +20,9 @@ the simulated store counted them in every process (a `rename` is a copy and a de
 the dedupe stage's share: of requests, those made from its modules (DEDUPE_MODULES), and of CPU time,
 1 - (CPU with --duplicates off) / (CPU with keep) when both ran (CPU rather than wall time: on a machine shared
 with other work, wall time moves more than CPU time). Then the requests per kept image by calling function
-(file:function), largest first, for the last run.
+(file:function), largest first, for the last run. On the embedded runner also the CPU of the driver's
+process per fused stage (Beam's bundles timed, named by the shuffle each reads: SpreadChunks is preparing,
+Dedupe/FindPairs/SpreadScans the near-pair scan), and duplicates.jsonl's counts.
 
 With `--webdataset N`, the same images (jpg + cls, in seeded order) are first written as WebDataset shards of
 N samples, `simfs://wds/NNNNN.tar` (stored objects, not virtual), and SOURCE is `simfs://wds`: issue 38
@@ -39,6 +41,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -60,14 +63,27 @@ DEDUPE_MODULES = (
 )
 SHOWN = ("list", "stat", "read", "write", "rename", "delete")
 # The driver: prep's CLI in a process that registered simfs, leaving its peak RSS (KiB) in a file at exit.
-DRIVER = """import atexit, json, os, resource, sys
+# On the embedded runner, the CPU of this process (pool threads included) is also summed per fused stage, by
+# the stage's first step (`stage_cpu`): which step grows faster than n.
+DRIVER = """import atexit, json, os, resource, sys, time
 from tests.support import simfs
+stages = {}
 def _rss():
     with open(os.environ["SCALE_SIM_RSS"], "w") as f:
         me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        json.dump({"self": me.ru_maxrss, "children": kids.ru_maxrss,
+        json.dump({"self": me.ru_maxrss, "children": kids.ru_maxrss, "stages": stages,
                    "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}, f)
 atexit.register(_rss)
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+_execute = fn_runner.FnApiRunner._execute_bundle
+def _timed(self, context, manager, bundle_input):
+    cpu = time.process_time()
+    try:
+        return _execute(self, context, manager, bundle_input)
+    finally:
+        name = manager.stage.name
+        stages[name] = stages.get(name, 0.0) + time.process_time() - cpu
+fn_runner.FnApiRunner._execute_bundle = _timed
 from prep.cli import run
 sys.argv = ["prep", *sys.argv[1:]]
 run()
@@ -270,7 +286,18 @@ def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
         "driver_mb": rss["self"] / 1024,
         "worker_mb": worker_rss,
         "counts": counts,
+        "stages": rss.get("stages", {}),
+        "groups": _report_header(pathlib.Path(os.environ["SIMFS_STORE"]) / "out" / f"run-{duplicates}"),
     }
+
+
+def _report_header(output: pathlib.Path) -> dict:
+    """duplicates.jsonl's header (its counts) of a run's OUTPUT, or {} without one."""
+    path = output / "duplicates.jsonl"
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        return json.loads(f.readline())
 
 
 def per_kept(counts: collections.Counter, kept: int) -> dict[str, float]:
@@ -309,6 +336,32 @@ def print_table(rows: list[dict]) -> None:
             + f" {p['dedupe_requests']:>10.0%} {share:>10}"
         )
     print("(requests per kept image; all: a rename counted as a copy and a delete)")
+
+
+def stage_label(fused: str) -> str:
+    """A fused stage of the embedded runner named by the shuffle it reads (its first step's input), else its
+    first step: "SpreadChunks" is preparing, "Dedupe/FindPairs/SpreadScans" the scan."""
+    m = re.search(r"\(([\w/-]+?)(?:/ReshufflePerKey/GroupByKey|/Gather)?/Read\)", fused)
+    if m:
+        return m.group(1)
+    m = re.search(r"ref_AppliedPTransform_([\w-]+?)_\d+", fused)
+    return m.group(1).replace("-", "/") if m else fused[:40]
+
+
+def print_stages(rows: list[dict], least: float = 0.005) -> None:
+    """CPU seconds of the driver's process per fused stage (embedded runner), those over `least` of a run's."""
+    totals = [collections.Counter() for _ in rows]
+    for total, r in zip(totals, rows):
+        for fused, cpu in r["stages"].items():
+            total[stage_label(fused)] += cpu
+    shown = sorted({k for t, r in zip(totals, rows) for k, v in t.items() if v >= least * r["cpu"]})
+    if not shown:
+        return
+    print("\nCPU s per stage (the driver's process; named by the shuffle each reads):")
+    print(f"  {'stage':<48}" + "".join(f"{r['duplicates']:>10}" for r in rows))
+    for k in sorted(shown, key=lambda k: -totals[-1][k]):
+        print(f"  {k:<48}" + "".join(f"{t[k]:>10.1f}" for t in totals))
+    print(f"  {'(all stages)':<48}" + "".join(f"{sum(t.values()):>10.1f}" for t in totals))
 
 
 def print_callers(r: dict, top: int) -> None:
@@ -386,6 +439,10 @@ def main() -> None:
             cluster.close()
         shutil.rmtree(scratch, ignore_errors=True)
     print_table(rows)
+    print_stages(rows)
+    for r in rows:
+        if r["groups"]:
+            print(f"duplicates.jsonl, {r['duplicates']}: {json.dumps(r['groups'])}")
     print_callers(rows[-1], args.top)
     if args.json:
         args.json.write_text(
