@@ -158,19 +158,22 @@ def scan_band(
         pairs, s = _oversized(items, hashes, starts[value], starts[value + 1], band, cap, max_distance)
         out.extend(pairs)
         skipped += s
+    any_big = bool(big.any())  # else the probes need no filtering by it
     for first_probe in range(0, len(items), BLOCK):  # the probes' arrays: BLOCK hashes' at a time
         pos = np.arange(first_probe, min(first_probe + BLOCK, len(items)))
+        held = values[pos]
         if same:
-            alike = pos[~big[values[pos]]]  # the same band value: each later hash of it
+            alike = pos[~big[held]] if any_big else pos  # the same band value: each later hash of it
             out.extend(
                 _compare(items, hashes, alike, alike + 1, starts[values[alike] + 1] - alike - 1, band, max_distance)
             )
         for flip in (1 << k for k in dims):  # from the side whose bit is 0, so a pair is met once
-            q = pos[(values[pos] & flip) == 0]
-            target = values[q] | flip
-            over = big[target]
-            skipped += int(sizes[target[over]].sum())
-            q, target = q[~over], target[~over]
+            side = (held & flip) == 0
+            q, target = pos[side], held[side] | flip
+            if any_big:
+                over = big[target]
+                skipped += int(sizes[target[over]].sum())
+                q, target = q[~over], target[~over]
             out.extend(_compare(items, hashes, q, starts[target], sizes[target], band, max_distance))
     return out, skipped
 
@@ -191,18 +194,23 @@ def _compare(
     keep = counts > 0
     q, lo, counts = q[keep], lo[keep], counts[keep]
     ends = np.cumsum(counts)
+    # Candidate g (counted over every probe) of probe i is hash shift[i] + g; the probe's hash is repeated
+    # rather than gathered per candidate, and which probe a candidate is looked up only for the near ones:
+    # a few passes over the candidates fewer, where the scan spends its time past a few 100,000 images.
+    shift = lo - (ends - counts)
+    probes = hashes[q]
     start = 0
     while start < len(q):
-        stop = max(start + 1, int(np.searchsorted(ends, (ends[start - 1] if start else 0) + LIMIT, "right")))
+        first = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, first + LIMIT, "right")))
         n = counts[start:stop]
-        rows = np.repeat(np.arange(start, stop), n)
-        b = lo[rows] + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        a = q[rows]
-        x = hashes[a] ^ hashes[b]
+        b = np.repeat(shift[start:stop], n) + np.arange(first, int(ends[stop - 1]))
+        x = np.repeat(probes[start:stop], n) ^ hashes[b]
         d = np.bitwise_count(x)
         near = np.flatnonzero(d <= max_distance)
         near = near[_first_band_is(x[near], band)]
-        ia, ib = items[a[near]], items[b[near]]
+        rows = start + np.searchsorted(ends[start:stop] - first, near, "right")
+        ia, ib = items[q[rows]], items[b[near]]
         yield from zip(d[near].tolist(), np.minimum(ia, ib).tolist(), np.maximum(ia, ib).tolist())
         start = stop
 
