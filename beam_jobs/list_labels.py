@@ -36,6 +36,7 @@ from beam_jobs.list_source import (
     of_kind,
     plan_groups,
     read_refs,
+    stage_planned,
     write_group,
     write_summary,
 )
@@ -231,30 +232,8 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
         | "GatherListed" >> beam.GroupByKey()
         | "PlanChunks" >> beam.FlatMap(plan, src, classes)
     )
-    written = (
-        planned
-        | "ChunkJobs" >> beam.FlatMap(of_kind(ChunkJob))
-        | "SpreadChunkJobs" >> beam.Reshuffle()
-        | "WriteChunks" >> beam.ParDo(WriteChunk(work))
-    )
-    rejects = (
-        (
-            done,
-            decided | "DuplicateRows" >> beam.FlatMap(of_kind(Reject)),
-            planned | "Unknown" >> beam.FlatMap(of_kind(UnknownGroup)),
-        )
-        | "RejectSources" >> beam.Flatten()
-        | "RejectsOneKey" >> beam.Map(one_key)
-        | "GatherRejects" >> beam.GroupByKey()
-        | "WriteRejects" >> beam.FlatMap(write_rejects, work)
-    )
-    (
-        (planned | "Info" >> beam.FlatMap(of_kind(PlanInfo)), written, rejects)
-        | "SummaryParts" >> beam.Flatten()
-        | "SummaryOneKey" >> beam.Map(one_key)
-        | "GatherSummary" >> beam.GroupByKey()
-        | "WriteSummary" >> beam.FlatMap(write_summary, work)
-    )
+    rejected = (done, decided | "DuplicateRows" >> beam.FlatMap(of_kind(Reject)))
+    stage_planned(planned, ChunkJob, WriteChunk(work), rejected, work, write_rejects)
 
 
 def list_here(src: LabelSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:

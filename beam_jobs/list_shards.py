@@ -76,10 +76,6 @@ class Relabelled(typing.NamedTuple):
     data: tuple[held.Range, ...] = ()
 
 
-def _of(kind):
-    return lambda item: [item] if isinstance(item, kind) else []
-
-
 class ListShard(beam.DoFn):
     """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote shard's
     members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
@@ -271,12 +267,12 @@ def build_listing(p: beam.Pipeline, source: ShardSource, seed: int, classes: tup
     )
     grouped = (
         listed
-        | "Pieces" >> beam.FlatMap(_of(ShardGroup))
+        | "Pieces" >> beam.FlatMap(list_source.of_kind(ShardGroup))
         | "ByGroup" >> beam.Map(lambda g: (group_order((g.split, g.label)), g))
         | "GatherGroups" >> beam.GroupByKey()
         | "SortGroups" >> beam.FlatMap(sort_group, seed, work)
     )
-    done = listed | "Done" >> beam.FlatMap(_of(TaskDone))
+    done = listed | "Done" >> beam.FlatMap(list_source.of_kind(TaskDone))
     planned = (
         (grouped, done)
         | "PlanParts" >> beam.Flatten()
@@ -284,26 +280,7 @@ def build_listing(p: beam.Pipeline, source: ShardSource, seed: int, classes: tup
         | "GatherListed" >> beam.GroupByKey()
         | "PlanChunks" >> beam.FlatMap(plan, source, classes)
     )
-    written = (
-        planned
-        | "ChunkJobs" >> beam.FlatMap(_of(Relabelled))
-        | "SpreadChunkJobs" >> beam.Reshuffle()
-        | "WriteChunks" >> beam.ParDo(WriteChunk(work))
-    )
-    rejects = (
-        (done, planned | "Unknown" >> beam.FlatMap(_of(UnknownGroup)))
-        | "RejectSources" >> beam.Flatten()
-        | "RejectsOneKey" >> beam.Map(one_key)
-        | "GatherRejects" >> beam.GroupByKey()
-        | "WriteRejects" >> beam.FlatMap(list_source.write_rejects, work)
-    )
-    (
-        (planned | "Info" >> beam.FlatMap(_of(PlanInfo)), written, rejects)
-        | "SummaryParts" >> beam.Flatten()
-        | "SummaryOneKey" >> beam.Map(one_key)
-        | "GatherSummary" >> beam.GroupByKey()
-        | "WriteSummary" >> beam.FlatMap(list_source.write_summary, work)
-    )
+    list_source.stage_planned(planned, Relabelled, WriteChunk(work), (done,), work)
 
 
 def list_here(source: ShardSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:

@@ -326,18 +326,26 @@ def build_listing(p: beam.Pipeline, source: FolderSource, seed: int, classes: tu
         | "GatherListed" >> beam.GroupByKey()
         | "PlanChunks" >> beam.FlatMap(plan, source, classes)
     )
+    stage_planned(planned, ChunkJob, WriteChunk(work), (listed | "Done" >> beam.FlatMap(of_kind(TaskDone)),), work)
+
+
+def stage_planned(planned, jobs: type, writer: beam.DoFn, rejected: tuple, work: WorkDir, write=None) -> None:
+    """The listing's last steps, whatever listed the source: the plan's chunk jobs (of type `jobs`) written by
+    `writer`, the rejects of `rejected` and of unknown groups by `write` (default `write_rejects`), and
+    the summary."""
+    one_key = lambda item: (None, item)  # noqa: E731
     written = (
         planned
-        | "ChunkJobs" >> beam.FlatMap(of_kind(ChunkJob))
+        | "ChunkJobs" >> beam.FlatMap(of_kind(jobs))
         | "SpreadChunkJobs" >> beam.Reshuffle()
-        | "WriteChunks" >> beam.ParDo(WriteChunk(work))
+        | "WriteChunks" >> beam.ParDo(writer)
     )
     rejects = (
-        (listed | "Done" >> beam.FlatMap(of_kind(TaskDone)), planned | "Unknown" >> beam.FlatMap(of_kind(UnknownGroup)))
+        (*rejected, planned | "Unknown" >> beam.FlatMap(of_kind(UnknownGroup)))
         | "RejectSources" >> beam.Flatten()
         | "RejectsOneKey" >> beam.Map(one_key)
         | "GatherRejects" >> beam.GroupByKey()
-        | "WriteRejects" >> beam.FlatMap(write_rejects, work)
+        | "WriteRejects" >> beam.FlatMap(write or write_rejects, work)
     )
     (
         (planned | "Info" >> beam.FlatMap(of_kind(PlanInfo)), written, rejects)
