@@ -18,6 +18,10 @@ files, the early rejects and box notes, and listed/summary.json with what the dr
 categories, splits, chunk sizes, the run record's listing digest). So the staged files are the driver's,
 byte for byte (tests/unit/beam_jobs/test_list_annotations.py).
 
+Annotations of another format (VOC, YOLO, box CSV) are read whole by one task with the driver's readers
+(`StageListing` alone), so that the driver holds nothing per input there either; their reading is not
+spread over tasks yet.
+
 What holds what: a streaming task, the file's categories and one item at a time (ijson); a join task, one
 image's annotations; `StageDetection`, on one worker, what a detection listing holds on the driver today, an
 image row each, their objects in a local file: the strata are dealt over every image of a split together
@@ -76,26 +80,29 @@ class StageDetection(beam.DoFn):
 
 
 def stage(src: DetectionSource, output: str, items) -> int:
-    """Lists and stages the detection SOURCE from the join's items; returns the number of chunks.
+    """Lists and stages the detection SOURCE from the join's items (None: reads its annotations whole, with
+    the driver's readers); returns the number of chunks.
 
     Raises:
         SourceError: as the driver's listing would.
     """
-    with tempfile.TemporaryDirectory(prefix="prep-coco-joined-") as folder:
-        spool = FileStore(os.path.join(folder, "spool.jsonl"))
-        try:
-            parts = _gather(items, len(src.files), spool)
-            calls = iter(range(len(src.files)))
+    args = (src.source, src.options, src.classes, src.layout, src.plan.seed, src.skip, src.plan)
+    if items is None:
+        listing = list_detection(*args)
+    else:
+        with tempfile.TemporaryDirectory(prefix="prep-coco-joined-") as folder:
+            spool = FileStore(os.path.join(folder, "spool.jsonl"))
+            try:
+                parts = _gather(items, len(src.files), spool)
+                calls = iter(range(len(src.files)))
 
-            def read(source, path, fmt, classes, work, store: ObjectStore) -> RowSet:
-                # list_detection reads the files in the order of src.files (split_annotations' order)
-                return file_rows(path, parts[next(calls)], classes, spool, store)
+                def read(source, path, fmt, classes, work, store: ObjectStore) -> RowSet:
+                    # list_detection reads the files in the order of src.files (split_annotations' order)
+                    return file_rows(path, parts[next(calls)], classes, spool, store)
 
-            listing = list_detection(
-                src.source, src.options, src.classes, src.layout, src.plan.seed, src.skip, src.plan, read
-            )
-        finally:
-            spool.close()
+                listing = list_detection(*args, read)
+            finally:
+                spool.close()
     chunks = listing_chunks(listing, src.plan.seed)
     work = WorkDir(output)
     stage_listing(work, chunks, listing.rejects, None if listing.boxes is None else (listing.box_notes, listing.boxes))
@@ -151,6 +158,14 @@ def _claims(element) -> Iterator[ImageFault]:
 def build_listing(p: beam.Pipeline, src: DetectionSource, seed: int, classes: tuple[str, ...] | None, output: str):
     """Adds the listing steps to pipeline `p` (see the module docstring); `seed` and `classes` are `src`'s."""
     one_key = lambda item: (None, item)  # noqa: E731
+    if not src.files:  # another format: one task reads the annotations whole
+        (
+            p
+            | "ListingTask" >> beam.Create([None])
+            | "SpreadTask" >> beam.Reshuffle()
+            | "StageListing" >> beam.Map(lambda _: stage(src, output, None))
+        )
+        return
     streamed = (
         p
         | "AnnotationFiles" >> beam.Create(list(src.files))
@@ -185,6 +200,9 @@ def build_listing(p: beam.Pipeline, src: DetectionSource, seed: int, classes: tu
 def list_here(src: DetectionSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:
     """The steps of `build_listing`, one after another in this process (tests; the embedded runner lists a
     detection SOURCE on the driver, `prep.core.inputs.list_inputs`, which holds the same and is faster)."""
+    if not src.files:
+        stage(src, output, None)
+        return
     streamed = [item for f in src.files for item in stream_file(f)]
     names = {r.file: dict(r.categories) for r in streamed if isinstance(r, FileRead)}
     by_image: dict = {}

@@ -4,6 +4,7 @@
     python bench/coco_stream.py --scale 0.1           # a tenth of it
     python bench/coco_stream.py --order annotations   # annotations before images in the file
     python bench/coco_stream.py --old 4e0e696         # the commit whose reader is "old" (json.loads whole)
+    python bench/coco_stream.py --skip-old --workers  # and the driver's part of the listing on workers
 
 Makes (once, under bench/data/coco-<scale>-<order>/) an instances JSON of COCO 2017 train's shape: the same
 counts of images and annotations, 80 categories with COCO's sparse ids, ~1% crowd annotations as uncompressed
@@ -13,6 +14,10 @@ process, lists that SOURCE as `prep convert --annotations` does (`prep.core.inpu
 checkout's code and with the old commit's (extracted with `git archive`), and prints wall and CPU time, peak RSS
 (ru_maxrss of the process) and a digest of the listing (refs, rejects, box notes and tally): equal digests
 say both gave the same listing.
+
+`--workers` adds the driver's part of a listing on workers (beam_jobs/list_annotations.py, DirectRunner): the
+process's wall and CPU time and peak RSS from the call of `convert` to the start of the first worker task (the
+file's streaming), where the measuring process stops (its workers would be this process too).
 """
 
 from __future__ import annotations
@@ -59,6 +64,29 @@ peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "peak_mb": peak_mb,
                   "refs": len(listing.refs), "rejects": len(listing.rejects), "notes": len(listing.box_notes),
                   "digest": digest.hexdigest()[:16]}))
+"""
+
+
+# The driver's part of a conversion listed on workers: from convert() to the first worker task, stopped there.
+MEASURE_WORKERS = r"""
+import json, os, resource, sys, time
+from beam_jobs import convert, list_annotations
+from prep.core.convert_options import build_config
+source, annotations, output = sys.argv[1:4]
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+def first_task(coco_file):
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": time.perf_counter() - started, "cpu": cpu() - cpu_started, "peak_mb": peak_mb,
+                      "refs": 0, "rejects": 0, "notes": 0, "digest": "-"}))
+    sys.stdout.flush()
+    os._exit(0)
+list_annotations.stream_file = first_task
+config = build_config(source, output, {"annotations": annotations})
+started, cpu_started = time.perf_counter(), cpu()
+convert.convert(config, runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
+sys.exit("the listing did not run on workers")
 """
 
 
@@ -152,11 +180,11 @@ def old_tree(rev: str, into: pathlib.Path) -> pathlib.Path:
     return tree
 
 
-def measure(tree: pathlib.Path, source: pathlib.Path, annotations: pathlib.Path) -> dict:
+def measure(tree: pathlib.Path, source: pathlib.Path, annotations: pathlib.Path, script: str = MEASURE) -> dict:
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, PYTHONPATH=str(tree))
         done = subprocess.run(
-            [sys.executable, "-c", MEASURE, str(source), str(annotations), os.path.join(out, "out")],
+            [sys.executable, "-c", script, str(source), str(annotations), os.path.join(out, "out")],
             env=env,
             capture_output=True,
             text=True,
@@ -173,6 +201,7 @@ def main() -> None:
     parser.add_argument("--order", choices=("images", "annotations"), default="images", help="which array first")
     parser.add_argument("--old", default=OLD, help="the commit whose reader is measured as 'old'")
     parser.add_argument("--skip-old", action="store_true", help="measure this checkout only")
+    parser.add_argument("--workers", action="store_true", help="also the driver's part of a listing on workers")
     args = parser.parse_args()
     root = HERE / "data" / f"coco-{args.scale:g}-{args.order}"
     annotations = make_set(root, args.scale, args.order)
@@ -190,6 +219,9 @@ def main() -> None:
             )
         )
     rows.append(("new (this checkout, ijson stream)", measure(ROOT, root / "train2017", annotations)))
+    if args.workers:
+        driver = measure(ROOT, root / "train2017", annotations, MEASURE_WORKERS)
+        rows.append(("on workers: the driver, to the first worker task", driver))
     print("| reader | wall s | CPU s | peak RSS MB | refs | rejects | box notes | listing digest |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, r in rows:

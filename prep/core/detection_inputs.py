@@ -106,8 +106,9 @@ def list_detection(
 
 
 class DetectionSource(typing.NamedTuple):
-    """A detection SOURCE whose COCO annotation files are streamed and joined on workers
-    (beam_jobs/list_annotations.py), the rest of its listing made there by `list_detection`."""
+    """A detection SOURCE listed on workers (beam_jobs/list_annotations.py) by `list_detection`: its COCO files
+    streamed and joined to their images by a shuffle, or (no `files`) its annotations of another format read
+    by one task with the driver's readers."""
 
     source: str
     options: TaskOptions
@@ -115,28 +116,30 @@ class DetectionSource(typing.NamedTuple):
     layout: str
     skip: frozenset[str]  # as `list_detection`'s
     plan: PlanOptions
-    files: tuple[CocoFile, ...]
+    files: tuple[CocoFile, ...]  # none: read whole by one task
 
     @property
-    def tasks(self) -> tuple[CocoFile, ...]:
-        return self.files
+    def tasks(self) -> tuple[CocoFile | None, ...]:
+        """The first pipeline's created elements: a COCO file each, or one task that reads them all."""
+        return self.files or (None,)
 
 
 def coco_files(source: str, options: TaskOptions) -> tuple[CocoFile, ...] | None:
-    """The COCO files of `options` to stream on workers, after a stat of SOURCE and of each (O(files)); None
-    when the driver lists them: another format, or a path that cannot be stated (the driver's listing says
-    what is wrong, in its order).
+    """The COCO files of `options` to stream on workers, after a stat of SOURCE and of each (O(files)); ()
+    for annotations of another format (or one said only by looking into a folder), which a worker reads whole;
+    None when the driver lists them: a path that cannot be stated (the driver's listing says what is wrong,
+    in its order).
     """
     from prep.core.annotations.coco_keyed import CocoFile
 
     given: list[str | None] = [path for _, path in options.split_annotations] or [options.annotations]
     paths = [p for p in given if p is not None]
-    if options.annotation_format not in (None, "coco") or not paths or len(paths) < len(given):
+    if not paths or len(paths) < len(given) or not (storage.is_remote(source) or os.path.isdir(source)):
         return None
+    if options.annotation_format not in (None, "coco"):
+        return ()
     if options.annotation_format is None and not all(p.lower().endswith(".json") for p in paths):
-        return None  # detect_format would call it something else, or look into a folder
-    if not (storage.is_remote(source) or os.path.isdir(source)):
-        return None
+        return ()  # detect_format, on the worker, says which format (looking into a folder) or what is wrong
     for path in paths:
         try:
             if storage.is_remote(path) and storage.size(path) is None:

@@ -72,3 +72,7 @@ def test_a_conversion_on_another_runner_writes_the_drivers_shards(tmp_path, monk
     conversion.convert(config, runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
     assert len(built) == 1  # listed on workers
     assert_same_dataset(tmp_path / "workers", tmp_path / "driver", shards=2)
+
+
+def test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path):
+    unit.test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path)

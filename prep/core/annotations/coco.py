@@ -16,7 +16,8 @@
 The file is read once as a stream (`json_stream`, ijson), its arrays in any order; the
 annotations are joined to their images bucket by bucket on local disk (`coco_join`), and
 each image's objects wait in a file (`rows.FileStore`) until the listing takes them.
-`read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory.
+`read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory. `scan`, `settle`,
+`image_entry` and `shape` are also the steps of the join on workers (`coco_keyed`).
 """
 
 from __future__ import annotations

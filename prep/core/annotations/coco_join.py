@@ -9,9 +9,10 @@ appended to their buckets), and each image's objects go to the set's `FileStore`
 made. The images themselves (id, path, size: ~100 bytes each) stay in memory, as the listing holds every
 image anyway.
 
-Why here, not a shuffle on workers: a detection listing is made on the driver (its strata need every
-image's classes together), so the join feeds it directly; spilling costs one write and one read of the
-annotations on local disk, and no runner.
+This is the driver's join (the embedded runner, `--resume`): spilling costs one write and one read of the
+annotations on local disk, and no runner. On other runners the same join is a shuffle keyed on the image
+(`coco_keyed`, beam_jobs/list_annotations.py), which reuses `spill_line`, `read_line` and `image_row`, so
+both give the same rows and problems.
 """
 
 from __future__ import annotations

@@ -161,8 +161,6 @@ def test_the_driver_lists_what_it_cannot_state(tmp_path):
     (tmp_path / "a.xml").write_text("<x/>")
     for options in (
         {"annotations": str(tmp_path / "missing.json")},
-        {"annotations": str(tmp_path / "a.xml"), "annotation_format": "voc"},
-        {"annotations": str(tmp_path / "a.xml")},
         {"annotations": str(tmp_path / "a.json"), "resume": True},
     ):
         (tmp_path / "a.json").write_text("{}")
@@ -171,3 +169,27 @@ def test_the_driver_lists_what_it_cannot_state(tmp_path):
         build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"annotations": str(tmp_path / "a.json")})
     )
     assert found is not None and [f.path for f in found.files] == [str(tmp_path / "a.json")]
+
+
+def test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path):
+    from tests.support import drawn_shapes as ds
+
+    classes = ("cat", "dog", "bird")
+    images = ds.make_images(6, classes, seed=9)
+    source = tmp_path / "src"
+    ds.write_images(source, images, classes)
+    ds.write_voc(tmp_path / "voc", images)
+    ds.write_yolo(tmp_path / "yolo", images, classes)
+    ds.write_box_csv(tmp_path / "boxes.csv", images)
+    (tmp_path / "boxes.csv").write_text((tmp_path / "boxes.csv").read_text() + "missing.png,cat,1,1,2,2\n")
+    (tmp_path / "classes.txt").write_text("\n".join(classes) + "\n")
+    for name in ("voc", "yolo", "boxes.csv"):
+        found = detection_source(build_config(str(source), str(tmp_path / "o"), {"annotations": str(tmp_path / name)}))
+        assert found is not None and found.files == ()
+        options = {"annotations": str(tmp_path / name), "classes": str(tmp_path / "classes.txt"), "seed": 1}
+        assert_same_staging(str(source), tmp_path / name.replace(".", "-"), **options)
+    with pytest.raises(SourceError) as driver:
+        on_driver(str(source), str(tmp_path / "d"), annotations=str(tmp_path / "classes.txt"))
+    with pytest.raises(SourceError) as workers:
+        on_workers(str(source), str(tmp_path / "w"), annotations=str(tmp_path / "classes.txt"))
+    assert str(workers.value) == str(driver.value)
