@@ -193,3 +193,15 @@ def test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path):
     with pytest.raises(SourceError) as workers:
         on_workers(str(source), str(tmp_path / "w"), annotations=str(tmp_path / "classes.txt"))
     assert str(workers.value) == str(driver.value)
+
+
+def test_a_remote_source_and_file_stage_as_on_the_driver(tmp_path):
+    from tests.support.testfs import to_url
+
+    source, annotations = write_source(tmp_path)
+    found = detection_source(
+        build_config(to_url(source), to_url(str(tmp_path / "o")), {"annotations": to_url(str(tmp_path / "x.json"))})
+    )
+    assert found is None  # no such file: the driver's listing says so
+    got = assert_same_staging(to_url(source), tmp_path, annotations=to_url(annotations), seed=5)
+    assert b"missing_image" in typing.cast(dict, got["files"])["rejects.json"]
