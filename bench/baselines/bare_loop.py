@@ -7,9 +7,9 @@ One process per core, each taking every Nth image (sorted paths), running
 building the same Example bytes and appending framed records to its own file.
 No planning, balancing, manifest or atomic renames. With --keys, each process also
 computes every image's content keys (`prep.core.content_keys.KeyBatch`: sha256 and the
-pHashes `prep convert` finds duplicates with), a batch of KEY_BATCH images at a time,
-and keeps them in memory: the work of the default conversion's keys, without the
-grouping of duplicates.
+pHashes `prep convert` finds duplicates with) the way `prep convert` does (the check's
+1/8-scale decode gives the gray pixels; the record's sha256 is reused), a batch of
+KEY_BATCH images at a time: the default conversion's key work, without grouping duplicates.
 """
 
 from __future__ import annotations
@@ -34,14 +34,8 @@ def _work(args):
     with open(os.path.join(output, f"part-{index:05d}-of-{count:05d}.tfrecord"), "wb") as out:
         for rel in files[index::count]:
             data = pathlib.Path(source, rel).read_bytes()
-            if keys:
-                batch.add(data)
-                pending += 1
-                if pending == KEY_BATCH:
-                    batch.hashes()
-                    batch, pending = KeyBatch(), 0
             try:
-                image = prepare_image(data, options)
+                image = prepare_image(data, options, keys=keys)
             except ImageRejected:
                 continue
             record = ImageRecord.build(
@@ -49,6 +43,12 @@ def _work(args):
             )
             out.write(frame(record.to_bytes()))
             written += 1
+            if keys:  # as prep convert does: the check's decode gives the gray pixels, the record the sha256
+                batch.add(image.encoded, image.gray, record.sha256)
+                pending += 1
+                if pending == KEY_BATCH:
+                    batch.hashes()
+                    batch, pending = KeyBatch(), 0
     if pending:
         batch.hashes()
     return written
