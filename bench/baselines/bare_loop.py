@@ -19,6 +19,8 @@ import multiprocessing
 import os
 import pathlib
 
+from threadpoolctl import threadpool_limits
+
 from prep.core.content_keys import KeyBatch
 from prep.core.image_rules import ImageOptions, ImageRejected, prepare_image
 from prep.core.schema import ImageRecord
@@ -28,7 +30,11 @@ KEY_BATCH = 64  # images hashed together (KeyBatch shares the products of images
 
 
 def _work(args):
-    index, count, files, source, output, resize, keys = args
+    with threadpool_limits(limits=1, user_api="blas"):  # a process a core already: as beam_jobs/prepare.py
+        return _loop(*args)
+
+
+def _loop(index, count, files, source, output, resize, keys):
     options = ImageOptions(resize=resize)
     written, batch, pending = 0, KeyBatch(), 0
     with open(os.path.join(output, f"part-{index:05d}-of-{count:05d}.tfrecord"), "wb") as out:
