@@ -61,6 +61,7 @@ class Pair:
     every_run: bool = False
     rates: bool = False  # the callables give rates (higher is faster), not seconds
     runs: list[float] = dataclasses.field(default_factory=list)
+    cpu: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # loaders: CPU ms per image, each side
 
     def run_once(self, flip: bool) -> None:
         first, second = (self.reference, self.ours) if flip else (self.ours, self.reference)
@@ -72,7 +73,9 @@ class Pair:
     def row(self) -> dict:
         median = statistics.median(self.runs)
         met = (min(self.runs) if self.every_run else median) >= self.threshold
+        cpu = {side: statistics.median(ms) for side, ms in self.cpu.items()}
         return {
+            "cpu_ms_per_image": cpu,
             "goal": self.goal,
             "what": self.what,
             "runs": self.runs,
@@ -208,6 +211,8 @@ def loader_pairs(repeats: int) -> list[Pair]:
     for pair in pairs:  # warm-up epochs: graph building, page cache
         pair.ours()
         pair.reference()
+        for ms in pair.cpu.values():
+            ms.clear()
     for i in range(repeats):
         for pair in pairs:
             pair.run_once(flip=i % 2 == 1)
@@ -215,10 +220,21 @@ def loader_pairs(repeats: int) -> list[Pair]:
 
 
 def _loader_pair(what: str, ours, hand, epoch_rate) -> Pair:
-    def rate(ds) -> Callable[[], float]:
-        return lambda: epoch_rate(ds, lambda e: int(e[1].shape[0]))[0]
+    """Images/s of each side's epochs; each side's process CPU ms per image is kept too (other load on a shared
+    machine changes it less than it changes rates)."""
+    cpu: dict[str, list[float]] = {"loaders.load": [], "hand-tuned": []}
 
-    return Pair("loaders", what, 0.95, rate(ours), rate(hand), every_run=True, rates=True)
+    def rate(ds, side: str) -> Callable[[], float]:
+        def run() -> float:
+            images_per_s, ms = epoch_rate(ds, lambda e: int(e[1].shape[0]))
+            cpu[side].append(ms)
+            return images_per_s
+
+        return run
+
+    pair = Pair("loaders", what, 0.95, rate(ours, "loaders.load"), rate(hand, "hand-tuned"), every_run=True, rates=True)
+    pair.cpu = cpu
+    return pair
 
 
 def print_table(rows: list[dict], load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
@@ -230,6 +246,10 @@ def print_table(rows: list[dict], load: tuple[tuple[float, ...], tuple[float, ..
         mark = ("every run: " if r["every_run"] else "") + ("yes" if r["met"] else "NO")
         each = " ".join(f"{x:.2f}" for x in r["runs"])
         print(f"{r['goal']:<10}{r['what']:<{what}}{each:<{runs}}{r['median']:>7.2f}{r['threshold']:>7.2f}  {mark}")
+    for r in rows:
+        if r["cpu_ms_per_image"]:
+            sides = ", ".join(f"{side} {ms:.3f}" for side, ms in r["cpu_ms_per_image"].items())
+            print(f"CPU ms per image (median), {r['what']}: {sides}")
 
 
 def main(argv=None) -> None:
