@@ -264,6 +264,8 @@ def main(argv=None) -> None:
     goals = set(args.goals.split(","))
     if goals - set(goals_all):
         parser.error(f"unknown goals: {sorted(goals - set(goals_all))}")
+    # every process it starts runs this checkout's code, not the installed one's
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     load_before = tuple(round(x, 1) for x in os.getloadavg())
     started = time.perf_counter()
     pairs = conversion_pairs(
