@@ -269,3 +269,24 @@ def test_damaged_shards_in_the_simulated_object_store_give_the_local_conversion(
     assert other_files(out) == other_files(local)
     assert not [p for p in (out / ".prep-tmp").rglob("*") if p.is_file()]  # the store's objects; folders are not
     assert {r["reason"] for r in _rejects(local)} == {"damaged_tar", "no_image", "truncated_member"}
+
+
+def test_a_glob_or_brace_pattern_selects_shards_and_names_what_is_missing(tmp_path, run_cli):
+    """SOURCE as webdataset users write shard lists: `shards/{00000..00002}.tar`, `shards/0000*.tar`; the
+    folder the pattern lies under stands for SOURCE, so records are named as from that folder."""
+    root = tmp_path / "shards"
+    expected = write_shards(root, {f"{i:05d}.tar": labelled(4, 2, start=4 * i) for i in range(4)})
+    write_shards(root, {"other.tar": labelled(3, 2, start=90)})
+    braced = convert_with_cli(f"{root}/{{00000..00002}}.tar", tmp_path / "braced", "--num-shards", 1)
+    names = {n.partition("#")[0].rsplit(".", 1)[0] for n in _records(braced)["train"]}
+    assert names == {k for k in expected if not k.startswith("00003")}
+    globbed = convert_with_cli(f"{root}/0000*.tar", tmp_path / "globbed", "--num-shards", 1)
+    names = {n.partition("#")[0].rsplit(".", 1)[0] for n in _records(globbed)["train"]}
+    assert names == set(expected)
+    for pattern, message in (
+        (f"{root}/{{00000..00005}}.tar", "shard 00004.tar of SOURCE pattern {00000..00005}.tar does not exist"),
+        (f"{root}/x-*.tar", "SOURCE pattern x-*.tar matches no file"),
+    ):
+        result = run_cli("convert", pattern, tmp_path / "bad", "--num-shards", 1)
+        assert result.exit_code != 0 and message in result.output, result.output
+        assert not (tmp_path / "bad").exists()

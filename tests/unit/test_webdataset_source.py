@@ -3,7 +3,7 @@
 import pytest
 
 from prep.core.errors import SourceError
-from prep.core.sources import webdataset
+from prep.core.sources import tar_read, webdataset
 from tests.support.wds_data import png, write_shards
 
 
@@ -122,7 +122,7 @@ def test_the_fast_header_pass_lists_what_tarfile_lists(tmp_path, monkeypatch):
     write_shards(tmp_path, shards)
     fast = webdataset.list_shard(str(tmp_path), "a.tar", None)
     assert [r.label for r in fast[0]] == ["1", "x", "y"] and fast[0][0].path.startswith(f"a.tar/{long_key}.png#")
-    monkeypatch.setattr(webdataset, "_fast_members", lambda f, size: None)
+    monkeypatch.setattr(tar_read, "fast_members", lambda f, size, wanted: None)
     assert webdataset.list_shard(str(tmp_path), "a.tar", None) == fast
 
 
@@ -151,3 +151,19 @@ def test_held_members_are_read_a_batch_at_a_time_across_files(tmp_path):
     assert held.batches_held(work, 5, refs, 2) == [None] * 4  # a chunk without held members reads the shards
     folder = [InputRef("cat/a.jpg", "cat", None)]
     assert held.batches_held(work, 4, folder, 2) == [None]  # nor inputs that are no members
+
+
+def test_a_pattern_is_cut_under_its_folder_and_expands_as_webdataset_expands_it():
+    from prep.core.sources.shard_set import match_shards, split_pattern
+
+    assert split_pattern("/d/shards/{00000..00002}.tar") == ("/d/shards", "{00000..00002}.tar")
+    assert split_pattern("s3://b/x/*/part-*.tar") == ("s3://b/x", "*/part-*.tar")
+    assert split_pattern("/d/shards") == ("/d/shards", None)
+    files = ["00000.tar", "00001.tar", "00002.tar", "train/a.tar", "train/b.tgz", "notes.txt"]
+    assert match_shards("/d", "{00000..00001}.tar", files) == ["00000.tar", "00001.tar"]  # zero padding kept
+    assert match_shards("/d", "*.tar", files) == ["00000.tar", "00001.tar", "00002.tar"]  # `*` stays in its folder
+    assert match_shards("/d", "{train/*,00002.tar}", files) == ["00002.tar", "train/a.tar", "train/b.tgz"]
+    with pytest.raises(SourceError, match="shard 00003.tar of SOURCE pattern"):
+        match_shards("/d", "{00000..00003}.tar", files)
+    with pytest.raises(SourceError, match="matches notes.txt under /d, which is no WebDataset shard"):
+        match_shards("/d", "*", files)

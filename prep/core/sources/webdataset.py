@@ -11,7 +11,7 @@ An input's path is `<shard>/<member>#bytes=<offset>+<length>` (`member_path`), r
 SOURCE: the shard writer reads a kept image again with one ranged read (`read_member`), and
 `image/filename` says which shard and member it came from. A shard is listed in one pass
 (`list_shard`, one shard in, its refs and rejects out: a listing task per shard later): a local
-one header by header (`_fast_members`, else tarfile), a remote one in one streamed read;
+one header by header (`tar_read.fast_members`, else tarfile), a remote one in one streamed read;
 members' data is skipped, never held, except the small label members of the sample at hand.
 Damage loses only what is damaged: a bad header is skipped block by block to the next good
 one (the bytes between are one `damaged_tar` reject), a member cut short by the shard's end
@@ -33,13 +33,13 @@ from typing import BinaryIO
 from prep.core import storage
 from prep.core.errors import SourceError
 from prep.core.listing import InputRef, Listing, Reject, finish_listing
-from prep.core.sources import shard_set
+from prep.core.sources import shard_set, tar_read
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
 _MEMBER = re.compile(r"^(?P<shard>.+?\.tar)/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S)
 _INT = re.compile(r"-?\d+")
-_BLOCK = 512
+_BLOCK = tar_read.BLOCK
 _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
 
 
@@ -218,86 +218,11 @@ class _Scan:
 
 
 _LABELS = ("cls", "txt", "json")
-_ZERO = bytes(_BLOCK)
-Member = tuple[str, int, int, int, bool, bytes]  # name, header offset, data offset, size, a file, label bytes
 
 
-def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
-    """The members of a clean local shard (ustar, pax `path`/`size`, GNU long names), read header by header
-    about ten times faster than tarfile; None at anything else (a bad checksum, a header cut short), for
-    tarfile to read the shard and say what is damaged."""
-    out: list[Member] = []
-    pos, name, length, start = 0, None, None, None  # name, length, start: from a pax or long-name header
-    while pos + _BLOCK <= size:
-        f.seek(pos)
-        h = f.read(_BLOCK)
-        if h == _ZERO:
-            return out if name is None else None
-        try:
-            checksum = int(h[148:156].split(b"\0")[0].strip() or b"0", 8)
-            n = int(h[124:136].split(b"\0")[0].strip() or b"0", 8)
-        except ValueError:
-            return None
-        if checksum != sum(h[:148]) + 256 + sum(h[156:]) or h[124] & 0x80:
-            return None
-        typ, data = h[156:157], pos + _BLOCK
-        start = pos if start is None else start
-        if typ in (b"x", b"L"):
-            body = f.read(n)
-            if typ == b"L":
-                name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
-            else:
-                for line in body.decode("utf-8", "surrogateescape").splitlines():
-                    field, _, value = line.partition(" ")[2].partition("=")
-                    name = value if field == "path" else name
-                    length = int(value) if field == "size" else length
-        elif typ != b"g":
-            if name is None:
-                name = h[:100].split(b"\0")[0].decode("utf-8", "surrogateescape")
-                prefix = h[345:500].split(b"\0")[0].decode("utf-8", "surrogateescape")
-                name = f"{prefix}/{name}" if h[257:262] == b"ustar" and prefix else name
-            n = n if length is None else length
-            is_file = typ in (b"0", b"\0", b"7")
-            label = b""
-            if is_file and _split_name(name)[1] in _LABELS and n <= _LABEL_MEMBER_LIMIT and data + n <= size:
-                f.seek(data)
-                label = f.read(n)
-            out.append((name, start, data, n, is_file, label))
-            name, length, start = None, None, None
-        pos = data + -(-n // _BLOCK) * _BLOCK
-    return out if pos >= size and name is None else None
-
-
-class _Tee:
-    """A reader that writes what it reads to `copy` at the same offsets (a remote shard's copy, made by the pass
-    that lists it: every member it lists was read through)."""
-
-    def __init__(self, inner: BinaryIO, copy: BinaryIO) -> None:
-        self._inner, self._copy, self._pos = inner, copy, 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._inner.read(n)
-        self._copy.seek(self._pos)
-        self._copy.write(data)
-        self._pos += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._inner.seek(offset, whence)
-        self._pos = self._inner.tell()
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> _Tee:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _wanted(name: str, size: int) -> bool:
+    """Whether a member's data is read while listing: a sample's small label members."""
+    return _split_name(name)[1] in _LABELS and size <= _LABEL_MEMBER_LIMIT
 
 
 def list_shard(
@@ -318,14 +243,14 @@ def list_shard(
             raise OSError("size unknown")
         f: BinaryIO = storage.open_read(full)
         if copy is not None and storage.is_remote(full):
-            f = typing.cast(BinaryIO, _Tee(f, copy))
+            f = typing.cast(BinaryIO, tar_read.Tee(f, copy))
     except Exception as exc:  # each file system raises its own types
         return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
     scan = _Scan(shard, split, label_key, size)
     local = not storage.is_remote(full)
     base = 0
     with f:
-        fast = _fast_members(f, size) if local else None
+        fast = tar_read.fast_members(f, size, _wanted) if local else None
         for name, header, offset, length, is_file, label in fast or ():
             scan.add(name, header, offset, length, is_file, lambda label=label: label)  # type: ignore[misc]
         while fast is None and base < size:
