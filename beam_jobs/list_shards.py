@@ -77,15 +77,17 @@ class Relabelled(typing.NamedTuple):
 
 
 class ListShard(beam.DoFn):
-    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote shard's
-    members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
+    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote or compressed
+    shard's members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
 
     def __init__(self, source: ShardSource, seed: int, work: WorkDir):
         self._source, self._seed, self._work = source, seed, work
 
     def process(self, task: ShardTask):
         src = self._source
-        hold = storage.is_remote(src.source)
+        # a remote shard's members, or a compressed one's, are copied as it streams: read again, each would
+        # cost a request, or decompressing the shard up to it
+        hold = storage.is_remote(src.source) or webdataset.compressed(task.shard)
         with tempfile.TemporaryFile() if hold else contextlib.nullcontext() as copy:
             refs, rejects = webdataset.list_shard(src.source, task.shard, task.split, src.label_key, copy)
             by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)

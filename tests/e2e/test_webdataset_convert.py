@@ -290,3 +290,36 @@ def test_a_glob_or_brace_pattern_selects_shards_and_names_what_is_missing(tmp_pa
         result = run_cli("convert", pattern, tmp_path / "bad", "--num-shards", 1)
         assert result.exit_code != 0 and message in result.output, result.output
         assert not (tmp_path / "bad").exists()
+
+
+def test_gzipped_shards_are_streamed_and_their_kept_images_never_decompressed_again(tmp_path, monkeypatch):
+    """`.tar.gz` / `.tgz` shards give the records of the same `.tar` shards; kept images come from the copy the
+    listing made as it streamed each shard, never by decompressing a shard again; a gzip stream cut short
+    keeps the samples before the cut and names the one it cut."""
+    import gzip
+    import zlib
+
+    from prep.core.sources import webdataset
+
+    plain = tmp_path / "plain"
+    expected = write_shards(plain, {"a.tar": labelled(12, 3), "b.tar": labelled(12, 3, start=12)})
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "a.tar.gz").write_bytes(gzip.compress((plain / "a.tar").read_bytes()))
+    data = (plain / "b.tar").read_bytes()
+    cut = data.find(b"s00020.jpg\0") + 512 + 100  # inside s00020's image
+    z = zlib.compressobj(wbits=31)  # gzip, flushed at the cut: a stream that ends there, as a copy cut short
+    (packed / "b.tgz").write_bytes(z.compress(data[:cut]) + z.flush(zlib.Z_SYNC_FLUSH))
+    again = []
+    read_member = webdataset.read_member
+    monkeypatch.setattr(webdataset, "read_member", lambda p: again.append(p) or read_member(p))
+    out = convert_with_cli(packed, tmp_path / "out", "--num-shards", 1)
+    assert not [p for p in again if webdataset.compressed(p)]
+    records = _records(out)["train"]
+    got = {n.partition("#")[0].rsplit(".", 1)[0]: r["image/encoded"] for n, r in records.items()}
+    keys = {f"{'a.tar.gz' if k.startswith('a') else 'b.tgz'}/{k.split('/')[1]}": v[0] for k, v in expected.items()}
+    assert got == {k: v for k, v in keys.items() if not k.startswith("b.tgz/") or k < "b.tgz/s00020"}
+    reasons = {(r["path"].partition("#")[0], r["reason"]) for r in _rejects(out)}
+    assert ("b.tgz/s00020.jpg", "truncated_member") in reasons, reasons
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+    assert inputs["found"] == inputs["written"] + inputs["rejected"] and inputs["written"] == 20

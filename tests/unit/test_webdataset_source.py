@@ -76,8 +76,7 @@ def test_split_folders_give_splits_and_only_tar_folders_are_shard_sets(tmp_path)
     ]
     assert webdataset.is_shard_set(["a.tar", "sub/b.tar", ".hidden/x.jpg"])
     assert not webdataset.is_shard_set(["a.tar", "cat/x.jpg"]) and not webdataset.is_shard_set([])
-    with pytest.raises(SourceError, match="decompress them"):
-        webdataset.is_shard_set(["a.tar", "b.tar.gz"])
+    assert webdataset.is_shard_set(["a.tar", "b.tar.gz", "c.tgz"])
 
 
 def test_member_paths_round_trip_and_read_by_range(tmp_path):
@@ -167,3 +166,14 @@ def test_a_pattern_is_cut_under_its_folder_and_expands_as_webdataset_expands_it(
         match_shards("/d", "{00000..00003}.tar", files)
     with pytest.raises(SourceError, match="matches notes.txt under /d, which is no WebDataset shard"):
         match_shards("/d", "*", files)
+
+
+def test_a_gzipped_shard_lists_as_its_tar_does_and_its_members_read_decompressed(tmp_path):
+    import gzip
+
+    write_shards(tmp_path, {"a.tar": [{"__key__": f"k{i}", "png": png(i), "cls": i % 2} for i in range(5)]})
+    (tmp_path / "a.tgz").write_bytes(gzip.compress((tmp_path / "a.tar").read_bytes()))
+    plain, gz = webdataset.list_shard(str(tmp_path), "a.tar", None), webdataset.list_shard(str(tmp_path), "a.tgz", None)
+    assert [r.path.replace("a.tar/", "a.tgz/") for r in plain[0]] == [r.path for r in gz[0]] and not gz[1]
+    assert [r.label for r in gz[0]] == ["0", "1", "0", "1", "0"]
+    assert webdataset.read_member(str(tmp_path / gz[0][3].path)) == png(3)

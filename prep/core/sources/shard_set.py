@@ -24,7 +24,8 @@ from prep.core.listing import KNOWN_SPLITS
 
 _INT = re.compile(r"-?\d+")
 _MAGIC = re.compile(r"[*?[{]")
-SUFFIXES = (".tar", ".tar.gz", ".tgz")  # a WebDataset shard's names: a tar, or one gzip stream of a tar
+COMPRESSED = (".tar.gz", ".tgz")  # one gzip stream of a tar: members read in order only
+SUFFIXES = (".tar", *COMPRESSED)  # a WebDataset shard's names
 
 
 class ShardTask(typing.NamedTuple):

@@ -2,12 +2,15 @@
 
 `fast_members` reads a clean local shard header by header (webdataset.list_shard falls back to tarfile for
 anything else, which then says what is damaged); `Tee` copies what a stream gives (a remote or compressed
-shard's members, held for the prepare step: prep/core/sources/held.py).
+shard's members, held for the prepare step: prep/core/sources/held.py); `Ended` makes a gzip stream cut short
+end where it can be read to.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import zlib
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -89,6 +92,46 @@ class Tee:
         self._inner.close()
 
     def __enter__(self) -> Tee:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Ended:
+    """A decompressing reader whose stream, cut short or damaged, just ends where it can be read to (the gzip
+    reader raises instead, and tarfile would drop the bytes it had read ahead before that point)."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner, self._pos = inner, 0
+
+    def read(self, n: int = -1) -> bytes:
+        # a piece at a time (read1): a buffered read(n) drops the pieces it has when a later one raises
+        pieces, want = [], n if n >= 0 else sys.maxsize
+        try:
+            while want > 0 and (piece := self._inner.read1(min(want, 1 << 20))):  # type: ignore[attr-defined]
+                pieces.append(piece)
+                want -= len(piece)
+        except (OSError, EOFError, zlib.error):
+            pass  # the stream ends here
+        data = b"".join(pieces)
+        self._pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        try:
+            self._pos = self._inner.seek(offset, whence)
+        except (OSError, EOFError, zlib.error):
+            pass  # past where it can be read to: reads give nothing
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> Ended:
         return self
 
     def __exit__(self, *exc: object) -> None:

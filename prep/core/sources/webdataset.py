@@ -21,23 +21,26 @@ is `truncated_member`, a sample with no image `no_image`, one without a label `n
 from __future__ import annotations
 
 import collections
+import gzip
 import json
 import os
 import posixpath
 import re
+import sys
 import tarfile
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from prep.core import storage
-from prep.core.errors import SourceError
 from prep.core.listing import InputRef, Listing, Reject, finish_listing
 from prep.core.sources import shard_set, tar_read
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
-_MEMBER = re.compile(r"^(?P<shard>.+?\.tar)/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S)
+_MEMBER = re.compile(
+    r"^(?P<shard>.+?\.(?:tar|tar\.gz|tgz))/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S
+)
 _INT = re.compile(r"-?\d+")
 _BLOCK = tar_read.BLOCK
 _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
@@ -52,24 +55,15 @@ def only_shards(names: Iterable[str]) -> bool:
     (a folder of images is not walked whole)."""
     seen = False
     for name in filter(_visible, names):
-        if not name.endswith((".tar", ".tar.gz", ".tgz")):
+        if not name.endswith(shard_set.SUFFIXES):
             return False
         seen = True
     return seen
 
 
 def is_shard_set(files: Sequence[str]) -> bool:
-    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`.
-
-    Raises:
-        SourceError: they are shards, some of them compressed.
-    """
-    if not only_shards(files):
-        return False
-    if not all(f.endswith(".tar") for f in filter(_visible, files)):
-        # a gzip stream has no member offsets to read an image by range
-        raise SourceError("compressed WebDataset shards (.tar.gz, .tgz) are not read yet: decompress them to .tar")
-    return True
+    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar` (`.tar.gz`)."""
+    return only_shards(files)
 
 
 def member_path(shard: str, member: str, offset: int, length: int) -> str:
@@ -102,8 +96,8 @@ def read_member(path: str) -> bytes | tuple[str, str] | None:
         return None
     shard, offset, length = where
     try:
-        with storage.open_read(shard) as f:
-            f.seek(offset)
+        with storage.open_read(shard) as raw, _opened(shard, raw) as f:
+            f.seek(offset)  # in a compressed shard, decompressing up to it: a conversion holds them instead
             data = storage.read_exact(f, length)
     except FileNotFoundError:
         return "missing", f"shard {shard} does not exist"
@@ -112,6 +106,26 @@ def read_member(path: str) -> bytes | tuple[str, str] | None:
     if len(data) != length:
         return "truncated_member", f"shard ends {length - len(data)} bytes before the member's end"
     return data
+
+
+def compressed(shard: str) -> bool:
+    """Whether a shard (or a member path's shard) is one gzip stream: its members are read in order only."""
+    return shard.endswith(shard_set.COMPRESSED) or bool(re.search(r"\.(tar\.gz|tgz)/", shard))
+
+
+def _opened(shard: str, raw: BinaryIO) -> BinaryIO:
+    """The tar bytes of a shard's reader: `raw` itself, or decompressed from it (closing it is the caller's)."""
+    if not compressed(shard):
+        return raw
+    return typing.cast(BinaryIO, tar_read.Ended(typing.cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))))
+
+
+def _drained(f: BinaryIO) -> int:
+    """Where a compressed shard's tar bytes end (`tar_read.Ended`): read on from where `f` is."""
+    at = f.tell()
+    while block := f.read(1 << 20):
+        at += len(block)
+    return at
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -237,19 +251,22 @@ def list_shard(
     starts again one block after it.
     """
     full = storage.input_path(source, shard)
+    gz = compressed(shard)
     try:
         size = os.path.getsize(full) if not storage.is_remote(full) else storage.size(full)
         if size is None:
             raise OSError("size unknown")
-        f: BinaryIO = storage.open_read(full)
-        if copy is not None and storage.is_remote(full):
+        raw: BinaryIO = storage.open_read(full)
+        f = _opened(shard, raw)
+        if copy is not None and (gz or storage.is_remote(full)):
             f = typing.cast(BinaryIO, tar_read.Tee(f, copy))
     except Exception as exc:  # each file system raises its own types
         return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
+    size = sys.maxsize if gz else size  # a gzip stream's tar bytes: known once read to its end (`_drained`)
     scan = _Scan(shard, split, label_key, size)
-    local = not storage.is_remote(full)
+    local = not storage.is_remote(full) and not gz
     base = 0
-    with f:
+    with raw, f:
         fast = tar_read.fast_members(f, size, _wanted) if local else None
         for name, header, offset, length, is_file, label in fast or ():
             scan.add(name, header, offset, length, is_file, lambda label=label: label)  # type: ignore[misc]
@@ -267,6 +284,8 @@ def list_shard(
             except (tarfile.TarError, OSError, EOFError) as exc:
                 # the header that could not be read
                 failed = base if tar is None else tar.offset + (0 if local else base)
+                if size == sys.maxsize:
+                    size = scan.size = _drained(f)
                 if failed + _BLOCK >= size or scan.expected >= size:
                     # the shard cut short: a member cut short is its sample's reject (`close`); bytes left
                     # that no header explains are one damaged_tar
