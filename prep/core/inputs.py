@@ -140,7 +140,10 @@ def _local_shards(source: str) -> list[str]:
 
 
 def _list_shards(config: ConvertConfig, shards: list[str]) -> Listing:
-    return webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
+    listing = webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
+    if listing.task != "multilabel":
+        return listing
+    return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
 
 
 def _list_label_file(config: ConvertConfig, labels: str) -> Listing:

@@ -323,3 +323,38 @@ def test_gzipped_shards_are_streamed_and_their_kept_images_never_decompressed_ag
     assert ("b.tgz/s00020.jpg", "truncated_member") in reasons, reasons
     inputs = json.loads((out / "manifest.json").read_text())["inputs"]
     assert inputs["found"] == inputs["written"] + inputs["rejected"] and inputs["written"] == 20
+
+
+def test_a_json_list_of_labels_gives_a_multilabel_dataset(tmp_path):
+    """`--label-key tags` with `{"tags": ["cat", "dog"]}`: every record holds the sample's names; an empty list
+    is `empty_label`, a name --classes lacks `unknown_label`; counts reconcile."""
+    from tests.support.wds_data import photo
+
+    tags = [["cat", "dog"], ["dog"], ["bird", "cat"], ["cat"], [], ["cat", "fish"]] * 3
+    samples = [{"__key__": f"s{i:02d}", "jpg": photo(i), "json": {"tags": t}} for i, t in enumerate(tags)]
+    write_shards(tmp_path / "src", {"a.tar": samples[:9], "b.tar": samples[9:]})
+    (tmp_path / "classes.txt").write_text("bird\ncat\ndog\n")
+    out = convert_with_cli(
+        tmp_path / "src", tmp_path / "out", "--label-key", "tags", "--classes", tmp_path / "classes.txt"
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "multilabel" and manifest["labels"] == ["bird", "cat", "dog"]
+    import tensorflow as tf
+
+    records = {}
+    for shard in out.rglob("*.tfrecord*"):
+        for raw in tf.data.TFRecordDataset(str(shard)).as_numpy_iterator():
+            f = tf.train.Example.FromString(raw).features.feature
+            records[f["image/filename"].bytes_list.value[0].decode().partition("#")[0]] = f
+    for i, t in enumerate(tags):
+        name = f"{'a' if i < 9 else 'b'}.tar/s{i:02d}.jpg"
+        if not t or "fish" in t:
+            assert name not in records
+            continue
+        assert [x.decode() for x in records[name]["image/class/text"].bytes_list.value] == sorted(t)
+        assert records[name]["image/encoded"].bytes_list.value[0] == photo(i)
+    assert len(records) == 12
+    reasons = collections.Counter(r["reason"] for r in _rejects(out))
+    assert reasons == {"empty_label": 3, "unknown_label": 3}
+    inputs = manifest["inputs"]
+    assert inputs["found"] == 18 == inputs["written"] + inputs["rejected"] + inputs["capped"]

@@ -49,7 +49,7 @@ def test_bad_labels_and_list_labels_are_rejects_with_reasons(tmp_path):
             "a.tar": [
                 {"__key__": "ok", "png": png(0), "cls": 1},
                 {"__key__": "word", "png": png(1), "cls": "one"},
-                {"__key__": "many", "png": png(2), "json": {"label": ["a", "b"]}},
+                {"__key__": "many", "png": png(2), "json": {"label": {"a": 1}}},
                 {"__key__": "nokey", "png": png(3), "json": {"other": 1}},
             ]
         },
@@ -177,3 +177,23 @@ def test_a_gzipped_shard_lists_as_its_tar_does_and_its_members_read_decompressed
     assert [r.path.replace("a.tar/", "a.tgz/") for r in plain[0]] == [r.path for r in gz[0]] and not gz[1]
     assert [r.label for r in gz[0]] == ["0", "1", "0", "1", "0"]
     assert webdataset.read_member(str(tmp_path / gz[0][3].path)) == png(3)
+
+
+def test_a_json_list_makes_the_listing_multilabel_with_its_own_rejects(tmp_path):
+    listing = _list(
+        tmp_path,
+        {
+            "a.tar": [
+                {"__key__": "two", "png": png(1), "json": {"label": [3, 10]}},
+                {"__key__": "one", "png": png(2), "json": {"label": 3}},  # one name: that one class
+                {"__key__": "none", "png": png(3), "json": {"label": []}},
+                {"__key__": "bad", "png": png(4), "json": {"label": [3, {"x": 1}]}},
+            ]
+        },
+    )
+    assert listing.task == "multilabel" and listing.classes == ("3", "10")  # integer names in numeric order
+    assert {r.path.partition("#")[0]: r.label for r in listing.refs} == {"a.tar/two.png": "10|3", "a.tar/one.png": "3"}
+    assert {r.path.partition("#")[0]: r.reason for r in listing.rejects} == {
+        "a.tar/none.png": "empty_label",
+        "a.tar/bad.png": "bad_label",
+    }

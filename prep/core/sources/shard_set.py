@@ -59,6 +59,10 @@ def visible(name: str) -> bool:
     return not any(p.startswith(".") for p in name.split("/"))
 
 
+def is_int(name: str) -> bool:
+    return bool(_INT.fullmatch(name))
+
+
 def shard_tasks(shards: Iterable[str], layout: str) -> tuple[ShardTask, ...]:
     """The visible shards in name order, each with its split (`layout` auto: when every top folder is a
     known split name)."""
