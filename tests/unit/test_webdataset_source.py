@@ -197,3 +197,13 @@ def test_a_json_list_makes_the_listing_multilabel_with_its_own_rejects(tmp_path)
         "a.tar/none.png": "empty_label",
         "a.tar/bad.png": "bad_label",
     }
+
+
+def test_the_writer_joins_the_smallest_gaps_of_spill_reads_up_to_its_waste():
+    from prep.core.run.shard_copy import runs
+
+    wanted = {"7": [(0, 10, 0), (12, 10, 1), (100, 10, 2)], "8": [(0, 5, 3), (9, 5, 4)]}
+    # gaps: 2 and 78 in file 7, 4 in file 8; a waste of 6 joins the two smallest
+    assert runs(wanted, 6) == {"7": [[(0, 10, 0), (12, 10, 1)], [(100, 10, 2)]], "8": [[(0, 5, 3), (9, 5, 4)]]}
+    assert runs(wanted, 0) == {"7": [[r] for r in wanted["7"]], "8": [[r] for r in wanted["8"]]}
+    assert runs(wanted, 100) == {"7": [wanted["7"]], "8": [wanted["8"]]}
