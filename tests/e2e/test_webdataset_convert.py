@@ -364,3 +364,24 @@ def test_a_json_list_of_labels_gives_a_multilabel_dataset(tmp_path):
     assert reasons == {"empty_label": 3, "unknown_label": 3}
     inputs = manifest["inputs"]
     assert inputs["found"] == 18 == inputs["written"] + inputs["rejected"] + inputs["capped"]
+
+
+def test_a_brace_pattern_on_the_simulated_object_store(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    expected = write_shards(store / "wds", {f"{i:05d}.tar": labelled(5, 2, start=5 * i) for i in range(3)})
+    args = ["--num-shards", "1", "--no-progress"]
+    result = CliRunner().invoke(main, ["convert", "simfs://wds/{00000..00001}.tar", "simfs://out/p", *args])
+    assert result.exit_code == 0, result.output
+    records = _records(store / "out" / "p")["train"]
+    assert {n.partition("#")[0].rsplit(".", 1)[0]: r["image/encoded"] for n, r in records.items()} == {
+        k: image for k, (image, _) in expected.items() if not k.startswith("00002")
+    }
+    result = CliRunner().invoke(main, ["convert", "simfs://wds/{00002..00003}.tar", "simfs://out/q", *args])
+    assert result.exit_code != 0 and "shard 00003.tar of SOURCE pattern" in result.output, result.output
