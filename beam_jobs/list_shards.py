@@ -15,7 +15,8 @@ The chunk and reject files are those `prep.core.run.start.ready_output` stages f
 holds one shard's samples, a group task one group's (as a class folder's task does), the plan step one
 count per bucket; no sample travels as an element. On the embedded runner the same steps run in the
 driver's process (`list_here`). Integer labels written two ways (`1`, `01`) that --classes would name
-alike make the summary say `fallback`: the driver then lists the shards itself.
+alike, or samples whose json field is a list of labels (a multi-label dataset, grouped in strata as a
+multi-label file is), make the summary say `fallback`: the driver then lists the shards itself.
 """
 
 from __future__ import annotations
@@ -77,15 +78,17 @@ class Relabelled(typing.NamedTuple):
 
 
 class ListShard(beam.DoFn):
-    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote shard's
-    members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
+    """ShardTask -> a ShardGroup per (split, label) among its samples, then its TaskDone. A remote or compressed
+    shard's members are copied as it is streamed (`list_shard`'s `copy`), each group's in rank order."""
 
     def __init__(self, source: ShardSource, seed: int, work: WorkDir):
         self._source, self._seed, self._work = source, seed, work
 
     def process(self, task: ShardTask):
         src = self._source
-        hold = storage.is_remote(src.source)
+        # a remote shard's members, or a compressed one's, are copied as it streams: read again, each would
+        # cost a request, or decompressing the shard up to it
+        hold = storage.is_remote(src.source) or webdataset.compressed(task.shard)
         with tempfile.TemporaryFile() if hold else contextlib.nullcontext() as copy:
             refs, rejects = webdataset.list_shard(src.source, task.shard, task.split, src.label_key, copy)
             by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)
@@ -176,6 +179,9 @@ def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
         rejects = (r for d in done if d.rejects for r in checkpoints.read_rejects_file(d.rejects))
         reasons = collections.Counter(r.reason for r in rejects)
         raise shard_set.no_samples(source.source, len(source.tasks), reasons)
+    if any(g.label.startswith(webdataset.MULTI) for g in groups):
+        yield PlanInfo("samples with a list of labels make a multi-label dataset, listed on the driver")
+        return
     names = shard_set.class_names((g.label for g in groups), classes)
     labels: dict[str, str] = {}
     if names.relabel is not None:

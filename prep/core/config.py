@@ -12,12 +12,18 @@ from prep.core.errors import OptionsError
 from prep.core.groups import DedupeOptions
 from prep.core.image_rules import ImageOptions
 from prep.core.layout import PlanOptions
+from prep.core.sources.shard_set import split_pattern
 
 RUNNERS_LOCAL = "local"
 ANNOTATION_FORMATS = ("coco", "voc", "yolo", "csv")
 BOX_POLICIES = ("clip", "drop", "reject-image")
 CROWD_POLICIES = ("keep", "drop", "reject-image")
 UNANNOTATED = ("skip", "keep")
+
+
+def split_source(source: str) -> tuple[str, str | None]:
+    """(`ConvertConfig.source`, `ConvertConfig.shard_pattern`) of SOURCE as given (`shard_set.split_pattern`)."""
+    return split_pattern(source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +115,9 @@ class ConvertConfig:
     classes: tuple[str, ...] | None = None  # fixed label order from --classes
     layout: str = "auto"
     label_key: str | None = None  # WebDataset shards: the json member's field that holds the label
+    # SOURCE given as a pattern of WebDataset shards: the pattern relative to `source`, the folder it lies
+    # under (`shard_set.split_pattern`)
+    shard_pattern: str | None = None
     columns: TableColumns = TableColumns()  # Parquet and Arrow SOURCEs: --image-column, --label-column, ...
     plan: PlanOptions = PlanOptions()
     image: ImageOptions = ImageOptions()
@@ -142,6 +151,11 @@ class ConvertConfig:
                 "--resume finishes the conversion in OUTPUT and --overwrite starts it over: pass one of them"
             )
         task = self.tasks.task
+        if self.shard_pattern is not None and (task != "classification" or self.labels is not None):
+            raise OptionsError(
+                f"SOURCE pattern {self.shard_pattern} selects WebDataset shards, whose samples hold their labels: "
+                "--labels, --annotations and --masks need a SOURCE folder"
+            )
         if task != "classification":
             flag = "--annotations" if task == "detection" else "--masks"
             if self.labels is not None:

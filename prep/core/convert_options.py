@@ -325,10 +325,12 @@ def build_config(source: str, output: str, values: dict[str, Any]) -> ConvertCon
         if any(isinstance(g, str) and not g.strip() for g in given):  # e.g. --split "$SPLITS" with SPLITS unset
             raise OptionsError(f"--{name} is empty; leave the option out instead")
     annotations, split_annotations = parse_annotations(v["annotations"])
+    root, shard_pattern = config.split_source(_absolute(source))  # `shards/*.tar`: WebDataset shards
     return ConvertConfig(
         file_format=v["file_format"],
         format_options=formats.checked_options(v["file_format"], v["array_record_options"]),
-        source=_absolute(source),
+        source=root,
+        shard_pattern=shard_pattern,
         output=_absolute(output),
         labels=v["labels"],
         classes=read_class_file(v["classes"]) if v["classes"] else None,

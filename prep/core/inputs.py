@@ -52,6 +52,8 @@ def list_inputs(config: ConvertConfig) -> Listing:
             return listing
         return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
     _check_source(config)
+    if config.shard_pattern is not None:
+        return _list_shards(config, pattern_shards(config))
     if storage.is_remote(config.source):
         try:
             files = storage.list_files(config.source)
@@ -128,6 +130,30 @@ def _list_tables(config: ConvertConfig, files: list[str]) -> Listing:
     return parquet.list_tables(config.source, files, config.layout, config.classes, config.columns)
 
 
+def pattern_shards(config: ConvertConfig) -> list[str]:
+    """The shards SOURCE's pattern names (`shard_set.match_shards`), relative to the folder it lies under.
+
+    Raises:
+        SourceError: that folder cannot be listed, or as `match_shards`.
+    """
+    assert config.shard_pattern is not None  # callers ask only of a pattern
+    root = config.source
+    if not storage.is_remote(root) and not os.path.isdir(root):
+        raise SourceError(f"SOURCE pattern {config.shard_pattern}: {root} is no folder")
+    try:
+        if storage.is_remote(root):
+            files = [rel for rel, _ in storage.list_files(root)]
+        else:
+            files = [
+                os.path.relpath(os.path.join(top, name), root).replace(os.sep, "/")
+                for top, _, names in os.walk(root)
+                for name in names
+            ]
+    except Exception as exc:  # each file system raises its own types
+        raise SourceError(f"cannot list {root} for SOURCE pattern {config.shard_pattern}: {exc}") from None
+    return shard_set.match_shards(root, config.shard_pattern, files)
+
+
 def _local_shards(source: str) -> list[str]:
     """SOURCE's files relative to it if they are WebDataset shards (all `.tar`), else []."""
     if not os.path.isdir(source):
@@ -143,7 +169,10 @@ def _local_shards(source: str) -> list[str]:
 
 
 def _list_shards(config: ConvertConfig, shards: list[str]) -> Listing:
-    return webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
+    listing = webdataset.list_webdataset(config.source, shards, config.layout, config.classes, config.label_key)
+    if listing.task != "multilabel":
+        return listing
+    return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
 
 
 def _list_label_file(config: ConvertConfig, labels: str) -> Listing:
@@ -201,6 +230,8 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
     t = config.tasks
     if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
         return None
+    if config.shard_pattern is not None:  # WebDataset shards: `shard_source`
+        return None
     if config.layout not in LAYOUTS:
         raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {config.layout!r}")
     _check_source(config)
@@ -240,7 +271,9 @@ def shard_source(config: ConvertConfig) -> ShardSource | None:
     if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
         return None
     _check_source(config)
-    if storage.is_remote(config.source):
+    if config.shard_pattern is not None:
+        shards = pattern_shards(config)
+    elif storage.is_remote(config.source):
         try:
             shards = [rel for rel, _ in storage.list_files(config.source)]
         except Exception as exc:  # each file system raises its own types

@@ -45,3 +45,7 @@ def corrupt_header(path: pathlib.Path, member: str) -> None:
     assert at >= 0 and at % 512 == 0
     data[at + 150] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def photo(seed: int) -> bytes:
+    return image_bytes(size=(20, 14), seed=seed)

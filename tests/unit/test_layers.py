@@ -19,7 +19,17 @@ MAX_LINES = 400  # past this a module usually holds two roles (docs/design.md)
 
 # What the pure core may import besides the standard library and itself (docs/design.md, "Layers").
 # All but PIL, numpy and google_crc32c: lazily.
-CORE_THIRD_PARTY = {"PIL", "numpy", "google_crc32c", "yaml", "pycocotools", "array_record", "pyarrow", "ijson"}
+CORE_THIRD_PARTY = {
+    "PIL",
+    "numpy",
+    "google_crc32c",
+    "yaml",
+    "pycocotools",
+    "array_record",
+    "pyarrow",
+    "ijson",
+    "braceexpand",
+}
 
 
 def _modules() -> dict[str, Path]:

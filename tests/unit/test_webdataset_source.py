@@ -3,7 +3,7 @@
 import pytest
 
 from prep.core.errors import SourceError
-from prep.core.sources import webdataset
+from prep.core.sources import tar_read, webdataset
 from tests.support.wds_data import png, write_shards
 
 
@@ -49,7 +49,7 @@ def test_bad_labels_and_list_labels_are_rejects_with_reasons(tmp_path):
             "a.tar": [
                 {"__key__": "ok", "png": png(0), "cls": 1},
                 {"__key__": "word", "png": png(1), "cls": "one"},
-                {"__key__": "many", "png": png(2), "json": {"label": ["a", "b"]}},
+                {"__key__": "many", "png": png(2), "json": {"label": {"a": 1}}},
                 {"__key__": "nokey", "png": png(3), "json": {"other": 1}},
             ]
         },
@@ -76,8 +76,7 @@ def test_split_folders_give_splits_and_only_tar_folders_are_shard_sets(tmp_path)
     ]
     assert webdataset.is_shard_set(["a.tar", "sub/b.tar", ".hidden/x.jpg"])
     assert not webdataset.is_shard_set(["a.tar", "cat/x.jpg"]) and not webdataset.is_shard_set([])
-    with pytest.raises(SourceError, match="decompress them"):
-        webdataset.is_shard_set(["a.tar", "b.tar.gz"])
+    assert webdataset.is_shard_set(["a.tar", "b.tar.gz", "c.tgz"])
 
 
 def test_member_paths_round_trip_and_read_by_range(tmp_path):
@@ -122,7 +121,7 @@ def test_the_fast_header_pass_lists_what_tarfile_lists(tmp_path, monkeypatch):
     write_shards(tmp_path, shards)
     fast = webdataset.list_shard(str(tmp_path), "a.tar", None)
     assert [r.label for r in fast[0]] == ["1", "x", "y"] and fast[0][0].path.startswith(f"a.tar/{long_key}.png#")
-    monkeypatch.setattr(webdataset, "_fast_members", lambda f, size: None)
+    monkeypatch.setattr(tar_read, "fast_members", lambda f, size, wanted: None)
     assert webdataset.list_shard(str(tmp_path), "a.tar", None) == fast
 
 
@@ -151,3 +150,60 @@ def test_held_members_are_read_a_batch_at_a_time_across_files(tmp_path):
     assert held.batches_held(work, 5, refs, 2) == [None] * 4  # a chunk without held members reads the shards
     folder = [InputRef("cat/a.jpg", "cat", None)]
     assert held.batches_held(work, 4, folder, 2) == [None]  # nor inputs that are no members
+
+
+def test_a_pattern_is_cut_under_its_folder_and_expands_as_webdataset_expands_it():
+    from prep.core.sources.shard_set import match_shards, split_pattern
+
+    assert split_pattern("/d/shards/{00000..00002}.tar") == ("/d/shards", "{00000..00002}.tar")
+    assert split_pattern("s3://b/x/*/part-*.tar") == ("s3://b/x", "*/part-*.tar")
+    assert split_pattern("/d/shards") == ("/d/shards", None)
+    files = ["00000.tar", "00001.tar", "00002.tar", "train/a.tar", "train/b.tgz", "notes.txt"]
+    assert match_shards("/d", "{00000..00001}.tar", files) == ["00000.tar", "00001.tar"]  # zero padding kept
+    assert match_shards("/d", "*.tar", files) == ["00000.tar", "00001.tar", "00002.tar"]  # `*` stays in its folder
+    assert match_shards("/d", "{train/*,00002.tar}", files) == ["00002.tar", "train/a.tar", "train/b.tgz"]
+    with pytest.raises(SourceError, match="shard 00003.tar of SOURCE pattern"):
+        match_shards("/d", "{00000..00003}.tar", files)
+    with pytest.raises(SourceError, match="matches notes.txt under /d, which is no WebDataset shard"):
+        match_shards("/d", "*", files)
+
+
+def test_a_gzipped_shard_lists_as_its_tar_does_and_its_members_read_decompressed(tmp_path):
+    import gzip
+
+    write_shards(tmp_path, {"a.tar": [{"__key__": f"k{i}", "png": png(i), "cls": i % 2} for i in range(5)]})
+    (tmp_path / "a.tgz").write_bytes(gzip.compress((tmp_path / "a.tar").read_bytes()))
+    plain, gz = webdataset.list_shard(str(tmp_path), "a.tar", None), webdataset.list_shard(str(tmp_path), "a.tgz", None)
+    assert [r.path.replace("a.tar/", "a.tgz/") for r in plain[0]] == [r.path for r in gz[0]] and not gz[1]
+    assert [r.label for r in gz[0]] == ["0", "1", "0", "1", "0"]
+    assert webdataset.read_member(str(tmp_path / gz[0][3].path)) == png(3)
+
+
+def test_a_json_list_makes_the_listing_multilabel_with_its_own_rejects(tmp_path):
+    listing = _list(
+        tmp_path,
+        {
+            "a.tar": [
+                {"__key__": "two", "png": png(1), "json": {"label": [3, 10]}},
+                {"__key__": "one", "png": png(2), "json": {"label": 3}},  # one name: that one class
+                {"__key__": "none", "png": png(3), "json": {"label": []}},
+                {"__key__": "bad", "png": png(4), "json": {"label": [3, {"x": 1}]}},
+            ]
+        },
+    )
+    assert listing.task == "multilabel" and listing.classes == ("3", "10")  # integer names in numeric order
+    assert {r.path.partition("#")[0]: r.label for r in listing.refs} == {"a.tar/two.png": "10|3", "a.tar/one.png": "3"}
+    assert {r.path.partition("#")[0]: r.reason for r in listing.rejects} == {
+        "a.tar/none.png": "empty_label",
+        "a.tar/bad.png": "bad_label",
+    }
+
+
+def test_the_writer_joins_the_smallest_gaps_of_spill_reads_up_to_its_waste():
+    from prep.core.run.shard_copy import runs
+
+    wanted = {"7": [(0, 10, 0), (12, 10, 1), (100, 10, 2)], "8": [(0, 5, 3), (9, 5, 4)]}
+    # gaps: 2 and 78 in file 7, 4 in file 8; a waste of 6 joins the two smallest
+    assert runs(wanted, 6) == {"7": [[(0, 10, 0), (12, 10, 1)], [(100, 10, 2)]], "8": [[(0, 5, 3), (9, 5, 4)]]}
+    assert runs(wanted, 0) == {"7": [[r] for r in wanted["7"]], "8": [[r] for r in wanted["8"]]}
+    assert runs(wanted, 100) == {"7": [wanted["7"]], "8": [wanted["8"]]}

@@ -213,10 +213,11 @@ def read_and_prepare(
         return (frame(record.to_bytes()), 0, 0, image.converted), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
-    if storage.is_remote(path) and webdataset.parse_member(path) is not None:
+    if (storage.is_remote(path) or webdataset.compressed(path)) and webdataset.parse_member(path) is not None:
         # A remote tar member is spilled whole: read again it would cost the writer a request per image
-        # (docs/benchmarks.md, WebDataset). A local one is read again by range, from the page cache: writing
-        # it to the spill cost more (20,000 photos pass-through, bench/wds_bench.py).
+        # (docs/benchmarks.md, WebDataset), a compressed one decompressing its shard up to it. A local one is
+        # read again by range, from the page cache: writing it to the spill cost more (20,000 photos
+        # pass-through, bench/wds_bench.py).
         return (before + image.encoded + after, 0, 0, False), sig, info
     return (before + after, len(before), len(image.encoded), False), sig, info
 

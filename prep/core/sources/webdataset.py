@@ -11,7 +11,7 @@ An input's path is `<shard>/<member>#bytes=<offset>+<length>` (`member_path`), r
 SOURCE: the shard writer reads a kept image again with one ranged read (`read_member`), and
 `image/filename` says which shard and member it came from. A shard is listed in one pass
 (`list_shard`, one shard in, its refs and rejects out: a listing task per shard later): a local
-one header by header (`_fast_members`, else tarfile), a remote one in one streamed read;
+one header by header (`tar_read.fast_members`, else tarfile), a remote one in one streamed read;
 members' data is skipped, never held, except the small label members of the sample at hand.
 Damage loses only what is damaged: a bad header is skipped block by block to the next good
 one (the bytes between are one `damaged_tar` reject), a member cut short by the shard's end
@@ -21,26 +21,30 @@ is `truncated_member`, a sample with no image `no_image`, one without a label `n
 from __future__ import annotations
 
 import collections
+import gzip
 import json
 import os
 import posixpath
 import re
+import sys
 import tarfile
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from prep.core import storage
-from prep.core.errors import SourceError
 from prep.core.listing import InputRef, Listing, Reject, finish_listing
-from prep.core.sources import shard_set
+from prep.core.sources import shard_set, tar_read
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
-_MEMBER = re.compile(r"^(?P<shard>.+?\.tar)/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S)
+_MEMBER = re.compile(
+    r"^(?P<shard>.+?\.(?:tar|tar\.gz|tgz))/(?P<member>.+)#bytes=(?P<offset>\d+)\+(?P<length>\d+)$", re.S
+)
 _INT = re.compile(r"-?\d+")
-_BLOCK = 512
+_BLOCK = tar_read.BLOCK
 _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
+MULTI = "\x1f"  # starts the label of a sample whose json field is a list of names: a multi-label dataset
 
 
 def _visible(name: str) -> bool:
@@ -52,24 +56,15 @@ def only_shards(names: Iterable[str]) -> bool:
     (a folder of images is not walked whole)."""
     seen = False
     for name in filter(_visible, names):
-        if not name.endswith((".tar", ".tar.gz", ".tgz")):
+        if not name.endswith(shard_set.SUFFIXES):
             return False
         seen = True
     return seen
 
 
 def is_shard_set(files: Sequence[str]) -> bool:
-    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar`.
-
-    Raises:
-        SourceError: they are shards, some of them compressed.
-    """
-    if not only_shards(files):
-        return False
-    if not all(f.endswith(".tar") for f in filter(_visible, files)):
-        # a gzip stream has no member offsets to read an image by range
-        raise SourceError("compressed WebDataset shards (.tar.gz, .tgz) are not read yet: decompress them to .tar")
-    return True
+    """Whether SOURCE's listed files (relative paths) are WebDataset shards: some, all `.tar` (`.tar.gz`)."""
+    return only_shards(files)
 
 
 def member_path(shard: str, member: str, offset: int, length: int) -> str:
@@ -102,8 +97,8 @@ def read_member(path: str) -> bytes | tuple[str, str] | None:
         return None
     shard, offset, length = where
     try:
-        with storage.open_read(shard) as f:
-            f.seek(offset)
+        with storage.open_read(shard) as raw, _opened(shard, raw) as f:
+            f.seek(offset)  # in a compressed shard, decompressing up to it: a conversion holds them instead
             data = storage.read_exact(f, length)
     except FileNotFoundError:
         return "missing", f"shard {shard} does not exist"
@@ -112,6 +107,26 @@ def read_member(path: str) -> bytes | tuple[str, str] | None:
     if len(data) != length:
         return "truncated_member", f"shard ends {length - len(data)} bytes before the member's end"
     return data
+
+
+def compressed(shard: str) -> bool:
+    """Whether a shard (or a member path's shard) is one gzip stream: its members are read in order only."""
+    return shard.endswith(shard_set.COMPRESSED) or bool(re.search(r"\.(tar\.gz|tgz)/", shard))
+
+
+def _opened(shard: str, raw: BinaryIO) -> BinaryIO:
+    """The tar bytes of a shard's reader: `raw` itself, or decompressed from it (closing it is the caller's)."""
+    if not compressed(shard):
+        return raw
+    return typing.cast(BinaryIO, tar_read.Ended(typing.cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))))
+
+
+def _drained(f: BinaryIO) -> int:
+    """Where a compressed shard's tar bytes end (`tar_read.Ended`): read on from where `f` is."""
+    at = f.tell()
+    while block := f.read(1 << 20):
+        at += len(block)
+    return at
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -136,16 +151,29 @@ def _label(members: dict[str, bytes], label_key: str | None) -> str | tuple[str,
         keys = (label_key,) if label_key is not None else JSON_KEYS
         for key in keys:
             if isinstance(meta, dict) and key in meta:
-                value = meta[key]
-                if isinstance(value, bool) or not isinstance(value, (int, str)):
-                    return "bad_label", f"json field {key!r} is {type(value).__name__}, not one label"
-                return str(value)
+                return _json_label(key, meta[key])
         if label_key is not None:
             return "no_label", f"json member has no field {label_key!r}"
     if label_key is None and "txt" in members:
         text = members["txt"].decode("utf-8", "replace").strip()
         return text if text else ("no_label", "txt member is empty")
     return "no_label", "sample has no cls, txt or json label"
+
+
+def _json_label(key: str, value: object) -> str | tuple[str, str]:
+    """A json field's label: one name, or a list of names (`MULTI` and the sorted names '|'-joined)."""
+    values = value if isinstance(value, list) else [value]
+    if any(isinstance(v, bool) or not isinstance(v, (int, str)) for v in values):
+        bad = next(v for v in values if isinstance(v, bool) or not isinstance(v, (int, str)))
+        return "bad_label", f"json field {key!r} holds {type(bad).__name__}, not class names"
+    names = sorted({str(v).strip() for v in values})
+    if not isinstance(value, list):
+        return names[0]
+    if not names or "" in names:
+        return "empty_label", f"json field {key!r} is an empty list" if not names else f"json field {key!r} names ''"
+    if any("|" in n for n in names):
+        return "bad_label", f"json field {key!r}: a class name holds '|'"
+    return MULTI + "|".join(names)
 
 
 class _Sample:
@@ -218,86 +246,11 @@ class _Scan:
 
 
 _LABELS = ("cls", "txt", "json")
-_ZERO = bytes(_BLOCK)
-Member = tuple[str, int, int, int, bool, bytes]  # name, header offset, data offset, size, a file, label bytes
 
 
-def _fast_members(f: BinaryIO, size: int) -> list[Member] | None:
-    """The members of a clean local shard (ustar, pax `path`/`size`, GNU long names), read header by header
-    about ten times faster than tarfile; None at anything else (a bad checksum, a header cut short), for
-    tarfile to read the shard and say what is damaged."""
-    out: list[Member] = []
-    pos, name, length, start = 0, None, None, None  # name, length, start: from a pax or long-name header
-    while pos + _BLOCK <= size:
-        f.seek(pos)
-        h = f.read(_BLOCK)
-        if h == _ZERO:
-            return out if name is None else None
-        try:
-            checksum = int(h[148:156].split(b"\0")[0].strip() or b"0", 8)
-            n = int(h[124:136].split(b"\0")[0].strip() or b"0", 8)
-        except ValueError:
-            return None
-        if checksum != sum(h[:148]) + 256 + sum(h[156:]) or h[124] & 0x80:
-            return None
-        typ, data = h[156:157], pos + _BLOCK
-        start = pos if start is None else start
-        if typ in (b"x", b"L"):
-            body = f.read(n)
-            if typ == b"L":
-                name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
-            else:
-                for line in body.decode("utf-8", "surrogateescape").splitlines():
-                    field, _, value = line.partition(" ")[2].partition("=")
-                    name = value if field == "path" else name
-                    length = int(value) if field == "size" else length
-        elif typ != b"g":
-            if name is None:
-                name = h[:100].split(b"\0")[0].decode("utf-8", "surrogateescape")
-                prefix = h[345:500].split(b"\0")[0].decode("utf-8", "surrogateescape")
-                name = f"{prefix}/{name}" if h[257:262] == b"ustar" and prefix else name
-            n = n if length is None else length
-            is_file = typ in (b"0", b"\0", b"7")
-            label = b""
-            if is_file and _split_name(name)[1] in _LABELS and n <= _LABEL_MEMBER_LIMIT and data + n <= size:
-                f.seek(data)
-                label = f.read(n)
-            out.append((name, start, data, n, is_file, label))
-            name, length, start = None, None, None
-        pos = data + -(-n // _BLOCK) * _BLOCK
-    return out if pos >= size and name is None else None
-
-
-class _Tee:
-    """A reader that writes what it reads to `copy` at the same offsets (a remote shard's copy, made by the pass
-    that lists it: every member it lists was read through)."""
-
-    def __init__(self, inner: BinaryIO, copy: BinaryIO) -> None:
-        self._inner, self._copy, self._pos = inner, copy, 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._inner.read(n)
-        self._copy.seek(self._pos)
-        self._copy.write(data)
-        self._pos += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._inner.seek(offset, whence)
-        self._pos = self._inner.tell()
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> _Tee:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _wanted(name: str, size: int) -> bool:
+    """Whether a member's data is read while listing: a sample's small label members."""
+    return _split_name(name)[1] in _LABELS and size <= _LABEL_MEMBER_LIMIT
 
 
 def list_shard(
@@ -312,20 +265,23 @@ def list_shard(
     starts again one block after it.
     """
     full = storage.input_path(source, shard)
+    gz = compressed(shard)
     try:
         size = os.path.getsize(full) if not storage.is_remote(full) else storage.size(full)
         if size is None:
             raise OSError("size unknown")
-        f: BinaryIO = storage.open_read(full)
-        if copy is not None and storage.is_remote(full):
-            f = typing.cast(BinaryIO, _Tee(f, copy))
+        raw: BinaryIO = storage.open_read(full)
+        f = _opened(shard, raw)
+        if copy is not None and (gz or storage.is_remote(full)):
+            f = typing.cast(BinaryIO, tar_read.Tee(f, copy))
     except Exception as exc:  # each file system raises its own types
         return [], [Reject(shard, "unreadable", f"cannot open shard: {exc}")]
+    size = sys.maxsize if gz else size  # a gzip stream's tar bytes: known once read to its end (`_drained`)
     scan = _Scan(shard, split, label_key, size)
-    local = not storage.is_remote(full)
+    local = not storage.is_remote(full) and not gz
     base = 0
-    with f:
-        fast = _fast_members(f, size) if local else None
+    with raw, f:
+        fast = tar_read.fast_members(f, size, _wanted) if local else None
         for name, header, offset, length, is_file, label in fast or ():
             scan.add(name, header, offset, length, is_file, lambda label=label: label)  # type: ignore[misc]
         while fast is None and base < size:
@@ -342,6 +298,8 @@ def list_shard(
             except (tarfile.TarError, OSError, EOFError) as exc:
                 # the header that could not be read
                 failed = base if tar is None else tar.offset + (0 if local else base)
+                if size == sys.maxsize:
+                    size = scan.size = _drained(f)
                 if failed + _BLOCK >= size or scan.expected >= size:
                     # the shard cut short: a member cut short is its sample's reject (`close`); bytes left
                     # that no header explains are one damaged_tar
@@ -375,6 +333,8 @@ def list_webdataset(
         rejects += bad
     if not refs:
         raise shard_set.no_samples(source, len(shards), collections.Counter(r.reason for r in rejects))
+    if any(r.label.startswith(MULTI) for r in refs):
+        return _multilabel(source, len(shards), refs, rejects, classes)
     names = shard_set.class_names((ref.label for ref in refs), classes)
     if names.relabel is not None:
         assert classes is not None  # class_names relabels for --classes only
@@ -385,3 +345,31 @@ def list_webdataset(
         ]
         refs = [r._replace(label=names.relabel[r.label]) for r in refs if r.label not in names.past_end]
     return finish_listing(refs, rejects, names.names, classes, source=source)
+
+
+def _multilabel(
+    source: str, shards: int, refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None
+) -> Listing:
+    """The listing of shards some of whose samples' json field is a list of names: a multi-label dataset, as a
+    multi-label file's (`task_inputs.multilabel_listing` then groups it in strata). A sample with one name is
+    an image of that one class; a name not in --classes is `unknown_label`. Classes: --classes, else every
+    name found, in numeric order when all are integers."""
+    named = [(r, r.label.removeprefix(MULTI).split("|")) for r in refs]
+    found = {n for _, names in named for n in names}
+    ints = all(shard_set.is_int(n) for n in found)
+    names = classes if classes is not None else tuple(sorted(found, key=int) if ints else sorted(found))
+    known, kept = set(names), []
+    for ref, labels in named:
+        unknown = [n for n in labels if n not in known]
+        if unknown:
+            rejects.append(Reject(ref.path, "unknown_label", f"label {unknown[0]!r} is not in --classes"))
+        else:
+            kept.append(ref._replace(label="|".join(labels)))
+    if not kept:
+        raise shard_set.no_samples(source, shards, collections.Counter(r.reason for r in rejects))
+    return Listing(
+        tuple(sorted(kept, key=lambda r: r.path)),
+        tuple(sorted(rejects, key=lambda r: r.path)),
+        names,
+        task="multilabel",
+    )
