@@ -15,11 +15,12 @@ reference to the listing frees its memory before the pipeline's is allocated: `p
 peaks at the larger of the two, not their sum.
 
 Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
-(`list_shards`), or on a runner other than the embedded one a classification label file read in byte ranges
-(`list_labels`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then holds
-nothing per input. The other tasks, multi-label files, Parquet tables and `--resume` are listed on the driver
-(`folder_source`, `shard_source` and `label_source` say when); so are label files on the embedded runner,
-whose workers are the driver's process (the driver's listing is the faster there).
+(`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
+classification label file read in byte ranges (`list_labels`), with a first pipeline on the same runner,
+after OUTPUT is cleared: the driver then holds nothing per input. The other tasks, multi-label files and
+`--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source` and `label_source` say
+when); so are label files on the embedded runner, whose workers are the driver's process (the driver's
+listing is the faster there).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, folder_source, list_inputs, shard_source
+from prep.core.inputs import FolderSource, folder_source, list_inputs, shard_source, table_source
 from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
@@ -41,6 +42,7 @@ from prep.core.manifest import Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
 
@@ -76,7 +78,7 @@ def convert(
             ready = _listed_on_workers(config, source, runner, beam_args)
         if ready is None and (source is None or storage.is_remote(config.source)):
             # WebDataset shards: local ones seen by folder_source, remote ones by the workers' listing
-            shards = shard_source(config)
+            shards = shard_source(config) or table_source(config)
             if shards is not None:
                 ready = _listed_on_workers(config, shards, runner, beam_args)
         if ready is None:
@@ -94,7 +96,10 @@ def convert(
 
 
 def _listed_on_workers(
-    config: ConvertConfig, source: FolderSource | LabelSource | ShardSource, runner: str, beam_args: list[str] | None
+    config: ConvertConfig,
+    source: FolderSource | LabelSource | ShardSource | TableSource,
+    runner: str,
+    beam_args: list[str] | None,
 ) -> Ready | None:
     """Clears OUTPUT, lists SOURCE on workers into its work directory and readies the run; None when the
     listing needs the driver (its summary's `fallback`). A failure, or the fallback, leaves OUTPUT as
@@ -106,7 +111,10 @@ def _listed_on_workers(
     if (
         source.layout == "splits"
         if isinstance(source, FolderSource)
-        else isinstance(source, ShardSource) and any(t.split for t in source.tasks)
+        else isinstance(source, ShardSource)
+        and any(t.split for t in source.tasks)
+        or isinstance(source, TableSource)
+        and source.splits
     ):
         check_split_source(config.plan, True)
     existed = storage.exists(config.output)
