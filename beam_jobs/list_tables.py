@@ -6,11 +6,12 @@ the ClassLabel names, the splits; O(files)), then:
 
     tasks   = Create | Reshuffle              a TableTask each
     listed  = ParDo(ListTable)                ShardGroup | TaskDone: the file's rows, a group (split, label) at
-                                              a time in rank order, in one work file, their images in another
-                                              (members_data(task, 0)), read a row group at a time; its rejects
-    groups  = by group | GroupByKey | ParDo(sort_group)   GroupListed and TableData: a group's rows from every
-                                              file in rank order (list_source.write_group), their images merged
-                                              in that order, one streamed read per piece
+                                              a time in rank order, in one work file; the images of the rows
+                                              listed, in row order, in another (members_data(task, 0)), read a
+                                              row group at a time; its rejects
+    groups  = by group | GroupByKey | ParDo(sort_group)   GroupListed and GroupRows: a group's rows from every
+                                              file in rank order (list_source.write_group), and where each one's
+                                              image is (members_rows)
     planned = one key | ParDo(plan)            as list_source.plan; integer labels index --classes as the
                                               driver's listing does (`parquet.list_tables`)
     then the chunk, reject and summary steps of list_source; a chunk's writer also records where its rows'
@@ -23,9 +24,11 @@ element. On the embedded runner the same steps run in the driver's process (`lis
 written two ways (`1`, `01`) that --classes would name alike make the summary say `fallback`: the driver
 then lists the files itself.
 
-Each image is copied twice (the task's copy, the group's merge) and spilled once more by the prepare step,
-against a row group decoded per image when kept rows are read by (file, row) in the listing's seeded
-order: docs/benchmarks.md, Parquet.
+Each image is copied once, in row order, and spilled once more by the prepare step, which reads a batch's
+images by range from the copies (a range a row, adjacent ones joined): against a row group decoded per
+image when kept rows are read by (file, row) in the listing's seeded order, and against merging each
+group's images in rank order (one more copy) for fewer ranges: docs/benchmarks.md, Parquet. From an
+object store as work directory that is a ranged read per image in the prepare step.
 """
 
 from __future__ import annotations
@@ -34,13 +37,12 @@ import array
 import collections
 import itertools
 import json
-import tempfile
 import typing
 
 import apache_beam as beam
 
 from beam_jobs import list_source
-from beam_jobs.list_shards import ShardGroup, _pieces, _Readers
+from beam_jobs.list_shards import ShardGroup
 from beam_jobs.list_source import ChunkJob, ChunkWritten, GroupListed, PlanInfo, TaskDone, UnknownGroup
 from prep.core import storage
 from prep.core.accounting import sort_rejects
@@ -53,29 +55,22 @@ from prep.core.sources import parquet, table_held
 from prep.core.sources.parquet import TableSource, TableTask
 from prep.core.workdir import WorkDir
 
-_INT8 = 8  # bytes of a length in a lengths file
+_ROW = 24  # bytes of a row in a members_rows file: (task, offset, length), int64
 
 
 class GroupRows(typing.NamedTuple):
-    """A group's images in its rank order: file `data`, whose bytes `offsets[b]` on are bucket b's (as
-    GroupListed.offsets are of its refs file `path`), and each row's length in file `lengths`, bucket b's
-    from row `firsts[b]` on."""
+    """Where a group's images are, in its rank order: file `rows` (members_rows), bucket b's from row
+    `firsts[b]` on (as GroupListed.offsets are its refs file `path`'s bytes)."""
 
     path: str
-    data: str
-    lengths: str
-    offsets: tuple[int, ...]
+    rows: str
     firsts: tuple[int, ...]
 
 
 class RowsRange(typing.NamedTuple):
-    """A piece of a chunk: its images' bytes [start, end) of `data`, their lengths rows [first, last) of
-    `lengths`."""
+    """A piece of a chunk: its rows [first, last) of a group's `rows` file."""
 
-    data: str
-    start: int
-    end: int
-    lengths: str
+    rows: str
     first: int
     last: int
 
@@ -91,76 +86,69 @@ class TableChunk(typing.NamedTuple):
 
 class ListTable(beam.DoFn):
     """TableTask -> a ShardGroup per (split, label) among its rows, then its TaskDone. The images of the rows
-    listed are copied as the file is read, a row group at a time (`parquet.list_file`), each group's in rank
-    order; a piece's lines carry each row's image length after its fields."""
+    listed are copied as the file is read, a row group at a time (`parquet.list_file`); a piece's lines
+    carry each row's image offset in the copy and length after its fields."""
 
     def __init__(self, source: TableSource, seed: int, work: WorkDir):
         self._source, self._seed, self._work = source, seed, work
 
     def process(self, task: TableTask):
-        with tempfile.TemporaryFile() as copy:
-            listed = parquet.list_file(self._source, task, copy)
-            by_group: dict[tuple, list[tuple[InputRef, int, int]]] = collections.defaultdict(list)
-            at = 0
-            for ref, n in zip(listed.refs, listed.lengths):
-                by_group[group_order((ref.split, ref.label))].append((ref, at, n))
-                at += max(n, 0)
-            path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
-            where: list[tuple[int, int]] = []  # (offset, length) in the copy of each image, in the file's order
-            held = 0  # bytes of the images' file so far
-            for index, key in enumerate(sorted(by_group)):
-                rows = sorted(by_group[key], key=lambda r: (sort_key(self._seed, r[0].path), r[0].path))
-                start, data_start = size, held
-                for ref, offset, n in rows:
-                    line = (json.dumps([*ref.fields(), n]) + "\n").encode()
-                    lines.append(line)
-                    size += len(line)
-                    if n >= 0:
-                        where.append((offset, n))
-                        held += n
-                first = rows[0][0]
-                data = (data_start, held)
-                groups.append(ShardGroup(first.split, first.label, task.task, index + 1, path, start, size, *data))
-            if lines:
-                storage.write_streamed(path, lines)
-                storage.write_streamed(self._work.members_data(task.task, 0), _pieces(copy, where))
+        data = self._work.members_data(task.task, 0)
+        tmp = storage.temp_path(data)
+        try:
+            with storage.open_write(tmp) as copy:
+                listed = parquet.list_file(self._source, task, copy)
+            storage.rename(tmp, data)
+        except BaseException:
+            storage.delete(tmp)
+            raise
+        by_group: dict[tuple, list[tuple[InputRef, int, int]]] = collections.defaultdict(list)
+        at = 0
+        for ref, n in zip(listed.refs, listed.lengths):
+            by_group[group_order((ref.split, ref.label))].append((ref, at, n))
+            at += max(n, 0)
+        path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
+        for index, key in enumerate(sorted(by_group)):
+            rows = sorted(by_group[key], key=lambda r: (sort_key(self._seed, r[0].path), r[0].path))
+            start = size
+            for ref, offset, n in rows:
+                line = (json.dumps([*ref.fields(), offset, n]) + "\n").encode()
+                lines.append(line)
+                size += len(line)
+            first = rows[0][0]
+            groups.append(ShardGroup(first.split, first.label, task.task, index + 1, path, start, size))
+        if lines:
+            storage.write_streamed(path, lines)
         yield from groups
         rejects_path = self._work.listed_rejects(task.task)
         storage.write_atomic(rejects_path, checkpoints.rejects_bytes(sort_rejects(listed.rejects)))
         yield TaskDone(task.task, rejects_path, (), "classes", None)
 
 
-def _piece_rows(piece: ShardGroup) -> list[tuple[InputRef, int]]:
+def _piece_rows(piece: ShardGroup) -> list[tuple[InputRef, int, int]]:
     with storage.open_read(piece.path) as f:
         f.seek(piece.start)
         data = storage.read_exact(f, piece.end - piece.start)
-    return [(InputRef(*fields[:-1]), fields[-1]) for fields in map(json.loads, data.splitlines())]
+    return [(InputRef(*fields[:-2]), fields[-2], fields[-1]) for fields in map(json.loads, data.splitlines())]
 
 
 def sort_group(element, seed: int, work: WorkDir):
     """(group, [ShardGroup]) -> the group's GroupListed (its file in rank order, named after its first task's
-    piece) and its GroupRows: the pieces' images merged in that order, one streamed read each."""
+    piece) and its GroupRows: where each row's image is, in that order."""
     _, pieces = element
     pieces = sorted(pieces, key=lambda g: g.task)
-    tagged = sorted((sort_key(seed, r.path), r.path, i, r, n) for i, g in enumerate(pieces) for r, n in _piece_rows(g))
+    tagged = sorted(
+        (sort_key(seed, r.path), r.path, g.task, offset, n) + (r,) for g in pieces for r, offset, n in _piece_rows(g)
+    )
     first = pieces[0]
-    listed = list_source.write_group(work.listed_group(first.task, first.place), [t[3] for t in tagged], seed)
+    listed = list_source.write_group(work.listed_group(first.task, first.place), [t[5] for t in tagged], seed)
     yield listed
-    data, lengths = work.members_data(first.task, first.place), work.members_lengths(first.task, first.place)
-    readers = _Readers(work, pieces)
-    try:
-        storage.write_streamed(data, (readers.read(i, n) for _, _, i, _, n in tagged if n >= 0))
-    finally:
-        readers.close()
-    sizes = [t[4] for t in tagged]
-    storage.write_atomic(lengths, array.array("q", sizes).tobytes())
-    offsets, firsts, at, row = [0], [0], 0, 0
+    rows = work.members_rows(first.task, first.place)
+    storage.write_atomic(rows, array.array("q", [v for t in tagged for v in t[2:5]]).tobytes())
+    firsts = [0]
     for count in listed.counts:
-        at += sum(max(n, 0) for n in sizes[row : row + count])
-        row += count
-        offsets.append(at)
-        firsts.append(row)
-    yield GroupRows(listed.path, data, lengths, tuple(offsets), tuple(firsts))
+        firsts.append(firsts[-1] + count)
+    yield GroupRows(listed.path, rows, tuple(firsts))
 
 
 def plan(element, source: TableSource, classes: tuple[str, ...] | None):
@@ -208,10 +196,9 @@ def plan(element, source: TableSource, classes: tuple[str, ...] | None):
 
 
 def _rows_range(group: GroupRows, offsets: list[int], start: int, end: int) -> RowsRange:
-    """The images and lengths of a group's rows in bytes [start, end) of its refs file: bucket boundaries map
-    one to the other (an empty bucket starts where the one after does, in all three)."""
-    b, e = offsets.index(start), offsets.index(end)
-    return RowsRange(group.data, group.offsets[b], group.offsets[e], group.lengths, group.firsts[b], group.firsts[e])
+    """Where the images of a group's rows in bytes [start, end) of its refs file are: bucket boundaries map
+    one to the other (an empty bucket starts where the one after does, in both)."""
+    return RowsRange(group.rows, group.firsts[offsets.index(start)], group.firsts[offsets.index(end)])
 
 
 class WriteChunk(beam.DoFn):
@@ -229,13 +216,13 @@ class WriteChunk(beam.DoFn):
             refs += [r._replace(label=labels[path]) for r in got] if path in labels else got
         checkpoints.write_listing(self._work, item.job.chunk, refs)
         if item.rows:
-            lengths = array.array("q")
+            where = array.array("q")
             for r in item.rows:
-                with storage.open_read(r.lengths) as f:
-                    f.seek(r.first * _INT8)
-                    lengths.frombytes(storage.read_exact(f, (r.last - r.first) * _INT8))
-            ranges = [(r.data, r.start, r.end) for r in item.rows]
-            table_held.write_chunk_rows(self._work, item.job.chunk, ranges, lengths.tolist())
+                with storage.open_read(r.rows) as f:
+                    f.seek(r.first * _ROW)
+                    where.frombytes(storage.read_exact(f, (r.last - r.first) * _ROW))
+            places = [(self._work.members_data(t, 0), o, n) for t, o, n in zip(*(iter(where),) * 3)]
+            table_held.write_chunk_rows(self._work, item.job.chunk, places)
         yield ChunkWritten(item.job.chunk, len(refs), refs_sum(refs))
 
 

@@ -150,8 +150,9 @@ def reads(hub: pathlib.Path, photos: list[pathlib.Path], per_file: int, scratch:
     print(f"{'copied: written once and read back':<44} {seconds:8.2f} {1000 * seconds / len(photos):9.2f} {'-':>15}")
 
 
-def timed(cmd: list[str], path: str | None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of `cmd` run with PYTHONPATH `path` (this checkout's by default)."""
+def timed(cmd: list[str], path: str | None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of `cmd` run with PYTHONPATH `path` (this
+    checkout's by default). On a shared machine CPU seconds move less than wall seconds."""
     env = {**os.environ, "PYTHONPATH": path or str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -159,7 +160,7 @@ def timed(cmd: list[str], path: str | None) -> tuple[float, float]:
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def convert(folder: pathlib.Path, scratch: pathlib.Path, count: int, repeats: int, baseline: str | None) -> None:
@@ -175,12 +176,12 @@ def convert(folder: pathlib.Path, scratch: pathlib.Path, count: int, repeats: in
             for name, source, path in sources:
                 out = scratch / "out"
                 cmd = [prep_command(), "convert", str(source), str(out), "--overwrite", "--no-progress", *options]
-                seconds, rss = timed(cmd, path)
-                files = seconds if files is None else files
+                seconds, cpu, rss = timed(cmd, path)
+                files = (seconds, cpu) if files is None else files
                 shown = " ".join(options) or "pass-through"
                 print(
-                    f"{name:<18} {shown:<14} {run + 1:>4} {seconds:8.1f} {count / seconds:9.0f} {rss:12.0f}"
-                    f" {seconds / files:8.2f}",
+                    f"{name:<18} {shown:<14} {run + 1:>4} {seconds:8.1f} {seconds / files[0]:8.2f} {cpu:7.1f}"
+                    f" {cpu / files[1]:8.2f} {rss:12.0f}",
                     flush=True,
                 )
     shutil.rmtree(scratch / "out", ignore_errors=True)

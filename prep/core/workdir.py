@@ -6,7 +6,7 @@
     .prep-tmp/listing/rejects.json         inputs rejected while listing
     .prep-tmp/members/data-TTTTTT-GGGGGG.bin  WebDataset members' bytes copied from remote shards, and
     .prep-tmp/members/HHH-chunk-NNNNNN.json    the ranges of them that hold a chunk's (beam_jobs/list_shards.py);
-                                           Parquet rows' images the same way, with members/lengths-*.bin
+                                           Parquet rows' images the same way, with members/rows-*.bin
                                            (beam_jobs/list_tables.py, prep/core/sources/table_held.py)
     .prep-tmp/listed/group-TTTTTT-GGGGGG.jsonl  listing on workers: task T's inputs of one (split, class),
                                            in rank order; listed/rejects-TTTTTT.json its rejects;
@@ -127,9 +127,10 @@ class WorkDir:
     def members_data(self, task: int, group: int) -> str:
         return self._path("members", f"data-{task:06d}-{group:06d}.bin")
 
-    def members_lengths(self, task: int, group: int) -> str:
-        """Parquet rows: the length of each image in `members_data(task, group)`, int64, -1 for one not copied."""
-        return self._path("members", f"lengths-{task:06d}-{group:06d}.bin")
+    def members_rows(self, task: int, group: int) -> str:
+        """Parquet rows of a group in rank order: where each one's image is, int64 (task, offset in
+        `members_data(task, 0)`, length; -1 for one not copied)."""
+        return self._path("members", f"rows-{task:06d}-{group:06d}.bin")
 
     def chunk_members(self, chunk: int) -> str:
         """The (data file, start, end) ranges that hold a chunk's members' bytes, in its order."""

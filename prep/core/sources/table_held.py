@@ -1,14 +1,15 @@
-"""Parquet and Arrow rows' images held in the work directory, in a chunk's order, for the prepare step.
+"""Parquet and Arrow rows' images held in the work directory, for the prepare step to read a batch at a time.
 
 A row cannot be read alone: its row group's image column is decoded whole (table_files.py), so reading kept
 rows one by one in the listing's seeded order decodes a row group per image once the files outgrow the
 block cache. The listing on workers (beam_jobs/list_tables.py) reads each row group's image column once and
-copies the images of the rows it lists, in each group's rank order, as WebDataset members are copied
-(prep/core/sources/held.py); a chunk's file (`WorkDir.chunk_members`, a JSON object here, a list there)
-holds the byte ranges of those copies that hold its rows' images, in its order, and each row's length (-1:
-not copied, a null image or a row group whose images did not read). A batch of the prepare step then reads
-its rows' images with one ranged read (`held.read_held`); a batch with a row not copied, or a chunk
-without the file (the driver's listing, `--resume`), reads each row from its row group (`read_row`).
+copies the images of the rows it lists, in row order, one file per table file (`WorkDir.members_data`); a
+chunk's file (`WorkDir.chunk_members`: a JSON object here, a list for WebDataset members, held.py) holds the
+byte ranges of those copies that hold its rows' images in its order, a range per run of rows adjacent in a
+copy, and each row's length (-1: not copied, a null image or a row group whose images did not read). A
+batch of the prepare step reads its rows' images by those ranges (`held.read_held`); a batch with a row not
+copied, or a chunk without the file (the driver's listing, `--resume`), reads each row from its row group
+(`table_files.read_row`), which says why one cannot be read.
 """
 
 from __future__ import annotations
@@ -18,13 +19,25 @@ from collections.abc import Sequence
 
 from prep.core import storage
 from prep.core.listing import InputRef
-from prep.core.sources.held import Held, Range
+from prep.core.sources.held import Held
 from prep.core.sources.table_files import parse_row
 from prep.core.workdir import WorkDir
 
 
-def write_chunk_rows(work: WorkDir, chunk: int, ranges: Sequence[Range], lengths: Sequence[int]) -> None:
-    data = {"ranges": [list(r) for r in ranges], "lengths": list(lengths)}
+def write_chunk_rows(work: WorkDir, chunk: int, places: Sequence[tuple[str, int, int]]) -> None:
+    """Records where a chunk's rows' images are: (file, offset, length) each, in its order (length -1: not
+    copied); rows next to each other in one file make one range."""
+    files: dict[str, int] = {}
+    ranges: list[list[int]] = []
+    for path, offset, n in places:
+        if n < 0:
+            continue
+        index = files.setdefault(path, len(files))
+        if ranges and ranges[-1][0] == index and ranges[-1][2] == offset:
+            ranges[-1][2] += n
+        else:
+            ranges.append([index, offset, offset + n])
+    data = {"files": list(files), "ranges": ranges, "lengths": [n for _, _, n in places]}
     storage.write_atomic(work.chunk_members(chunk), json.dumps(data).encode())
 
 
@@ -40,7 +53,8 @@ def batches_held(work: WorkDir, chunk: int, refs: Sequence[InputRef], batch: int
         return none
     if not isinstance(found, dict):
         return none
-    ranges = [tuple(r) for r in found["ranges"]]
+    files = found["files"]
+    ranges = [(files[i], start, end) for i, start, end in found["ranges"]]
     lengths = [int(n) for n in found["lengths"]]
     if len(lengths) != len(refs) or sum(end - start for _, start, end in ranges) != sum(max(n, 0) for n in lengths):
         return none  # not this listing's (never expected): read the rows from their files
