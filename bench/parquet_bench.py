@@ -92,13 +92,16 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--reads", action="store_true", help="step 1: reading rows one by one")
     parser.add_argument("--baseline", help="a checkout whose code converts Parquet too (PYTHONPATH)")
+    parser.add_argument("--pass-through-only", action="store_true", help="no runs with --resize 256")
+    parser.add_argument("--photos", help="class folders of photos to use instead of bench/make_data.py's --count")
     parser.add_argument("--scratch", default="/tmp/prep-parquet-bench")
     parser.add_argument("--convert-only", action="store_true", help="(internal) step 2 on the files written")
     args = parser.parse_args(argv)
-    folder = ensure_data(args.count)
-    scratch = pathlib.Path(args.scratch) / str(args.count)
+    folder = pathlib.Path(args.photos) if args.photos else ensure_data(args.count)
+    count = sum(1 for c in folder.iterdir() if c.is_dir() for _ in c.iterdir())
+    scratch = pathlib.Path(args.scratch) / (str(args.count) if not args.photos else folder.name)
     if args.convert_only:
-        return convert(folder, scratch, args.count, args.repeats, args.baseline)
+        return convert(folder, scratch, count, args.repeats, args.baseline, args.pass_through_only)
     hub = scratch / "hub"
     if not hub.exists():
         shutil.rmtree(scratch, ignore_errors=True)
@@ -114,6 +117,8 @@ def main(argv=None) -> None:
     # A child's peak RSS starts at its parent's (Linux keeps it across fork and exec): the conversions are
     # timed from a fresh, small process, not this one, which has read the photos.
     cmd = [sys.executable, __file__, "--count", str(args.count), "--scratch", args.scratch, "--convert-only"]
+    cmd += ["--photos", args.photos] if args.photos else []
+    cmd += ["--pass-through-only"] if args.pass_through_only else []
     cmd += ["--repeats", str(args.repeats)] + (["--baseline", args.baseline] if args.baseline else [])
     subprocess.run(cmd, check=True)
 
@@ -163,15 +168,16 @@ def timed(cmd: list[str], path: str | None) -> tuple[float, float, float]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def convert(folder: pathlib.Path, scratch: pathlib.Path, count: int, repeats: int, baseline: str | None) -> None:
+def convert(
+    folder: pathlib.Path, scratch: pathlib.Path, count: int, repeats: int, baseline: str | None, only: bool
+) -> None:
     sources = [("files", folder, None), ("parquet", scratch / "hub", None)]
     if baseline:
         sources.append(("parquet, baseline", scratch / "hub", baseline))
-    print(
-        f"\n{'source':<18} {'options':<14} {'run':>4} {'seconds':>8} {'images/s':>9} {'peak RSS MB':>12} {'/ files':>8}"
-    )
+    head = f"{'source':<18} {'options':<14} {'run':>4} {'seconds':>8} {'/ files':>8} {'CPU s':>7} {'/ files':>8}"
+    print(f"\n{head} {'peak RSS MB':>12}")
     for run in range(repeats):
-        for options in ([], ["--resize", "256"]):
+        for options in ([], ["--resize", "256"])[: 1 if only else 2]:
             files = None
             for name, source, path in sources:
                 out = scratch / "out"

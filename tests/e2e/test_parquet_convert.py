@@ -238,8 +238,8 @@ def test_files_in_the_simulated_object_store_are_read_by_row_group(tmp_path, mon
     for (kind, what, _), n in counts.items():
         if what.startswith("hub/"):
             reads[kind] += n
-    # the listing reads each file's footer and label columns; a worker each row group's images once (more if
-    # two threads decode the same group at once); the writer reads none: kept rows are spilled
+    # the driver reads each file's footer, the listing its footer, and each row group's labels and images
+    # once (copied to the work directory); the prepare step and the writer read none of these files
     assert reads["read"] < 60 / 2, reads
 
 
