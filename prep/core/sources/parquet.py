@@ -320,7 +320,7 @@ def _image_block(table: TableFile, index: int, column: str) -> Any:
     """A Parquet row group's image column, or None when it cannot be read (the prepare step then reads
     each of its rows itself, and rejects them with the reason)."""
     try:
-        return table.block(index, [column]).column(0).combine_chunks()
+        return table.block(index, [column]).column(0)  # indexed as it is: no copy of the column
     except Exception:  # pyarrow's types
         return None
 
