@@ -14,12 +14,13 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs import list_labels, list_shards, list_source, list_tables, runners, worker_setup
+from beam_jobs import list_annotations, list_labels, list_shards, list_source, list_tables, runners, worker_setup
 from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
 from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
+from prep.core.detection_inputs import DetectionSource
 from prep.core.errors import OutputError, RunnerError
 from prep.core.inputs import FolderSource
 from prep.core.label_ranges import LabelSource
@@ -75,16 +76,16 @@ def execute(
 
 def list_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | TableSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
     runner: str = RUNNERS_LOCAL,
     beam_args: list[str] | None = None,
     pipeline: bool | None = None,
 ) -> dict[str, Any]:
     """Lists and stages a SOURCE of class folders (`list_source`), a label file (`list_labels`), WebDataset
-    shards (`list_shards`) or Parquet/Arrow files (`list_tables`) on workers; returns the summary the driver
-    reads. Callers go through
-    `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a pipeline (default: on any
-    runner but the embedded one, where `list_here` runs its steps).
+    shards (`list_shards`), Parquet/Arrow files (`list_tables`) or COCO annotations (`list_annotations`) on
+    workers; returns the summary the driver reads. Callers go through `convert.convert`, which cleared OUTPUT
+    first. `pipeline`: run the listing as a pipeline (default: on any runner but the embedded one, where
+    `list_here` runs its steps).
 
     Raises:
         PrepError: SOURCE cannot be listed or used (SourceError), or the runner failed.
@@ -97,6 +98,8 @@ def list_on_workers(
         if isinstance(source, ShardSource)
         else list_tables
         if isinstance(source, TableSource)
+        else list_annotations
+        if isinstance(source, DetectionSource)
         else list_source
     )
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):

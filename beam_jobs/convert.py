@@ -16,10 +16,11 @@ peaks at the larger of the two, not their sum.
 
 Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
 (`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
-classification label file read in byte ranges (`list_labels`), with a first pipeline on the same runner,
-after OUTPUT is cleared: the driver then holds nothing per input. The other tasks, multi-label files and
-`--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source` and `label_source` say
-when); so are label files on the embedded runner, whose workers are the driver's process (the driver's
+classification label file read in byte ranges (`list_labels`) or a detection SOURCE of COCO files
+(`list_annotations`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then
+holds nothing per input. The other tasks and formats, multi-label files and `--resume` are listed on the
+driver (`folder_source`, `shard_source`, `table_source`, `label_source` and `detection_source` say when); so
+are label files and COCO files on the embedded runner, whose workers are the driver's process (the driver's
 listing is the faster there).
 """
 
@@ -33,8 +34,9 @@ import sys
 from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
+from prep.core.detection_inputs import DetectionSource
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, folder_source, list_inputs, shard_source, table_source
+from prep.core.inputs import FolderSource, detection_source, folder_source, list_inputs, shard_source, table_source
 from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
@@ -71,9 +73,9 @@ def convert(
         check_runner_options(runner, list(beam_args or []))
     ready = None
     if listing is None:
-        source: FolderSource | LabelSource | None = folder_source(config)
+        source: FolderSource | LabelSource | DetectionSource | None = folder_source(config)
         if source is None and runner != RUNNERS_LOCAL:  # the embedded runner's workers are this process
-            source = label_source(config)
+            source = label_source(config) or detection_source(config)
         if source is not None:
             ready = _listed_on_workers(config, source, runner, beam_args)
         if ready is None and (source is None or storage.is_remote(config.source)):
@@ -97,7 +99,7 @@ def convert(
 
 def _listed_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | TableSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
     runner: str,
     beam_args: list[str] | None,
 ) -> Ready | None:

@@ -46,7 +46,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs.dedupe_components import SpreadComponents, grouped_items
-from beam_jobs.dedupe_decide import decide_batch, merge_user_groups, regroup, unit_labels, write_report
+from beam_jobs.dedupe_decide import Regroup, decide_batch, merge_user_groups, unit_labels, write_report
 from beam_jobs.dedupe_exact import ExactGroups
 from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
@@ -198,7 +198,7 @@ def _key(element, field: str | None):
 
 class _Gathered(beam.PTransform):
     """A PCollection (or a tuple of them) of elements -> `fn((key, [its elements]), *args)`'s outputs, per value of
-    the elements' attribute `field` (None: all of them in one task)."""
+    the elements' attribute `field` (None: all of them in one task); `fn` may be a DoFn (args then unused)."""
 
     def __init__(self, field: str | None, fn, *args):
         super().__init__()
@@ -210,7 +210,8 @@ class _Gathered(beam.PTransform):
             together
             | "Key" >> beam.Map(_key, self._field)
             | "Gather" >> beam.GroupByKey()
-            | "Apply" >> beam.FlatMap(self._fn, *self._args)
+            | "Apply"
+            >> (beam.ParDo(self._fn) if isinstance(self._fn, beam.DoFn) else beam.FlatMap(self._fn, *self._args))
         )
 
 
@@ -304,5 +305,5 @@ class Dedupe(beam.PTransform):
             ]
             notes.append(report | "Notes" >> beam.FlatMap(only(dedupe_files.GroupNotes)))
         # ChunkCounts | GroupNotes (of pinned images)
-        regrouped = tuple(by_chunk) | "Regroup" >> _Gathered("chunk", regroup, work, s)
+        regrouped = tuple(by_chunk) | "Regroup" >> _Gathered("chunk", Regroup(work, s))
         return [regrouped, *notes] | "WithNotes" >> beam.Flatten()

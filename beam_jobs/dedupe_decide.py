@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import apache_beam as beam
+
 from beam_jobs.prepare import ChunkCounts, chunk_counts, read_prepared
 from prep.core import storage
 from prep.core.groups import balance_pins, decide, merge_units, pin_split, summarize
@@ -164,10 +166,34 @@ def _kept_labels(line: dict) -> dict[str, int]:
     return out
 
 
-def regroup(element, work: WorkDir, settings: DedupeSettings):
+class Regroup(beam.DoFn):
+    """`regroup` of each chunk, the run-wide files it reads (merged user groups, the splits chosen) read once a
+    bundle rather than once a chunk: the duplicate pins hold a line per group, so reading them per chunk grows
+    as chunks x groups (~1e7 entries at 1 M images). They are complete before any chunk gets here (ReportWritten
+    and UnitsReady feed the same GroupByKey), so a bundle's copy is every chunk's."""
+
+    def __init__(self, work: WorkDir, settings: DedupeSettings):
+        self._work, self._settings = work, settings
+        self._read: dict[str, dict[str, str]] = {}
+
+    def start_bundle(self):
+        self._read = {}
+
+    def process(self, element):
+        yield from regroup(element, self._work, self._settings, self._read)
+
+
+def _once(read: dict[str, dict[str, str]], name: str, load) -> dict[str, str]:
+    if name not in read:
+        read[name] = load()
+    return read[name]
+
+
+def regroup(element, work: WorkDir, settings: DedupeSettings, read: dict[str, dict[str, str]] | None = None):
     """(chunk, [ChunkCounts | DecidedSlice | UnitsReady | ReportWritten]) -> the chunk's ChunkCounts by planner
     group (its policy rejects left out), and a GroupNotes of its pinned images; records the chunk's placements
-    for rank_task (`dedupe_files.write_groups`)."""
+    for rank_task (`dedupe_files.write_groups`). `read`: the run-wide files already read, by name (`Regroup`)."""
+    read = {} if read is None else read
     chunk, values = element
     values = list(values)
     counts = [v for v in values if isinstance(v, ChunkCounts)]
@@ -177,11 +203,11 @@ def regroup(element, work: WorkDir, settings: DedupeSettings):
     decisions = {d.item: d for v in values if isinstance(v, DecidedSlice) for d in dedupe_files.read_decisions(v.where)}
     user = dedupe_files.user_keys(work, chunk, options) if fractions and options.user_groups else None
     units_ready = any(isinstance(v, UnitsReady) for v in values)
-    merged = dedupe_files.read_units(work) if units_ready else {}
-    user_pins = dedupe_files.read_choices(work, "users") if units_ready else {}
+    merged = _once(read, "units", lambda: dedupe_files.read_units(work)) if units_ready else {}
+    user_pins = _once(read, "users", lambda: dedupe_files.read_choices(work, "users")) if units_ready else {}
     # write_report recorded them before this GroupByKey could emit (it feeds the same one)
     pins = (
-        dedupe_files.read_choices(work, "duplicates")
+        _once(read, "duplicates", lambda: dedupe_files.read_choices(work, "duplicates"))
         if fractions and any(d.movable for d in decisions.values())
         else {}
     )

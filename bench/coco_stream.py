@@ -4,6 +4,8 @@
     python bench/coco_stream.py --scale 0.1           # a tenth of it
     python bench/coco_stream.py --order annotations   # annotations before images in the file
     python bench/coco_stream.py --old 4e0e696         # the commit whose reader is "old" (json.loads whole)
+    python bench/coco_stream.py --skip-old --workers  # and the driver's part of the listing on workers
+    python bench/coco_stream.py --scale 0.1 --skip-old --staged  # whole listings, staged files compared
 
 Makes (once, under bench/data/coco-<scale>-<order>/) an instances JSON of COCO 2017 train's shape: the same
 counts of images and annotations, 80 categories with COCO's sparse ids, ~1% crowd annotations as uncompressed
@@ -13,6 +15,14 @@ process, lists that SOURCE as `prep convert --annotations` does (`prep.core.inpu
 checkout's code and with the old commit's (extracted with `git archive`), and prints wall and CPU time, peak RSS
 (ru_maxrss of the process) and a digest of the listing (refs, rejects, box notes and tally): equal digests
 say both gave the same listing.
+
+`--workers` adds the driver's part of a listing on workers (beam_jobs/list_annotations.py, DirectRunner): the
+process's wall and CPU time and peak RSS from the call of `convert` to the start of the first worker task (the
+file's streaming), where the measuring process stops (its workers would be this process too).
+
+`--staged` instead stages the listing both ways, each in a fresh process: on the driver (`ready_output`, the
+embedded runner's way) and on workers (the whole first pipeline on the DirectRunner, in memory: the driver
+and its workers are one process, so its peak is theirs together); the digest is of the staged files.
 """
 
 from __future__ import annotations
@@ -58,6 +68,62 @@ digest.update(repr(listing.boxes).encode())
 peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "peak_mb": peak_mb,
                   "refs": len(listing.refs), "rejects": len(listing.rejects), "notes": len(listing.box_notes),
+                  "digest": digest.hexdigest()[:16]}))
+"""
+
+
+# The driver's part of a conversion listed on workers: from convert() to the first worker task, stopped there.
+MEASURE_WORKERS = r"""
+import json, os, resource, sys, time
+from beam_jobs import convert, list_annotations
+from prep.core.convert_options import build_config
+source, annotations, output = sys.argv[1:4]
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+def first_task(coco_file):
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": time.perf_counter() - started, "cpu": cpu() - cpu_started, "peak_mb": peak_mb,
+                      "refs": 0, "rejects": 0, "notes": 0, "digest": "-"}))
+    sys.stdout.flush()
+    os._exit(0)
+list_annotations.stream_file = first_task
+config = build_config(source, output, {"annotations": annotations})
+started, cpu_started = time.perf_counter(), cpu()
+convert.convert(config, runner="DirectRunner", beam_args=["--direct_running_mode=in_memory"])
+sys.exit("the listing did not run on workers")
+"""
+
+
+# A listing staged on the driver or on workers (DirectRunner); the digest of the staged files.
+MEASURE_STAGED = r"""
+import hashlib, json, pathlib, resource, sys, time
+from beam_jobs import list_source
+from beam_jobs._execute import list_on_workers
+from prep.core.convert_options import build_config
+from prep.core.inputs import detection_source, list_inputs
+from prep.core.run.start import clear_output, ready_listed, ready_output
+source, annotations, output, where = sys.argv[1:5]
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+config = build_config(source, output, {"annotations": annotations})
+started, cpu_started = time.perf_counter(), cpu()
+if where == "workers":
+    clear_output(config)
+    summary = list_on_workers(config, detection_source(config), "DirectRunner", ["--direct_running_mode=in_memory"])
+    list_source.delete_listed(output)
+    ready = ready_listed(config, summary)
+else:
+    ready = ready_output(config, list_inputs(config))
+seconds, cpu_seconds = time.perf_counter() - started, cpu() - cpu_started
+digest = hashlib.sha256()
+for path in sorted((pathlib.Path(output) / ".prep-tmp" / "listing").iterdir()):
+    digest.update(path.name.encode() + path.read_bytes())
+digest.update(json.dumps(json.loads((pathlib.Path(output) / ".prep-tmp" / "run.json").read_text())["listing"]).encode())
+peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "peak_mb": peak_mb, "refs": sum(ready.chunk_sizes),
+                  "rejects": ready.staged.found - sum(ready.chunk_sizes), "notes": 0,
                   "digest": digest.hexdigest()[:16]}))
 """
 
@@ -152,11 +218,11 @@ def old_tree(rev: str, into: pathlib.Path) -> pathlib.Path:
     return tree
 
 
-def measure(tree: pathlib.Path, source: pathlib.Path, annotations: pathlib.Path) -> dict:
+def measure(tree: pathlib.Path, source: pathlib.Path, annotations: pathlib.Path, script: str = MEASURE, *more) -> dict:
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, PYTHONPATH=str(tree))
         done = subprocess.run(
-            [sys.executable, "-c", MEASURE, str(source), str(annotations), os.path.join(out, "out")],
+            [sys.executable, "-c", script, str(source), str(annotations), os.path.join(out, "out"), *more],
             env=env,
             capture_output=True,
             text=True,
@@ -173,6 +239,8 @@ def main() -> None:
     parser.add_argument("--order", choices=("images", "annotations"), default="images", help="which array first")
     parser.add_argument("--old", default=OLD, help="the commit whose reader is measured as 'old'")
     parser.add_argument("--skip-old", action="store_true", help="measure this checkout only")
+    parser.add_argument("--workers", action="store_true", help="also the driver's part of a listing on workers")
+    parser.add_argument("--staged", action="store_true", help="only: the listing staged on the driver and on workers")
     args = parser.parse_args()
     root = HERE / "data" / f"coco-{args.scale:g}-{args.order}"
     annotations = make_set(root, args.scale, args.order)
@@ -182,6 +250,14 @@ def main() -> None:
         f"{round(ANNOTATIONS * args.scale):,} annotations ({args.order} first)"
     )
     rows = []
+    if args.staged:
+        for where in ("driver", "workers"):
+            found = measure(ROOT, root / "train2017", annotations, MEASURE_STAGED, where)
+            rows.append(
+                (f"staged on the {where} ({'DirectRunner' if where == 'workers' else 'embedded runner'})", found)
+            )
+        _table(rows, "staged files")
+        return
     if not args.skip_old:
         rows.append(
             (
@@ -190,7 +266,14 @@ def main() -> None:
             )
         )
     rows.append(("new (this checkout, ijson stream)", measure(ROOT, root / "train2017", annotations)))
-    print("| reader | wall s | CPU s | peak RSS MB | refs | rejects | box notes | listing digest |")
+    if args.workers:
+        driver = measure(ROOT, root / "train2017", annotations, MEASURE_WORKERS)
+        rows.append(("on workers: the driver, to the first worker task", driver))
+    _table(rows, "listing")
+
+
+def _table(rows: list[tuple[str, dict]], digest: str) -> None:
+    print(f"| reader | wall s | CPU s | peak RSS MB | refs | rejects | box notes | {digest} digest |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, r in rows:
         print(

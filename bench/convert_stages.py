@@ -6,7 +6,8 @@
 Each run is a fresh process running `prep convert` with Beam's FnApiRunner
 timed around every bundle it executes (one bundle per fused stage on the
 embedded runner). Stages are named by their first step: "prepare" (read,
-check, convert, spill), "plan" (the planner's groups), "write" (shards),
+check, convert, spill), "dedupe" (grouping duplicates, the default's),
+"plan" (the planner's groups), "write" (shards),
 "finish" (rejects.jsonl, tfds files, manifest); "outside" is the rest of
 the command (imports, listing, building the pipeline). CPU is this process's
 (pool threads included). Configurations are interleaved within each repeat;
@@ -33,7 +34,13 @@ HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
-STAGES = (("prepare", "PrepareImages"), ("write", "WriteShards"), ("write", "ConcatParts"), ("finish", "WriteManifest"))
+STAGES = (
+    ("prepare", "PrepareImages"),
+    ("dedupe", "Dedupe/"),
+    ("write", "WriteShards"),
+    ("write", "ConcatParts"),
+    ("finish", "WriteManifest"),
+)
 
 
 def stage_name(fused: str) -> str:
@@ -96,7 +103,7 @@ def main(argv=None) -> None:
     for _ in range(args.repeats):
         for workers in runs:
             runs[workers].append(run_once(source, pathlib.Path(args.out), workers, args.convert_options))
-    names = ["outside", "prepare", "plan", "write", "finish", "total"]
+    names = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
     median = {
         w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in names}
         for w, rs in runs.items()
@@ -105,10 +112,11 @@ def main(argv=None) -> None:
         f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
         f"{os.cpu_count()} cores, median of {args.repeats}"
     )
-    print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}")
+    print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}{'share 2':>9}")
     for n in names:
         (w1, c1), (w2, c2) = median[1][n], median[2][n]
-        print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}")
+        share = w2 / median[2]["total"][0]  # of 2 workers' wall time
+        print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}{share:>9.0%}")
     # What 2 workers could reach at best, from 1 worker's stage times: if the image
     # stage ran exactly twice as fast, and if every stage inside the runner did.
     total1, prepare1, outside1 = median[1]["total"][0], median[1]["prepare"][0], median[1]["outside"][0]

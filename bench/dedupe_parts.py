@@ -4,6 +4,11 @@ while converting"; the arithmetic at 14 M and 2 B images is made from these).
 
     PYTHONPATH=$PWD python bench/dedupe_parts.py --count 100000 --part-target 25000
     PYTHONPATH=$PWD python bench/dedupe_parts.py --count 1000000 --part-target 250000 --pairs 2000000
+    PYTHONPATH=$PWD python bench/dedupe_parts.py --keys-from OUTPUT --whole-only  # a conversion's own keys
+
+With `--keys-from OUTPUT`, the keys are a conversion's: the chunk key files its prepare stage wrote in
+OUTPUT's work directory (`.prep-tmp/groups/keys-*.npy`, kept while it runs: copy them aside), e.g. of
+`bench/scale_sim.py`'s simulated pictures; `--whole-only` times the one scan task and the union-find alone.
 
 Keys: `--count` images of 5 random 64-bit hashes (32 one bits, as `content_keys.comparable` keeps),
 1% of them an exact copy of another and 1% a copy 2 bits away at one crop scale, written as the prepare stage
@@ -37,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 
 from beam_jobs.dedupe import components  # noqa: E402
 from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks  # noqa: E402
-from prep.core import near_bands  # noqa: E402
+from prep.core import near_bands, storage  # noqa: E402
 from prep.core.run import dedupe_files  # noqa: E402
 from prep.core.run.dedupe_types import BandPairs, KeyFile  # noqa: E402
-from prep.core.workdir import WorkDir  # noqa: E402
+from prep.core.workdir import WorkDir, parse_scan_keys_name  # noqa: E402
 
 CHUNK = 1024
 PHOTO_CANDIDATES = 42.0e6 / 86_238**2  # per n², measured on the bench photos' hashes (docs/leakage.md)
@@ -108,6 +113,8 @@ def main() -> None:
     parser.add_argument("--part-target", type=int, default=25_000)
     parser.add_argument("--pairs", type=int, default=0, help="pairs for the union-find (random ones added)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keys-from", help="a conversion's OUTPUT whose work directory holds chunk key files")
+    parser.add_argument("--whole-only", action="store_true", help="no band parts: the one scan task alone")
     args = parser.parse_args()
 
     scratch = tempfile.mkdtemp(prefix="dedupe-parts-")
@@ -117,8 +124,18 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def found_keys(work: WorkDir) -> list[KeyFile]:
+    """The chunk key files a conversion wrote in its work directory."""
+    chunks = sorted(c for c in map(parse_scan_keys_name, storage.list_names(work.groups_folder)) if c is not None)
+    return [KeyFile(c, dedupe_files.chunk_keys_count(work, c) or 0) for c in chunks]
+
+
 def run(args: argparse.Namespace, work: WorkDir) -> None:
-    files = make_keys(work, args.count, args.seed)
+    if args.keys_from:
+        work = WorkDir(args.keys_from)
+        files = found_keys(work)
+    else:
+        files = make_keys(work, args.count, args.seed)
     n = sum(f.items for f in files)
     cands = candidates(work, files)
 
@@ -128,6 +145,14 @@ def run(args: argparse.Namespace, work: WorkDir) -> None:
     assert isinstance(task, ScanTask)
     whole, whole_cpu = timed(lambda: list(scan.process(task)))
     scan.teardown()
+    if args.whole_only:
+        found = [b for b in whole if len(b.pairs)]
+        groups, union_cpu = timed(lambda: list(components((None, found), 1000)))
+        print(f"\n{n:,} images in {len(files)} chunk key files, 5 crop scales x {near_bands.BANDS} bands; one thread")
+        print(f"candidates: {cands:,} ({cands / n**2:.2e} n²); pairs found: {sum(len(b.pairs) for b in whole):,}")
+        print(f"one scan task: {whole_cpu:.1f} s CPU, {whole_cpu / max(cands, 1) * 1e9:.1f} ns a candidate")
+        print(f"components: {union_cpu:.2f} s CPU, {len(groups) - 1:,} chunks with grouped items")
+        return
 
     tasks = list(scan_tasks((None, files), args.part_target))
     assert all(isinstance(t, BucketTask) for t in tasks)

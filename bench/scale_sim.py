@@ -6,6 +6,9 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file  # a CSV label file
     PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --webdataset 1000 --duplicates off  # from tar shards
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 1000000 --classes 1000 --duplicates off --json off.json &
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 1000000 --classes 1000 --duplicates on --json on.json
+    PYTHONPATH=$PWD python bench/scale_sim.py --show off.json on.json  # the two, compared (table, CPU per stage)
 
 SOURCE is `simfs://src/<C>x<P>d100` (tests/support/simfs.py): C classes of P generated 64x64 JPEGs of 2 KB,
 every 100th an exact copy of the one before, served from their names with no disk; OUTPUT is `simfs://out/...`,
@@ -324,7 +327,7 @@ def print_table(rows: list[dict]) -> None:
     )
     print(head)
     for r in rows:
-        p = per_kept(r["counts"], r["kept"])
+        p = per_kept(r["counts"], r["kept"]) if "counts" in r else r  # a --show row holds its figures
         share = ""
         if r["duplicates"] == "keep" and "off" in cpus:
             share = f"{1 - cpus['off'] / r['cpu']:.0%}"
@@ -401,6 +404,14 @@ def main() -> None:
         metavar="N",
         help="SOURCE: the images as WebDataset shards of N samples (simfs://wds) instead of class folders",
     )
+    parser.add_argument(
+        "--show",
+        type=pathlib.Path,
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: print the rows that earlier runs wrote with --json, compared (e.g. a 1 M --duplicates off "
+        "and a --duplicates on run, made apart or at the same time: each takes 20-40 minutes on a shared machine)",
+    )
     parser.add_argument("--code", type=pathlib.Path, default=ROOT, help="with --listing-only: whose prep to run")
     parser.add_argument(
         "--label-file",
@@ -416,6 +427,11 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    if args.show:  # rows as --json wrote them: CPU per stage and the table's figures, no request counts by caller
+        rows = [r for path in args.show for r in json.loads(path.read_text())]
+        print_table(rows)
+        print_stages(rows)
+        return
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="scale-sim-"))
     os.environ["SIMFS_STORE"] = str(scratch / "store")
     os.environ["SIMFS_LATENCY_MS"] = str(args.latency_ms)

@@ -15,8 +15,10 @@ Stages, in order:
    min_n / n_c, take exactly this pipeline's count.
 5. Shuffle buffer (training), then batch (or aspect buckets via
    `group_by_window`), take exactly the batches `epoch.epoch_size` promises.
-6. Vectorized `tf.io.parse_example`, decode (random-resized crop through
-   `decode_and_crop_jpeg` when training; centre crop or resize otherwise), flip.
+6. Vectorized `tf.io.parse_example` of a batch, then each image decoded as its own
+   element of a parallel map and the batch made again (`decode.image_map`; aspect
+   buckets and ragged features: the batch at once, `decode.whole_batch`): random-resized
+   crop through `decode_and_crop_jpeg` when training, centre crop or resize otherwise, flip.
 7. Cache, evaluation: decoded, resized images, before normalisation.
 8. The `augment` hook, normalisation, output structure, `assert_cardinality`,
    `repeat` (option), `prefetch(AUTOTUNE)`, and deliberate `tf.data.Options`.
@@ -167,23 +169,6 @@ def _bucket_key(opts: LoadOptions):
     return key
 
 
-def _crop_fn(opts: LoadOptions):
-    """f(height, width, seed, bucket) -> window; in bucket mode the aspect range is centred on the bucket's."""
-    area, (lo, hi) = opts.area_range, opts.aspect_ratio_range
-    if not opts.aspect_buckets:
-        return lambda h, w, seed, bucket: images.random_crop_window(h, w, seed, area, (lo, hi))
-    centre = (lo * hi) ** 0.5
-
-    def crop(h, w, seed, bucket):
-        branches = [
-            lambda a=a: images.random_crop_window(h, w, seed, area, (lo * a / centre, hi * a / centre))
-            for a in opts.aspect_buckets
-        ]
-        return tf.switch_case(tf.cast(bucket, tf.int32), branches)
-
-    return crop
-
-
 def build(
     source: SplitSource,
     opts: LoadOptions,
@@ -243,13 +228,17 @@ def build(
         )
         ds = tf.data.Dataset.zip(ds, seeds)
 
-    decode, finish = batch_decoder(opts, source, padded)
-    if opts.cache and not training:
-        ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
+    d, finish = image_decoder(opts, source, padded)
+    cache_decoded = opts.cache and not training
+    then = (lambda x: x) if cache_decoded else finish
+    if buckets:  # a batch's images share its bucket's size: decoded together
+        decode = images.whole_batch(d)
+        ds = ds.map(lambda *x: then(decode(*x)), num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
+    else:
+        ds = images.image_map(ds, d, batch_size, drop, bool(opts.deterministic), then)
+    if cache_decoded:
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
         ds = ds.map(finish, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
-    else:
-        ds = ds.map(lambda *x: finish(decode(*x)), num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     if not buckets or drop:
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
     if opts.repeat:  # each pass is one epoch: a new epoch seed, shard order, shuffle and augmentation
@@ -260,8 +249,15 @@ def build(
 
 def batch_decoder(opts: LoadOptions, source: SplitSource, padded: bool = False):
     """(decode, finish) of a batch of serialized records, for the task: ``decode(records,
-    batch_seed=None)`` parses, crops, flips and resizes; ``finish`` augments, normalises and
-    shapes the output. `opts` resolved. Shared by `build` and `loaders.grain`."""
+    batch_seed=None)`` parses, crops, flips and resizes (`decode.whole_batch`); ``finish`` augments,
+    normalises and shapes the output. `opts` resolved. For `loaders.grain`, which decodes a batch at
+    a time; `build` decodes image by image (`image_decoder`)."""
+    d, finish = image_decoder(opts, source, padded)
+    return images.whole_batch(d), finish
+
+
+def image_decoder(opts: LoadOptions, source: SplitSource, padded: bool = False):
+    """(`decode.BatchDecode`, finish) for the task; `opts` resolved."""
     if source.task in ("detection", "segmentation"):
         import loaders.tasks as tasks
 
@@ -269,7 +265,7 @@ def batch_decoder(opts: LoadOptions, source: SplitSource, padded: bool = False):
     return _decoder(opts, source), _finisher(opts, padded)
 
 
-def _decoder(opts: LoadOptions, source: SplitSource):
+def _decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
     spec = images.tf_feature_spec()
     multilabel = source.task == "multilabel"
     if multilabel:  # lists of ids (from 0) and names; the label becomes a multi-hot vector
@@ -286,48 +282,32 @@ def _decoder(opts: LoadOptions, source: SplitSource):
         schema.SHA256,
     )
     buckets = opts.aspect_buckets
-    bucket_sizes = tf.constant(opts.bucket_sizes() or [opts.image_size], tf.int32)
-    crop = _crop_fn(opts)
+    shape = [None, None, 3] if buckets else [opts.image_size[0], opts.image_size[1], 3]
 
-    def decode(x, batch_seed=None):
+    def split(x, batch_seed=None):
         x = x if isinstance(x, dict) else {"record": x}
         features = tf.io.parse_example(x["record"], spec)
-        seeds = None
-        if batch_seed is not None:
-            seeds = tf.random.stateless_uniform(
-                tf.shape(x["record"]),
-                tf.stack([batch_seed, tf.constant(0, tf.int64)]),
-                minval=None,
-                maxval=None,
-                dtype=tf.int64,
-            )
-        bucket = x["bucket"][0] if buckets else tf.constant(0, tf.int64)
-        if buckets:
-            out_size = tf.unstack(tf.gather(bucket_sizes, bucket))
-            static = None
-        else:
-            out_size = static = opts.image_size
-        imgs = images.decode_batch(
-            features,
-            out_size,
-            opts,
-            seeds=seeds,
-            crop_ranges=(lambda h, w, s: crop(h, w, s, bucket)),
-            static_size=static,
-        )
+        bucket = x["bucket"] if buckets else tf.zeros(tf.shape(x["record"]), tf.int64)
+        per_image = tuple(features[k] for k in (schema.ENCODED, schema.FORMAT, schema.HEIGHT, schema.WIDTH))
+        per_image += (images.example_seeds(x["record"], batch_seed), bucket)
         if multilabel:
             hot = tf.one_hot(features[schema.LABEL].to_tensor(default_value=-1), len(source.labels))
             label = tf.minimum(tf.reduce_sum(hot, axis=1), 1.0)  # float32 [batch, classes]; -1 pads to zeros
         else:
             label = tf.cast(features[schema.LABEL], tf.int32)
-        out = {"image": imgs, "label": label}
+        rest = {"label": label}
         if "weight" in x:
-            out["weight"] = x["weight"]
+            rest["weight"] = x["weight"]
         if opts.output == "features":
-            out.update({k: features[k] for k in keys})
-        return out
+            rest.update({k: features[k] for k in keys})
+        return per_image, rest
 
-    return decode
+    return images.BatchDecode(
+        split,
+        images.image_one(opts),
+        lambda outs, rest: {"image": outs[0], **rest},
+        (tf.TensorSpec(shape, tf.float32),),
+    )
 
 
 def _finisher(opts: LoadOptions, padded: bool):
@@ -377,8 +357,8 @@ def data_options(opts: LoadOptions, sharded: bool) -> tf.data.Options:
     optional private thread pool; and, when the pipeline is one of several,
     auto-sharding off, because `loaders.epoch` already gave it its exact share.
     Intra-op parallelism is turned on (0: the machine's default) on purpose:
-    tf.data limits it to 1 unless told otherwise, but a batch is decoded by one
-    `map_fn` whose iterations run concurrently only with it (docs/design.md).
+    tf.data limits it to 1 unless told otherwise, but a batch decoded whole (aspect
+    buckets) is one `map_fn` whose iterations run concurrently only with it (docs/design.md).
     """
     options = tf.data.Options()
     options.autotune.enabled = True

@@ -9,6 +9,9 @@ decode: it is decoded whole and then cropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from loaders.load_options import LoadOptions
@@ -76,45 +79,121 @@ def center_window(height, width, out_size, fraction):
     return tf.stack([y, x, ch, cw])
 
 
-def decode_batch(features, out_size, opts: LoadOptions, *, seeds=None, crop_ranges=None, static_size=None):
-    """Decodes, crops and resizes every image of a parsed batch.
+class BatchDecode(NamedTuple):
+    """A batch's decode in three parts, so that its images can be decoded one element each.
 
-    Args:
-        features: the output of `tf.io.parse_example` with our feature spec.
-        out_size: (height, width), ints or int32 tensors (aspect buckets pick it per batch).
-        opts: resolved options (`LoadOptions.resolved`); `training` (random-resized crop versus
-            evaluation crop), `flip`, `eval_crop` and `central_fraction` apply here. A flip is
-            done per image on the uint8 crop, before resizing: flipping the float32 batch cost
-            half as much again as decoding on the benchmark; it needs `seeds`.
-        seeds: int64 [batch], one per example, for the crop and the flip (stateless ops).
-        crop_ranges: training only: ``f(height, width, seed) -> window [y, x, h, w]``, e.g. a
-            `random_crop_window` with the crop's area and aspect ranges bound.
-        static_size: (height, width) known in Python, to give the output a static shape.
-
-    Returns:
-        float32 [batch, height, width, 3] in [0, 255].
+    `split(x, batch_seed=None)`: the batch at once (parse, per-example seeds) -> (per_image, rest),
+    each a structure of [batch, ...] tensors; `one(per_image)`: one image's part -> a tuple of
+    `signature`'s shapes; `join(outputs, rest)`: the batched outputs and the rest -> the decoded batch.
     """
-    encoded, fmt = features[schema.ENCODED], features[schema.FORMAT]
-    height, width = features[schema.HEIGHT], features[schema.WIDTH]
-    size = tf.stack([tf.cast(out_size[0], tf.int32), tf.cast(out_size[1], tf.int32)])
+
+    split: Callable
+    one: Callable
+    join: Callable
+    signature: tuple
+
+
+def whole_batch(d: BatchDecode) -> Callable:
+    """``decode(x, batch_seed=None)``: a batch decoded in one function, its images by one `map_fn`
+    (Grain's batches, aspect buckets, whose batches each have their own size)."""
+
+    def decode(x, batch_seed=None):
+        per_image, rest = d.split(x, batch_seed)
+        outs = tf.map_fn(d.one, per_image, fn_output_signature=d.signature, parallel_iterations=16)
+        return d.join(outs, rest)
+
+    return decode
+
+
+def image_map(ds, d: BatchDecode, batch_size: int, drop_remainder: bool, deterministic: bool, then: Callable):
+    """Batches of (records[, batch seed]) decoded image by image, then `then(decoded batch)`.
+
+    A batch is split at once (one vectorized parse, its seeds), unbatched, each image decoded as one
+    element of a parallel map, and batched again. With `deterministic` these are exactly the
+    batches `whole_batch` gives; without, images may change batches, as records already do in the
+    interleave and shuffle before. A `map_fn` per batch instead ran at 0.4-0.5 of a per-record
+    pipeline on a busy machine, on the same CPU per image: tf.data's autotuner parallelizes
+    elements, and a batch is one (docs/benchmarks.md, `bench/speed_goals.py --goals loaders`).
+    A batch that carries ragged lists (`output="features"`: object texts, multi-label ids) is
+    decoded whole: they come out of `unbatch` as plain tensors, and batching them again with
+    `ragged_batch` crashed TensorFlow 2.21 (a segmentation fault) on a detection split's partial
+    last batch.
+    """
+    split = ds.map(lambda *x: d.split(*x), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if any(isinstance(spec, tf.RaggedTensorSpec) for spec in tf.nest.flatten(split.element_spec[1])):
+        decode = whole_batch(d)
+        return ds.map(lambda *x: then(decode(*x)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    ds = split.unbatch().map(
+        lambda per_image, rest: (_shaped(d.one(per_image), d.signature), rest),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    return ds.map(
+        lambda outs, rest: then(d.join(outs, rest)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+
+
+def _shaped(outs, signature):
+    """One image's outputs with the static shapes `map_fn` gives them (a plain map infers fewer)."""
+    return tuple(tf.ensure_shape(t, spec.shape) for t, spec in zip(outs, signature))
+
+
+def crop_fn(opts: LoadOptions):
+    """f(height, width, seed, bucket) -> window; in bucket mode the aspect range is centred on the bucket's."""
+    area, (lo, hi) = opts.area_range, opts.aspect_ratio_range
+    if not opts.aspect_buckets:
+        return lambda h, w, seed, bucket: random_crop_window(h, w, seed, area, (lo, hi))
+    centre = (lo * hi) ** 0.5
+
+    def crop(h, w, seed, bucket):
+        branches = [
+            lambda a=a: random_crop_window(h, w, seed, area, (lo * a / centre, hi * a / centre))
+            for a in opts.aspect_buckets
+        ]
+        return tf.switch_case(tf.cast(bucket, tf.int32), branches)
+
+    return crop
+
+
+def example_seeds(records, batch_seed):
+    """int64 [batch]: one seed per example, derived from the batch's (zeros when there is none)."""
+    if batch_seed is None:
+        return tf.zeros(tf.shape(records), tf.int64)
+    return tf.random.stateless_uniform(
+        tf.shape(records), tf.stack([batch_seed, tf.constant(0, tf.int64)]), minval=None, maxval=None, dtype=tf.int64
+    )
+
+
+def image_one(opts: LoadOptions):
+    """One image's decode: ``one((encoded, format, height, width, seed, bucket)) -> (float32 image,)``
+    in [0, 255], resized to `image_size` or to its bucket's size.
+
+    Training: the random-resized crop window (`crop_fn`), decoded through `decode_and_crop_jpeg`;
+    evaluation: the centre crop (`eval_crop="center"`) or the whole image. A flip (`opts.flip`)
+    is done on the uint8 crop, before resizing: flipping the float32 batch cost half as much
+    again as decoding on the benchmark. Seeds feed stateless ops, one stream per use."""
     training, flip, eval_crop, central_fraction = opts.training, opts.flip, opts.eval_crop, opts.central_fraction
+    bucket_sizes = tf.constant(opts.bucket_sizes() or [opts.image_size], tf.int32)
+    crop = crop_fn(opts)
 
     def one(args):
-        enc, f, h, w = args[:4]
+        enc, f, h, w, seed, bucket = args
+        size = tf.gather(bucket_sizes, bucket) if opts.aspect_buckets else tf.constant(opts.image_size, tf.int32)
         if training:
-            image = _decode_window(enc, f, crop_ranges(h, w, tf.stack([args[4], tf.constant(CROP, tf.int64)])))
+            image = _decode_window(enc, f, crop(h, w, tf.stack([seed, tf.constant(CROP, tf.int64)]), bucket))
         elif eval_crop == "center":
             image = _decode_window(enc, f, center_window(h, w, size, central_fraction))
         else:
             image = _decode_whole(enc, f)
         if flip:
-            heads = tf.random.stateless_uniform([], seed=tf.stack([args[4], tf.constant(FLIP, tf.int64)])) < 0.5
+            heads = tf.random.stateless_uniform([], seed=tf.stack([seed, tf.constant(FLIP, tf.int64)])) < 0.5
             image = tf.cond(heads, lambda: tf.reverse(image, [1]), lambda: image)
-        return tf.image.resize(image, size, method="bilinear")
+        return (tf.image.resize(image, size, method="bilinear"),)
 
-    elems = (encoded, fmt, height, width) + ((seeds,) if seeds is not None else ())
-    shape = [static_size[0], static_size[1], 3] if static_size else [None, None, 3]
-    return tf.map_fn(one, elems, fn_output_signature=tf.TensorSpec(shape, tf.float32), parallel_iterations=16)
+    return one
 
 
 def normalize(images, how: str):

@@ -2,7 +2,8 @@
 
 The same stages as classification (`loaders.dataset`): a batch of serialized records is
 parsed at once (`tf.io.parse_example`, object lists as ragged features), then each image is
-decoded by a `map_fn`. Training crops are fused with the decode for JPEG
+decoded on its own (`loaders.decode.BatchDecode`: an element of a parallel map, or in Grain an
+iteration of a `map_fn`). Training crops are fused with the decode for JPEG
 (`decode_and_crop_jpeg` over the window, computed from the stored height and width and,
 for detection, the boxes), and the window's pixel coordinates move the boxes
 (`loaders.boxes.crop_boxes`) and cut the masks, so targets and pixels stay in step. See
@@ -65,22 +66,14 @@ def _spec(task: str, features: bool) -> dict:
     return spec
 
 
-def _seeds(record, batch_seed):
-    if batch_seed is None:
-        return None
-    return tf.random.stateless_uniform(
-        tf.shape(record), tf.stack([batch_seed, tf.constant(0, tf.int64)]), minval=None, maxval=None, dtype=tf.int64
-    )
-
-
 def _heads(opts: LoadOptions, seed):
     if not opts.flip:
         return None
     return tf.random.stateless_uniform([], seed=tf.stack([seed, tf.constant(images.FLIP, tf.int64)])) < 0.5
 
 
-def decoder(opts: LoadOptions, source: SplitSource):
-    """``decode(x, batch_seed=None) -> dict`` for a batch of records of a detection or segmentation split."""
+def decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
+    """The `decode.BatchDecode` of a batch of records of a detection or segmentation split."""
     features = opts.output == "features"
     spec = _spec(source.task, features)
     size = opts.image_size
@@ -90,9 +83,7 @@ def decoder(opts: LoadOptions, source: SplitSource):
     def common(x, batch_seed):
         x = x if isinstance(x, dict) else {"record": x}
         parsed = tf.io.parse_example(x["record"], spec)
-        seeds = _seeds(x["record"], batch_seed)
-        if seeds is None:
-            seeds = tf.zeros(tf.shape(x["record"]), tf.int64)
+        seeds = images.example_seeds(x["record"], batch_seed)
         out = {"weight": x["weight"]} if "weight" in x else {}
         if features:
             out.update({k: parsed[k] for k in (s.FILENAME, s.SHA256, s.SOURCE_ID, s.HEIGHT, s.WIDTH)})
@@ -112,96 +103,95 @@ def decoder(opts: LoadOptions, source: SplitSource):
         inner = geo.letterbox_size(h, w, size) if opts.letterbox else None
         return None, images._decode_whole(enc, fmt), inner
 
-    def segmentation(x, batch_seed=None):
+    def segmentation_split(x, batch_seed=None):
         parsed, seeds, out = common(x, batch_seed)
+        return tuple(parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH, s.SEGMENTATION)) + (seeds,), out
 
-        def one(args):
-            enc, fmt, h, w, seg, seed = args
-            window, image, inner = window_and_image(enc, fmt, h, w, seed)
-            heads = _heads(opts, seed)
-            mask = tf.io.decode_png(seg, channels=1)
-            mask = geo.place(mask, window, heads, size, "nearest", inner, ignore)
-            return geo.place(image, None, heads, size, "bilinear", inner, 0), tf.cast(mask, tf.int32)
+    def segmentation_one(args):
+        enc, fmt, h, w, seg, seed = args
+        window, image, inner = window_and_image(enc, fmt, h, w, seed)
+        heads = _heads(opts, seed)
+        mask = tf.io.decode_png(seg, channels=1)
+        mask = geo.place(mask, window, heads, size, "nearest", inner, ignore)
+        return geo.place(image, None, heads, size, "bilinear", inner, 0), tf.cast(mask, tf.int32)
 
-        elems = tuple(parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH, s.SEGMENTATION)) + (seeds,)
-        imgs, masks = tf.map_fn(
-            one,
-            elems,
-            parallel_iterations=16,
-            fn_output_signature=(
-                tf.TensorSpec([size[0], size[1], 3], tf.float32),
-                tf.TensorSpec([size[0], size[1], 1], tf.int32),
-            ),
+    if source.task == "segmentation":
+        per_image = (tf.TensorSpec([size[0], size[1], 3], tf.float32), tf.TensorSpec([size[0], size[1], 1], tf.int32))
+        return images.BatchDecode(
+            segmentation_split,
+            segmentation_one,
+            lambda outs, rest: {**rest, "image": outs[0], "masks": outs[1]},
+            per_image,
         )
-        return {**out, "image": imgs, "masks": masks}
 
-    def detection(x, batch_seed=None):
+    signature: tuple = (
+        tf.TensorSpec([size[0], size[1], 3], tf.float32),
+        tf.TensorSpec([n_out, 4], tf.float32),
+        tf.TensorSpec([n_out], tf.int32),
+        tf.TensorSpec([], tf.int32),
+    )
+    if features:
+        signature += (
+            tf.TensorSpec([n_out], tf.float32),
+            tf.TensorSpec([n_out], tf.int32),
+            tf.TensorSpec([n_out], tf.int32),
+            tf.TensorSpec([n_out, size[0], size[1]], tf.uint8),
+        )
+
+    def detection_split(x, batch_seed=None):
         parsed, seeds, out = common(x, batch_seed)
         boxes = tf.stack([parsed[k].to_tensor() for k in BOX_KEYS], axis=-1)  # [B, M, 4], M: the batch's most
         counts = tf.cast(parsed[s.OBJECT_LABEL].row_lengths(), tf.int32)
         elems = [parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH)]
         elems += [boxes, parsed[s.OBJECT_LABEL].to_tensor(), counts, seeds]
-        signature = [
-            tf.TensorSpec([size[0], size[1], 3], tf.float32),
-            tf.TensorSpec([n_out, 4], tf.float32),
-            tf.TensorSpec([n_out], tf.int32),
-            tf.TensorSpec([], tf.int32),
-        ]
         if features:
             elems += [parsed[k].to_tensor() for k, _ in _EXTRA]
             elems += [parsed[s.OBJECT_MASK].to_tensor(), tf.cast(parsed[s.OBJECT_MASK].row_lengths(), tf.int32)]
-            signature += [
-                tf.TensorSpec([n_out], tf.float32),
-                tf.TensorSpec([n_out], tf.int32),
-                tf.TensorSpec([n_out], tf.int32),
-                tf.TensorSpec([n_out, size[0], size[1]], tf.uint8),
-            ]
+            out[s.OBJECT_TEXT] = parsed[s.OBJECT_TEXT]  # as in the record (before crops drop any)
+        return tuple(elems), out
 
-        def one(args):
-            enc, fmt, h, w, bx, cl, n, seed = args[:8]
-            bx, cl = bx[:n], cl[:n]
-            window, image, inner = window_and_image(enc, fmt, h, w, seed, bx)
-            if window is None:
-                keep, visible = tf.ones([n], tf.bool), tf.ones([n], tf.float32)
-                crop_hw = tf.cast(tf.stack([h, w]), tf.float32)
-            else:
-                bx, visible = geo.crop_boxes(bx, window, h, w)
-                # a box left with no area is dropped whatever the threshold: it holds no pixel
-                keep = (visible >= opts.min_box_visibility) & (visible > 0)
-                crop_hw = tf.cast(window[2:], tf.float32)
-            heads = _heads(opts, seed)
-            if heads is not None:
-                bx = tf.cond(heads, lambda: geo.flip_boxes(bx), lambda: bx)
-            placed = geo.place(image, None, heads, size, "bilinear", inner, 0)
-            if inner is not None:
-                bx = geo.letterbox_boxes(bx, inner, size)
-            boxes_out, count = geo.pad_rows(bx, keep, n_out, 0.0)
-            classes_out, _ = geo.pad_rows(tf.cast(cl, tf.int32), keep, n_out, -1)
-            result = (placed, boxes_out, classes_out, count)
-            if not features:
-                return result
-            area, crowd, difficult, pngs, n_masks = args[8:]
-            out_hw = tf.cast(tf.stack(inner) if inner is not None else tf.constant(size), tf.float32)
-            scale = tf.reduce_prod(out_hw) / tf.reduce_prod(crop_hw)  # output pixels per stored pixel
-            area = area[:n] * visible * scale
-            masks = tf.cond(
-                n_masks > 0,
-                lambda: _masks(pngs[:n], window, heads, size, inner),
-                lambda: tf.zeros([n, size[0], size[1]], tf.uint8),
-            )
-            return result + tuple(
-                geo.pad_rows(v, keep, n_out, 0)[0]
-                for v in (area, tf.cast(crowd[:n], tf.int32), tf.cast(difficult[:n], tf.int32), masks)
-            )
+    def detection_one(args):
+        enc, fmt, h, w, bx, cl, n, seed = args[:8]
+        bx, cl = bx[:n], cl[:n]
+        window, image, inner = window_and_image(enc, fmt, h, w, seed, bx)
+        if window is None:
+            keep, visible = tf.ones([n], tf.bool), tf.ones([n], tf.float32)
+            crop_hw = tf.cast(tf.stack([h, w]), tf.float32)
+        else:
+            bx, visible = geo.crop_boxes(bx, window, h, w)
+            # a box left with no area is dropped whatever the threshold: it holds no pixel
+            keep = (visible >= opts.min_box_visibility) & (visible > 0)
+            crop_hw = tf.cast(window[2:], tf.float32)
+        heads = _heads(opts, seed)
+        if heads is not None:
+            bx = tf.cond(heads, lambda: geo.flip_boxes(bx), lambda: bx)
+        placed = geo.place(image, None, heads, size, "bilinear", inner, 0)
+        if inner is not None:
+            bx = geo.letterbox_boxes(bx, inner, size)
+        boxes_out, count = geo.pad_rows(bx, keep, n_out, 0.0)
+        classes_out, _ = geo.pad_rows(tf.cast(cl, tf.int32), keep, n_out, -1)
+        result = (placed, boxes_out, classes_out, count)
+        if not features:
+            return result
+        area, crowd, difficult, pngs, n_masks = args[8:]
+        out_hw = tf.cast(tf.stack(inner) if inner is not None else tf.constant(size), tf.float32)
+        scale = tf.reduce_prod(out_hw) / tf.reduce_prod(crop_hw)  # output pixels per stored pixel
+        area = area[:n] * visible * scale
+        masks = tf.cond(
+            n_masks > 0,
+            lambda: _masks(pngs[:n], window, heads, size, inner),
+            lambda: tf.zeros([n, size[0], size[1]], tf.uint8),
+        )
+        return result + tuple(
+            geo.pad_rows(v, keep, n_out, 0)[0]
+            for v in (area, tf.cast(crowd[:n], tf.int32), tf.cast(difficult[:n], tf.int32), masks)
+        )
 
-        outs = tf.map_fn(one, tuple(elems), fn_output_signature=tuple(signature), parallel_iterations=16)
+    def detection_join(outs, rest):
         names = ("image", "boxes", "classes", "num_boxes", "area", "is_crowd", "difficult", "masks")
-        result = {**out, **dict(zip(names, outs))}
-        if features:
-            result[s.OBJECT_TEXT] = parsed[s.OBJECT_TEXT]  # as in the record (before crops drop any)
-        return result
+        return {**rest, **dict(zip(names, outs))}
 
-    return detection if source.task == "detection" else segmentation
+    return images.BatchDecode(detection_split, detection_one, detection_join, signature)
 
 
 def _masks(pngs, window, heads, size, inner):

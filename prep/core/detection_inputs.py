@@ -23,11 +23,12 @@ import os
 import tempfile
 import typing
 
+from prep.core import storage
 from prep.core.annotations.rows import listing_extra
 from prep.core.errors import SourceError
 from prep.core.listing import Listing, Reject, printable
 from prep.core.manifest_parts import Category
-from prep.core.split_annotations import read_split_annotations
+from prep.core.split_annotations import ReadRows, read_split_annotations
 from prep.core.task_inputs import (
     BOX_REJECTED_IMAGE,
     NO_STRATUM,
@@ -43,6 +44,7 @@ from prep.core.task_inputs import (
 )
 
 if typing.TYPE_CHECKING:
+    from prep.core.annotations.coco_keyed import CocoFile
     from prep.core.annotations.rows import ObjectStore, RowSet
     from prep.core.config import TaskOptions
     from prep.core.layout import PlanOptions
@@ -63,14 +65,17 @@ def list_detection(
     seed: int,
     skip: frozenset[str] = frozenset(),
     plan: PlanOptions | None = None,
+    read: ReadRows | None = None,
 ) -> Listing:
     """Lists the images of `options.annotations` under `source`, read as `options.annotation_format`,
     with the images they do not name as `options.unannotated` says.
 
     With `options.split_annotations`, one annotation file per split (`read_split_annotations`).
     `skip` holds files under SOURCE that are not inputs (the annotation file itself); `plan`: see
-    `task_inputs.strata_refs`. The listing holds the box notes of annotation problems and the tally
-    of the boxes not written because of them or of their image's reject (`box_notes`, `boxes`).
+    `task_inputs.strata_refs`; `read`: the reader of an annotation file (default `read_rows`; a listing on
+    workers gives the rows its shuffle joined, beam_jobs/list_annotations.py). The listing holds the box
+    notes of annotation problems and the tally of the boxes not written because of them or of their
+    image's reject (`box_notes`, `boxes`).
 
     Raises:
         SourceError: SOURCE or the annotations cannot be read, they name no class, or no image
@@ -78,6 +83,7 @@ def list_detection(
     """
     from prep.core.annotations.rows import FileStore
 
+    read = read_rows if read is None else read
     files = [f for f in source_files(source) if f not in skip]
     fmt = options.annotation_format
     # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
@@ -85,18 +91,64 @@ def list_detection(
         store = FileStore(os.path.join(folder, "objects.jsonl"))
         try:
             if options.split_annotations:
-                spill = (folder, store, read_rows)
+                spill = (folder, store, read)
                 found = read_split_annotations(source, options.split_annotations, (fmt, classes), files, spill)
                 where = " ".join(f"{split}={path}" for split, path in options.split_annotations)
             else:
                 assert options.annotations is not None  # the caller lists detection only with --annotations
-                found = read_rows(source, options.annotations, fmt, classes, folder, store)
+                found = read(source, options.annotations, fmt, classes, folder, store)
                 where = options.annotations
             if not found.categories:
                 raise SourceError(f"--annotations {where} names no class")
             return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
         finally:
             store.close()
+
+
+class DetectionSource(typing.NamedTuple):
+    """A detection SOURCE listed on workers (beam_jobs/list_annotations.py) by `list_detection`: its COCO files
+    streamed and joined to their images by a shuffle, or (no `files`) its annotations of another format read
+    by one task with the driver's readers."""
+
+    source: str
+    options: TaskOptions
+    classes: tuple[str, ...] | None
+    layout: str
+    skip: frozenset[str]  # as `list_detection`'s
+    plan: PlanOptions
+    files: tuple[CocoFile, ...]  # none: read whole by one task
+
+    @property
+    def tasks(self) -> tuple[CocoFile | None, ...]:
+        """The first pipeline's created elements: a COCO file each, or one task that reads them all."""
+        return self.files or (None,)
+
+
+def coco_files(source: str, options: TaskOptions) -> tuple[CocoFile, ...] | None:
+    """The COCO files of `options` to stream on workers, after a stat of SOURCE and of each (O(files)); ()
+    for annotations of another format (or one said only by looking into a folder), which a worker reads whole;
+    None when the driver lists them: a path that cannot be stated (the driver's listing says what is wrong,
+    in its order).
+    """
+    from prep.core.annotations.coco_keyed import CocoFile
+
+    given: list[str | None] = [path for _, path in options.split_annotations] or [options.annotations]
+    paths = [p for p in given if p is not None]
+    if not paths or len(paths) < len(given) or not (storage.is_remote(source) or os.path.isdir(source)):
+        return None
+    if options.annotation_format not in (None, "coco"):
+        return ()
+    if options.annotation_format is None and not all(p.lower().endswith(".json") for p in paths):
+        return ()  # detect_format, on the worker, says which format (looking into a folder) or what is wrong
+    for path in paths:
+        try:
+            if storage.is_remote(path) and storage.size(path) is None:
+                return None
+            if not storage.is_remote(path) and not os.path.isfile(path):
+                return None
+        except Exception:  # each file system raises its own types; the driver's listing says what is wrong
+            return None
+    return tuple(CocoFile(i, p, source) for i, p in enumerate(paths))
 
 
 def read_rows(

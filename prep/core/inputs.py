@@ -38,17 +38,11 @@ def list_inputs(config: ConvertConfig) -> Listing:
         SourceError: SOURCE or the label file cannot be read or used, or OUTPUT is inside SOURCE.
     """
     t = config.tasks
-    if t.task != "classification" and output_inside(config.output, config.source):
-        raise SourceError(
-            f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
-            "inputs on the next run; choose an OUTPUT outside SOURCE"
-        )
+    if t.task != "classification":
+        _check_task_output(config)
     if t.task == "detection":
-        skip: frozenset[str] = frozenset()
-        if t.annotations and not storage.is_remote(t.annotations) and output_inside(t.annotations, config.source):
-            skip = frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
         return detection_inputs.list_detection(
-            config.source, t, config.classes, config.layout, config.plan.seed, skip, config.plan
+            config.source, t, config.classes, config.layout, config.plan.seed, _annotations_inside(config), config.plan
         )
     if t.masks:  # segmentation
         assert config.classes is not None  # ConvertConfig requires --classes with --masks
@@ -82,6 +76,41 @@ def list_inputs(config: ConvertConfig) -> Listing:
         return _list_shards(config, shards)
     _no_label_key(config)
     return list_folders(config.source, config.layout, config.classes)
+
+
+def _check_task_output(config: ConvertConfig) -> None:
+    if output_inside(config.output, config.source):
+        raise SourceError(
+            f"OUTPUT {config.output} is inside SOURCE {config.source}: its files would be listed as "
+            "inputs on the next run; choose an OUTPUT outside SOURCE"
+        )
+
+
+def _annotations_inside(config: ConvertConfig) -> frozenset[str]:
+    """The annotation file as a file under SOURCE that is no input, if it is one."""
+    t = config.tasks
+    if t.annotations and not storage.is_remote(t.annotations) and output_inside(t.annotations, config.source):
+        return frozenset({os.path.relpath(t.annotations, config.source).replace(os.sep, "/")})
+    return frozenset()
+
+
+def detection_source(config: ConvertConfig) -> detection_inputs.DetectionSource | None:
+    """A detection SOURCE whose COCO files are streamed and joined on workers (beam_jobs/list_annotations.py),
+    the driver stating SOURCE and the files only; None when the driver lists it (`list_inputs`): other tasks
+    and formats, `--resume` (whose checks compare listings), or a path it cannot state.
+
+    Raises:
+        SourceError: OUTPUT is inside SOURCE.
+    """
+    t = config.tasks
+    if t.task != "detection" or config.resume:
+        return None
+    files = detection_inputs.coco_files(config.source, t)
+    if files is None:
+        return None
+    _check_task_output(config)
+    plan, skip = config.plan, _annotations_inside(config)
+    return detection_inputs.DetectionSource(config.source, t, config.classes, config.layout, skip, plan, files)
 
 
 def _no_label_key(config: ConvertConfig) -> None:

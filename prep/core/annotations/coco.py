@@ -16,7 +16,8 @@
 The file is read once as a stream (`json_stream`, ijson), its arrays in any order; the
 annotations are joined to their images bucket by bucket on local disk (`coco_join`), and
 each image's objects wait in a file (`rows.FileStore`) until the listing takes them.
-`read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory.
+`read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory. `scan`, `settle`,
+`image_entry` and `shape` are also the steps of the join on workers (`coco_keyed`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import posixpath
 import tempfile
 import typing
 from array import array
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from prep.core import storage
 from prep.core.annotations.coco_join import ImageEntry, ImageId, Spill, bucket_count
 from prep.core.annotations.files import image_path
-from prep.core.annotations.json_stream import StreamError, first_byte, stream_arrays, value_of
+from prep.core.annotations.json_stream import StreamError, first_byte, iter_arrays, value_of
 from prep.core.annotations.model import AnnotationSet, Json, as_float
 from prep.core.annotations.rows import FileStore, ObjectStore, RowSet, annotation_set, finish_rows
 from prep.core.errors import SourceError
@@ -48,7 +50,7 @@ def _size(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-class _Checks:
+class Checks:
     """The first fault of each section, found while the file streams by; raised in SECTIONS' order."""
 
     def __init__(self, path: str, source: str):
@@ -64,22 +66,21 @@ class _Checks:
         self._count += 1
         if "images" in self.faults:
             return
-        iid = img.get("id") if isinstance(img, dict) else None
-        name = img.get("file_name") if isinstance(img, dict) else None
-        if not isinstance(iid, (int, str)) or isinstance(iid, bool) or not isinstance(name, str) or not name:
-            self.faults["images"] = f"images[{i}] has no 'id' and non-empty 'file_name'"
+        made = image_entry(self.source, i, img)
+        if isinstance(made, str):
+            self.faults["images"] = made
             return
+        iid, entry = made
         if iid in self.images:
             self.faults["images"] = f"image id {iid!r} is given twice"
             return
-        assert isinstance(img, dict)  # it has an id
-        rel = image_path(self.source, name)
+        rel = entry[0]
         if rel is not None and rel in self._paths:
             self.faults["images"] = f"image ids {self._paths[rel]!r} and {iid!r} both name {rel!r}"
             return
         if rel is not None:
             self._paths[rel] = iid
-        self.images[iid] = (rel, name, _size(img.get("width")), _size(img.get("height")), i)
+        self.images[iid] = entry
 
     def section(self, key: str, counts: dict[str, int]) -> None:
         """Checks that `key` is a list (an array with no items is looked at again, whole)."""
@@ -94,6 +95,16 @@ class _Checks:
         for key in SECTIONS:
             if key in self.faults:
                 _fail(self.path, self.faults[key])
+
+
+def image_entry(source: str, i: int, img: object) -> tuple[ImageId, ImageEntry] | str:
+    """(id, entry) of images[i], or the fault that makes it no image entry."""
+    iid = img.get("id") if isinstance(img, dict) else None
+    name = img.get("file_name") if isinstance(img, dict) else None
+    if not isinstance(iid, (int, str)) or isinstance(iid, bool) or not isinstance(name, str) or not name:
+        return f"images[{i}] has no 'id' and non-empty 'file_name'"
+    assert isinstance(img, dict)  # it has an id
+    return iid, (image_path(source, name), name, _size(img.get("width")), _size(img.get("height")), i)
 
 
 def _categories(cats: list[Any], path: str) -> list[tuple[int, str]]:
@@ -154,7 +165,7 @@ def _segmentation(seg: object) -> tuple[list[list[float]], Json | None, str | No
     return [], None, f"segmentation is a {type(seg).__name__}, not polygons or RLE"
 
 
-def _shape(ann: Json) -> Json | tuple[str, str]:
+def shape(ann: Json) -> Json | tuple[str, str]:
     """The object of one annotation as `ImageAnnotation.to_json` writes it, but for its index and label
     (known at the join), or (reason, detail) why it cannot be one."""
     bbox = ann.get("bbox")
@@ -194,38 +205,59 @@ def read_coco_rows(
         SourceError: the file cannot be read or is not a COCO instances JSON.
     """
     file_name = posixpath.basename(path.replace("\\", "/"))
-    checks = _Checks(path, source)
+    checks = Checks(path, source)
     spill = Spill(folder, bucket_count(_file_size(path)), file_name)
-    position = [0]
-
-    def sink(key: str, item: Any) -> None:
+    position = 0
+    counts: dict[str, int] = {}
+    for key, item in scan(path, counts):
         if key == "annotations":
-            spill.add(position[0], item, _shape)
-            position[0] += 1
+            spill.add(position, item, shape)
+            position += 1
         elif key == "images":
             checks.image(item)
         else:
             checks.categories.append(item)
+    found = settle(checks, counts)
+    checks.raise_first()
+    store = FileStore(os.path.join(folder, "objects.jsonl")) if store is None else store
+    rows, problems = spill.join(checks.images, dict(found), store)
+    problems.sort(key=lambda pair: pair[0])  # equal problems (path, box, reason) in the file's order
+    return finish_rows(rows, found, classes, spill.problems + [p for _, p in problems], store)
 
+
+def scan(path: str, counts: dict[str, int]) -> Iterator[tuple[str, Any]]:
+    """The items of the file's SECTIONS as (key, item), streamed (`json_stream.iter_arrays`); `counts` gets
+    how many of each.
+
+    Raises:
+        SourceError: the file cannot be read, is not UTF-8 or not JSON, or is not a JSON object.
+    """
     try:
         first = first_byte(path)
-        counts = stream_arrays(path, SECTIONS, sink)
+        yield from iter_arrays(path, SECTIONS, counts)
         if first != b"{":
             _fail(path, "not a JSON object with 'images', 'annotations' and 'categories'")
-        for key in SECTIONS:
-            checks.section(key, counts)
-        found = [] if "categories" in checks.faults else _categories(checks.categories, path)
-        checks.raise_first()
     except OSError as exc:
         raise SourceError(f"cannot read COCO annotations {path}: {exc.strerror or exc}") from None
     except StreamError as exc:
         if not exc.utf8:
             raise SourceError(f"COCO annotations {path} is not UTF-8 text ({exc})") from None
         _fail(path, f"not JSON ({exc})")
-    store = FileStore(os.path.join(folder, "objects.jsonl")) if store is None else store
-    rows, problems = spill.join(checks.images, dict(found), store)
-    problems.sort(key=lambda pair: pair[0])  # equal problems (path, box, reason) in the file's order
-    return finish_rows(rows, found, classes, spill.problems + [p for _, p in problems], store)
+
+
+def settle(checks: Checks, counts: dict[str, int]) -> list[tuple[int, str]]:
+    """Once the file has streamed by (`scan`): each section's fault if it is no list, and the categories
+    ((source id, name) in id order; none when their section is faulty).
+
+    Raises:
+        SourceError: the file cannot be read again, or a category is faulty.
+    """
+    try:
+        for key in SECTIONS:
+            checks.section(key, counts)
+    except OSError as exc:
+        raise SourceError(f"cannot read COCO annotations {checks.path}: {exc.strerror or exc}") from None
+    return [] if "categories" in checks.faults else _categories(checks.categories, checks.path)
 
 
 def _file_size(path: str) -> int | None:

@@ -9,9 +9,10 @@ appended to their buckets), and each image's objects go to the set's `FileStore`
 made. The images themselves (id, path, size: ~100 bytes each) stay in memory, as the listing holds every
 image anyway.
 
-Why here, not a shuffle on workers: a detection listing is made on the driver (its strata need every
-image's classes together), so the join feeds it directly; spilling costs one write and one read of the
-annotations on local disk, and no runner.
+This is the driver's join (the embedded runner, `--resume`): spilling costs one write and one read of the
+annotations on local disk, and no runner. On other runners the same join is a shuffle keyed on the image
+(`coco_keyed`, beam_jobs/list_annotations.py), which reuses `spill_line`, `read_line` and `image_row`, so
+both give the same rows and problems.
 """
 
 from __future__ import annotations
@@ -55,6 +56,32 @@ def _bucket(key: object, buckets: int) -> int:
     return zlib.crc32(repr(key).encode("utf-8", "surrogatepass")) % buckets
 
 
+def spill_line(file_name: str, position: int, ann: object, shape: Shape) -> tuple[object, str] | Problem:
+    """(join key of its image id, the line it is spilled as) of annotation number `position`, or the Problem
+    of one that names no usable image id. The line: its head `[position, image_id, id, category_id]` and
+    the object's JSON (`shape`) around its "i" and "l", or the head with (reason, detail) why no object."""
+    iid = ann.get("image_id") if isinstance(ann, dict) else None
+    if iid is None or isinstance(iid, (list, dict, bool)):
+        return unknown(file_name, position, ann, iid)
+    assert isinstance(ann, dict)  # iid is not None
+    made = shape(ann)
+    head = [position, iid, ann.get("id"), ann.get("category_id")]
+    if isinstance(made, dict):  # the object's JSON around its "i" and "l", which sort between "f" and "p"
+        before = json.dumps({k: made[k] for k in ("a", "b", "f") if k in made}, **_COMPACT)  # type: ignore[arg-type]
+        after = json.dumps({k: made[k] for k in ("p", "r") if k in made}, **_COMPACT)  # type: ignore[arg-type]
+        return _key(iid), f"{json.dumps(head, **_COMPACT)}\t{before[1:-1]}\t{after[1:-1]}\n"  # type: ignore[arg-type]
+    return _key(iid), json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
+
+
+def read_line(line: str) -> list[Any]:
+    """A spilled line as [position, image_id, id, category_id, ..., parts]: parts the object's JSON around
+    its "i" and "l" (`spill_line`), or [] for a problem, whose (reason, detail) comes before it."""
+    head, *parts = line.rstrip("\n").split("\t")  # JSON text holds no raw tab
+    record: list[Any] = json.loads(head)
+    record.append(parts)
+    return record
+
+
 class Spill:
     """Annotations spilled to bucket files under `folder` (see the module docstring)."""
 
@@ -70,20 +97,12 @@ class Spill:
 
     def add(self, position: int, ann: object, shape: Shape) -> None:
         """Spills annotation number `position` of 'annotations' (or makes it a Problem)."""
-        iid = ann.get("image_id") if isinstance(ann, dict) else None
-        if iid is None or isinstance(iid, (list, dict, bool)):
-            self.problems.append(_unknown(self.file_name, position, ann, iid))
+        made = spill_line(self.file_name, position, ann, shape)
+        if isinstance(made, Problem):
+            self.problems.append(made)
             return
-        assert isinstance(ann, dict)  # iid is not None
-        made = shape(ann)
-        head = [position, iid, ann.get("id"), ann.get("category_id")]
-        if isinstance(made, dict):  # the object's JSON around its "i" and "l", which sort between "f" and "p"
-            before = json.dumps({k: made[k] for k in ("a", "b", "f") if k in made}, **_COMPACT)  # type: ignore[arg-type]
-            after = json.dumps({k: made[k] for k in ("p", "r") if k in made}, **_COMPACT)  # type: ignore[arg-type]
-            line = f"{json.dumps(head, **_COMPACT)}\t{before[1:-1]}\t{after[1:-1]}\n"  # type: ignore[arg-type]
-        else:
-            line = json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
-        self._waiting.setdefault(_bucket(_key(iid), self.buckets), []).append(line)
+        key, line = made
+        self._waiting.setdefault(_bucket(key, self.buckets), []).append(line)
         self._held += len(line)
         if self._held > BUFFER_BYTES:
             self.flush()
@@ -110,33 +129,31 @@ class Spill:
                 continue
             with open(self._path(i), encoding="utf-8") as f:
                 for line in f:
-                    head, *parts = line.rstrip("\n").split("\t")  # JSON text holds no raw tab
-                    record = json.loads(head)
-                    record.append(parts)  # the object's JSON, or [] for a problem (last in the head)
+                    record = read_line(line)
                     iid = record[1]
                     if iid not in images:
-                        self.problems.append(_unknown(self.file_name, record[0], {"id": record[2]}, iid))
+                        self.problems.append(unknown(self.file_name, record[0], {"id": record[2]}, iid))
                         continue
                     per_image.setdefault(typing.cast(ImageId, _key(iid)), []).append(record)
             os.remove(self._path(i))
             for key, records in per_image.items():
                 seen.add(key)
-                _image(key, images[key], records, names, store, rows, problems)
+                image_row(key, images[key], records, names, store, rows, problems)
         for iid, entry in images.items():
             if iid not in seen:
-                _image(iid, entry, [], names, store, rows, problems)
+                image_row(iid, entry, [], names, store, rows, problems)
         self.problems.sort(key=lambda p: p.box or 0)
         return rows, problems
 
 
-def _unknown(file_name: str, position: int, ann: object, iid: object) -> Problem:
+def unknown(file_name: str, position: int, ann: object, iid: object) -> Problem:
     why = "is not an object with an 'image_id'" if iid is None else f"names image id {iid!r}, not in 'images'"
     ann_id = ann.get("id") if isinstance(ann, dict) else None
     reason = "unknown_image" if iid is not None else "bad_annotation"
     return Problem(file_name, reason, f"annotations[{position}] (id {ann_id!r}) {why}", position)
 
 
-def _image(
+def image_row(
     iid: ImageId,
     entry: ImageEntry,
     records: list[list[Any]],

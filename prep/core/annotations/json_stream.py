@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from prep.core import storage
@@ -124,9 +124,23 @@ def stream_arrays(path: str, keys: tuple[str, ...], sink: Callable[[str, Any], N
         StreamError: the text is not JSON (or not UTF-8 in a string).
         OSError: the file cannot be read.
     """
+    counts = dict.fromkeys(keys, 0)
+    for key, item in iter_arrays(path, keys, counts):
+        sink(key, item)
+    return counts
+
+
+def iter_arrays(path: str, keys: tuple[str, ...], counts: dict[str, int]) -> Iterator[tuple[str, Any]]:
+    """`stream_arrays` as a generator of (key, item), for a caller that yields what it makes of each item
+    (a Beam step); `counts` gets the number of items of each key.
+
+    Raises:
+        StreamError: the text is not JSON (or not UTF-8 in a string).
+        OSError: the file cannot be read.
+    """
     import ijson  # lazily: the pure core imports no third-party parser at start
 
-    counts = dict.fromkeys(keys, 0)
+    counts.update(dict.fromkeys(keys, 0))
     found: dict[str, list[Any]] = {key: ijson.utils.sendable_list() for key in keys}
     coros = {key: ijson.items_coro(found[key], f"{key}.item", use_float=True) for key in keys}
     literals = _Literals()
@@ -140,7 +154,7 @@ def stream_arrays(path: str, keys: tuple[str, ...], sink: Callable[[str, Any], N
                     coros[key].send(chunk)
                     if found[key]:
                         last[key] = n
-                        _drain(key, found[key], sink, counts, literals.rewritten)
+                        yield from _drain(key, found[key], counts, literals.rewritten)
                 done += len(chunk)
                 # Top-level arrays never interleave: once another array gives items in a later chunk than
                 # a key's last, that key's array has ended and its parser is no longer fed (one parser
@@ -149,10 +163,9 @@ def stream_arrays(path: str, keys: tuple[str, ...], sink: Callable[[str, Any], N
                     live = [key for key in live if last.get(key, n) == n]
             for key in live:
                 coros[key].close()
-                _drain(key, found[key], sink, counts, literals.rewritten)
+                yield from _drain(key, found[key], counts, literals.rewritten)
         except ijson.JSONError as exc:
             raise _locate(path, str(exc), done) from None
-    return counts
 
 
 def value_of(path: str, key: str) -> list[Any]:
@@ -169,9 +182,9 @@ def value_of(path: str, key: str) -> list[Any]:
     return [_restore(v) for v in got]
 
 
-def _drain(key: str, items: list[Any], sink: Callable[[str, Any], None], counts: dict[str, int], nan: int) -> None:
+def _drain(key: str, items: list[Any], counts: dict[str, int], nan: int) -> Iterator[tuple[str, Any]]:
     for item in items:
-        sink(key, _restore(item) if nan else item)
+        yield key, (_restore(item) if nan else item)
     counts[key] += len(items)
     del items[:]
 

@@ -144,24 +144,36 @@ def clear_output(config: ConvertConfig) -> None:
 
 
 def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
-    """Checks the options against a listing staged on workers (`beam_jobs.list_source`, its summary) and records
-    the run, as `ready_output` does for a driver's listing. OUTPUT was cleared first (`clear_output`).
+    """Checks the options against a listing staged on workers (`beam_jobs.list_source` and the other
+    listings, their summary) and records the run, as `ready_output` does for a driver's listing. OUTPUT was
+    cleared first (`clear_output`). A detection summary (`beam_jobs.list_annotations`) gives its task,
+    groups, categories and digest.
 
     Raises:
         PlanError: --split given for a SOURCE that names splits, or empty classes under --empty-classes fail.
         OutputError: OUTPUT cannot be written.
     """
     classes = tuple(summary["classes"])
+    task = summary.get("task", "classification")
     check_split_source(config.plan, bool(summary["splits"]))
-    check_listed_classes(config, set(summary["listed"]), classes, "classification")
-    digest = listing_digest(classes, [int(summary["sum"], 16)], summary["rejects_sha256"])
+    check_listed_classes(config, set(summary["listed"]), classes, task)
+    digest = summary.get("digest") or listing_digest(classes, [int(summary["sum"], 16)], summary["rejects_sha256"])
     listed = ListedDigest(digest, summary["inputs"], summary["rejected"])
     record = run_record(config.manifest_options(), tool_info(), classes, listed)
     try:
         checkpoints.write_run(WorkDir(config.output), record)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
-    staged = Staged(classes, listed.inputs + listed.rejected, tuple(summary["splits"]))
+    groups = summary.get("groups")
+    staged = Staged(
+        classes,
+        summary.get("found", listed.inputs + listed.rejected),
+        tuple(summary["splits"]),
+        task,
+        None if groups is None else tuple(groups),
+        tuple(Category(c["id"], c["name"], c["source_id"]) for c in summary.get("categories", ())),
+        bool(summary.get("masks", False)),
+    )
     return Ready(staged, list(summary["sizes"]), None)
 
 

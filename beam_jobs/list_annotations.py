@@ -1,0 +1,218 @@
+"""Listing a detection SOURCE of COCO annotations on workers: a first pipeline that stages the listing as the
+driver would, its COCO files joined to their images by a shuffle keyed on the image.
+
+The driver only stats SOURCE and the files (`prep.core.inputs.detection_source`); then
+(`prep.core.annotations.coco_keyed` holds the pure parts):
+
+    streamed = Create(files) | Reshuffle | FlatMap(stream_file)     ImageSeen | AnnotationSeen | FileProblem |
+                                                                    ImageFault | FileRead: a task a file, streamed
+    joined   = seen | key by (file, image id) | GroupByKey | FlatMap(join_image, categories)
+                                                                    Joined | ImageProblem | FileProblem | ImageFault
+    claimed  = images | key by (file, path) | GroupByKey | FlatMap(claimed_twice)    ImageFault
+    staged   = all but the seen | one key | GroupByKey | ParDo(StageDetection)
+
+`StageDetection` makes each file's RowSet from what the join gave (`coco_keyed.file_rows`, the same as the
+driver's reader), lists SOURCE and finishes the listing with the driver's own code
+(`detection_inputs.list_detection`), and stages it as `prep.core.run.start.ready_output` would: the chunk
+files, the early rejects and box notes, and listed/summary.json with what the driver reads back (classes,
+categories, splits, chunk sizes, the run record's listing digest). So the staged files are the driver's,
+byte for byte (tests/unit/beam_jobs/test_list_annotations.py).
+
+Annotations of another format (VOC, YOLO, box CSV) are read whole by one task with the driver's readers
+(`StageListing` alone), so that the driver holds nothing per input there either; their reading is not
+spread over tasks yet.
+
+What holds what: a streaming task, the file's categories and one item at a time (ijson); a join task, one
+image's annotations; `StageDetection`, on one worker, what a detection listing holds on the driver today, an
+image row each, their objects in a local file: the strata are dealt over every image of a split together
+(`task_inputs.strata_refs`), so that step stays whole. The driver holds nothing per input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+
+import apache_beam as beam
+
+from prep.core import storage
+from prep.core.annotations.coco_keyed import (
+    AnnotationSeen,
+    FileParts,
+    FileProblem,
+    FileRead,
+    ImageFault,
+    ImageProblem,
+    ImageSeen,
+    Joined,
+    claimed_twice,
+    file_rows,
+    join_image,
+    keyed,
+    path_key,
+    stream_file,
+)
+from prep.core.annotations.rows import FileStore, ObjectStore, RowSet
+from prep.core.detection_inputs import DetectionSource, list_detection
+from prep.core.ordering import listing_chunks
+from prep.core.run.start import digest_listing, stage_listing, staged_of
+from prep.core.workdir import WorkDir
+
+Gathered = Joined | ImageProblem | FileProblem | ImageFault | FileRead
+
+
+def _kinds(*kinds: type):
+    return lambda item: [item] if isinstance(item, kinds) else []
+
+
+class StageDetection(beam.DoFn):
+    """(None, [Joined | ImageProblem | FileProblem | ImageFault | FileRead]) -> the staged listing and its
+    summary (see the module docstring); yields the number of chunks."""
+
+    def __init__(self, src: DetectionSource, output: str):
+        self._src, self._output = src, output
+
+    def process(self, element):
+        _, items = element
+        yield stage(self._src, self._output, items)
+
+
+def stage(src: DetectionSource, output: str, items) -> int:
+    """Lists and stages the detection SOURCE from the join's items (None: reads its annotations whole, with
+    the driver's readers); returns the number of chunks.
+
+    Raises:
+        SourceError: as the driver's listing would.
+    """
+    args = (src.source, src.options, src.classes, src.layout, src.plan.seed, src.skip, src.plan)
+    if items is None:
+        listing = list_detection(*args)
+    else:
+        with tempfile.TemporaryDirectory(prefix="prep-coco-joined-") as folder:
+            spool = FileStore(os.path.join(folder, "spool.jsonl"))
+            try:
+                parts = _gather(items, len(src.files), spool)
+                calls = iter(range(len(src.files)))
+
+                def read(source, path, fmt, classes, work, store: ObjectStore) -> RowSet:
+                    # list_detection reads the files in the order of src.files (split_annotations' order)
+                    return file_rows(path, parts[next(calls)], classes, spool, store)
+
+                listing = list_detection(*args, read)
+            finally:
+                spool.close()
+    chunks = listing_chunks(listing, src.plan.seed)
+    work = WorkDir(output)
+    stage_listing(work, chunks, listing.rejects, None if listing.boxes is None else (listing.box_notes, listing.boxes))
+    digest = digest_listing(listing, chunks)
+    staged = staged_of(listing)
+    summary = {
+        "fallback": None,
+        "task": staged.task,
+        "classes": list(staged.classes),
+        "groups": None if staged.groups is None else list(staged.groups),
+        "categories": [c.to_json() for c in staged.categories],
+        "masks": staged.masks,
+        "splits": list(staged.splits),
+        "listed": sorted({r.label for r in listing.refs}),
+        "sizes": [len(c) for c in chunks],
+        "found": staged.found,
+        "digest": digest.sha256,
+        "inputs": digest.inputs,
+        "rejected": digest.rejected,
+    }
+    storage.write_atomic(work.listed_summary, json.dumps(summary).encode())
+    return len(chunks)
+
+
+def _gather(items, files: int, spool: ObjectStore) -> list[FileParts]:
+    """The join's items by file, each row's objects put in `spool` as they come (one pass over `items`)."""
+    reads: dict[int, FileRead] = {}
+    parts = [FileParts(FileRead(i, None, None, None, ()), [], [], []) for i in range(files)]
+    for item in items:
+        if isinstance(item, Joined):
+            parts[item.file].rows.append((item.order, item.row._replace(at=spool.put(item.text))))
+        elif isinstance(item, (ImageProblem, FileProblem)):
+            parts[item.file].problems.append(item)
+        elif isinstance(item, ImageFault):
+            parts[item.file].faults.append(item)
+        else:
+            reads[item.file] = item
+    if sorted(reads) != list(range(files)):
+        raise RuntimeError("internal error: a COCO file was not streamed")
+    return [p._replace(read=reads[i]) for i, p in enumerate(parts)]
+
+
+def _join(element, src: DetectionSource, names: dict[int, dict[int, str]]) -> Iterator:
+    (file, _), items = element
+    return join_image(src.files[file].file_name, items, names.get(file, {}))
+
+
+def _claims(element) -> Iterator[ImageFault]:
+    (_, rel), images = element
+    return claimed_twice(rel.decode("utf-8", "surrogatepass"), images)
+
+
+def build_listing(p: beam.Pipeline, src: DetectionSource, seed: int, classes: tuple[str, ...] | None, output: str):
+    """Adds the listing steps to pipeline `p` (see the module docstring); `seed` and `classes` are `src`'s."""
+    one_key = lambda item: (None, item)  # noqa: E731
+    if not src.files:  # another format: one task reads the annotations whole
+        (
+            p
+            | "ListingTask" >> beam.Create([None])
+            | "SpreadTask" >> beam.Reshuffle()
+            | "StageListing" >> beam.Map(lambda _: stage(src, output, None))
+        )
+        return
+    streamed = (
+        p
+        | "AnnotationFiles" >> beam.Create(list(src.files))
+        | "SpreadFiles" >> beam.Reshuffle()
+        | "StreamFiles" >> beam.FlatMap(stream_file)
+    )
+    reads = streamed | "FileReads" >> beam.FlatMap(_kinds(FileRead))
+    names = beam.pvalue.AsDict(reads | "Categories" >> beam.Map(lambda r: (r.file, dict(r.categories))))
+    joined = (
+        streamed
+        | "Seen" >> beam.FlatMap(_kinds(ImageSeen, AnnotationSeen))
+        | "ByImage" >> beam.Map(keyed)
+        | "GatherImages" >> beam.GroupByKey()
+        | "JoinImages" >> beam.FlatMap(_join, src, names)
+    )
+    claimed = (
+        streamed
+        | "Images" >> beam.FlatMap(lambda i: [i] if isinstance(i, ImageSeen) and i.entry[0] is not None else [])
+        | "ByPath" >> beam.Map(lambda i: ((i.file, path_key(i.entry[0])), i))
+        | "GatherPaths" >> beam.GroupByKey()
+        | "PathsClaimed" >> beam.FlatMap(_claims)
+    )
+    (
+        (streamed | "OfFiles" >> beam.FlatMap(_kinds(FileRead, FileProblem, ImageFault)), joined, claimed)
+        | "StageParts" >> beam.Flatten()
+        | "StageOneKey" >> beam.Map(one_key)
+        | "GatherStage" >> beam.GroupByKey()
+        | "StageListing" >> beam.ParDo(StageDetection(src, output))
+    )
+
+
+def list_here(src: DetectionSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:
+    """The steps of `build_listing`, one after another in this process (tests; the embedded runner lists a
+    detection SOURCE on the driver, `prep.core.inputs.list_inputs`, which holds the same and is faster)."""
+    if not src.files:
+        stage(src, output, None)
+        return
+    streamed = [item for f in src.files for item in stream_file(f)]
+    names = {r.file: dict(r.categories) for r in streamed if isinstance(r, FileRead)}
+    by_image: dict = {}
+    for key, item in map(keyed, (i for i in streamed if isinstance(i, (ImageSeen, AnnotationSeen)))):
+        by_image.setdefault(key, []).append(item)
+    by_path: dict = {}
+    for i in streamed:
+        if isinstance(i, ImageSeen) and i.entry[0] is not None:
+            by_path.setdefault((i.file, path_key(i.entry[0])), []).append(i)
+    gathered: list[Gathered] = [i for i in streamed if isinstance(i, (FileRead, FileProblem, ImageFault))]
+    gathered += [j for entry in by_image.items() for j in _join(entry, src, names)]
+    gathered += [f for entry in by_path.items() for f in _claims(entry)]
+    stage(src, output, gathered)
