@@ -15,12 +15,13 @@ reference to the listing frees its memory before the pipeline's is allocated: `p
 peaks at the larger of the two, not their sum.
 
 Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
-(`list_shards`), or on a runner other than the embedded one a classification label file read in byte ranges
-(`list_labels`) or a detection SOURCE of COCO files (`list_annotations`), with a first pipeline on the same
-runner, after OUTPUT is cleared: the driver then holds nothing per input. The other tasks and formats,
-multi-label files, Parquet tables and `--resume` are listed on the driver (`folder_source`, `shard_source`,
-`label_source` and `detection_source` say when); so are label files and COCO files on the embedded runner,
-whose workers are the driver's process (the driver's listing is the faster there).
+(`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
+classification label file read in byte ranges (`list_labels`) or a detection SOURCE of COCO files
+(`list_annotations`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then
+holds nothing per input. The other tasks and formats, multi-label files and `--resume` are listed on the
+driver (`folder_source`, `shard_source`, `table_source`, `label_source` and `detection_source` say when); so
+are label files and COCO files on the embedded runner, whose workers are the driver's process (the driver's
+listing is the faster there).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.detection_inputs import DetectionSource
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, detection_source, folder_source, list_inputs, shard_source
+from prep.core.inputs import FolderSource, detection_source, folder_source, list_inputs, shard_source, table_source
 from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
@@ -43,6 +44,7 @@ from prep.core.manifest import Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
 
@@ -78,7 +80,7 @@ def convert(
             ready = _listed_on_workers(config, source, runner, beam_args)
         if ready is None and (source is None or storage.is_remote(config.source)):
             # WebDataset shards: local ones seen by folder_source, remote ones by the workers' listing
-            shards = shard_source(config)
+            shards = shard_source(config) or table_source(config)
             if shards is not None:
                 ready = _listed_on_workers(config, shards, runner, beam_args)
         if ready is None:
@@ -97,7 +99,7 @@ def convert(
 
 def _listed_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | DetectionSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
     runner: str,
     beam_args: list[str] | None,
 ) -> Ready | None:
@@ -111,7 +113,10 @@ def _listed_on_workers(
     if (
         source.layout == "splits"
         if isinstance(source, FolderSource)
-        else isinstance(source, ShardSource) and any(t.split for t in source.tasks)
+        else isinstance(source, ShardSource)
+        and any(t.split for t in source.tasks)
+        or isinstance(source, TableSource)
+        and source.splits
     ):
         check_split_source(config.plan, True)
     existed = storage.exists(config.output)

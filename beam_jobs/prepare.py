@@ -39,6 +39,7 @@ from prep.core.run.dedupe_files import item_id, write_chunk_keys
 from prep.core.run.key_rows import KEY_ROWS, write_rows
 from prep.core.run.sandbox import Sandbox
 from prep.core.run.spill import PrepareOptions, prepare_batch
+from prep.core.sources import table_held
 from prep.core.sources.held import batches_held
 from prep.core.task_inputs import BoxNote, BoxTally
 from prep.core.workdir import BATCH, WorkDir, spill_id
@@ -231,6 +232,8 @@ class PrepareChunk(PooledDoFn):
         mark_in_flight(self._work, chunk, [ref.path for ref in refs])
         sink = ChunkSpill(self._work, chunk, len(batches))
         held = batches_held(self._work, chunk, refs, BATCH)  # WebDataset members copied by the listing
+        if not any(held):  # Parquet rows' images copied by the listing
+            held = table_held.batches_held(self._work, chunk, refs, BATCH)
         tasks = [
             self._pool.submit(
                 prepare_batch,

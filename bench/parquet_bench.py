@@ -1,16 +1,19 @@
 """Converting from Parquet (a Hugging Face export) vs the same photos one file each, and what reading a kept
-row again would cost against spilling it (the choice in prep/core/run/spill.py).
+row by (file, row) costs against reading it from a copy in chunk order.
 
-    python bench/parquet_bench.py --count 2000
+    python bench/parquet_bench.py --count 20000 --repeats 2 [--reads] [--baseline /work/main]
 
 Writes the photos of bench/make_data.py in a seeded order as Hugging Face Parquet (`Dataset.to_parquet`,
 `Image()` and `ClassLabel`, row groups of --rows-per-group rows: `datasets` writes image datasets in groups
-of 100), then:
-1. reads every row once in a seeded random order (the order the prepare and write steps meet rows in) by
-   row group and offset (`table_files.read_row`), with this process's block cache and without it, against
-   reading the same photos one file each, and against writing and reading back the photos' bytes once (what
-   spilling a kept row costs);
-2. converts both SOURCEs pass-through (`prep` in a child process: wall seconds and its peak RSS).
+of 100; kept between runs of the same --count), then:
+1. with --reads, reads every row once in a seeded random order (the order the prepare step met rows in
+   before the listing copied them) by row group and offset (`table_files.read_row`), with this process's
+   block cache and without it, against reading the same photos one file each, and against writing and
+   reading back the photos' bytes once (what the listing's copies of the images cost, per copy);
+2. converts both SOURCEs pass-through and with `--resize 256` (`prep` in a child process from a fresh, small
+   process: wall seconds and peak RSS), files and Parquet interleaved --repeats times (the machine is
+   shared: the ratio of each pair is the figure to read); with --baseline, Parquet also with the code of
+   that checkout (PYTHONPATH), e.g. main before the listing copied images.
 Figures go in docs/benchmarks.md.
 """
 
@@ -28,7 +31,6 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.convert_compare import timed  # noqa: E402
 from bench.make_data import ensure_data, prep_command  # noqa: E402
 
 
@@ -87,22 +89,52 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--per-file", type=int, default=1000)
     parser.add_argument("--rows-per-group", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--reads", action="store_true", help="step 1: reading rows one by one")
+    parser.add_argument("--baseline", help="a checkout whose code converts Parquet too (PYTHONPATH)")
+    parser.add_argument("--pass-through-only", action="store_true", help="no runs with --resize 256")
+    parser.add_argument("--photos", help="class folders of photos to use instead of bench/make_data.py's --count")
     parser.add_argument("--scratch", default="/tmp/prep-parquet-bench")
     parser.add_argument("--convert-only", action="store_true", help="(internal) step 2 on the files written")
     args = parser.parse_args(argv)
-    folder = ensure_data(args.count)
-    scratch = pathlib.Path(args.scratch)
+    folder = pathlib.Path(args.photos) if args.photos else ensure_data(args.count)
+    count = sum(1 for c in folder.iterdir() if c.is_dir() for _ in c.iterdir())
+    scratch = pathlib.Path(args.scratch) / (str(args.count) if not args.photos else folder.name)
     if args.convert_only:
-        return convert(folder, scratch, args.count)
-    shutil.rmtree(scratch, ignore_errors=True)
-    photos = write_parquet(folder, scratch / "hub", args.per_file, args.rows_per_group)
+        return convert(folder, scratch, count, args.repeats, args.baseline, args.pass_through_only)
+    hub = scratch / "hub"
+    if not hub.exists():
+        shutil.rmtree(scratch, ignore_errors=True)
+        write_parquet(folder, scratch / "partial", args.per_file, args.rows_per_group)
+        (scratch / "partial").rename(hub)
+    photos = photo_order(folder)
     total = sum(p.stat().st_size for p in photos)
     print(
         f"{len(photos)} photos ({total / 1e6:.0f} MB), files of {args.per_file} rows, groups of {args.rows_per_group}"
     )
+    if args.reads:
+        reads(hub, photos, args.per_file, scratch)
+    # A child's peak RSS starts at its parent's (Linux keeps it across fork and exec): the conversions are
+    # timed from a fresh, small process, not this one, which has read the photos.
+    cmd = [sys.executable, __file__, "--count", str(args.count), "--scratch", args.scratch, "--convert-only"]
+    cmd += ["--photos", args.photos] if args.photos else []
+    cmd += ["--pass-through-only"] if args.pass_through_only else []
+    cmd += ["--repeats", str(args.repeats)] + (["--baseline", args.baseline] if args.baseline else [])
+    subprocess.run(cmd, check=True)
+
+
+def photo_order(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The photos in the Parquet files' row order (`write_parquet`'s)."""
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    photos = [p for c in classes for p in sorted((folder / c).iterdir())]
+    random.Random(0).shuffle(photos)
+    return photos
+
+
+def reads(hub: pathlib.Path, photos: list[pathlib.Path], per_file: int, scratch: pathlib.Path) -> None:
     print(f"{'read every image once, random order':<44} {'seconds':>8} {'ms/image':>9} {'groups decoded':>15}")
     for name, cache in (("by row group + offset, block cache", True), ("by row group + offset, no cache", False)):
-        seconds, decoded = read_rows(scratch / "hub", photos, args.per_file, cache)
+        seconds, decoded = read_rows(hub, photos, per_file, cache)
         print(f"{name:<44} {seconds:8.2f} {1000 * seconds / len(photos):9.2f} {decoded:15}", flush=True)
     order = photos[:]
     random.Random(1).shuffle(order)
@@ -118,20 +150,47 @@ def main(argv=None) -> None:
         f.flush()
         os.fsync(f.fileno())
     (scratch / "spill").read_bytes()
+    (scratch / "spill").unlink()
     seconds = time.perf_counter() - start
-    print(f"{'spilled: written once and read back':<44} {seconds:8.2f} {1000 * seconds / len(photos):9.2f} {'-':>15}")
-    # A child's peak RSS starts at its parent's (Linux keeps it across fork and exec): the conversions are
-    # timed from a fresh, small process, not this one, which has read the photos.
-    cmd = [sys.executable, __file__, "--count", str(args.count), "--scratch", str(scratch), "--convert-only"]
-    subprocess.run(cmd, check=True)
+    print(f"{'copied: written once and read back':<44} {seconds:8.2f} {1000 * seconds / len(photos):9.2f} {'-':>15}")
 
 
-def convert(folder: pathlib.Path, scratch: pathlib.Path, count: int) -> None:
-    print(f"\n{'source':<12} {'options':<14} {'seconds':>8} {'images/s':>9} {'peak RSS MB':>12}")
-    for name, source in (("files", folder), ("parquet", scratch / "hub")):
-        out = scratch / "out"
-        seconds, rss = timed([prep_command(), "convert", str(source), str(out), "--overwrite", "--no-progress"])
-        print(f"{name:<12} {'pass-through':<14} {seconds:8.1f} {count / seconds:9.0f} {rss:12.0f}", flush=True)
+def timed(cmd: list[str], path: str | None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of `cmd` run with PYTHONPATH `path` (this
+    checkout's by default). On a shared machine CPU seconds move less than wall seconds."""
+    env = {**os.environ, "PYTHONPATH": path or str(ROOT)}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.read().decode()[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def convert(
+    folder: pathlib.Path, scratch: pathlib.Path, count: int, repeats: int, baseline: str | None, only: bool
+) -> None:
+    sources = [("files", folder, None), ("parquet", scratch / "hub", None)]
+    if baseline:
+        sources.append(("parquet, baseline", scratch / "hub", baseline))
+    head = f"{'source':<18} {'options':<14} {'run':>4} {'seconds':>8} {'/ files':>8} {'CPU s':>7} {'/ files':>8}"
+    print(f"\n{head} {'peak RSS MB':>12}")
+    for run in range(repeats):
+        for options in ([], ["--resize", "256"])[: 1 if only else 2]:
+            files = None
+            for name, source, path in sources:
+                out = scratch / "out"
+                cmd = [prep_command(), "convert", str(source), str(out), "--overwrite", "--no-progress", *options]
+                seconds, cpu, rss = timed(cmd, path)
+                files = (seconds, cpu) if files is None else files
+                shown = " ".join(options) or "pass-through"
+                print(
+                    f"{name:<18} {shown:<14} {run + 1:>4} {seconds:8.1f} {seconds / files[0]:8.2f} {cpu:7.1f}"
+                    f" {cpu / files[1]:8.2f} {rss:12.0f}",
+                    flush=True,
+                )
+    shutil.rmtree(scratch / "out", ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
 from prep.core.listing import LAYOUTS, Listing, detect_layout, folder_classes, list_folders, local_dirs
 from prep.core.sources import parquet, shard_set, webdataset
+from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
 
 
@@ -54,6 +55,8 @@ def list_inputs(config: ConvertConfig) -> Listing:
     _check_source(config)
     if config.shard_pattern is not None:
         return _list_shards(config, pattern_shards(config))
+    if parquet.remote_table(config.source):
+        return _list_tables(config, parquet.remote_table(config.source))
     if storage.is_remote(config.source):
         try:
             files = storage.list_files(config.source)
@@ -236,13 +239,15 @@ def folder_source(config: ConvertConfig) -> FolderSource | None:
         raise SourceError(f"--layout must be one of {', '.join(LAYOUTS)}, got {config.layout!r}")
     _check_source(config)
     root = config.source
+    if parquet.remote_table(root):  # one Parquet or Arrow object: `table_source`
+        return None
     if storage.is_remote(root):
         return FolderSource(root, config.layout, None, (FolderTask(0, "", True),))
     if os.path.isfile(root) and parquet.local_tables(root):  # one Parquet or Arrow file
         return None
     if not os.path.isdir(root):
         raise SourceError(f"SOURCE {root} is not a folder" if os.path.exists(root) else f"SOURCE {root} does not exist")
-    if _local_shards(root) or parquet.local_tables(root):  # shards: `shard_source`; tables: listed on the driver
+    if _local_shards(root) or parquet.local_tables(root):  # shards: `shard_source`; tables: `table_source`
         return None
     dirs = local_dirs(root)
     layout = detect_layout(dirs) if config.layout == "auto" else config.layout
@@ -284,6 +289,34 @@ def shard_source(config: ConvertConfig) -> ShardSource | None:
     if not shards:
         return None
     return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key)
+
+
+def table_source(config: ConvertConfig) -> TableSource | None:
+    """The listing tasks of a SOURCE of Parquet or Arrow files, a task a file, from their schemas only
+    (`parquet.plan_tables`); None when SOURCE holds no tables only, or the driver lists it (`folder_source`'s
+    cases).
+
+    Raises:
+        SourceError: SOURCE cannot be listed, or its columns cannot be found or disagree (`plan_tables`).
+    """
+    t = config.tasks
+    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+        return None
+    _check_source(config)
+    if storage.is_remote(config.source):
+        files = parquet.remote_table(config.source)
+        try:
+            files = files or [rel for rel, _ in storage.list_files(config.source)]
+        except Exception as exc:  # each file system raises its own types
+            raise SourceError(f"cannot list SOURCE {config.source}: {exc}") from None
+        files = files if parquet.only_tables(files) else []
+    else:
+        files = parquet.local_tables(config.source)
+    if not files:
+        return None
+    if config.label_key is not None:
+        raise SourceError(f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds tables")
+    return parquet.plan_tables(config.source, files, config.layout, config.columns)
 
 
 def _subfolders(root: str, rel: str) -> list[str]:

@@ -5,7 +5,9 @@
     .prep-tmp/listing/HHH-chunk-NNNNNN.json  a chunk's inputs, in `ordering.listing_order`
     .prep-tmp/listing/rejects.json         inputs rejected while listing
     .prep-tmp/members/data-TTTTTT-GGGGGG.bin  WebDataset members' bytes copied from remote shards, and
-    .prep-tmp/members/HHH-chunk-NNNNNN.json    the ranges of them that hold a chunk's (beam_jobs/list_shards.py)
+    .prep-tmp/members/HHH-chunk-NNNNNN.json    the ranges of them that hold a chunk's (beam_jobs/list_shards.py);
+                                           Parquet rows' images the same way, with members/rows-*.bin
+                                           (beam_jobs/list_tables.py, prep/core/sources/table_held.py)
     .prep-tmp/listed/group-TTTTTT-GGGGGG.jsonl  listing on workers: task T's inputs of one (split, class),
                                            in rank order; listed/rejects-TTTTTT.json its rejects;
                                            listed/summary.json what the driver reads (beam_jobs/list_source.py)
@@ -124,6 +126,11 @@ class WorkDir:
     # (beam_jobs/list_shards.py), for the prepare step to read a batch at a time (prep/core/sources/held.py).
     def members_data(self, task: int, group: int) -> str:
         return self._path("members", f"data-{task:06d}-{group:06d}.bin")
+
+    def members_rows(self, task: int, group: int) -> str:
+        """Parquet rows of a group in rank order: where each one's image is, int64 (task, offset in
+        `members_data(task, 0)`, length; -1 for one not copied)."""
+        return self._path("members", f"rows-{task:06d}-{group:06d}.bin")
 
     def chunk_members(self, chunk: int) -> str:
         """The (data file, start, end) ranges that hold a chunk's members' bytes, in its order."""

@@ -90,11 +90,13 @@ def test_every_record_is_the_row_written_and_every_reject_names_file_and_row(sou
 
 
 def test_two_workers_and_the_direct_runner_write_the_same_bytes(source, reference, tmp_path):
+    """The reference lists the files in its process (the embedded runner), its images copied in chunk order;
+    here the driver lists them (rows read by file and row), and the DirectRunner's workers do."""
     root, _ = source
-    for i, (workers, runner) in enumerate(((2, "local"), (1, "DirectRunner"))):
+    for i, (workers, runner, driver) in enumerate(((2, "local", True), (1, "DirectRunner", False))):
         out = tmp_path / f"out{i}"
         config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3, "workers": workers})
-        conversion.convert(config, list_inputs(config), runner=runner)
+        conversion.convert(config, list_inputs(config) if driver else None, runner=runner)
         assert_same_dataset(out, reference, shards=4)
 
 
@@ -210,7 +212,7 @@ def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, refere
         out = tmp_path / "out"
         config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
         address = f"--dask_client_address={cluster.scheduler_address}"
-        conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
+        conversion.convert(config, None, runner=DASK, beam_args=[address])  # listed on the Dask workers
     assert_same_dataset(out, reference, shards=4)
 
 
@@ -236,6 +238,23 @@ def test_files_in_the_simulated_object_store_are_read_by_row_group(tmp_path, mon
     for (kind, what, _), n in counts.items():
         if what.startswith("hub/"):
             reads[kind] += n
-    # the listing reads each file's footer and label columns; a worker each row group's images once (more if
-    # two threads decode the same group at once); the writer reads none: kept rows are spilled
+    # the driver reads each file's footer, the listing its footer, and each row group's labels and images
+    # once (copied to the work directory); the prepare step and the writer read none of these files
     assert reads["read"] < 60 / 2, reads
+
+
+def test_one_file_in_the_simulated_object_store_is_a_source(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    monkeypatch.delenv("SIMFS_LATENCY_MS", raising=False)
+    files = {"one.parquet": hf_rows(14)}
+    write_hub(store / "hub", files)
+    args = ["convert", "simfs://hub/one.parquet", "simfs://out/x", "--num-shards", "1", "--no-progress"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    _check_written(store / "out" / "x", expected(files))
+    assert _inputs(store / "out" / "x")["found"] == 14

@@ -24,6 +24,7 @@ import json
 import os
 import posixpath
 import re
+import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -37,13 +38,14 @@ from prep.core.sources.table_files import (
     describe,
     hf_features,
     image_column,
+    image_value,
     row_path,
 )
 
 METADATA = frozenset({"dataset_info.json", "state.json", "dataset_dict.json", "README.md"})  # beside the tables
 LABEL_NAMES = ("label", "labels", "class", "category", "cls", "target", "fine_label")
 _SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_]+?)-\d+-of-\d+$")  # Hugging Face's train-00000-of-00002
-_INT = re.compile(r"-?\d+")
+INT = re.compile(r"-?\d+")
 
 
 def _visible(name: str) -> bool:
@@ -81,7 +83,14 @@ def local_tables(source: str) -> list[str]:
     return [f for f in files if f.endswith(TABLE_SUFFIXES)]
 
 
-def _label_column(schema: Any, wanted: str | None, file: str) -> tuple[str, tuple[str, ...] | None]:
+def remote_table(source: str) -> list[str]:
+    """[its name] when a remote SOURCE is one Parquet or Arrow object, else [] (one request, for such a name)."""
+    if storage.is_remote(source) and source.endswith(TABLE_SUFFIXES) and storage.is_file(source):
+        return [posixpath.basename(source)]
+    return []
+
+
+def label_column(schema: Any, wanted: str | None, file: str) -> tuple[str, tuple[str, ...] | None]:
     """The label column and its ClassLabel names (None when the metadata gives none)."""
 
     names = [f.name for f in schema]
@@ -119,7 +128,7 @@ def _label_type(kind: Any) -> bool:
     return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
-def _split_column(schema: Any, wanted: str | None, file: str) -> str | None:
+def split_column(schema: Any, wanted: str | None, file: str) -> str | None:
     names = [f.name for f in schema]
     if wanted is not None and wanted not in names:
         raise SourceError(f"--split-column {wanted!r} is not a column of {file} (columns: {describe(schema)})")
@@ -140,86 +149,180 @@ def file_split(rel: str, split_folders: frozenset[str]) -> str | None:
     return stem if stem in KNOWN_SPLITS else None
 
 
-class _Rows:
-    """The listing in progress: refs, rejects, and the class names a ClassLabel gives."""
+def row_label(path: str, value: object, names: tuple[str, ...] | None) -> str | Reject:
+    """A row's class name, or its Reject: `names` are the ClassLabel names in effect for its file."""
+    if value is None or value == "":
+        return Reject(path, "no_label", "the label is null")
+    if isinstance(value, str):
+        return value
+    if names is None:
+        return str(value)
+    if value == -1:
+        return Reject(path, "no_label", "label -1 (Hugging Face's no label)")
+    if not 0 <= int(str(value)) < len(names):
+        return Reject(path, "unknown_label", f"label {value} is past the {len(names)} class names")
+    return names[int(str(value))]
 
-    def __init__(self, columns: TableColumns) -> None:
-        self.columns = columns
-        self.refs: list[InputRef] = []
-        self.rejects: list[Reject] = []
-        self.names: tuple[str, ...] | None = None
-        self.image: str | None = None  # the image column, the same in every file
 
-    def label(self, path: str, value: object, names: tuple[str, ...] | None) -> str | None:
-        """The row's class name, or None after rejecting it."""
-        if value is None or value == "":
-            self.rejects.append(Reject(path, "no_label", "the label is null"))
-        elif isinstance(value, str):
-            return value
-        elif names is None:
-            return str(value)
-        elif value == -1:
-            self.rejects.append(Reject(path, "no_label", "label -1 (Hugging Face's no label)"))
-        elif not 0 <= int(str(value)) < len(names):
-            self.rejects.append(Reject(path, "unknown_label", f"label {value} is past the {len(names)} class names"))
-        else:
-            return names[int(str(value))]
-        return None
+class FileColumns(typing.NamedTuple):
+    """A file's columns of images, labels and splits, and the ClassLabel names its labels are read by (its
+    own, else the last earlier file's: as one pass over the files in name order would have them)."""
 
-    def add_file(self, full: str, rel: str, split: str | None) -> None:
-        """One file's rows, block by block."""
+    image: str
+    label: str
+    split: str | None
+    names: tuple[str, ...] | None
+
+
+class TableTask(typing.NamedTuple):
+    """One file to list (relative to SOURCE), the split its path names, and its columns; or why it cannot be
+    read (`damaged`: its rows cannot be counted, one reject)."""
+
+    task: int
+    file: str
+    split: str | None
+    columns: FileColumns | None
+    damaged: str | None = None
+
+
+class TableSource(typing.NamedTuple):
+    """Parquet or Arrow files to list, a task each, from their schemas only (`plan_tables`): all the driver
+    holds is their names and columns."""
+
+    source: str
+    single: bool  # SOURCE is one file (its task's file is its name)
+    tasks: tuple[TableTask, ...]
+    names: tuple[str, ...] | None  # the ClassLabel names, when the schemas give them
+
+    def path(self, task: TableTask) -> str:
+        return self.source if self.single else storage.input_path(self.source, task.file)
+
+    @property
+    def splits(self) -> bool:
+        """Whether the files or a split column name splits."""
+        return any(t.split is not None or (t.columns and t.columns.split) for t in self.tasks)
+
+
+def plan_tables(source: str, files: Sequence[str], layout: str, columns: TableColumns) -> TableSource:
+    """The listing tasks of `files` (relative to SOURCE; SOURCE itself when it is one file), from each file's
+    schema (a Parquet footer, an Arrow stream's first message): which column is which, and their splits.
+
+    Raises:
+        SourceError: a column cannot be found or is ambiguous, files disagree on columns or class names, or
+            some files name a split and others do not.
+    """
+    single = len(files) == 1 and storage.is_file(source)
+    visible = sorted(f for f in files if _visible(f))
+    folders = _dataset_dict_splits(source) if not single else frozenset()
+    splits = {f: (file_split(f, folders) if layout != "classes" else None) for f in visible}
+    if len(set(splits.values())) > 1 and None in splits.values():
+        named = sorted(f for f, s in splits.items() if s is not None)[0]
+        other = sorted(f for f, s in splits.items() if s is None)[0]
+        raise SourceError(f"{named} names a split and {other} does not: put every file in a split, or none")
+    tasks, image, names = [], None, None
+    for i, rel in enumerate(visible):
         try:
-            table = TableFile(full)
+            table = TableFile(source if single else storage.input_path(source, rel))
         except Exception as exc:  # pyarrow's and each file system's own types
             detail = f"cannot read {rel} as Parquet or Arrow ({exc}): its rows cannot be counted"
-            self.rejects.append(Reject(rel, "damaged_table", detail))
-            return
+            tasks.append(TableTask(i, rel, splits[rel], None, detail))
+            continue
         with table:
-            image = image_column(table.schema, self.columns.image, rel)
-            if self.image is not None and image != self.image:
-                raise SourceError(f"{rel}'s images are in column {image!r}, other files' in {self.image!r}")
-            self.image = image
-            label, names = _label_column(table.schema, self.columns.label, rel)
-            if names is not None and self.names is not None and names != self.names:
-                raise SourceError(f"{rel}'s class names differ from other files': {list(names)} vs {list(self.names)}")
-            self.names = names if names is not None else self.names
-            splits = _split_column(table.schema, self.columns.split, rel)
-            wanted = [label] if splits is None else [label, splits]
-            self._rows(table, rel, wanted, split)
+            found = image_column(table.schema, columns.image, rel)
+            if image is not None and found != image:
+                raise SourceError(f"{rel}'s images are in column {found!r}, other files' in {image!r}")
+            image = found
+            label, own = label_column(table.schema, columns.label, rel)
+            if own is not None and names is not None and own != names:
+                raise SourceError(f"{rel}'s class names differ from other files': {list(own)} vs {list(names)}")
+            names = own if own is not None else names
+            split = split_column(table.schema, columns.split, rel)
+        tasks.append(TableTask(i, rel, splits[rel], FileColumns(image, label, split, names)))
+    return TableSource(source, single, tuple(tasks), names)
 
-    def _rows(self, table: TableFile, rel: str, wanted: list[str], split: str | None) -> None:
-        start = 0
-        blocks = table.blocks(wanted)
-        for index in range(len(table.sizes)) if table.sizes is not None else itertools.count():
-            rows = table.sizes[index] if table.sizes is not None else 0
-            try:
-                if table.sizes is None:  # an Arrow stream: read until it ends
-                    rows, block = next(blocks)
-                else:
-                    block = table.block(index, wanted)
-            except StopIteration:
+
+class Listed(typing.NamedTuple):
+    """A file's rows listed: refs and rejects in row order; with a copy, each ref's image bytes' length in
+    it (-1: not copied, the prepare step reads the row itself and says why it cannot)."""
+
+    refs: list[InputRef]
+    rejects: list[Reject]
+    lengths: list[int]
+
+
+def list_file(src: TableSource, task: TableTask, copy: typing.BinaryIO | None = None) -> Listed:
+    """A task's rows, block by block: labels and splits, and with `copy` the images of the rows listed,
+    appended to it in row order (one block's image column held at a time)."""
+    out = Listed([], [], [])
+    if task.columns is None:
+        out.rejects.append(Reject(task.file, "damaged_table", task.damaged or "cannot be read"))
+        return out
+    try:
+        table = TableFile(src.path(task))
+    except Exception as exc:  # changed since it was planned: as the planning pass says a damaged file is told
+        detail = f"cannot read {task.file} as Parquet or Arrow ({exc}): its rows cannot be counted"
+        out.rejects.append(Reject(task.file, "damaged_table", detail))
+        return out
+    with table:
+        _list_rows(table, task, out, copy)
+    return out
+
+
+def _list_rows(table: TableFile, task: TableTask, out: Listed, copy: typing.BinaryIO | None) -> None:
+    cols = task.columns
+    assert cols is not None  # list_file's
+    rel, wanted = task.file, [cols.label] if cols.split is None else [cols.label, cols.split]
+    stream = table.sizes is None
+    blocks = table.blocks(wanted + [cols.image] if copy is not None else wanted)
+    start = 0
+    for index in range(len(table.sizes)) if table.sizes is not None else itertools.count():
+        rows = table.sizes[index] if table.sizes is not None else 0
+        try:
+            if stream:  # an Arrow stream: read until it ends
+                rows, block = next(blocks)
+            else:
+                block = table.block(index, wanted)
+        except StopIteration:
+            return
+        except Exception as exc:  # pyarrow's types
+            if stream:
+                detail = f"{rel} cannot be read past row {start} ({exc}): its remaining rows cannot be counted"
+                out.rejects.append(Reject(f"{rel}#row={start}", "damaged_table", detail))
                 return
-            except Exception as exc:  # pyarrow's types
-                if table.sizes is None:
-                    detail = f"{rel} cannot be read past row {start} ({exc}): its remaining rows cannot be counted"
-                    self.rejects.append(Reject(f"{rel}#row={start}", "damaged_table", detail))
-                    return
-                detail = f"row group {index} of {rel} cannot be read ({exc})"
-                self.rejects += [Reject(row_path(rel, start + i), "damaged_table", detail) for i in range(rows)]
-                start += rows
-                continue
-            labels = block.column(0).to_pylist()
-            row_splits = block.column(1).to_pylist() if len(wanted) > 1 else [split] * rows
-            for i, (value, row_split) in enumerate(zip(labels, row_splits)):
-                path = row_path(rel, start + i)
-                name = self.label(path, value, self.names)
-                if name is None:
-                    continue
-                if len(wanted) > 1 and not row_split:
-                    self.rejects.append(Reject(path, "no_split", f"the {wanted[1]!r} column is null"))
-                    continue
-                self.refs.append(InputRef(path, name, str(row_split) if row_split is not None else None))
+            detail = f"row group {index} of {rel} cannot be read ({exc})"
+            out.rejects.extend(Reject(row_path(rel, start + i), "damaged_table", detail) for i in range(rows))
             start += rows
+            continue
+        labels = block.column(0).to_pylist()
+        row_splits = block.column(1).to_pylist() if cols.split is not None else [task.split] * rows
+        listed = []
+        for i, (value, row_split) in enumerate(zip(labels, row_splits)):
+            path = row_path(rel, start + i)
+            name = row_label(path, value, cols.names)
+            if isinstance(name, Reject):
+                out.rejects.append(name)
+            elif cols.split is not None and not row_split:
+                out.rejects.append(Reject(path, "no_split", f"the {cols.split!r} column is null"))
+            else:
+                out.refs.append(InputRef(path, name, str(row_split) if row_split is not None else None))
+                listed.append(i)
+        if copy is not None:
+            images = block.column(len(wanted)) if stream else _image_block(table, index, cols.image)
+            for i in listed:
+                data = image_value(images, i) if images is not None else None
+                out.lengths.append(len(data) if isinstance(data, bytes) else -1)
+                if isinstance(data, bytes):
+                    copy.write(data)
+        start += rows
+
+
+def _image_block(table: TableFile, index: int, column: str) -> Any:
+    """A Parquet row group's image column, or None when it cannot be read (the prepare step then reads
+    each of its rows itself, and rejects them with the reason)."""
+    try:
+        return table.block(index, [column]).column(0)  # indexed as it is: no copy of the column
+    except Exception:  # pyarrow's types
+        return None
 
 
 def list_tables(
@@ -230,41 +333,47 @@ def list_tables(
     Raises:
         SourceError: a column cannot be found or is ambiguous, files disagree, no row has a usable label.
     """
-    single = len(files) == 1 and storage.is_file(source)
-    visible = sorted(f for f in files if _visible(f))
-    folders = _dataset_dict_splits(source) if not single else frozenset()
-    splits = {f: (file_split(f, folders) if layout != "classes" else None) for f in visible}
-    if len(set(splits.values())) > 1 and None in splits.values():
-        named = sorted(f for f, s in splits.items() if s is not None)[0]
-        other = sorted(f for f, s in splits.items() if s is None)[0]
-        raise SourceError(f"{named} names a split and {other} does not: put every file in a split, or none")
-    rows = _Rows(columns)
-    for rel in visible:
-        rows.add_file(source if single else storage.input_path(source, rel), rel, splits[rel])
-    refs, rejects = rows.refs, rows.rejects
+    src = plan_tables(source, files, layout, columns)
+    refs: list[InputRef] = []
+    rejects: list[Reject] = []
+    for task in src.tasks:
+        listed = list_file(src, task)
+        refs += listed.refs
+        rejects += listed.rejects
     found = {ref.label for ref in refs}
-    if rows.names is None and classes is not None and found and all(_INT.fullmatch(n) for n in found):
+    if src.names is None and classes is not None and found and all(INT.fullmatch(n) for n in found):
         kept = []
         for ref in refs:  # integer labels index --classes
             if 0 <= int(ref.label) < len(classes):
                 kept.append(ref._replace(label=classes[int(ref.label)]))
             else:
-                rejects.append(Reject(ref.path, "unknown_label", f"label {ref.label} is past the {len(classes)} names"))
+                rejects.append(Reject(ref.path, "unknown_label", past_end(ref.label, classes)))
         refs = kept
-    if rows.names is not None:
-        names = rows.names
-    elif found and all(_INT.fullmatch(n) for n in found):
-        names = tuple(sorted(found, key=int))
-    else:
-        names = tuple(sorted({ref.label for ref in refs}))
+    names = found_names(src.names, found)
     if not refs:
-        reasons = collections.Counter(r.reason for r in rejects)
-        raise SourceError(
-            f"no row of the {len(visible)} file(s) under {source} has an image and a usable label ("
-            + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no rows")
-            + "); see --label-column"
-        )
+        raise no_rows(source, len(src.tasks), collections.Counter(r.reason for r in rejects))
     return finish_listing(refs, rejects, names, classes, source=source)
+
+
+def past_end(label: str, classes: tuple[str, ...]) -> str:
+    return f"label {label} is past the {len(classes)} names"
+
+
+def found_names(names: tuple[str, ...] | None, found: set[str]) -> tuple[str, ...]:
+    """The class names: the ClassLabel names, else the labels found (integers in numeric order)."""
+    if names is not None:
+        return names
+    if found and all(INT.fullmatch(n) for n in found):
+        return tuple(sorted(found, key=int))
+    return tuple(sorted(found))
+
+
+def no_rows(source: str, files: int, reasons: collections.Counter[str]) -> SourceError:
+    return SourceError(
+        f"no row of the {files} file(s) under {source} has an image and a usable label ("
+        + (", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) or "no rows")
+        + "); see --label-column"
+    )
 
 
 def _dataset_dict_splits(source: str) -> frozenset[str]:
