@@ -1,18 +1,15 @@
 """Duplicates found while converting (issue 20): groups never straddle --split splits, the policies and their
-rejects, counts that reconcile, --group-pattern, leakage across the splits SOURCE gives, determinism."""
+rejects, counts that reconcile, --group-pattern, leakage across the splits SOURCE gives, determinism. The scan cut into band parts: test_dedupe_parts.py."""
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import pathlib
 import random
 
 import pytest
 
 from prep.core.manifest import Manifest
-from prep.core.run.dedupe_types import DedupeSettings
 from prep.core.schema import ImageRecord
 from tests.support import datasets
 from tests.support.photos import EDITS, jpeg, photo
@@ -411,28 +408,3 @@ def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
     out = datasets.convert(src, tmp_path / "out", "--duplicates", "off")
     assert not (out / "duplicates.jsonl").exists() and "groups" not in datasets.load(out)
     assert datasets.load(out)["inputs"]["written"] == 48 + 6 * len(KINDS)
-
-
-@pytest.mark.parametrize("runner", ["local", "dask"])
-def test_a_scan_cut_into_band_parts_gives_the_same_bytes(tree, tmp_path, monkeypatch, runner):
-    """Past `part_target` images the scan's hashes go through a GroupByKey to one task a band part
-    (beam_jobs/dedupe_scan.py): the same groups, decisions and shards as the one scan task, on the
-    embedded runner and on a Dask cluster."""
-    src, _ = tree
-    args = ("--split", "train=0.5,test=0.5", "--duplicates", "drop", "--conflicts", "reject", "--num-shards", "2")
-    whole = datasets.convert(src, tmp_path / "whole", *args)
-    monkeypatch.setattr("beam_jobs.graph.DedupeSettings", functools.partial(DedupeSettings, part_target=8))
-    if runner == "local":
-        parts = datasets.convert(src, tmp_path / "parts", *args)  # 78 images: 4 bits, 2 families a band
-    else:
-        distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-            dask = ("--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--")
-            parts = datasets.convert(
-                src, tmp_path / "parts", *args, *dask, f"--dask_client_address={cluster.scheduler_address}"
-            )
-    assert shard_bytes(parts) == shard_bytes(whole)
-    for name in ("duplicates.jsonl", "rejects.jsonl"):
-        assert (parts / name).read_bytes() == (whole / name).read_bytes()
-    assert json.loads((whole / "duplicates.jsonl").read_text().splitlines()[0])["groups"] >= 6
