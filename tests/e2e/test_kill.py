@@ -32,15 +32,11 @@ SHARDS = 6
 TIMEOUT = 180  # seconds for a state to appear: generous, for a loaded machine
 
 
-def write_source(root: pathlib.Path) -> pathlib.Path:
-    """The tree the kill tests convert (test_kill_errors.py's too)."""
-    write_dirty_tree(root, {"ant": 70, "bee": 55, "cat": 35}, size=(40, 30))
-    return root
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    return write_source(tmp_path_factory.mktemp("kill-src"))
+    root = tmp_path_factory.mktemp("kill-src")
+    write_dirty_tree(root, {"ant": 70, "bee": 55, "cat": 35}, size=(40, 30))
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +162,52 @@ def test_killed_conversion_looks_unfinished_and_resume_finishes_it(point, source
         assert {n: (os.stat(out / n).st_ino, os.stat(out / n).st_mtime_ns) for n in reused} == {
             n: before[n] for n in reused
         }
+
+
+def test_a_real_write_failure_while_preparing_is_one_line_and_no_manifest(source, tmp_path):
+    """An OSError in a pool thread writing a spill file reaches the user as one `Error:`
+    line. The spill folder is made impossible (a file takes its name) while the
+    conversion waits before its first chunk."""
+    out = tmp_path / "out"
+    proc = start(source, out, "chunk=2")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (out / ".prep-tmp" / "run.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the conversion never staged its listing"
+            time.sleep(0.01)
+        (out / ".prep-tmp" / "spill").write_text("not a folder")
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith(f"Error: cannot access {out}/.prep-tmp/spill"), lines
+    assert "--resume" in lines[0]
+    assert not (out / "manifest.json").exists()
+
+
+def test_an_input_changed_before_its_shard_is_written_is_one_line_and_no_manifest(source, tmp_path):
+    """Kept images are read again when their shard is written: every input is
+    rewritten while the conversion waits after its first shard, and the next
+    shard's first kept image stops the run with an `Error:` naming it."""
+    import shutil
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    shutil.copytree(source, src, symlinks=True)
+    proc = start(src, out, "shard=3")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not names(out, ".tfrecord"):
+            assert proc.poll() is None and time.monotonic() < deadline, "no shard was written"
+            time.sleep(0.01)
+        for path in src.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                path.write_bytes(path.read_bytes() + b"\0")
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    lines = stderr.decode().splitlines()
+    assert proc.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith("Error: input "), lines
+    assert "changed while it was being converted (its bytes differ); convert again" in lines[0]
+    assert not (out / "manifest.json").exists()
