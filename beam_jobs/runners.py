@@ -124,7 +124,9 @@ def _dask_slots(client_options: dict) -> int:
     """
     from distributed import Client
 
-    with Client(**client_options) as client:
+    # The partition options are the DaskRunner's own, not the Client's (it pops them before connecting).
+    connect = {k: v for k, v in client_options.items() if k not in ("npartitions", "partition_size")}
+    with Client(**connect) as client:
         return sum(client.nthreads().values()) or 1
 
 

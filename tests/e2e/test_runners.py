@@ -160,7 +160,7 @@ def test_dask_runner_on_local_cluster(source, reference, tmp_path, dask_cluster)
 def test_dask_partitions_follow_the_clusters_task_slots():
     # Beam's Dask translation put every chunk id in one partition: one worker did everything.
     distributed = pytest.importorskip("dask.distributed", reason="pip install -e '.[dask]'")
-    from beam_jobs.runners import dask_partition_args
+    from beam_jobs.runners import check_runner_options, dask_partition_args
 
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
     slots = (os.cpu_count() or 1) + 1  # not this machine's count, which is the answer without a scheduler
@@ -172,6 +172,8 @@ def test_dask_partitions_follow_the_clusters_task_slots():
         assert dask_partition_args(DASK, [address], 1) == [address, "--dask_npartitions=1"]
         for chosen in (["--dask_npartitions=7"], ["--dask_npartitions", "7"], ["--dask_partition_size=3"]):
             assert dask_partition_args(DASK, [address, *chosen], 40) == [address, *chosen]
+            # A user's partition option beside a scheduler address is the runner's, not the Client's.
+            check_runner_options(DASK, [address, *chosen])
     assert dask_partition_args(DASK, [], 40) == [f"--dask_npartitions={os.cpu_count() or 1}"]
     assert dask_partition_args("local", [], 40) == []
 
