@@ -185,6 +185,10 @@ def make_runner(runner: str):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         return FnApiRunner()
+    if worker_setup.runner_class_name(runner) == "DaskRunner":
+        from beam_jobs.dask_groups import cap_group_partitions
+
+        cap_group_partitions()
     return None
 
 
