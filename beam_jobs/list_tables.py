@@ -35,13 +35,12 @@ from __future__ import annotations
 
 import array
 import collections
-import itertools
 import json
 import typing
 
 import apache_beam as beam
 
-from beam_jobs import list_source
+from beam_jobs import list_pieces, list_source
 from beam_jobs.list_shards import ShardGroup
 from beam_jobs.list_source import ChunkJob, ChunkWritten, GroupListed, PlanInfo, TaskDone, UnknownGroup
 from prep.core import storage
@@ -226,51 +225,19 @@ class WriteChunk(beam.DoFn):
         yield ChunkWritten(item.job.chunk, len(refs), refs_sum(refs))
 
 
+def _steps(source: TableSource, seed: int, work: WorkDir) -> list_pieces.PieceSteps:
+    return list_pieces.PieceSteps(
+        "ListTables", ListTable(source, seed, work), ShardGroup, sort_group, plan, TableChunk, WriteChunk(work)
+    )
+
+
 def build_listing(p: beam.Pipeline, source: TableSource, seed: int, classes: tuple[str, ...] | None, output: str):
     """Adds the listing steps to pipeline `p` (see the module docstring)."""
     work = WorkDir(output)
-    one_key = lambda item: (None, item)  # noqa: E731
-    listed = (
-        p
-        | "ListTasks" >> beam.Create(list(source.tasks))
-        | "SpreadTasks" >> beam.Reshuffle()
-        | "ListTables" >> beam.ParDo(ListTable(source, seed, work))
-    )
-    grouped = (
-        listed
-        | "Pieces" >> beam.FlatMap(list_source.of_kind(ShardGroup))
-        | "ByGroup" >> beam.Map(lambda g: (group_order((g.split, g.label)), g))
-        | "GatherGroups" >> beam.GroupByKey()
-        | "SortGroups" >> beam.FlatMap(sort_group, seed, work)
-    )
-    done = listed | "Done" >> beam.FlatMap(list_source.of_kind(TaskDone))
-    planned = (
-        (grouped, done)
-        | "PlanParts" >> beam.Flatten()
-        | "PlanOneKey" >> beam.Map(one_key)
-        | "GatherListed" >> beam.GroupByKey()
-        | "PlanChunks" >> beam.FlatMap(plan, source, classes)
-    )
-    list_source.stage_planned(planned, TableChunk, WriteChunk(work), (done,), work)
+    list_pieces.build(p, list(source.tasks), source, _steps(source, seed, work), seed, classes, work)
 
 
 def list_here(source: TableSource, seed: int, classes: tuple[str, ...] | None, output: str) -> None:
-    """The steps of `build_listing`, one after another in this process (for the embedded runner), holding
-    what the pipeline's elements would: O(files x groups + buckets + chunks)."""
+    """The steps of `build_listing`, one after another in this process (for the embedded runner)."""
     work = WorkDir(output)
-    lister, writer = ListTable(source, seed, work), WriteChunk(work)
-    listed = [item for task in source.tasks for item in lister.process(task)]
-    pieces = sorted((g for g in listed if isinstance(g, ShardGroup)), key=lambda g: group_order((g.split, g.label)))
-    done = [d for d in listed if isinstance(d, TaskDone)]
-    groups = [
-        item
-        for key, run in itertools.groupby(pieces, key=lambda g: group_order((g.split, g.label)))
-        for item in sort_group((key, list(run)), seed, work)
-    ]
-    planned = list(plan((None, [*groups, *done]), source, classes))
-    written = [w for job in planned if isinstance(job, TableChunk) for w in writer.process(job)]
-    unknown = [i for i in planned if isinstance(i, UnknownGroup)]
-    rejected = list(list_source.write_rejects((None, [*done, *unknown]), work))
-    info = [i for i in planned if isinstance(i, PlanInfo)]
-    for _ in list_source.write_summary((None, [*info, *written, *rejected]), work):
-        pass
+    list_pieces.run_here(list(source.tasks), source, _steps(source, seed, work), seed, classes, work)
