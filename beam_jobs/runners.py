@@ -187,8 +187,10 @@ def make_runner(runner: str):
         return FnApiRunner()
     if worker_setup.runner_class_name(runner) == "DaskRunner":
         from beam_jobs.dask_groups import cap_group_partitions
+        from beam_jobs.dask_pardo import own_pardo_state
 
         cap_group_partitions()
+        own_pardo_state()
     return None
 
 

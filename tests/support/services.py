@@ -34,6 +34,19 @@ def dask_cluster(n_workers: int = 2) -> Iterator[str]:
         yield cluster.scheduler_address
 
 
+@contextlib.contextmanager
+def dask_threads_cluster(n_workers: int = 2, threads_per_worker: int = 2) -> Iterator[str]:
+    """A LocalCluster whose workers are threads of this process (`processes=False`, a setup users pick): Dask
+    hands tasks to them without serializing, so tasks share whatever their graph shares. Yields the address."""
+    from dask import distributed
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    with distributed.LocalCluster(
+        n_workers=n_workers, threads_per_worker=threads_per_worker, processes=False, dashboard_address=None
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
