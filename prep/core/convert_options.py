@@ -97,7 +97,7 @@ OPTIONS = (
     ),
     Option(
         "--image-timeout",
-        "Reject (image_timeout) an image not prepared within this many seconds.",
+        "Reject (image_timeout) a sandboxed image not prepared within this many seconds of CPU time.",
         float,
         DEFAULT_IMAGE_TIMEOUT,
     ),

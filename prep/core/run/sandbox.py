@@ -4,8 +4,10 @@ A thread cannot be bounded: a codec that allocates 24 GB or loops for minutes
 takes the whole run with it. A sandbox worker is a lean Python process (it
 imports Pillow, numpy and prep.core.image_rules, never Beam or TensorFlow) that prepares
 one image at a time under `resource.setrlimit(RLIMIT_AS)` = its size when the
-image arrives + `--max-image-memory`, while the calling thread waits at most
-`--image-timeout` for the answer. Whatever happens to the image, the run goes on:
+image arrives + `--max-image-memory`, while the calling thread waits until the worker
+has computed `--image-timeout` seconds (its CPU time, so that how busy the machine is
+does not decide which images are rejected) or has sat that long neither computing nor
+waiting for a core (blocked). Whatever happens to the image, the run goes on:
 
     over the memory limit    MemoryError in the codec   -> image_memory
     over the time limit      worker killed, respawned    -> image_timeout
@@ -89,11 +91,33 @@ class _Worker:
         except OSError:  # the worker died before it read the image
             return Answer(Kind.DIED, status=self._exit_status())
         try:
-            if not self._recv.poll(options.image_timeout):
-                return Answer(Kind.TIMEOUT)
-            return read_answer(self._recv)
+            late = self._wait(options.image_timeout)
+            return Answer(Kind.TIMEOUT, detail=late) if late else read_answer(self._recv)
         except (EOFError, OSError):
             return Answer(Kind.DIED, status=self._exit_status())
+
+    def _wait(self, timeout: float) -> str:
+        """Waits for the worker's answer; returns "" once it is there, else why it is late.
+
+        Late: the worker computed `timeout` seconds (CPU time: on a busy machine it waits for a core
+        longer, and is not rejected for it), or it used no CPU and was not runnable (state R) for
+        `timeout` seconds: blocked, not computing. Without /proc, `timeout` seconds of wall time."""
+        start = _cpu_and_state(self.proc.pid)
+        if start is None:
+            return "" if self._recv.poll(timeout) else f"not prepared within --image-timeout {timeout:g} s; stopped"
+        last, used, progress = start[0], 0.0, time.monotonic()
+        while not self._recv.poll(max(timeout - used, 0.01)):
+            now = _cpu_and_state(self.proc.pid)
+            if now is None:  # gone: the pipe says so
+                return ""
+            used = now[0] - start[0]
+            if used >= timeout:
+                return f"not prepared within --image-timeout {timeout:g} s of CPU time; stopped"
+            if now[0] > last or now[1] == "R":
+                last, progress = now[0], time.monotonic()
+            elif time.monotonic() - progress >= timeout:
+                return f"blocked, neither computing nor waiting for a core, for --image-timeout {timeout:g} s; stopped"
+        return ""
 
     def _exit_status(self) -> int:
         try:
@@ -159,9 +183,7 @@ class Sandbox:
                     answer.reason, f"{detail} (the codec said: {answer.message})" if answer.message else detail
                 )
             if answer.kind is Kind.TIMEOUT:
-                raise ImageRejected(
-                    "image_timeout", f"not prepared within --image-timeout {options.image_timeout:g} s; stopped"
-                )
+                raise ImageRejected("image_timeout", answer.detail)
             if answer.kind is Kind.MALFORMED:
                 raise ImageRejected(
                     "crashed_decoder", "the decoder's process sent an answer that does not read as one; it was stopped"
@@ -198,6 +220,16 @@ class Sandbox:
             workers, self._workers = list(self._workers), set()
         for w in workers:
             w.kill()
+
+
+def _cpu_and_state(pid: int) -> tuple[float, str] | None:
+    """A process's CPU seconds (user and system, all its threads) and its state letter; None without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _describe(status: int | None) -> str:
