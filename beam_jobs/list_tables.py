@@ -150,7 +150,7 @@ def sort_group(element, seed: int, work: WorkDir):
     yield GroupRows(listed.path, rows, tuple(firsts))
 
 
-def plan(element, source: TableSource, classes: tuple[str, ...] | None):
+def plan(element, source: TableSource, classes: tuple[str, ...] | None, work: WorkDir):
     """(None, [GroupListed | GroupRows | TaskDone]) -> as `list_source.plan`, each ChunkJob a TableChunk.
 
     Raises:

@@ -288,7 +288,7 @@ def shard_source(config: ConvertConfig) -> ShardSource | None:
         shards = _local_shards(config.source)
     if not shards:
         return None
-    return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key)
+    return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key, config.plan)
 
 
 def table_source(config: ConvertConfig) -> TableSource | None:
