@@ -84,3 +84,74 @@ def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(tmp_p
         address = f"--dask_client_address={cluster.scheduler_address}"
         dask = _convert(tmp_path / "src", tmp_path / "dask", DASK, beam_args=[address], label_key="tags")
     assert_same_dataset(dask, reference, shards=4)
+
+
+NAMES = ["cat", "dog", "emu", "owl"]
+
+
+def _hf_multilabel(root, files: dict[str, list[list[int]]]) -> dict[str, tuple[list[str], bytes]]:
+    """Parquet files written by `datasets` with a `List(ClassLabel(NAMES))` column `labels` (a Hub export's
+    layout); returns {`file#row=N`: (names, image bytes)} of every row with labels."""
+    import datasets
+
+    from tests.support.imagegen import image_bytes
+
+    features = datasets.Features({"image": datasets.Image(), "labels": datasets.List(datasets.ClassLabel(names=NAMES))})
+    want = {}
+    for n, (name, labels) in enumerate(files.items()):
+        images = [image_bytes(size=(20, 14), seed=100 * n + i) for i in range(len(labels))]
+        rows = {"image": [{"bytes": b, "path": None} for b in images], "labels": labels}
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(str(root / name), batch_size=4)
+        want.update(
+            {f"{name}#row={i}": (sorted(NAMES[x] for x in set(t)), images[i]) for i, t in enumerate(labels) if t}
+        )
+    return want
+
+
+def _old_sequence(path, labels: list) -> None:
+    """A Parquet file with HF metadata as `datasets` before 4 wrote it (`Sequence(ClassLabel)`), by pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.support.imagegen import image_bytes
+
+    features = {
+        "image": {"_type": "Image"},
+        "labels": {"_type": "Sequence", "feature": {"_type": "ClassLabel", "names": NAMES}},
+    }
+    images = [{"bytes": image_bytes(size=(8, 6), seed=500 + i), "path": None} for i in range(len(labels))]
+    table = pa.table({"image": images, "labels": pa.array(labels, pa.list_(pa.int64()))})
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, str(path), row_group_size=4)
+
+
+LISTS = [[0, 1], [1], [2, 0, 3], [3], [], [1, 2]] * 4
+
+
+def test_parquet_list_of_classlabels_writes_every_row_with_its_names(tmp_path):
+    src = tmp_path / "src"
+    files = {
+        "data/train-00000-of-00002.parquet": LISTS,
+        "data/train-00001-of-00002.parquet": LISTS[:10],
+        "data/test-00000-of-00001.parquet": LISTS[3:15],
+    }
+    want = _hf_multilabel(src, files)
+    out = _convert(src, tmp_path / "out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == "multilabel" and manifest["labels"] == NAMES
+    assert set(manifest["splits"]) == {"train", "test"}
+    assert records(out) == want
+    empty = {f"{name}#row={i}" for name, labels in files.items() for i, t in enumerate(labels) if not t}
+    assert rejects(out) == dict.fromkeys(empty, "empty_label")
+    inputs = manifest["inputs"]
+    assert inputs["found"] == 46 == inputs["written"] + inputs["rejected"] and inputs["written"] == len(want)
+
+
+def test_parquet_lists_give_the_same_bytes_listed_on_the_driver_and_the_direct_runner(tmp_path):
+    src = tmp_path / "src"
+    _hf_multilabel(src, {"train/a.parquet": LISTS, "validation/b.parquet": LISTS[:9]})
+    reference = _convert(src, tmp_path / "ref", listing=True)
+    assert_same_dataset(_convert(src, tmp_path / "emb"), reference, shards=4)
+    assert_same_dataset(_convert(src, tmp_path / "direct", "DirectRunner"), reference, shards=4)
