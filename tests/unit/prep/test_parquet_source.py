@@ -137,3 +137,21 @@ def test_column_options_without_tables_are_an_error(tmp_path):
     config = build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"label_column": "species"})
     with pytest.raises(SourceError, match="--label-column and --split-column name columns of Parquet"):
         list_inputs(config)
+
+
+def test_a_remote_files_signature_is_asked_once_while_rows_are_prepared(monkeypatch):
+    """The prepare step (`data` given) reuses a remote file's signature for a while; a resume's check of a
+    change (no `data`) asks every time; a local file is stated every time."""
+    asked = []
+    monkeypatch.setattr(table_files.storage, "signature", lambda path, data=None: asked.append(path) or "7")
+    monkeypatch.setattr(table_files, "_SIGNATURES", {})
+    rows = [f"s3://b/d/a.parquet#row={i}" for i in range(5)] + ["s3://b/d/b.parquet#row=0"]
+    assert [table_files.input_signature(r, b"x") for r in rows] == ["7"] * 6
+    assert asked == ["s3://b/d/a.parquet", "s3://b/d/b.parquet"]
+    table_files.input_signature(rows[0])
+    table_files.input_signature("/d/a.parquet#row=1", b"x")
+    table_files.input_signature("/d/a.parquet#row=2", b"x")
+    assert asked[2:] == ["s3://b/d/a.parquet", "/d/a.parquet", "/d/a.parquet"]
+    monkeypatch.setattr(table_files, "_SIGNATURE_SECONDS", 0.0)
+    table_files.input_signature(rows[1], b"x")
+    assert asked[-1] == "s3://b/d/a.parquet" and len(asked) == 6
