@@ -76,8 +76,9 @@ def plan_multilabel(
     chunks = listing_chunks(listing, src.plan.seed)
     path, lines, offsets = work.listed_group(src.tasks, 0), [], [0]
     for chunk in chunks:
-        lines += [(json.dumps(r.fields()) + "\n").encode() for r in chunk]
-        offsets.append(offsets[-1] + sum(len(line) for line in lines[len(lines) - len(chunk) :]))
+        written = [(json.dumps(r.fields()) + "\n").encode() for r in chunk]
+        lines += written
+        offsets.append(offsets[-1] + sum(map(len, written)))
     storage.write_streamed(path, lines)
     for i in range(len(chunks)):
         yield ChunkJob(i, [(path, offsets[i], offsets[i + 1])])

@@ -53,6 +53,7 @@ from prep.core.ordering import group_order, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
 from prep.core.sources import multilabel, parquet, table_held
+from prep.core.sources.held import Range
 from prep.core.sources.parquet import TableSource, TableTask
 from prep.core.workdir import WorkDir
 
@@ -155,8 +156,7 @@ def sort_group(element, seed: int, work: WorkDir):
 
 def plan(element, source: TableSource, classes: tuple[str, ...] | None, work: WorkDir):
     """(None, [GroupListed | GroupRows | TaskDone]) -> as `list_source.plan`, each ChunkJob a TableChunk; rows
-    with lists of labels as `list_pieces.plan_multilabel`, their images read again by row (as the driver's
-    listing has them).
+    with lists of labels as `list_pieces.plan_multilabel`, each chunk's held images recorded here.
 
     Raises:
         SourceError: no row has a usable label (naming the rejects' reasons), or as `list_source.plan`.
@@ -180,8 +180,16 @@ def plan(element, source: TableSource, classes: tuple[str, ...] | None, work: Wo
         none = functools.partial(parquet.no_rows, source.source, len(source.tasks))
         multi = list_pieces.MultiSource(source.source, len(source.tasks), source.plan, none)
         names = classes if classes is not None else source.names
+        places = _row_places(groups, rows, work)
         for item in list_pieces.plan_multilabel(groups, done, multi, names, work):
-            yield TableChunk(item, ()) if isinstance(item, ChunkJob) else item
+            if isinstance(item, ChunkJob):
+                ((path, start, end),) = item.pieces
+                refs = list_source.read_refs(path, start, end)
+                if all(r.path in places for r in refs):
+                    table_held.write_chunk_rows(work, item.chunk, [places[r.path] for r in refs])
+                yield TableChunk(item, ())
+            else:
+                yield item
         return
     found = {g.label for g in groups}
     labels: dict[str, str] = {}
@@ -205,6 +213,19 @@ def plan(element, source: TableSource, classes: tuple[str, ...] | None, work: Wo
             yield TableChunk(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels), held)
         else:
             yield item
+
+
+def _row_places(groups: list[GroupListed], rows: dict[str, GroupRows], work: WorkDir) -> dict[str, Range]:
+    """{row path: (its image's copy, offset, length)} of the rows of `groups` (a multi-label source's: its
+    chunks' rows are dealt in strata, so each chunk's places are written by the plan step)."""
+    places: dict[str, Range] = {}
+    for g in groups:
+        if g.path in rows:
+            where = array.array("q", storage.read_bytes(rows[g.path].rows))
+            refs = list_source.read_refs(g.path, 0, g.offsets[-1])
+            for ref, (task, offset, n) in zip(refs, zip(*(iter(where),) * 3)):
+                places[ref.path] = (work.members_data(task, 0), offset, n)
+    return places
 
 
 def _rows_range(group: GroupRows, offsets: list[int], start: int, end: int) -> RowsRange:

@@ -190,3 +190,26 @@ def test_json_lists_none_in_classes_names_the_reasons(tmp_path, pipeline):
     write_shards(root, {"a.tar": _tagged(5)})
     with pytest.raises(SourceError, match=r"\(1 bad_label, 1 empty_label, 7 unknown_label\)"):
         on_workers(root, tmp_path / "w", pipeline, label_key="tags", classes=_classes(tmp_path, "zebra"))
+
+
+def test_remote_json_lists_stage_the_driver_multilabel_listing(tmp_path, monkeypatch):
+    """Remote shards' members are copied as they stream by; a multi-label set's chunks read them by range
+    instead, as the driver's listing does (its chunks hold no member ranges)."""
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    write_shards(store / "wds", {f"{i}.tar": _tagged(20, 100 * i) for i in range(3)})
+    options = {"seed": 2, "label_key": "tags"}
+    config = build_config("simfs://wds", "simfs://out/w", options)
+    shards = shard_source(config)
+    assert shards is not None
+    clear_output(config)
+    summary = list_on_workers(config, shards, pipeline=False)
+    list_source.delete_listed("simfs://out/w")
+    a = ready_listed(config, summary)
+    config_d = build_config("simfs://wds", "simfs://out/d", options)
+    b = ready_output(config_d, list_inputs(config_d))
+    assert a.staged.task == "multilabel" and (a.staged, a.chunk_sizes) == (b.staged, b.chunk_sizes)
+    assert staged(str(store / "out" / "w")) == staged(str(store / "out" / "d"))
+    assert not [p for p in (store / "out" / "w" / ".prep-tmp" / "members").iterdir() if p.suffix == ".json"]

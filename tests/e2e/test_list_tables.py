@@ -152,7 +152,8 @@ def test_no_row_with_a_label_names_the_reasons(tmp_path, pipeline):
 
 def test_list_columns_stage_the_driver_multilabel_listing(tmp_path, pipeline):
     """`Sequence(ClassLabel)` as `datasets` before 4 wrote it, and a list of strings: multi-label, the rows'
-    rejects (empty list, a null in the list, an id past the names, a name --classes lacks) the driver's."""
+    rejects (empty list, a null in the list, an id past the names, a name --classes lacks) the driver's; the
+    rows' images held in each chunk's order."""
     from tests.e2e.test_multilabel_sources import LISTS, _old_sequence
 
     root = tmp_path / "src"
@@ -161,6 +162,7 @@ def test_list_columns_stage_the_driver_multilabel_listing(tmp_path, pipeline):
     ready = assert_same_staging(root, tmp_path, pipeline, seed=2, num_shards=2)
     assert ready.staged.task == "multilabel" and ready.staged.classes == ("cat", "dog", "emu", "owl")
     assert ready.staged.splits == ("train", "validation")
+    assert held_images(tmp_path / "w", root, len(ready.chunk_sizes)) == (sum(ready.chunk_sizes), 0)
     rejects = json.loads((tmp_path / "w" / ".prep-tmp" / "listing" / "rejects.json").read_bytes())
     assert {r[0]: r[1] for r in rejects if not r[1] == "empty_label"} == {
         "train/a.parquet#row=24": "bad_label",
