@@ -18,7 +18,8 @@ Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of
 (`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
 classification label file read in byte ranges (`list_labels`) or a detection SOURCE of COCO files
 (`list_annotations`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then
-holds nothing per input. The other tasks and formats, multi-label files and `--resume` are listed on the
+holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats,
+multi-label files and `--resume` are listed on the
 driver (`folder_source`, `shard_source`, `table_source`, `label_source` and `detection_source` say when); so
 are label files and COCO files on the embedded runner, whose workers are the driver's process (the driver's
 listing is the faster there).

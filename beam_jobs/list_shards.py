@@ -14,15 +14,17 @@ The chunk and reject files are those `prep.core.run.start.ready_output` stages f
 (`webdataset.list_webdataset`): tests/e2e/test_webdataset_convert.py compares the bytes. A listing task
 holds one shard's samples, a group task one group's (as a class folder's task does), the plan step one
 count per bucket; no sample travels as an element. On the embedded runner the same steps run in the
-driver's process (`list_here`). Integer labels written two ways (`1`, `01`) that --classes would name
-alike, or samples whose json field is a list of labels (a multi-label dataset, grouped in strata as a
-multi-label file is), make the summary say `fallback`: the driver then lists the shards itself.
+driver's process (`list_here`). Samples whose json field is a list of labels make a multi-label dataset,
+planned as `list_pieces` says (the strata of a multi-label file). Integer labels written two ways (`1`,
+`01`) that --classes would name alike make the summary say `fallback`: the driver then lists the shards
+itself.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import tempfile
 import typing
@@ -38,7 +40,7 @@ from prep.core.listing import InputRef
 from prep.core.ordering import group_order, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
-from prep.core.sources import held, shard_set, webdataset
+from prep.core.sources import held, multilabel, shard_set, webdataset
 from prep.core.sources.shard_set import ShardSource, ShardTask
 from prep.core.workdir import WorkDir
 
@@ -92,7 +94,7 @@ class ListShard(beam.DoFn):
             refs, rejects = webdataset.list_shard(src.source, task.shard, task.split, src.label_key, copy)
             by_group: dict[tuple[str, str], list[InputRef]] = collections.defaultdict(list)
             for ref in refs:
-                by_group[group_order((ref.split, ref.label))].append(ref)
+                by_group[group_order((ref.split, list_pieces.group_label(ref.label)))].append(ref)
             path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
             where: list[tuple[int, int]] = []  # (offset, length) in the shard of each member, in the file's order
             held_size = 0  # bytes of the members' copy so far
@@ -106,9 +108,8 @@ class ListShard(beam.DoFn):
                     where.append(_where(ref))
                     held_size += where[-1][1]
                 data = (data_start, held_size) if hold else (-1, -1)
-                groups.append(
-                    ShardGroup(members[0].split, members[0].label, task.task, index + 1, path, start, size, *data)
-                )
+                label = list_pieces.group_label(members[0].label)
+                groups.append(ShardGroup(members[0].split, label, task.task, index + 1, path, start, size, *data))
             if lines:
                 storage.write_streamed(path, lines)
             if hold and where:
@@ -162,8 +163,10 @@ def sort_group(element, seed: int, work: WorkDir):
     yield GroupData(listed.path, data, tuple(offsets))
 
 
-def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
-    """(None, [GroupListed | TaskDone]) -> as `list_source.plan`, each ChunkJob Relabelled.
+def plan(element, source: ShardSource, classes: tuple[str, ...] | None, work: WorkDir):
+    """(None, [GroupListed | TaskDone]) -> as `list_source.plan`, each ChunkJob Relabelled; samples with
+    lists of labels as `list_pieces.plan_multilabel`, their members read again by range (as the driver's
+    listing has them).
 
     Raises:
         SourceError: no sample has an image and a label (naming the rejects' reasons), or as
@@ -178,8 +181,13 @@ def plan(element, source: ShardSource, classes: tuple[str, ...] | None):
         rejects = (r for d in done if d.rejects for r in checkpoints.read_rejects_file(d.rejects))
         reasons = collections.Counter(r.reason for r in rejects)
         raise shard_set.no_samples(source.source, len(source.tasks), reasons)
-    if any(g.label.startswith(webdataset.MULTI) for g in groups):
-        yield PlanInfo("samples with a list of labels make a multi-label dataset, listed on the driver")
+    if any(multilabel.is_multi(g.label) for g in groups):
+        assert source.plan is not None  # shard_source gives it
+        n = len(source.tasks)
+        none = functools.partial(shard_set.no_samples, source.source, n)
+        multi = list_pieces.MultiSource(source.source, n, source.plan, none)
+        for item in list_pieces.plan_multilabel(groups, done, multi, classes, work):
+            yield Relabelled(item, ()) if isinstance(item, ChunkJob) else item
         return
     names = shard_set.class_names((g.label for g in groups), classes)
     labels: dict[str, str] = {}
@@ -262,7 +270,13 @@ class WriteChunk(beam.DoFn):
 
 def _steps(source: ShardSource, seed: int, work: WorkDir) -> list_pieces.PieceSteps:
     return list_pieces.PieceSteps(
-        "ListShards", ListShard(source, seed, work), ShardGroup, sort_group, plan, Relabelled, WriteChunk(work)
+        "ListShards",
+        ListShard(source, seed, work),
+        ShardGroup,
+        sort_group,
+        plan,
+        Relabelled,
+        WriteChunk(work),
     )
 
 

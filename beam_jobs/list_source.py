@@ -90,6 +90,8 @@ class PlanInfo(typing.NamedTuple):
     splits: tuple[str, ...] = ()
     listed: tuple[str, ...] = ()  # the classes that list an input
     sizes: tuple[int, ...] = ()
+    task: str = "classification"  # multilabel: WebDataset or table samples with lists of labels (list_pieces)
+    groups: tuple[str, ...] | None = None  # the planner's groups when not the classes (Listing.groups)
 
 
 class ChunkWritten(typing.NamedTuple):
@@ -297,6 +299,8 @@ def write_summary(element, work: WorkDir):
         raise RuntimeError("internal error: the chunks written are not those planned")
     summary = {
         "fallback": info.fallback,
+        "task": info.task,
+        "groups": None if info.groups is None else list(info.groups),
         "classes": list(info.classes),
         "splits": list(info.splits),
         "listed": list(info.listed),

@@ -13,7 +13,8 @@ the ClassLabel names, the splits; O(files)), then:
                                               file in rank order (list_source.write_group), and where each one's
                                               image is (members_rows)
     planned = one key | ParDo(plan)            as list_source.plan; integer labels index --classes as the
-                                              driver's listing does (`parquet.list_tables`)
+                                              driver's listing does (`parquet.list_tables`); rows with lists of labels
+                                              as `list_pieces.plan_multilabel`
     then the chunk, reject and summary steps of list_source; a chunk's writer also records where its rows'
     images are (prep/core/sources/table_held.py), for the prepare step to read a batch at a time.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import array
 import collections
+import functools
 import json
 import typing
 
@@ -50,7 +52,8 @@ from prep.core.listing import InputRef
 from prep.core.ordering import group_order, sort_key
 from prep.core.run import checkpoints
 from prep.core.run_record import refs_sum
-from prep.core.sources import parquet, table_held
+from prep.core.sources import multilabel, parquet, table_held
+from prep.core.sources.held import Range
 from prep.core.sources.parquet import TableSource, TableTask
 from prep.core.workdir import WorkDir
 
@@ -104,7 +107,7 @@ class ListTable(beam.DoFn):
         by_group: dict[tuple, list[tuple[InputRef, int, int]]] = collections.defaultdict(list)
         at = 0
         for ref, n in zip(listed.refs, listed.lengths):
-            by_group[group_order((ref.split, ref.label))].append((ref, at, n))
+            by_group[group_order((ref.split, list_pieces.group_label(ref.label)))].append((ref, at, n))
             at += max(n, 0)
         path, lines, size, groups = self._work.listed_group(task.task, 0), [], 0, []
         for index, key in enumerate(sorted(by_group)):
@@ -115,7 +118,8 @@ class ListTable(beam.DoFn):
                 lines.append(line)
                 size += len(line)
             first = rows[0][0]
-            groups.append(ShardGroup(first.split, first.label, task.task, index + 1, path, start, size))
+            label = list_pieces.group_label(first.label)
+            groups.append(ShardGroup(first.split, label, task.task, index + 1, path, start, size))
         if lines:
             storage.write_streamed(path, lines)
         yield from groups
@@ -150,8 +154,9 @@ def sort_group(element, seed: int, work: WorkDir):
     yield GroupRows(listed.path, rows, tuple(firsts))
 
 
-def plan(element, source: TableSource, classes: tuple[str, ...] | None):
-    """(None, [GroupListed | GroupRows | TaskDone]) -> as `list_source.plan`, each ChunkJob a TableChunk.
+def plan(element, source: TableSource, classes: tuple[str, ...] | None, work: WorkDir):
+    """(None, [GroupListed | GroupRows | TaskDone]) -> as `list_source.plan`, each ChunkJob a TableChunk; rows
+    with lists of labels as `list_pieces.plan_multilabel`, each chunk's held images recorded here.
 
     Raises:
         SourceError: no row has a usable label (naming the rejects' reasons), or as `list_source.plan`.
@@ -170,6 +175,22 @@ def plan(element, source: TableSource, classes: tuple[str, ...] | None):
 
     if not groups:
         raise no_rows()
+    if any(multilabel.is_multi(g.label) for g in groups):
+        assert source.plan is not None  # table_source gives it
+        none = functools.partial(parquet.no_rows, source.source, len(source.tasks))
+        multi = list_pieces.MultiSource(source.source, len(source.tasks), source.plan, none)
+        names = classes if classes is not None else source.names
+        places = _row_places(groups, rows, work)
+        for item in list_pieces.plan_multilabel(groups, done, multi, names, work):
+            if isinstance(item, ChunkJob):
+                ((path, start, end),) = item.pieces
+                refs = list_source.read_refs(path, start, end)
+                if all(r.path in places for r in refs):
+                    table_held.write_chunk_rows(work, item.chunk, [places[r.path] for r in refs])
+                yield TableChunk(item, ())
+            else:
+                yield item
+        return
     found = {g.label for g in groups}
     labels: dict[str, str] = {}
     if source.names is None and classes is not None and all(parquet.INT.fullmatch(n) for n in found):
@@ -192,6 +213,19 @@ def plan(element, source: TableSource, classes: tuple[str, ...] | None):
             yield TableChunk(item, tuple((p, labels[p]) for p, _, _ in item.pieces if p in labels), held)
         else:
             yield item
+
+
+def _row_places(groups: list[GroupListed], rows: dict[str, GroupRows], work: WorkDir) -> dict[str, Range]:
+    """{row path: (its image's copy, offset, length)} of the rows of `groups` (a multi-label source's: its
+    chunks' rows are dealt in strata, so each chunk's places are written by the plan step)."""
+    places: dict[str, Range] = {}
+    for g in groups:
+        if g.path in rows:
+            where = array.array("q", storage.read_bytes(rows[g.path].rows))
+            refs = list_source.read_refs(g.path, 0, g.offsets[-1])
+            for ref, (task, offset, n) in zip(refs, zip(*(iter(where),) * 3)):
+                places[ref.path] = (work.members_data(task, 0), offset, n)
+    return places
 
 
 def _rows_range(group: GroupRows, offsets: list[int], start: int, end: int) -> RowsRange:

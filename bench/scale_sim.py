@@ -6,6 +6,7 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file  # a CSV label file
     PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --webdataset 1000 --duplicates off  # from tar shards
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --parquet 1000 --duplicates off     # from Parquet
     PYTHONPATH=$PWD python bench/scale_sim.py --count 1000000 --classes 1000 --duplicates off --json off.json &
     PYTHONPATH=$PWD python bench/scale_sim.py --count 1000000 --classes 1000 --duplicates on --json on.json
     PYTHONPATH=$PWD python bench/scale_sim.py --show off.json on.json  # the two, compared (table, CPU per stage)
@@ -29,7 +30,9 @@ Dedupe/FindPairs/SpreadScans the near-pair scan), and duplicates.jsonl's counts.
 
 With `--webdataset N`, the same images (jpg + cls, in seeded order) are first written as WebDataset shards of
 N samples, `simfs://wds/NNNNN.tar` (stored objects, not virtual), and SOURCE is `simfs://wds`: issue 38
-wants requests per image from tar shards far below one.
+wants requests per image from tar shards far below one. With `--parquet N`, they are Parquet files of N rows
+(`simfs://pq/NNNNN.parquet`: a binary `image` column and an integer `label`, row groups of 100 rows as
+`datasets` writes image datasets), and SOURCE is `simfs://pq`.
 
 Goal of issue #37: at most 3 requests per kept pass-through image all told, and a driver whose memory stays
 flat in the number of inputs. Image sizes here are tiny, so bytes and CPU per image are not those of photos;
@@ -229,6 +232,29 @@ def write_webdataset(args) -> str:
     return "simfs://wds"
 
 
+def write_parquet(args) -> str:
+    """The simulated source's images as Parquet files of `args.parquet` rows in the store; their SOURCE."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.support import simsource
+
+    per_class = args.count // args.classes
+    samples = [(c, n) for c in range(args.classes) for n in range(per_class)]
+    random.Random(0).shuffle(samples)
+    folder = pathlib.Path(os.environ["SIMFS_STORE"]) / "pq"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for start in range(0, len(samples), args.parquet):
+        rows = samples[start : start + args.parquet]
+        images = [simsource.image_bytes(c, n - 1 if n % 100 == 99 else n) for c, n in rows]  # as simfs://src
+        table = pa.table({"image": pa.array(images, pa.binary()), "label": [c for c, _ in rows]})
+        pq.write_table(table, str(folder / f"{start // args.parquet:05d}.parquet"), row_group_size=100)
+    return "simfs://pq"
+
+
 def run_once(args, scratch: pathlib.Path, duplicates: str, client) -> dict:
     counts_dir, rss_file = scratch / f"counts-{duplicates}", scratch / f"rss-{duplicates}.json"
     shutil.rmtree(counts_dir, ignore_errors=True)
@@ -405,6 +431,12 @@ def main() -> None:
         help="SOURCE: the images as WebDataset shards of N samples (simfs://wds) instead of class folders",
     )
     parser.add_argument(
+        "--parquet",
+        type=int,
+        metavar="N",
+        help="SOURCE: the images as Parquet files of N rows (simfs://pq) instead of class folders",
+    )
+    parser.add_argument(
         "--show",
         type=pathlib.Path,
         nargs="+",
@@ -446,7 +478,7 @@ def main() -> None:
     try:
         if args.runner == "dask":
             cluster, client = start_cluster(args.dask_workers)
-        args.source = write_webdataset(args) if args.webdataset else None
+        args.source = write_webdataset(args) if args.webdataset else write_parquet(args) if args.parquet else None
         modes = {"on": ["keep"], "off": ["off"], "both": ["off", "keep"]}[args.duplicates]
         rows = [run_once(args, scratch, mode, client) for mode in modes]
     finally:

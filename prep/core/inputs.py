@@ -130,7 +130,10 @@ def _no_label_key(config: ConvertConfig) -> None:
 def _list_tables(config: ConvertConfig, files: list[str]) -> Listing:
     if config.label_key is not None:
         raise SourceError(f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds tables")
-    return parquet.list_tables(config.source, files, config.layout, config.classes, config.columns)
+    listing = parquet.list_tables(config.source, files, config.layout, config.classes, config.columns)
+    if listing.task != "multilabel":
+        return listing
+    return task_inputs.multilabel_listing(listing, config.plan.seed, config.plan, config.source)
 
 
 def pattern_shards(config: ConvertConfig) -> list[str]:
@@ -288,7 +291,7 @@ def shard_source(config: ConvertConfig) -> ShardSource | None:
         shards = _local_shards(config.source)
     if not shards:
         return None
-    return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key)
+    return ShardSource(config.source, shard_set.shard_tasks(shards, config.layout), config.label_key, config.plan)
 
 
 def table_source(config: ConvertConfig) -> TableSource | None:
@@ -316,7 +319,7 @@ def table_source(config: ConvertConfig) -> TableSource | None:
         return None
     if config.label_key is not None:
         raise SourceError(f"--label-key names a field of WebDataset samples; SOURCE {config.source} holds tables")
-    return parquet.plan_tables(config.source, files, config.layout, config.columns)
+    return parquet.plan_tables(config.source, files, config.layout, config.columns)._replace(plan=config.plan)
 
 
 def _subfolders(root: str, rel: str) -> list[str]:

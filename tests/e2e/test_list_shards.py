@@ -142,3 +142,74 @@ def test_remote_shards_stage_the_driver_listing_and_chunk_member_ranges(tmp_path
         refs = checkpoints.read_listing(work, chunk)
         got = [data for h in held.batches_held(work, chunk, refs, 16) for data in held.read_held(h)]
         assert got == [webdataset.read_member(f"simfs://wds/{r.path}") for r in refs]
+
+
+def _tagged(n: int, start: int = 0) -> list[dict]:
+    """Samples of json lists of labels (with a single label, an empty list, a bad name and a list of ints
+    among them), in shards of many label combinations."""
+    names = ("cat", "dog", "emu", "owl", "yak")
+    samples = []
+    for i in range(start, start + n):
+        tags = [names[j] for j in range(5) if (i * 7 + j * 3) % (j + 2) == 0] or [names[i % 5]]
+        samples.append({"__key__": f"m{i:05d}", "png": png(i), "json": {"tags": tags}})
+    samples += [
+        {"__key__": f"e{start}", "png": png(1), "json": {"tags": []}},
+        {"__key__": f"b{start}", "png": png(2), "json": {"tags": ["cat", "a|b"]}},
+        {"__key__": f"s{start}", "png": png(3), "json": {"tags": "dog"}},
+        {"__key__": f"u{start}", "png": png(4), "json": {"tags": ["cat", "gnu"]}},
+    ]
+    return samples
+
+
+def test_json_lists_of_labels_stage_the_driver_multilabel_listing(tmp_path, pipeline):
+    root = tmp_path / "src"
+    shards = {f"train/{i}.tar": _tagged(60, 100 * i) for i in range(3)}
+    shards["validation/0.tar"] = _tagged(30, 900)
+    write_shards(root, shards)
+    ready = assert_same_staging(root, tmp_path, pipeline, label_key="tags", seed=3, num_shards=3)
+    assert ready.staged.task == "multilabel" and ready.staged.splits == ("train", "validation")
+    assert ready.staged.classes == ("cat", "dog", "emu", "gnu", "owl", "yak")  # found on workers
+    assert ready.staged.groups == ready.staged.classes + ("(none)",)
+    rejects = json.loads((tmp_path / "w" / ".prep-tmp" / "listing" / "rejects.json").read_bytes())
+    assert sorted({r[1] for r in rejects}) == ["bad_label", "empty_label"] and len(rejects) == 8
+
+
+def test_json_lists_with_classes_reject_unknown_names_as_the_driver(tmp_path, pipeline):
+    root = tmp_path / "src"
+    write_shards(root, {f"{i}.tar": _tagged(40, 100 * i) for i in range(3)})
+    classes = _classes(tmp_path, "owl", "cat", "dog", "emu", "yak")
+    ready = assert_same_staging(root, tmp_path, pipeline, label_key="tags", classes=classes)
+    assert ready.staged.classes == ("owl", "cat", "dog", "emu", "yak")
+    rejects = json.loads((tmp_path / "w" / ".prep-tmp" / "listing" / "rejects.json").read_bytes())
+    unknown = [r for r in rejects if r[1] == "unknown_label"]
+    assert len(unknown) == 3 and unknown[0][2] == "label 'gnu' is not in --classes"
+
+
+def test_json_lists_none_in_classes_names_the_reasons(tmp_path, pipeline):
+    root = tmp_path / "src"
+    write_shards(root, {"a.tar": _tagged(5)})
+    with pytest.raises(SourceError, match=r"\(1 bad_label, 1 empty_label, 7 unknown_label\)"):
+        on_workers(root, tmp_path / "w", pipeline, label_key="tags", classes=_classes(tmp_path, "zebra"))
+
+
+def test_remote_json_lists_stage_the_driver_multilabel_listing(tmp_path, monkeypatch):
+    """Remote shards' members are copied as they stream by; a multi-label set's chunks read them by range
+    instead, as the driver's listing does (its chunks hold no member ranges)."""
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    write_shards(store / "wds", {f"{i}.tar": _tagged(20, 100 * i) for i in range(3)})
+    options = {"seed": 2, "label_key": "tags"}
+    config = build_config("simfs://wds", "simfs://out/w", options)
+    shards = shard_source(config)
+    assert shards is not None
+    clear_output(config)
+    summary = list_on_workers(config, shards, pipeline=False)
+    list_source.delete_listed("simfs://out/w")
+    a = ready_listed(config, summary)
+    config_d = build_config("simfs://wds", "simfs://out/d", options)
+    b = ready_output(config_d, list_inputs(config_d))
+    assert a.staged.task == "multilabel" and (a.staged, a.chunk_sizes) == (b.staged, b.chunk_sizes)
+    assert staged(str(store / "out" / "w")) == staged(str(store / "out" / "d"))
+    assert not [p for p in (store / "out" / "w" / ".prep-tmp" / "members").iterdir() if p.suffix == ".json"]

@@ -148,3 +148,33 @@ def test_no_row_with_a_label_names_the_reasons(tmp_path, pipeline):
     (root / "b.parquet").write_bytes(data[: len(data) // 2])
     with pytest.raises(SourceError, match=r"no row of the 2 file\(s\) .*\(1 damaged_table, 4 no_label\)"):
         on_workers(root, tmp_path / "w", pipeline)
+
+
+def test_list_columns_stage_the_driver_multilabel_listing(tmp_path, pipeline):
+    """`Sequence(ClassLabel)` as `datasets` before 4 wrote it, and a list of strings: multi-label, the rows'
+    rejects (empty list, a null in the list, an id past the names, a name --classes lacks) the driver's; the
+    rows' images held in each chunk's order."""
+    from tests.e2e.test_multilabel_sources import LISTS, _old_sequence
+
+    root = tmp_path / "src"
+    _old_sequence(root / "train/a.parquet", LISTS + [[0, None], [7], None])
+    _old_sequence(root / "validation/b.parquet", LISTS[:9])
+    ready = assert_same_staging(root, tmp_path, pipeline, seed=2, num_shards=2)
+    assert ready.staged.task == "multilabel" and ready.staged.classes == ("cat", "dog", "emu", "owl")
+    assert ready.staged.splits == ("train", "validation")
+    assert held_images(tmp_path / "w", root, len(ready.chunk_sizes)) == (sum(ready.chunk_sizes), 0)
+    rejects = json.loads((tmp_path / "w" / ".prep-tmp" / "listing" / "rejects.json").read_bytes())
+    assert {r[0]: r[1] for r in rejects if not r[1] == "empty_label"} == {
+        "train/a.parquet#row=24": "bad_label",
+        "train/a.parquet#row=25": "unknown_label",
+        "train/a.parquet#row=26": "no_label",
+    }
+    strings = tmp_path / "strings"
+    tags = [["cat", "dog"], ["emu"], [], ["cat", "a|b"], ["yak", "cat"], ["owl", "dog"]] * 3
+    write_plain(strings / "t.parquet", {"image": [image_bytes(seed=i) for i in range(18)], "tags": tags})
+    classes = tmp_path / "classes.txt"
+    classes.write_text("owl\ncat\ndog\nemu\n")
+    ready = assert_same_staging(strings, tmp_path / "s", pipeline, label_column="tags", classes=str(classes))
+    assert ready.staged.classes == ("owl", "cat", "dog", "emu")
+    rejects = json.loads((tmp_path / "s" / "w" / ".prep-tmp" / "listing" / "rejects.json").read_bytes())
+    assert sorted({r[1] for r in rejects}) == ["bad_label", "empty_label", "unknown_label"] and len(rejects) == 9

@@ -149,7 +149,7 @@ def _prepare(
 
 def input_signature(path: str, data: bytes | None = None) -> str:
     """`storage.signature` of an input; of a WebDataset member or a table row, of its shard or file."""
-    found = table_files.input_signature(path)
+    found = table_files.input_signature(path, data)
     return found if found is not None else webdataset.input_signature(path, data)
 
 

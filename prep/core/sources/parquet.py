@@ -10,15 +10,18 @@ metadata (`Image`, `ClassLabel` with its names), else the column types and names
 `_label_column`); a column named `split` gives the splits, else the files' names or folders
 (`train-00000-of-00002.parquet`, `train/`, a DatasetDict's split folders).
 
-Labels: integers are ClassLabel names by id (-1, Hugging Face's "no label", is `no_label`), or without
-names class names in numeric order (indexing `--classes` when given); strings are class names. Rejects name
-file and row: `no_label`, `unknown_label`; `damaged_table` for the rows of a block that cannot be read, or
-one reject for a file whose rows cannot be counted (no footer) or the rest of an Arrow stream cut short.
+Labels (`table_labels`): integers are ClassLabel names by id (-1, Hugging Face's "no label", is `no_label`),
+or without names class names in numeric order (indexing `--classes` when given); strings are class names; a
+list column (`Sequence(ClassLabel)`, a list of strings) makes a multi-label dataset (`multilabel`). Rejects
+name file and row: `no_label`, `unknown_label`, `empty_label`, `bad_label`; `damaged_table` for the rows of a
+block that cannot be read, or one reject for a file whose rows cannot be counted (no footer) or the rest of
+an Arrow stream cut short.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import os
@@ -32,18 +35,21 @@ from prep.core import storage
 from prep.core.config import TableColumns
 from prep.core.errors import SourceError
 from prep.core.listing import KNOWN_SPLITS, InputRef, Listing, Reject, finish_listing
+from prep.core.sources import multilabel
 from prep.core.sources.table_files import (
     TABLE_SUFFIXES,
     TableFile,
     describe,
-    hf_features,
     image_column,
     image_value,
     row_path,
 )
+from prep.core.sources.table_labels import label_column, row_label
+
+if typing.TYPE_CHECKING:
+    from prep.core.layout import PlanOptions
 
 METADATA = frozenset({"dataset_info.json", "state.json", "dataset_dict.json", "README.md"})  # beside the tables
-LABEL_NAMES = ("label", "labels", "class", "category", "cls", "target", "fine_label")
 _SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_]+?)-\d+-of-\d+$")  # Hugging Face's train-00000-of-00002
 INT = re.compile(r"-?\d+")
 
@@ -90,44 +96,6 @@ def remote_table(source: str) -> list[str]:
     return []
 
 
-def label_column(schema: Any, wanted: str | None, file: str) -> tuple[str, tuple[str, ...] | None]:
-    """The label column and its ClassLabel names (None when the metadata gives none)."""
-
-    names = [f.name for f in schema]
-    features = hf_features(schema)
-
-    def class_names(column: str) -> tuple[str, ...] | None:
-        feature = features.get(column)
-        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
-            return tuple(str(n) for n in feature["names"])
-        return None
-
-    if wanted is not None:
-        if wanted not in names:
-            raise SourceError(f"--label-column {wanted!r} is not a column of {file} (columns: {describe(schema)})")
-        found = [wanted]
-    else:
-        found = [n for n in names if class_names(n) is not None]
-        if not found:
-            usable = {f.name for f in schema if _label_type(f.type)}
-            found = [n for n in LABEL_NAMES if n in usable]
-    if len(found) != 1:
-        which = f"several label columns ({', '.join(found)})" if found else "no label column"
-        raise SourceError(f"{file} has {which}: name one with --label-column (columns: {describe(schema)})")
-    kind = schema.field(found[0]).type
-    if not _label_type(kind):
-        raise SourceError(f"label column {found[0]!r} of {file} is {kind}: labels are integers or strings")
-    return found[0], class_names(found[0])
-
-
-def _label_type(kind: Any) -> bool:
-    """Whether a column of this type holds labels: integers or strings (pandas' categoricals too)."""
-    import pyarrow as pa
-
-    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
-    return bool(pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
-
-
 def split_column(schema: Any, wanted: str | None, file: str) -> str | None:
     names = [f.name for f in schema]
     if wanted is not None and wanted not in names:
@@ -147,21 +115,6 @@ def file_split(rel: str, split_folders: frozenset[str]) -> str | None:
     if m is not None and m["split"] != "data":
         return m["split"]
     return stem if stem in KNOWN_SPLITS else None
-
-
-def row_label(path: str, value: object, names: tuple[str, ...] | None) -> str | Reject:
-    """A row's class name, or its Reject: `names` are the ClassLabel names in effect for its file."""
-    if value is None or value == "":
-        return Reject(path, "no_label", "the label is null")
-    if isinstance(value, str):
-        return value
-    if names is None:
-        return str(value)
-    if value == -1:
-        return Reject(path, "no_label", "label -1 (Hugging Face's no label)")
-    if not 0 <= int(str(value)) < len(names):
-        return Reject(path, "unknown_label", f"label {value} is past the {len(names)} class names")
-    return names[int(str(value))]
 
 
 class FileColumns(typing.NamedTuple):
@@ -193,6 +146,7 @@ class TableSource(typing.NamedTuple):
     single: bool  # SOURCE is one file (its task's file is its name)
     tasks: tuple[TableTask, ...]
     names: tuple[str, ...] | None  # the ClassLabel names, when the schemas give them
+    plan: PlanOptions | None = None  # the conversion's: a multi-label dataset's strata are dealt for its layout
 
     def path(self, task: TableTask) -> str:
         return self.source if self.single else storage.input_path(self.source, task.file)
@@ -340,6 +294,9 @@ def list_tables(
         listed = list_file(src, task)
         refs += listed.refs
         rejects += listed.rejects
+    if any(multilabel.is_multi(r.label) for r in refs):
+        none = functools.partial(no_rows, source, len(src.tasks))
+        return multilabel.listing(refs, rejects, classes if classes is not None else src.names, none)
     found = {ref.label for ref in refs}
     if src.names is None and classes is not None and found and all(INT.fullmatch(n) for n in found):
         kept = []

@@ -22,6 +22,9 @@ from collections.abc import Iterable, Sequence
 from prep.core.errors import SourceError
 from prep.core.listing import KNOWN_SPLITS
 
+if typing.TYPE_CHECKING:
+    from prep.core.layout import PlanOptions
+
 _INT = re.compile(r"-?\d+")
 _MAGIC = re.compile(r"[*?[{]")
 COMPRESSED = (".tar.gz", ".tgz")  # one gzip stream of a tar: members read in order only
@@ -42,6 +45,7 @@ class ShardSource(typing.NamedTuple):
     source: str
     tasks: tuple[ShardTask, ...]
     label_key: str | None
+    plan: PlanOptions | None = None  # the conversion's: a multi-label dataset's strata are dealt for its layout
 
 
 class ClassNames(typing.NamedTuple):

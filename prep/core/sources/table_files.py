@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ TABLE_SUFFIXES = (".parquet", ".arrow")
 _ROW = re.compile(r"^(?P<file>.+\.(?:parquet|arrow))#row=(?P<row>\d+)$", re.S)
 _CACHE_BYTES = 256 << 20  # decoded image columns kept per process
 _CACHE_BLOCKS = 64
+_SIGNATURE_SECONDS = 60.0
+_SIGNATURES: dict[str, tuple[float, str]] = {}  # remote file -> (when asked, its signature), `input_signature`
 
 
 def row_path(file: str, row: int) -> str:
@@ -52,10 +55,28 @@ def parse_row(path: str) -> tuple[str, int] | None:
     return file, int(m["row"])
 
 
-def input_signature(path: str) -> str | None:
-    """`storage.signature` of the file a row path names; None if `path` is no row path."""
+def input_signature(path: str, data: bytes | None = None) -> str | None:
+    """`storage.signature` of the file a row path names; None if `path` is no row path.
+
+    With `data` (the prepare step, which has just read the row), a remote file's signature is reused for
+    `_SIGNATURE_SECONDS`: asked for each row it cost 2 requests an image (bench/scale_sim.py --parquet). A
+    change inside that window shows at a resume all the same, whose check (no `data`) always asks.
+    """
     where = parse_row(path)
-    return None if where is None else storage.signature(where[0])
+    if where is None:
+        return None
+    file = where[0]
+    if data is None or not storage.is_remote(file):
+        return storage.signature(file)
+    now = time.monotonic()
+    known = _SIGNATURES.get(file)
+    if known is not None and now - known[0] < _SIGNATURE_SECONDS:
+        return known[1]
+    if len(_SIGNATURES) >= _CACHE_BLOCKS * 16:
+        _SIGNATURES.clear()
+    signature = storage.signature(file)
+    _SIGNATURES[file] = (now, signature)
+    return signature
 
 
 class TableFile:

@@ -21,6 +21,7 @@ is `truncated_member`, a sample with no image `no_image`, one without a label `n
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 import os
@@ -34,7 +35,7 @@ from typing import BinaryIO
 
 from prep.core import storage
 from prep.core.listing import InputRef, Listing, Reject, finish_listing
-from prep.core.sources import shard_set, tar_read
+from prep.core.sources import multilabel, shard_set, tar_read
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm")
 JSON_KEYS = ("label", "class", "cls")  # fields of the json member tried without --label-key
@@ -44,7 +45,6 @@ _MEMBER = re.compile(
 _INT = re.compile(r"-?\d+")
 _BLOCK = tar_read.BLOCK
 _LABEL_MEMBER_LIMIT = 1 << 20  # a label member bigger than this is not a label
-MULTI = "\x1f"  # starts the label of a sample whose json field is a list of names: a multi-label dataset
 
 
 def _visible(name: str) -> bool:
@@ -161,19 +161,14 @@ def _label(members: dict[str, bytes], label_key: str | None) -> str | tuple[str,
 
 
 def _json_label(key: str, value: object) -> str | tuple[str, str]:
-    """A json field's label: one name, or a list of names (`MULTI` and the sorted names '|'-joined)."""
+    """A json field's label: one name, or a list of names (`multilabel.joined`)."""
     values = value if isinstance(value, list) else [value]
     if any(isinstance(v, bool) or not isinstance(v, (int, str)) for v in values):
         bad = next(v for v in values if isinstance(v, bool) or not isinstance(v, (int, str)))
         return "bad_label", f"json field {key!r} holds {type(bad).__name__}, not class names"
-    names = sorted({str(v).strip() for v in values})
     if not isinstance(value, list):
-        return names[0]
-    if not names or "" in names:
-        return "empty_label", f"json field {key!r} is an empty list" if not names else f"json field {key!r} names ''"
-    if any("|" in n for n in names):
-        return "bad_label", f"json field {key!r}: a class name holds '|'"
-    return MULTI + "|".join(names)
+        return str(value).strip()
+    return multilabel.joined((str(v) for v in values), f"json field {key!r}")
 
 
 class _Sample:
@@ -333,8 +328,8 @@ def list_webdataset(
         rejects += bad
     if not refs:
         raise shard_set.no_samples(source, len(shards), collections.Counter(r.reason for r in rejects))
-    if any(r.label.startswith(MULTI) for r in refs):
-        return _multilabel(source, len(shards), refs, rejects, classes)
+    if any(multilabel.is_multi(r.label) for r in refs):
+        return multilabel.listing(refs, rejects, classes, functools.partial(shard_set.no_samples, source, len(shards)))
     names = shard_set.class_names((ref.label for ref in refs), classes)
     if names.relabel is not None:
         assert classes is not None  # class_names relabels for --classes only
@@ -345,31 +340,3 @@ def list_webdataset(
         ]
         refs = [r._replace(label=names.relabel[r.label]) for r in refs if r.label not in names.past_end]
     return finish_listing(refs, rejects, names.names, classes, source=source)
-
-
-def _multilabel(
-    source: str, shards: int, refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None
-) -> Listing:
-    """The listing of shards some of whose samples' json field is a list of names: a multi-label dataset, as a
-    multi-label file's (`task_inputs.multilabel_listing` then groups it in strata). A sample with one name is
-    an image of that one class; a name not in --classes is `unknown_label`. Classes: --classes, else every
-    name found, in numeric order when all are integers."""
-    named = [(r, r.label.removeprefix(MULTI).split("|")) for r in refs]
-    found = {n for _, names in named for n in names}
-    ints = all(shard_set.is_int(n) for n in found)
-    names = classes if classes is not None else tuple(sorted(found, key=int) if ints else sorted(found))
-    known, kept = set(names), []
-    for ref, labels in named:
-        unknown = [n for n in labels if n not in known]
-        if unknown:
-            rejects.append(Reject(ref.path, "unknown_label", f"label {unknown[0]!r} is not in --classes"))
-        else:
-            kept.append(ref._replace(label="|".join(labels)))
-    if not kept:
-        raise shard_set.no_samples(source, shards, collections.Counter(r.reason for r in rejects))
-    return Listing(
-        tuple(sorted(kept, key=lambda r: r.path)),
-        tuple(sorted(rejects, key=lambda r: r.path)),
-        names,
-        task="multilabel",
-    )

@@ -137,3 +137,64 @@ def test_column_options_without_tables_are_an_error(tmp_path):
     config = build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"label_column": "species"})
     with pytest.raises(SourceError, match="--label-column and --split-column name columns of Parquet"):
         list_inputs(config)
+
+
+def test_a_remote_files_signature_is_asked_once_while_rows_are_prepared(monkeypatch):
+    """The prepare step (`data` given) reuses a remote file's signature for a while; a resume's check of a
+    change (no `data`) asks every time; a local file is stated every time."""
+    asked = []
+    monkeypatch.setattr(table_files.storage, "signature", lambda path, data=None: asked.append(path) or "7")
+    monkeypatch.setattr(table_files, "_SIGNATURES", {})
+    rows = [f"s3://b/d/a.parquet#row={i}" for i in range(5)] + ["s3://b/d/b.parquet#row=0"]
+    assert [table_files.input_signature(r, b"x") for r in rows] == ["7"] * 6
+    assert asked == ["s3://b/d/a.parquet", "s3://b/d/b.parquet"]
+    table_files.input_signature(rows[0])
+    table_files.input_signature("/d/a.parquet#row=1", b"x")
+    table_files.input_signature("/d/a.parquet#row=2", b"x")
+    assert asked[2:] == ["s3://b/d/a.parquet", "/d/a.parquet", "/d/a.parquet"]
+    monkeypatch.setattr(table_files, "_SIGNATURE_SECONDS", 0.0)
+    table_files.input_signature(rows[1], b"x")
+    assert asked[-1] == "s3://b/d/a.parquet" and len(asked) == 6
+
+
+def test_list_labels_name_their_ids_and_reject_with_the_reason():
+    from prep.core.sources import multilabel, table_labels
+
+    names = ("cat", "dog", "emu")
+    for feature in (
+        {"_type": "Sequence", "feature": {"_type": "ClassLabel", "names": list(names)}},
+        {"_type": "List", "feature": {"_type": "ClassLabel", "names": list(names)}},
+        [{"_type": "ClassLabel", "names": list(names)}],
+        {"_type": "ClassLabel", "names": list(names)},
+    ):
+        assert table_labels.class_names(feature) == names
+    assert table_labels.class_names({"_type": "List", "feature": {"_type": "Value", "dtype": "string"}}) is None
+    path = "a.parquet#row=3"
+    assert table_labels.row_label(path, [2, 0, 2], names) == multilabel.MULTI + "cat|emu"
+    assert table_labels.row_label(path, ["yak", "ant"], None) == multilabel.MULTI + "ant|yak"
+    assert table_labels.row_label(path, [5, 1], None) == multilabel.MULTI + "1|5"
+    cases = {
+        (): "empty_label",
+        ("",): "empty_label",
+        (0, None): "bad_label",
+        ("a|b",): "bad_label",
+        (1, 3): "unknown_label",
+    }
+    for value, reason in cases.items():
+        got = table_labels.row_label(path, list(value), names)
+        assert got.path == path and got.reason == reason, (value, got)
+    assert table_labels.row_label(path, None, names).reason == "no_label"
+
+
+def test_a_list_column_is_found_by_name_or_metadata_and_other_lists_are_refused(tmp_path):
+    import pyarrow as pa
+
+    from prep.core.sources import table_labels
+
+    schema = pa.schema([("image", pa.binary()), ("labels", pa.list_(pa.string()))])
+    assert table_labels.label_column(schema, None, "f") == ("labels", None)
+    schema = pa.schema([("image", pa.binary()), ("labels", pa.list_(pa.float32()))])
+    with pytest.raises(SourceError, match="no label column"):
+        table_labels.label_column(schema, None, "f")
+    with pytest.raises(SourceError, match="is list<item: float>: labels are integers or strings, or lists"):
+        table_labels.label_column(schema, "labels", "f")
