@@ -56,6 +56,7 @@ from prep.core.annotations.coco_keyed import (
 )
 from prep.core.annotations.rows import FileStore, ObjectStore, RowSet
 from prep.core.detection_inputs import DetectionSource, list_detection
+from prep.core.listing import Listing
 from prep.core.ordering import listing_chunks
 from prep.core.run.start import digest_listing, stage_listing, staged_of
 from prep.core.workdir import WorkDir
@@ -103,7 +104,14 @@ def stage(src: DetectionSource, output: str, items) -> int:
                 listing = list_detection(*args, read)
             finally:
                 spool.close()
-    chunks = listing_chunks(listing, src.plan.seed)
+    return stage_listed(listing, src.plan.seed, output)
+
+
+def stage_listed(listing: Listing, seed: int, output: str) -> int:
+    """Stages a task's listing as `prep.core.run.start.ready_output` would a driver's: the chunk files, the
+    early rejects and box notes, and listed/summary.json with what the driver reads back; returns the number
+    of chunks."""
+    chunks = listing_chunks(listing, seed)
     work = WorkDir(output)
     stage_listing(work, chunks, listing.rejects, None if listing.boxes is None else (listing.box_notes, listing.boxes))
     digest = digest_listing(listing, chunks)
