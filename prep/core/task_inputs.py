@@ -262,28 +262,25 @@ def segmentation_listing(
     Raises:
         SourceError: no image has a mask.
     """
-    images: list[str] = []
+    images: list[tuple[str, bool]] = []
     rejects: list[Reject] = []
-    masked = set()
     for path, has_mask in files:
-        if has_mask:
-            masked.add(path)
         if posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS:
             if is_hidden(path):
                 rejects.append(Reject(path, "hidden", "hidden files and folders are not images"))
             else:
-                images.append(path)
+                images.append((path, has_mask))
         elif has_mask and not is_hidden(path):
-            images.append(path)
+            images.append((path, has_mask))
     inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
     if inside:  # masks kept under SOURCE are not images to convert
         prefix = os.path.relpath(os.path.realpath(masks), os.path.realpath(source)).replace(os.sep, "/") + "/"
-        images = [p for p in images if not p.startswith(prefix)]
-    splits = folder_split(images, layout) or {}
+        images = [p for p in images if not p[0].startswith(prefix)]
+    splits = folder_split([p for p, _ in images], layout) or {}
     refs = []
-    for i, path in enumerate(images):
+    for i, (path, has_mask) in enumerate(images):
         mask = mask_path(path)
-        if path not in masked:
+        if not has_mask:
             rejects.append(Reject(path, "missing_mask", f"--masks has no {printable(mask)}"))
             continue
         extra = json.dumps({"m": mask, "s": str(i + 1)}, separators=(",", ":"), sort_keys=True)

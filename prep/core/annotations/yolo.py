@@ -103,7 +103,8 @@ def parse_yolo(txt: str, text: str, names: list[str]) -> YoloFile:
     """The label file at `txt` (under PATH), whose text is `text`, against the class `names`."""
     problems: list[Problem] = []
     objects = tuple(label_objects(text, "", names, problems))
-    return YoloFile(txt, sum(1 for line in text.splitlines() if line.strip()), objects, tuple(problems))
+    # each non-empty line is an object or a problem: boxes is the file's non-empty lines
+    return YoloFile(txt, len(objects) + len(problems), objects, tuple(problems))
 
 
 def yolo_files(path: str) -> list[str]:
