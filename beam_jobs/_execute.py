@@ -14,7 +14,16 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_jobs import list_annotations, list_labels, list_shards, list_source, list_tables, runners, worker_setup
+from beam_jobs import (
+    list_annotations,
+    list_labels,
+    list_masks,
+    list_shards,
+    list_source,
+    list_tables,
+    runners,
+    worker_setup,
+)
 from beam_jobs.graph import RunSettings, build
 from beam_jobs.plan import GROUP_TARGET
 from beam_jobs.progress import Progress
@@ -29,6 +38,7 @@ from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.failures import describe_os_error, find_prep_error, runner_failure, with_resume_hint
 from prep.core.run.start import Ready
+from prep.core.segmentation_inputs import SegmentationSource
 from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
@@ -76,16 +86,16 @@ def execute(
 
 def list_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource | SegmentationSource,
     runner: str = RUNNERS_LOCAL,
     beam_args: list[str] | None = None,
     pipeline: bool | None = None,
 ) -> dict[str, Any]:
     """Lists and stages a SOURCE of class folders (`list_source`), a label file (`list_labels`), WebDataset
-    shards (`list_shards`), Parquet/Arrow files (`list_tables`) or COCO annotations (`list_annotations`) on
-    workers; returns the summary the driver reads. Callers go through `convert.convert`, which cleared OUTPUT
-    first. `pipeline`: run the listing as a pipeline (default: on any runner but the embedded one, where
-    `list_here` runs its steps).
+    shards (`list_shards`), Parquet/Arrow files (`list_tables`), detection annotations (`list_annotations`) or
+    a segmentation SOURCE (`list_masks`) on workers; returns the summary the driver reads. Callers go through
+    `convert.convert`, which cleared OUTPUT first. `pipeline`: run the listing as a pipeline (default: on any
+    runner but the embedded one, where `list_here` runs its steps).
 
     Raises:
         PrepError: SOURCE cannot be listed or used (SourceError), or the runner failed.
@@ -100,6 +110,8 @@ def list_on_workers(
         if isinstance(source, TableSource)
         else list_annotations
         if isinstance(source, DetectionSource)
+        else list_masks
+        if isinstance(source, SegmentationSource)
         else list_source
     )
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):

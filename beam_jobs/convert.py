@@ -16,13 +16,12 @@ peaks at the larger of the two, not their sum.
 
 Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
 (`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
-classification label file read in byte ranges (`list_labels`) or a detection SOURCE of COCO files
-(`list_annotations`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver then
-holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats,
-multi-label files and `--resume` are listed on the
-driver (`folder_source`, `shard_source`, `table_source`, `label_source` and `detection_source` say when); so
-are label files and COCO files on the embedded runner, whose workers are the driver's process (the driver's
-listing is the faster there).
+classification label file read in byte ranges (`list_labels`), a detection SOURCE (`list_annotations`) or a
+segmentation one (`list_masks`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver
+then holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats,
+multi-label files and `--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source`,
+`label_source`, `detection_source` and `segmentation_source` say when); so are label files, annotations and
+masks on the embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
 """
 
 from __future__ import annotations
@@ -37,7 +36,15 @@ from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.convert_options import add_arguments, build_config, check_beam_args
 from prep.core.detection_inputs import DetectionSource
 from prep.core.errors import PrepError
-from prep.core.inputs import FolderSource, detection_source, folder_source, list_inputs, shard_source, table_source
+from prep.core.inputs import (
+    FolderSource,
+    detection_source,
+    folder_source,
+    list_inputs,
+    segmentation_source,
+    shard_source,
+    table_source,
+)
 from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
@@ -45,6 +52,7 @@ from prep.core.manifest import Manifest
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
 from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.segmentation_inputs import SegmentationSource
 from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
 from prep.core.workdir import WorkDir
@@ -74,9 +82,9 @@ def convert(
         check_runner_options(runner, list(beam_args or []))
     ready = None
     if listing is None:
-        source: FolderSource | LabelSource | DetectionSource | None = folder_source(config)
+        source: FolderSource | LabelSource | DetectionSource | SegmentationSource | None = folder_source(config)
         if source is None and runner != RUNNERS_LOCAL:  # the embedded runner's workers are this process
-            source = label_source(config) or detection_source(config)
+            source = label_source(config) or detection_source(config) or segmentation_source(config)
         if source is not None:
             ready = _listed_on_workers(config, source, runner, beam_args)
         if ready is None and (source is None or storage.is_remote(config.source)):
@@ -100,7 +108,7 @@ def convert(
 
 def _listed_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource | SegmentationSource,
     runner: str,
     beam_args: list[str] | None,
 ) -> Ready | None:

@@ -1,5 +1,5 @@
-"""Listing a detection SOURCE of COCO annotations on workers: a first pipeline that stages the listing as the
-driver would, its COCO files joined to their images by a shuffle keyed on the image.
+"""Listing a detection SOURCE on workers: a first pipeline that stages the listing as the driver would, its
+COCO files joined to their images by a shuffle keyed on the image, its VOC and YOLO files read by many tasks.
 
 The driver only stats SOURCE and the files (`prep.core.inputs.detection_source`); then
 (`prep.core.annotations.coco_keyed` holds the pure parts):
@@ -18,9 +18,16 @@ files, the early rejects and box notes, and listed/summary.json with what the dr
 categories, splits, chunk sizes, the run record's listing digest). So the staged files are the driver's,
 byte for byte (tests/unit/beam_jobs/test_list_annotations.py).
 
-Annotations of another format (VOC, YOLO, box CSV) are read whole by one task with the driver's readers
-(`StageListing` alone), so that the driver holds nothing per input there either; their reading is not
-spread over tasks yet.
+Pascal VOC and YOLO folders (a file per image) are read by many tasks (`prep.core.annotations.per_file`):
+
+    planned = Create([None]) | Reshuffle | FlatMap(plan_reads)      Planned | ReadChunk: a folder's files by
+                                                                    CHUNK, listed by one task
+    parsed  = ReadChunks | Reshuffle | FlatMap(read_chunk)          Parsed: each file read and parsed
+    staged  = Planned, Parsed | one key | GroupByKey | ParDo(StageDetection)
+
+where `StageDetection` gives the Parsed, in the reader's order, to the driver's `read_voc` / `read_yolo`,
+which match them to the images under SOURCE as on the driver. A box CSV or an Ultralytics data.yaml is read
+whole by that task with the driver's readers.
 
 What holds what: a streaming task, the file's categories and one item at a time (ijson); a join task, one
 image's annotations; `StageDetection`, on one worker, what a detection listing holds on the driver today, an
@@ -30,10 +37,12 @@ image row each, their objects in a local file: the strata are dealt over every i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 
@@ -54,10 +63,16 @@ from prep.core.annotations.coco_keyed import (
     path_key,
     stream_file,
 )
-from prep.core.annotations.rows import FileStore, ObjectStore, RowSet
-from prep.core.detection_inputs import DetectionSource, list_detection
+from prep.core.annotations.model import AnnotationSet
+from prep.core.annotations.per_file import Parsed, Planned, ReadChunk, in_order, plan_reads, read_chunk
+from prep.core.annotations.rows import FileStore, ObjectStore, RowSet, rows_of
+from prep.core.annotations.voc import read_voc
+from prep.core.annotations.yolo import read_yolo
+from prep.core.detection_inputs import DetectionSource, list_detection, read_rows
+from prep.core.listing import Listing
 from prep.core.ordering import listing_chunks
 from prep.core.run.start import digest_listing, stage_listing, staged_of
+from prep.core.split_annotations import ReadRows
 from prep.core.workdir import WorkDir
 
 Gathered = Joined | ImageProblem | FileProblem | ImageFault | FileRead
@@ -80,15 +95,15 @@ class StageDetection(beam.DoFn):
 
 
 def stage(src: DetectionSource, output: str, items) -> int:
-    """Lists and stages the detection SOURCE from the join's items (None: reads its annotations whole, with
-    the driver's readers); returns the number of chunks.
+    """Lists and stages the detection SOURCE from the join's items (another format than COCO: the folders'
+    Planned and Parsed, the other PATHs read whole with the driver's readers); returns the number of chunks.
 
     Raises:
         SourceError: as the driver's listing would.
     """
     args = (src.source, src.options, src.classes, src.layout, src.plan.seed, src.skip, src.plan)
-    if items is None:
-        listing = list_detection(*args)
+    if not src.files:
+        listing = list_detection(*args, _folders_read([i for i in items if i is not None]))
     else:
         with tempfile.TemporaryDirectory(prefix="prep-coco-joined-") as folder:
             spool = FileStore(os.path.join(folder, "spool.jsonl"))
@@ -103,7 +118,14 @@ def stage(src: DetectionSource, output: str, items) -> int:
                 listing = list_detection(*args, read)
             finally:
                 spool.close()
-    chunks = listing_chunks(listing, src.plan.seed)
+    return stage_listed(listing, src.plan.seed, output)
+
+
+def stage_listed(listing: Listing, seed: int, output: str) -> int:
+    """Stages a task's listing as `prep.core.run.start.ready_output` would a driver's: the chunk files, the
+    early rejects and box notes, and listed/summary.json with what the driver reads back; returns the number
+    of chunks."""
+    chunks = listing_chunks(listing, seed)
     work = WorkDir(output)
     stage_listing(work, chunks, listing.rejects, None if listing.boxes is None else (listing.box_notes, listing.boxes))
     digest = digest_listing(listing, chunks)
@@ -125,6 +147,32 @@ def stage(src: DetectionSource, output: str, items) -> int:
     }
     storage.write_atomic(work.listed_summary, json.dumps(summary).encode())
     return len(chunks)
+
+
+def _folders_read(items: list[Planned | Parsed]) -> ReadRows:
+    """The reader `list_detection` calls for each annotation PATH in turn: a folder planned by `plan_reads`
+    from the files its tasks parsed, any other with the driver's readers."""
+    planned = {p.file: p.fmt for p in items if isinstance(p, Planned)}
+    parsed: dict[int, list[Parsed]] = {i: [] for i in planned}
+    for p in items:
+        if isinstance(p, Parsed):
+            parsed[p.file].append(p)
+    calls = itertools.count()
+    readers: dict[str, Callable[..., AnnotationSet]] = {"voc": read_voc, "yolo": read_yolo}
+
+    def read(source, path, fmt, classes, work, store: ObjectStore) -> RowSet:
+        i = next(calls)  # list_detection reads the paths in order (split_annotations' order)
+        if i not in planned:
+            return read_rows(source, path, fmt, classes, work, store)
+        return rows_of(readers[planned[i]](source, path, classes, in_order(parsed[i])), store)
+
+    return read
+
+
+def _paths(src: DetectionSource) -> list[str]:
+    """The annotation PATHs `list_detection` reads, in its order."""
+    options = src.options
+    return [path for _, path in options.split_annotations] or [typing.cast(str, options.annotations)]
 
 
 def _gather(items, files: int, spool: ObjectStore) -> list[FileParts]:
@@ -158,12 +206,26 @@ def _claims(element) -> Iterator[ImageFault]:
 def build_listing(p: beam.Pipeline, src: DetectionSource, seed: int, classes: tuple[str, ...] | None, output: str):
     """Adds the listing steps to pipeline `p` (see the module docstring); `seed` and `classes` are `src`'s."""
     one_key = lambda item: (None, item)  # noqa: E731
-    if not src.files:  # another format: one task reads the annotations whole
-        (
+    if not src.files:  # another format: VOC and YOLO files read by chunks, others whole by the staging task
+        planned = (
             p
             | "ListingTask" >> beam.Create([None])
             | "SpreadTask" >> beam.Reshuffle()
-            | "StageListing" >> beam.Map(lambda _: stage(src, output, None))
+            | "PlanReads" >> beam.FlatMap(lambda _: plan_reads(_paths(src), src.options.annotation_format))
+        )
+        parsed = (
+            planned
+            | "ReadChunks" >> beam.FlatMap(_kinds(ReadChunk))
+            | "SpreadChunks" >> beam.Reshuffle()
+            | "ReadFiles" >> beam.FlatMap(read_chunk)
+        )
+        # the marker makes the staging task run when no folder is planned
+        (
+            (planned | "Planned" >> beam.FlatMap(_kinds(Planned)), parsed, p | "StageMarker" >> beam.Create([None]))
+            | "StageParts" >> beam.Flatten()
+            | "StageOneKey" >> beam.Map(one_key)
+            | "GatherStage" >> beam.GroupByKey()
+            | "StageListing" >> beam.ParDo(StageDetection(src, output))
         )
         return
     streamed = (
@@ -201,7 +263,9 @@ def list_here(src: DetectionSource, seed: int, classes: tuple[str, ...] | None, 
     """The steps of `build_listing`, one after another in this process (tests; the embedded runner lists a
     detection SOURCE on the driver, `prep.core.inputs.list_inputs`, which holds the same and is faster)."""
     if not src.files:
-        stage(src, output, None)
+        planned = list(plan_reads(_paths(src), src.options.annotation_format))
+        parsed = [f for c in planned if isinstance(c, ReadChunk) for f in read_chunk(c)]
+        stage(src, output, [p for p in planned if isinstance(p, Planned)] + parsed)
         return
     streamed = [item for f in src.files for item in stream_file(f)]
     names = {r.file: dict(r.categories) for r in streamed if isinstance(r, FileRead)}

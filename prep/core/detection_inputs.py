@@ -107,8 +107,8 @@ def list_detection(
 
 class DetectionSource(typing.NamedTuple):
     """A detection SOURCE listed on workers (beam_jobs/list_annotations.py) by `list_detection`: its COCO files
-    streamed and joined to their images by a shuffle, or (no `files`) its annotations of another format read
-    by one task with the driver's readers."""
+    streamed and joined to their images by a shuffle, or (no `files`) its annotations of another format: VOC
+    and YOLO folders read by many tasks, a chunk of files each, others by one task with the driver's readers."""
 
     source: str
     options: TaskOptions
@@ -126,7 +126,7 @@ class DetectionSource(typing.NamedTuple):
 
 def coco_files(source: str, options: TaskOptions) -> tuple[CocoFile, ...] | None:
     """The COCO files of `options` to stream on workers, after a stat of SOURCE and of each (O(files)); ()
-    for annotations of another format (or one said only by looking into a folder), which a worker reads whole;
+    for annotations of another format (or one said only by looking into a folder), which workers read;
     None when the driver lists them: a path that cannot be stated (the driver's listing says what is wrong,
     in its order).
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import typing
 
-from prep.core import detection_inputs, storage, task_inputs
+from prep.core import detection_inputs, segmentation_inputs, storage, task_inputs
 from prep.core.config import ConvertConfig, TableColumns
 from prep.core.errors import SourceError
 from prep.core.label_file import list_label_file
@@ -113,6 +113,24 @@ def detection_source(config: ConvertConfig) -> detection_inputs.DetectionSource 
     _check_task_output(config)
     plan, skip = config.plan, _annotations_inside(config)
     return detection_inputs.DetectionSource(config.source, t, config.classes, config.layout, skip, plan, files)
+
+
+def segmentation_source(config: ConvertConfig) -> segmentation_inputs.SegmentationSource | None:
+    """A segmentation SOURCE (--masks) whose files are listed and joined to the masks on workers
+    (beam_jobs/list_masks.py), the driver stating SOURCE and --masks only; None when the driver lists it
+    (`list_inputs`): other tasks, `--resume`, or a local SOURCE or --masks that is no folder.
+
+    Raises:
+        SourceError: OUTPUT is inside SOURCE.
+    """
+    t = config.tasks
+    if not t.masks or t.task != "segmentation" or config.resume:
+        return None
+    assert config.classes is not None  # ConvertConfig requires --classes with --masks
+    src = segmentation_inputs.plan_segmentation(config.source, t.masks, config.classes, config.layout)
+    if src is not None:
+        _check_task_output(config)
+    return src
 
 
 def _no_label_key(config: ConvertConfig) -> None:

@@ -237,26 +237,50 @@ def list_segmentation(source: str, masks: str, classes: tuple[str, ...], layout:
     image rule, not the extension, decides whether it decodes.
 
     Raises:
-        SourceError: SOURCE or --masks is not a folder.
+        SourceError: SOURCE or --masks is not a folder, or no image has a mask.
     """
     if not storage.is_remote(masks) and not os.path.isdir(masks):
         raise SourceError(
             f"--masks {masks} is not a folder" if os.path.exists(masks) else f"--masks {masks} does not exist"
         )
     files = source_files(source)
-    images, rejects = image_files(source, files)
     mask_files = set(image_files(masks)[0])
-    known = set(images) | {r.path for r in rejects}
-    images = sorted(images + [f for f in files if f not in known and not is_hidden(f) and mask_path(f) in mask_files])
+    return segmentation_listing(source, masks, classes, layout, [(f, mask_path(f) in mask_files) for f in files])
+
+
+def is_mask(rel: str) -> bool:
+    """Whether a file under --masks is a mask an image may name (an image extension, not hidden)."""
+    return posixpath.splitext(rel)[1].lower() in IMAGE_EXTENSIONS and not is_hidden(rel)
+
+
+def segmentation_listing(
+    source: str, masks: str, classes: tuple[str, ...], layout: str, files: list[tuple[str, bool]]
+) -> Listing:
+    """The listing of `list_segmentation` from every file under `source`, sorted by path, each with whether
+    --masks holds its `mask_path` (all a listing on workers joins, beam_jobs/list_masks.py).
+
+    Raises:
+        SourceError: no image has a mask.
+    """
+    images: list[tuple[str, bool]] = []
+    rejects: list[Reject] = []
+    for path, has_mask in files:
+        if posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS:
+            if is_hidden(path):
+                rejects.append(Reject(path, "hidden", "hidden files and folders are not images"))
+            else:
+                images.append((path, has_mask))
+        elif has_mask and not is_hidden(path):
+            images.append((path, has_mask))
     inside = os.path.realpath(masks).startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)
     if inside:  # masks kept under SOURCE are not images to convert
         prefix = os.path.relpath(os.path.realpath(masks), os.path.realpath(source)).replace(os.sep, "/") + "/"
-        images = [p for p in images if not p.startswith(prefix)]
-    splits = folder_split(images, layout) or {}
+        images = [p for p in images if not p[0].startswith(prefix)]
+    splits = folder_split([p for p, _ in images], layout) or {}
     refs = []
-    for i, path in enumerate(images):
+    for i, (path, has_mask) in enumerate(images):
         mask = mask_path(path)
-        if mask not in mask_files:
+        if not has_mask:
             rejects.append(Reject(path, "missing_mask", f"--masks has no {printable(mask)}"))
             continue
         extra = json.dumps({"m": mask, "s": str(i + 1)}, separators=(",", ":"), sort_keys=True)

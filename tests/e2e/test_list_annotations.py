@@ -74,5 +74,5 @@ def test_a_conversion_on_another_runner_writes_the_drivers_shards(tmp_path, monk
     assert_same_dataset(tmp_path / "workers", tmp_path / "driver", shards=2)
 
 
-def test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path):
-    unit.test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path)
+def test_other_formats_are_read_by_workers_as_on_the_driver(tmp_path):
+    unit.test_other_formats_are_read_by_workers_as_on_the_driver(tmp_path)

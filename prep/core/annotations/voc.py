@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import posixpath
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from prep.core import storage
 from prep.core.annotations.files import StemIndex, files_under, image_path, is_folder, read_text, strip_ext
@@ -101,24 +103,64 @@ def _with_splits(
     return out
 
 
-def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
-    """Reads every `.xml` under PATH, in the splits of the ImageSets/Main beside it if there is one."""
+class VocFile(NamedTuple):
+    """What one XML gives before it is matched to an image under SOURCE (`parse_voc`): its objects' problems
+    name no image yet (path "")."""
+
+    rel: str  # relative to PATH
+    problem: Problem | None  # bad_annotation_file: the file gives nothing else
+    name: str  # <filename>
+    boxes: int  # its <object>s, which an image-level problem keeps from the records
+    size: tuple[int | None, int | None]
+    objects: tuple[Obj, ...]
+    problems: tuple[Problem, ...]
+
+
+def parse_voc(xml_rel: str, text: str) -> VocFile:
+    """The XML at `xml_rel` (under PATH), whose text is `text`."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        return VocFile(xml_rel, Problem(xml_rel, "bad_annotation_file", f"not XML: {exc}"), "", 0, (None, None), (), ())
+    if root.tag != "annotation":
+        problem = Problem(xml_rel, "bad_annotation_file", f"root element <{root.tag}>, not <annotation>")
+        return VocFile(xml_rel, problem, "", 0, (None, None), (), ())
+    problems: list[Problem] = []
+    objects = tuple(_objects(root, "", problems))
+    size = (_size(root, "width"), _size(root, "height"))
+    return VocFile(
+        xml_rel, None, _text(root, "filename") or "", len(root.findall("object")), size, objects, tuple(problems)
+    )
+
+
+def voc_files(path: str) -> list[str]:
+    """The XML files under PATH, in the order `read_voc` reads them."""
+    return [f for f in files_under(path) if f.lower().endswith(".xml")]
+
+
+def read_voc(
+    source: str, path: str, classes: tuple[str, ...] | None = None, parsed: Iterable[VocFile] | None = None
+) -> AnnotationSet:
+    """Reads every `.xml` under PATH, in the splits of the ImageSets/Main beside it if there is one.
+
+    `parsed`: the files `parse_voc` made of them, in `voc_files` order (a listing on workers parses them in
+    many tasks, beam_jobs/list_annotations.py); None reads them here.
+
+    Raises:
+        SourceError: an XML cannot be read or is not UTF-8 (the first in that order).
+    """
+    if parsed is None:
+        parsed = (parse_voc(f, read_text(storage.join(path, f), "Pascal VOC annotation")) for f in voc_files(path))
     problems: list[Problem] = []
     images: dict[str, ImageAnnotation] = {}
     ids: dict[str, str] = {}  # image path -> VOC id (its XML's stem)
     stems = None
-    for xml_rel in (f for f in files_under(path) if f.lower().endswith(".xml")):
-        try:
-            root = ET.fromstring(read_text(storage.join(path, xml_rel), "Pascal VOC annotation"))
-        except ET.ParseError as exc:
-            problems.append(Problem(xml_rel, "bad_annotation_file", f"not XML: {exc}"))
+    for xml in parsed:
+        if xml.problem is not None:
+            problems.append(xml.problem)
             continue
-        if root.tag != "annotation":
-            problems.append(Problem(xml_rel, "bad_annotation_file", f"root element <{root.tag}>, not <annotation>"))
-            continue
-        name = _text(root, "filename") or ""
+        xml_rel, name, boxes = xml.rel, xml.name, xml.boxes
         written = posixpath.join(posixpath.dirname(xml_rel), name)
-        boxes = len(root.findall("object"))  # what an image-level problem keeps from the records
         if name and posixpath.splitext(name)[1]:
             rel = image_path(source, written)
             if rel is None:
@@ -137,8 +179,8 @@ def read_voc(source: str, path: str, classes: tuple[str, ...] | None = None) -> 
             detail = f"a second annotation of {rel!r}; the first one read is used"
             problems.append(Problem(xml_rel, "duplicate_annotation", detail, None, boxes))
             continue
-        objects = _objects(root, rel, problems)
-        images[rel] = ImageAnnotation(rel, _size(root, "width"), _size(root, "height"), False, tuple(objects))
+        problems += [p._replace(path=rel) for p in xml.problems]
+        images[rel] = ImageAnnotation(rel, *xml.size, False, xml.objects)
         ids[rel] = posixpath.basename(strip_ext(xml_rel))
     lists = split_lists(path)
     if lists is not None:

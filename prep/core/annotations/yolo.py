@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from prep.core import storage
 from prep.core.annotations.detect import CLASS_FILES, yolo_class_file
@@ -87,8 +89,31 @@ def label_objects(text: str, rel: str, names: list[str], problems: list[Problem]
     return objects
 
 
-def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) -> AnnotationSet:
-    """Reads every `.txt` under PATH (but classes.txt) against the images under SOURCE.
+class YoloFile(NamedTuple):
+    """What one label file gives before it is matched to an image under SOURCE (`parse_yolo`): its lines'
+    problems name no image yet (path "")."""
+
+    rel: str  # relative to PATH
+    boxes: int  # its non-empty lines, which a missing_image problem keeps from the records
+    objects: tuple[Obj, ...]
+    problems: tuple[Problem, ...]
+
+
+def parse_yolo(txt: str, text: str, names: list[str]) -> YoloFile:
+    """The label file at `txt` (under PATH), whose text is `text`, against the class `names`."""
+    problems: list[Problem] = []
+    objects = tuple(label_objects(text, "", names, problems))
+    # each non-empty line is an object or a problem: boxes is the file's non-empty lines
+    return YoloFile(txt, len(objects) + len(problems), objects, tuple(problems))
+
+
+def yolo_files(path: str) -> list[str]:
+    """The label files under PATH, in the order `read_yolo` reads them."""
+    return [f for f in files_under(path) if f.lower().endswith(".txt") and posixpath.basename(f) != "classes.txt"]
+
+
+def yolo_names(path: str) -> list[str]:
+    """The class names of the YOLO label folder PATH.
 
     Raises:
         SourceError: no class names file, or one that cannot be read.
@@ -96,19 +121,33 @@ def read_yolo(source: str, path: str, classes: tuple[str, ...] | None = None) ->
     names_file = yolo_class_file(path)
     if names_file is None:
         raise SourceError(f"YOLO annotations {path}: no {' or '.join(CLASS_FILES)} in it or its parent folder")
-    names = read_names(names_file)
+    return read_names(names_file)
+
+
+def read_yolo(
+    source: str, path: str, classes: tuple[str, ...] | None = None, parsed: Iterable[YoloFile] | None = None
+) -> AnnotationSet:
+    """Reads every `.txt` under PATH (but classes.txt) against the images under SOURCE.
+
+    `parsed`: the files `parse_yolo` made of them, in `yolo_files` order (a listing on workers parses them in
+    many tasks, beam_jobs/list_annotations.py); None reads them here.
+
+    Raises:
+        SourceError: no class names file, or one that cannot be read; a label file that cannot be read or is
+            not UTF-8 (the first in that order).
+    """
+    names = yolo_names(path)
     stems = StemIndex(source)
+    if parsed is None:
+        parsed = (parse_yolo(f, read_text(storage.join(path, f), "YOLO annotation"), names) for f in yolo_files(path))
     problems: list[Problem] = []
     images: dict[str, ImageAnnotation] = {}
-    for txt in files_under(path):
-        if not txt.lower().endswith(".txt") or posixpath.basename(txt) == "classes.txt":
-            continue
-        match = stems.find(strip_ext(txt))
-        text = read_text(storage.join(path, txt), "YOLO annotation")
+    for txt in parsed:
+        match = stems.find(strip_ext(txt.rel))
         if match[0] is None:
-            boxes = sum(1 for line in text.splitlines() if line.strip())
-            problems.append(Problem(txt, "missing_image", match[1], None, boxes))
+            problems.append(Problem(txt.rel, "missing_image", match[1], None, txt.boxes))
             continue
         rel = match[0]
-        images[rel] = ImageAnnotation(rel, None, None, True, tuple(label_objects(text, rel, names, problems)))
+        problems += [p._replace(path=rel) for p in txt.problems]
+        images[rel] = ImageAnnotation(rel, None, None, True, txt.objects)
     return finish(images, list(enumerate(names)), classes, problems)

@@ -171,7 +171,7 @@ def test_the_driver_lists_what_it_cannot_state(tmp_path):
     assert found is not None and [f.path for f in found.files] == [str(tmp_path / "a.json")]
 
 
-def test_other_formats_are_read_whole_by_a_worker_as_on_the_driver(tmp_path):
+def test_other_formats_are_read_by_workers_as_on_the_driver(tmp_path):
     from tests.support import drawn_shapes as ds
 
     classes = ("cat", "dog", "bird")
