@@ -3,9 +3,9 @@
 `import apache_beam` tries, each inside a `try: ... except ImportError`, the clients of
 services a conversion never calls: BigQuery (whose progress helpers import tqdm's notebook
 widgets, hence IPython), Pub/Sub, MongoDB, Dataflow's API, and pandas for its DataFrame
-type hints. Installed (`apache-beam[gcp]` brings most of them), they were about 45% of the
-CPU that `prep convert` spends on 20 images (docs/benchmarks.md, "A conversion's fixed
-cost"). `import_beam` refuses them for the length of that one import: Beam records them
+type hints. Installed (`apache-beam[gcp]` brings most of them), they were ~0.9 s of the
+~2.9 s of CPU that `prep convert` spent on 20 images (docs/benchmarks.md, "A conversion's
+fixed cost"). `import_beam` refuses them for the length of that one import: Beam records them
 as absent, as it would on an install without them, and a later `import pandas` works.
 
 Only the `prep` console script calls it, for the embedded runner: it owns its process, so no
