@@ -50,6 +50,7 @@ from beam_jobs.dedupe_decide import Regroup, decide_batch, merge_user_groups, un
 from beam_jobs.dedupe_exact import ExactGroups
 from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
 from beam_jobs.prepare import ChunkCounts, read_prepared
+from beam_jobs.spread import spread
 from prep.core import storage
 from prep.core.groups import CONFLICTS_DEFAULT, Member
 from prep.core.run import dedupe_files, key_rows
@@ -230,20 +231,14 @@ class _FindPairs(beam.PTransform):
             | "ChunkKeys" >> beam.FlatMap(chunk_keys, self._work)
             | "ScanTasks" >> _Gathered(None, scan_tasks, s.part_target)
         )
-        whole = (
-            tasks
-            | "Whole" >> beam.FlatMap(only(ScanTask))
-            | "SpreadScans" >> beam.Reshuffle()
-            | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers))
-        )
+        scans = spread(tasks | "Whole" >> beam.FlatMap(only(ScanTask)), "SpreadScans")
+        whole = scans | "Scan" >> beam.ParDo(Scan(self._work, s.cap, s.workers))
         none = counts.pipeline | "NoPairs" >> beam.Create([BandPairs(np.zeros((0, 3), np.int64), 0)])
         whole = (whole, none) | "WholePairs" >> beam.Flatten()
         if not s.spread:  # scan_tasks makes one ScanTask: no band parts to wait for
             return whole, None
         parts = (
-            tasks
-            | "Buckets" >> beam.FlatMap(only(BucketTask))
-            | "SpreadBuckets" >> beam.Reshuffle()
+            spread(tasks | "Buckets" >> beam.FlatMap(only(BucketTask)), "SpreadBuckets")
             | "Bucket" >> beam.FlatMap(bucket, self._work)
             | "ByPart" >> beam.GroupByKey()
             | "ScanParts" >> beam.FlatMap(scan_part, s.cap)

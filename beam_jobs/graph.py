@@ -2,7 +2,8 @@
 
 What each PCollection holds (the types say it; see each step's module):
 
-    chunks   = Create | Reshuffle           chunk id; its listing waits in the work directory
+    chunks   = Create | Reshuffle           chunk id; its listing waits in the work directory (spread.py:
+                                            no Reshuffle on the embedded runner)
     outcomes = ParDo(PrepareChunk)          ChunkCounts | RejectedInputs | ReusedChunk       prepare.py
     ranked   = PlanShards                   PartEntries | Capped                          plan.py
     parts    = GroupByKey                   (write task, [(PartKey, Section)])
@@ -38,6 +39,7 @@ from beam_jobs import prepare, write
 from beam_jobs.dedupe import Dedupe
 from beam_jobs.plan import GROUP_TARGET, Capped, PartEntries, PlanShards
 from beam_jobs.publish import PublishInputs, publish
+from beam_jobs.spread import create, spread
 from prep.core.config import ConvertConfig
 from prep.core.ordering import MAX_CHUNK
 from prep.core.run.checkpoints import StepHook
@@ -97,21 +99,16 @@ def build(
         t = config.tasks
         task = TaskSpec(listing.task, labels, t.bad_boxes, t.crowd, t.skip_empty, listing.masks, t.masks)
     reuse = config.resume
-    outcomes = (
-        p
-        | "ListChunks" >> beam.Create(list(range(run.num_chunks)))
-        | "SpreadChunks" >> beam.Reshuffle()
-        | "PrepareImages"
-        >> beam.ParDo(
-            prepare.PrepareChunk(
-                work,
-                groups,
-                PrepareOptions.from_config(config, task, run.suspects),
-                config.workers,
-                reuse,
-                lookahead=run.lookahead,
-                on_step=on_step,
-            )
+    chunks = spread(create(p, "ListChunks", list(range(run.num_chunks))), "SpreadChunks")
+    outcomes = chunks | "PrepareImages" >> beam.ParDo(
+        prepare.PrepareChunk(
+            work,
+            groups,
+            PrepareOptions.from_config(config, task, run.suspects),
+            config.workers,
+            reuse,
+            lookahead=run.lookahead,
+            on_step=on_step,
         )
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))

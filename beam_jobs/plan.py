@@ -43,6 +43,7 @@ import typing
 import apache_beam as beam
 
 from beam_jobs.prepare import PreparedRef, plan_group, read_prepared
+from beam_jobs.spread import spread
 from prep.core import storage
 from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
@@ -348,7 +349,7 @@ class PlanShards(beam.PTransform):
         self._group_target = group_target
 
     def expand(self, counts):
-        return (
+        tasks = (
             counts
             | "OneKey" >> beam.Map(lambda c: (None, c))
             | "GatherCounts" >> beam.GroupByKey()
@@ -356,6 +357,7 @@ class PlanShards(beam.PTransform):
             >> beam.FlatMap(
                 layout_tasks, self._num_classes, self._options, self._work, self._group_target, self._labels
             )
-            | "SpreadTasks" >> beam.Reshuffle()
-            | "Rank" >> beam.FlatMap(rank_task, self._work, self._options.seed, self._grouped, self._inline_max)
+        )
+        return spread(tasks, "SpreadTasks") | "Rank" >> beam.FlatMap(
+            rank_task, self._work, self._options.seed, self._grouped, self._inline_max
         )

@@ -3,7 +3,7 @@ turns every `PrepError` into a one-line `Error: ...` with a non-zero exit (`prep
 
 `main` takes an optional `CliHooks` as click's context object (`main(args, obj=...)`):
 the one way tests inject a hook into a conversion (`on_step`, see
-`prep.core.run.checkpoints`); the console script passes none.
+`prep.core.run.checkpoints`); the console script passes one saying that it owns the process.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import click
 
 from prep import __version__, cli_datasets
 from prep.cli_kit import ErrorGroup, Trouble, click_options, existing_dataset, html_name, png_name
+from prep.core.config import RUNNERS_LOCAL
 from prep.core.targets import TARGETS
 
 
@@ -28,6 +29,9 @@ class CliHooks:
     """Callbacks a caller of `main` injects (tests); see the module docstring."""
 
     on_step: Callable[[str], None] | None = None
+    # The console script's: nothing else runs in this process, so `prep convert` on the embedded runner
+    # imports Beam without the optional clients it never uses (beam_jobs/lean_import.py).
+    owns_process: bool = False
 
 
 @click.group(cls=ErrorGroup)
@@ -88,6 +92,10 @@ def convert(ctx, source, output, beam_args, runner, progress, verbose, write_rep
         # warnings.catch_warnings() is not thread-safe for the pool's threads.
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
     hooks = ctx.obj if isinstance(ctx.obj, CliHooks) else CliHooks()
+    if hooks.owns_process and runner == RUNNERS_LOCAL:  # after the logging set-up: Beam logs what it misses
+        from beam_jobs.lean_import import import_beam
+
+        import_beam()
     manifest = conversion.convert(  # lists SOURCE: class folders on workers, others on the driver
         config, None, runner=runner, beam_args=list(beam_args), progress=show, on_step=hooks.on_step
     )
@@ -334,7 +342,7 @@ def run() -> None:
     would keep their garbage alive.
     """
     try:
-        main()
+        main(obj=CliHooks(owns_process=True))
     finally:
         gc.freeze()
 

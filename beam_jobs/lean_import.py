@@ -1,0 +1,56 @@
+"""Importing Beam for a conversion on the embedded runner without the optional clients Beam would load.
+
+`import apache_beam` tries, each inside a `try: ... except ImportError`, the clients of
+services a conversion never calls: BigQuery (whose progress helpers import tqdm's notebook
+widgets, hence IPython), Pub/Sub, MongoDB, Dataflow's API, and pandas for its DataFrame
+type hints. Installed (`apache-beam[gcp]` brings most of them), they were ~0.9 s of the
+~2.9 s of CPU that `prep convert` spent on 20 images (docs/benchmarks.md, "A conversion's
+fixed cost"). `import_beam` refuses them for the length of that one import: Beam records them
+as absent, as it would on an install without them, and a later `import pandas` works.
+
+Only the `prep` console script calls it, for the embedded runner: it owns its process, so no
+caller's Beam (a notebook's BigQuery read) is left without a client it wanted; other runners
+may need these clients in the driver (Dataflow's API) and keep them. Object stores are not
+refused: `gs://` and `s3://` paths go through Beam's GCS and S3 file systems.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+# Optional for Beam, never used by a conversion on the embedded runner.
+UNUSED = (
+    "IPython",
+    "pandas",
+    "pymongo",
+    "google.cloud.bigquery",
+    "google.cloud.bigquery_storage_v1",
+    "google.cloud.dataflow_v1beta3",
+    "google.cloud.pubsub",
+    "google.cloud.pubsub_v1",
+)
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    """Fails the import of `names` and of their submodules, as if they were not installed."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if any(fullname == name or fullname.startswith(name + ".") for name in self.names):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def import_beam() -> None:
+    """Imports Beam without `UNUSED` (see the module docstring); already imported ones are left alone."""
+    if "apache_beam" in sys.modules:
+        return
+    refuse = _Refuse(tuple(name for name in UNUSED if name not in sys.modules))
+    sys.meta_path.insert(0, refuse)
+    try:
+        import apache_beam  # noqa: F401  (imported for its side effect: in sys.modules for the conversion)
+    finally:
+        sys.meta_path.remove(refuse)

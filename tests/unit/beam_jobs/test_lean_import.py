@@ -1,0 +1,37 @@
+"""beam_jobs.lean_import: Beam imported without its unused optional clients, which stay importable after."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from beam_jobs.lean_import import UNUSED, _Refuse
+
+
+def test_refuses_the_named_modules_and_their_submodules_only():
+    refuse = _Refuse(("pandas", "google.cloud.bigquery"))
+    for name in ("pandas", "pandas.core", "google.cloud.bigquery", "google.cloud.bigquery.job"):
+        with pytest.raises(ModuleNotFoundError, match=name):
+            refuse.find_spec(name)
+    for name in ("pandasx", "google.cloud.storage", "google.cloud.bigquery_storage_v1", "numpy"):
+        assert refuse.find_spec(name) is None
+
+
+_CHILD = """
+import sys
+from beam_jobs.lean_import import UNUSED, import_beam
+import_beam()
+import apache_beam
+print(apache_beam.Pipeline.__name__, sorted(n for n in UNUSED if n in sys.modules))
+import pandas
+print(pandas.__name__)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
+def test_a_fresh_process_imports_beam_without_them_and_pandas_after():
+    # a fresh interpreter: this one may have imported Beam and pandas already
+    done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["Pipeline []", "pandas"]
+    assert "IPython" in UNUSED
