@@ -8,10 +8,10 @@ as Beam's text sources read theirs (`prep.core.label_ranges`: which rows a range
     read    = Reshuffle | ParDo(ReadRange)                        Candidate | RangeDone (its rejects' file)
     multi   = RangeDone | CombineGlobally(any)                    whether a row is multi-label (a side input)
     decided = key by path | GroupByKey | FlatMap(decide)          Candidate (the first line) | Reject (duplicate)
-    routed  = ParDo(Route, multi)                                 single-label: keyed by group; multi-label:
-                                                                  by_path's rows and duplicates, for the plan
     groups  = key by (split, class) | GroupByKey | ParDo(WriteGroup)   LabelGroup: a group file in rank order
-    planned = one key | FlatMap(plan)                             list_source's ChunkJob | UnknownGroup | PlanInfo,
+                                                                  (single-label; multi-label rows and their
+                                                                  duplicates go to the plan as they are)
+    planned = one key | FlatMap(plan)                             list_source's ChunkJob | UnknownGroup | PlanInfo;
                                                                   or MultiStaged: a multi-label listing staged
 
 and then list_source's steps: the chunk files, the early rejects (with the duplicates), the summary. So the
@@ -56,8 +56,6 @@ from prep.core.run import checkpoints
 from prep.core.run.start import digest_listing, stage_listing, staged_of
 from prep.core.task_inputs import multilabel_listing
 from prep.core.workdir import WorkDir
-
-GROUPED, MULTI_ROWS = "grouped", "multi_rows"  # Route's outputs
 
 
 class RangeDone(typing.NamedTuple):
@@ -261,16 +259,18 @@ def write_summary(element, work: WorkDir):
         yield staged.chunks
 
 
-class Route(beam.DoFn):
-    """Candidate | Reject (a duplicate), with whether the file is multi-label -> a single-label file's candidates
-    keyed by group (GROUPED); a multi-label file's candidates as by_path's rows, and its duplicates, for its
-    plan task (MULTI_ROWS)."""
+# Where the decided rows go, by whether the file is multi-label (a side input): two plain steps, as the other
+# listings filter by kind (`of_kind`) rather than tag outputs.
+def single_label(item: Candidate | Reject, multi: bool):
+    """A single-label file's candidate -> keyed by its group, for WriteGroup."""
+    return [by_group(item)] if not multi and isinstance(item, Candidate) else []
 
-    def process(self, item, multi: bool):
-        if multi:
-            yield beam.pvalue.TaggedOutput(MULTI_ROWS, by_path(item) if isinstance(item, Candidate) else item)
-        elif isinstance(item, Candidate):
-            yield beam.pvalue.TaggedOutput(GROUPED, by_group(item))
+
+def multi_label(item: Candidate | Reject, multi: bool):
+    """A multi-label file's candidate (as by_path's row) or duplicate -> as is, for its plan task."""
+    if not multi:
+        return []
+    return [by_path(item) if isinstance(item, Candidate) else item]
 
 
 def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[str, ...] | None, output: str):
@@ -299,11 +299,17 @@ def build_listing(p: beam.Pipeline, src: LabelSource, seed: int, classes: tuple[
         | "Duplicates" >> beam.FlatMap(decide)
     )
     done = read | "Done" >> beam.FlatMap(of_kind(RangeDone))
-    multi = done | "MultiRows" >> beam.Map(lambda d: d.multi) | "AnyMulti" >> beam.CombineGlobally(any)
-    routed = decided | "Route" >> beam.ParDo(Route(), beam.pvalue.AsSingleton(multi)).with_outputs(GROUPED, MULTI_ROWS)
-    groups = routed[GROUPED] | "GatherGroups" >> beam.GroupByKey() | "WriteGroups" >> beam.ParDo(WriteGroup(seed, work))
+    multi = beam.pvalue.AsSingleton(
+        done | "MultiRows" >> beam.Map(lambda d: d.multi) | "AnyMulti" >> beam.CombineGlobally(any)
+    )
+    groups = (
+        decided
+        | "ByGroup" >> beam.FlatMap(single_label, multi)
+        | "GatherGroups" >> beam.GroupByKey()
+        | "WriteGroups" >> beam.ParDo(WriteGroup(seed, work))
+    )
     planned = (
-        (groups, done, routed[MULTI_ROWS])
+        (groups, done, decided | "MultiLabel" >> beam.FlatMap(multi_label, multi))
         | "PlanParts" >> beam.Flatten()
         | "PlanOneKey" >> beam.Map(one_key)
         | "GatherListed" >> beam.GroupByKey()
@@ -350,13 +356,13 @@ def list_here(src: LabelSource, seed: int, classes: tuple[str, ...] | None, outp
         paths.setdefault(key, []).append(entry)
     decided = [item for entry in paths.items() for item in decide(entry)]
     done = _only(read, RangeDone)
-    routed = [out for item in decided for out in Route().process(item, any(d.multi for d in done))]
+    multi = any(d.multi for d in done)
     groups_rows: dict[tuple[str | None, str], list] = {}
-    for group, member in (out.value for out in routed if out.tag == GROUPED):
+    for group, member in (row for item in decided for row in single_label(item, multi)):
         groups_rows.setdefault(group, []).append(member)
     grouper = WriteGroup(seed, work)
     groups = [g for entry in groups_rows.items() for g in grouper.process(entry)]
-    multi_rows = [out.value for out in routed if out.tag == MULTI_ROWS]
+    multi_rows = [row for item in decided for row in multi_label(item, multi)]
     planned = list(plan((None, [*groups, *done, *multi_rows]), src, classes, work))
     writer = WriteChunk(work)
     written = [w for job in _only(planned, ChunkJob) for w in writer.process(job)]
