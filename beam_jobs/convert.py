@@ -16,12 +16,12 @@ peaks at the larger of the two, not their sum.
 
 Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of WebDataset shards
 (`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
-classification label file read in byte ranges (`list_labels`), a detection SOURCE (`list_annotations`) or a
-segmentation one (`list_masks`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver
-then holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats,
-multi-label files and `--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source`,
-`label_source`, `detection_source` and `segmentation_source` say when); so are label files, annotations and
-masks on the embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
+label file read in byte ranges, single- or multi-label (`list_labels`), a detection SOURCE (`list_annotations`) or
+a segmentation one (`list_masks`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver
+then holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats and
+`--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source`, `label_source`,
+`detection_source` and `segmentation_source` say when); so are label files, annotations and masks on the
+embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
 """
 
 from __future__ import annotations

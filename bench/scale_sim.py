@@ -5,6 +5,7 @@
     PYTHONPATH=$PWD python bench/scale_sim.py --count 100000 --duplicates on --latency-ms 1
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only [--code /work/main]  # the driver alone
     PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file  # a CSV label file
+    PYTHONPATH=$PWD python bench/scale_sim.py --count 2000000 --listing-only --label-file --multilabel
     PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --webdataset 1000 --duplicates off  # from tar shards
     PYTHONPATH=$PWD python bench/scale_sim.py --count 20000 --parquet 1000 --duplicates off     # from Parquet
     PYTHONPATH=$PWD python bench/scale_sim.py --count 1000000 --classes 1000 --duplicates off --json off.json &
@@ -53,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -96,8 +98,8 @@ run()
 """
 
 # --listing-only: the driver's part up to the first worker task, then the listing staged (on workers where the
-# code lists there, as a pipeline on the embedded runner or in-process; else on the driver as before), with prep's
-# code from --code; prints its timings as JSON.
+# code lists there, as a pipeline on the embedded runner or in-process; else, or with --on-driver, on the driver
+# as before), with prep's code from --code; prints its timings as JSON.
 LISTING = """import atexit, json, os, resource, sys, time
 from tests.support import simfs
 def _rss():
@@ -128,8 +130,8 @@ try:
     from prep.core.inputs import folder_source
 except ImportError:  # code that lists on the driver only
     folder_source = None
-folders = folder_source(config) if folder_source else None
-if folders is None and sys.argv[4]:
+folders = folder_source(config) if folder_source and sys.argv[3] != "driver" else None
+if folders is None and sys.argv[4] and sys.argv[3] != "driver":
     try:
         from prep.core.label_ranges import label_source
     except ImportError:  # code that reads label files on the driver only
@@ -162,10 +164,14 @@ def listing_only(args, scratch: pathlib.Path) -> None:
     if args.label_file:  # a CSV of every input and its class, in the simulated store; SOURCE's names as paths
         labels = "simfs://out/labels.csv"
         (scratch / "store" / "out").mkdir(parents=True, exist_ok=True)
+        classes = sorted({name.split("/")[0] for name in simfs.source_names(args.classes, 1)})
         with open(scratch / "store" / "out" / "labels.csv", "w") as f:
             f.write("path,label\n")
             for name in simfs.source_names(args.classes, args.count // args.classes):
-                f.write(f"{name},{name.split('/')[0]}\n")
+                label = name.split("/")[0]
+                if args.multilabel:  # and a second class, picked by a hash of the name: a multi-label file
+                    label += "|" + classes[zlib.crc32(name.encode()) % len(classes)]
+                f.write(f"{name},{label}\n")
     env = dict(
         os.environ,
         SCALE_SIM_RSS=str(rss_file),
@@ -173,7 +179,7 @@ def listing_only(args, scratch: pathlib.Path) -> None:
     )
     start = time.perf_counter()
     # cwd: not a checkout's root, which `python -c` would put on sys.path before PYTHONPATH.
-    mode = "here" if args.in_process else "pipeline"
+    mode = "driver" if args.on_driver else "here" if args.in_process else "pipeline"
     cmd = [sys.executable, "-c", LISTING, source, "simfs://out/listing", mode, labels]
     proc = subprocess.run(cmd, env=env, capture_output=True, cwd=scratch)
     if proc.returncode:
@@ -450,6 +456,16 @@ def main() -> None:
         action="store_true",
         help="with --listing-only: list a CSV label file of the inputs (read in ranges on workers) rather "
         "than SOURCE's class folders",
+    )
+    parser.add_argument(
+        "--on-driver",
+        action="store_true",
+        help="with --listing-only: list on the driver, as the embedded runner does (and code before workers did)",
+    )
+    parser.add_argument(
+        "--multilabel",
+        action="store_true",
+        help="with --label-file: each row names its class and a second one (`a|b`): a multi-label file",
     )
     parser.add_argument(
         "--in-process",

@@ -7,7 +7,8 @@ Paths are normalized relative to SOURCE (`normalize_path`): that is the record's
 
 Here the driver reads the whole file (`list_label_file`); on workers it is read in byte ranges
 (`prep.core.label_ranges`, `beam_jobs.list_labels`) through the same row parsing (`csv_row`, `jsonl_row`)
-and judgement (`judge_row`), duplicates decided by a shuffle on the path.
+and judgement (`judge_row`), duplicates decided by a shuffle on the path, a multi-label file's rows then
+finished by the same `finish_multilabel`.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def list_label_file(
     if refs and len({r.split is None for r in refs}) > 1:
         raise SourceError(f"label file {label_file} gives a split for some rows but not for others")
     if multi:
-        return _finish_multilabel(refs, rejects, classes, label_file)
+        return finish_multilabel(refs, rejects, classes, label_file)
     found_classes = tuple(sorted({r.label for r in refs}))
     if not found_classes:
         raise SourceError(f"label file {label_file} has no usable rows")
@@ -293,7 +294,7 @@ def duplicate(later: Candidate, first_line: int) -> Reject:
     return Reject(later.ref.path, "duplicate", f"line {later.line}: path already listed on line {first_line}")
 
 
-def _finish_multilabel(
+def finish_multilabel(
     refs: list[InputRef], rejects: list[Reject], classes: tuple[str, ...] | None, label_file: str
 ) -> Listing:
     """A multi-label file's listing: each ref's label the sorted '|'-joined names, the classes every

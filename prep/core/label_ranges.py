@@ -32,6 +32,7 @@ from prep.core import storage
 from prep.core.config import ConvertConfig
 from prep.core.errors import SourceError
 from prep.core.label_file import CSV_EXTS, JSON_EXTS, Row, RowRules, check_header, csv_reader, csv_row, jsonl_row
+from prep.core.layout import PlanOptions
 
 RANGE_BYTES = 16 << 20  # bytes a listing task reads, about
 _BLOCK = 1 << 20
@@ -46,13 +47,14 @@ class BadText(SourceError):
 
 
 class LabelSource(typing.NamedTuple):
-    """A classification label file to be read in ranges on workers."""
+    """A label file (single- or multi-label) to be read in ranges on workers."""
 
     path: str
     ext: str  # its extension, lower case: which of CSV_EXTS or JSON_EXTS
     size: int
     range_bytes: int
     rules: RowRules
+    plan: PlanOptions = PlanOptions()  # a multi-label file's strata are dealt for the layout it makes
 
     @property
     def ranges(self) -> int:
@@ -87,8 +89,9 @@ class RangeJob(typing.NamedTuple):
 
 
 def label_source(config: ConvertConfig, range_bytes: int = RANGE_BYTES) -> LabelSource | None:
-    """The label file of a classification conversion, to read on workers; None when the driver lists it
-    (no label file, other tasks, `--resume`, or an empty file, whose error the driver gives).
+    """The label file of a classification conversion (which its rows may make multi-label), to read on
+    workers; None when the driver lists it (no label file, other tasks, `--resume`, or an empty file, whose
+    error the driver gives).
 
     Raises:
         SourceError: SOURCE (local label file) or the label file is unusable, as `list_label_file` says.
@@ -123,7 +126,7 @@ def label_source(config: ConvertConfig, range_bytes: int = RANGE_BYTES) -> Label
     if not size:
         return None
     rules = RowRules(config.source, os.path.basename(path), config.allow_outside_source, config.dedupe.group_by)
-    return LabelSource(path, ext, size, range_bytes, rules)
+    return LabelSource(path, ext, size, range_bytes, rules, config.plan)
 
 
 def count_range(src: LabelSource, index: int) -> RangeCount:
