@@ -18,16 +18,19 @@ Given no listing, `convert` stages a SOURCE of class folders (`list_source`), of
 (`list_shards`), of Parquet or Arrow files (`list_tables`), or on a runner other than the embedded one a
 label file read in byte ranges, single- or multi-label (`list_labels`), a detection SOURCE (`list_annotations`) or
 a segmentation one (`list_masks`), with a first pipeline on the same runner, after OUTPUT is cleared: the driver
-then holds nothing per input (multi-label WebDataset and Parquet sets too). The other tasks and formats and
-`--resume` are listed on the driver (`folder_source`, `shard_source`, `table_source`, `label_source`,
-`detection_source` and `segmentation_source` say when); so are label files, annotations and masks on the
-embedded runner, whose workers are the driver's process (the driver's listing is the faster there).
+then holds nothing per input (multi-label WebDataset and Parquet sets too). With `--resume` that pipeline lists
+SOURCE again beside the interrupted run's work (`_relisted_on_workers`), whose staged listing is kept if the
+two agree. The other tasks and formats are listed on the driver (`folder_source`, `shard_source`,
+`table_source`, `label_source`, `detection_source` and `segmentation_source` say when); so are label files,
+annotations and masks on the embedded runner, whose workers are the driver's process (the driver's listing
+is the faster there).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import sys
 
@@ -49,9 +52,9 @@ from prep.core.label_ranges import LabelSource, label_source
 from prep.core.layout import check_split_source
 from prep.core.listing import Listing
 from prep.core.manifest import Manifest
-from prep.core.run import checkpoints
+from prep.core.run import checkpoints, resume
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.start import Ready, clear_output, ready_listed, ready_output
+from prep.core.run.start import Ready, clear_output, ready_listed, ready_output, ready_relisted
 from prep.core.segmentation_inputs import SegmentationSource
 from prep.core.sources.parquet import TableSource
 from prep.core.sources.shard_set import ShardSource
@@ -128,12 +131,20 @@ def _listed_on_workers(
         and source.splits
     ):
         check_split_source(config.plan, True)
+    restart = False
+    if config.resume:
+        if resume.interrupted(config.output)[0] != resume.FRESH:
+            return _relisted_on_workers(config, source, runner, beam_args)
+        restart = True  # the interrupted run staged nothing: start over, as `ready_output` does
     existed = storage.exists(config.output)
-    clear_output(config)
+    clear_output(config, overwrite=True if restart else None)
 
     def undo() -> None:
         with contextlib.suppress(OSError):
-            if existed:
+            if restart:  # an empty work directory, which the driver's listing finds FRESH again
+                for path in WorkDir(config.output).top_level():
+                    storage.delete(path)
+            elif existed:
                 checkpoints.delete_work(WorkDir(config.output))
             else:
                 storage.delete(config.output)
@@ -149,6 +160,32 @@ def _listed_on_workers(
     except BaseException:
         undo()
         raise
+
+
+def _relisted_on_workers(
+    config: ConvertConfig,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
+    runner: str,
+    beam_args: list[str] | None,
+) -> Ready | None:
+    """`--resume` of an interrupted run that staged its listing: lists SOURCE again on workers, into a work
+    directory of its own (`WorkDir.relisted`, deleted after), and readies the run from what that staged and
+    the interrupted run recorded (`ready_relisted`). None when the listing needs the driver."""
+    from beam_jobs import list_source
+    from beam_jobs._execute import list_on_workers
+
+    relisted = WorkDir(config.output).relisted
+    try:
+        storage.delete(relisted)  # what a resume killed while listing left
+        summary = list_on_workers(dataclasses.replace(config, output=relisted, resume=False), source, runner, beam_args)
+        if summary["fallback"] is not None:
+            logging.getLogger(__name__).info("listing SOURCE on the driver: %s", summary["fallback"])
+            return None
+        list_source.delete_listed(relisted)
+        return ready_relisted(config, summary, relisted)
+    finally:
+        with contextlib.suppress(OSError):
+            storage.delete(relisted)
 
 
 def run(argv=None) -> Manifest:

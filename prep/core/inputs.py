@@ -99,13 +99,13 @@ def _annotations_inside(config: ConvertConfig) -> frozenset[str]:
 def detection_source(config: ConvertConfig) -> detection_inputs.DetectionSource | None:
     """A detection SOURCE whose COCO files are streamed and joined on workers (beam_jobs/list_annotations.py),
     the driver stating SOURCE and the files only; None when the driver lists it (`list_inputs`): other tasks
-    and formats, `--resume` (whose checks compare listings), or a path it cannot state.
+    and formats, or a path it cannot state.
 
     Raises:
         SourceError: OUTPUT is inside SOURCE.
     """
     t = config.tasks
-    if t.task != "detection" or config.resume:
+    if t.task != "detection":
         return None
     files = detection_inputs.coco_files(config.source, t)
     if files is None:
@@ -244,15 +244,14 @@ class FolderSource(typing.NamedTuple):
 
 def folder_source(config: ConvertConfig) -> FolderSource | None:
     """The listing tasks of a SOURCE of class folders, from its top only (O(classes) on the driver); None when
-    the driver lists SOURCE itself (`list_inputs`): a label file, other tasks, `--resume` (whose checks
-    compare listings), WebDataset shards, or a symlinked class or split folder (which may name a folder
-    listed elsewhere).
+    the driver lists SOURCE itself (`list_inputs`): a label file, other tasks, WebDataset shards, or a
+    symlinked class or split folder (which may name a folder listed elsewhere).
 
     Raises:
         SourceError: SOURCE is missing, not a folder, or holds no class folders; OUTPUT is inside it.
     """
     t = config.tasks
-    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+    if t.annotations or t.masks or config.labels or t.task != "classification":
         return None
     if config.shard_pattern is not None:  # WebDataset shards: `shard_source`
         return None
@@ -294,7 +293,7 @@ def shard_source(config: ConvertConfig) -> ShardSource | None:
         SourceError: SOURCE cannot be listed, or holds compressed shards.
     """
     t = config.tasks
-    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+    if t.annotations or t.masks or config.labels or t.task != "classification":
         return None
     _check_source(config)
     if config.shard_pattern is not None:
@@ -321,7 +320,7 @@ def table_source(config: ConvertConfig) -> TableSource | None:
         SourceError: SOURCE cannot be listed, or its columns cannot be found or disagree (`plan_tables`).
     """
     t = config.tasks
-    if t.annotations or t.masks or config.labels or config.resume or t.task != "classification":
+    if t.annotations or t.masks or config.labels or t.task != "classification":
         return None
     _check_source(config)
     if storage.is_remote(config.source):

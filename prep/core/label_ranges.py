@@ -90,14 +90,14 @@ class RangeJob(typing.NamedTuple):
 
 def label_source(config: ConvertConfig, range_bytes: int = RANGE_BYTES) -> LabelSource | None:
     """The label file of a classification conversion (which its rows may make multi-label), to read on
-    workers; None when the driver lists it (no label file, other tasks, `--resume`, or an empty file, whose
-    error the driver gives).
+    workers; None when the driver lists it (no label file, other tasks, or an empty file, whose error the
+    driver gives).
 
     Raises:
         SourceError: SOURCE (local label file) or the label file is unusable, as `list_label_file` says.
     """
     t = config.tasks
-    if not config.labels or config.resume or t.task != "classification" or t.annotations or t.masks:
+    if not config.labels or t.task != "classification" or t.annotations or t.masks:
         return None
     path = config.labels
     if storage.is_remote(path):

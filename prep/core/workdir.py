@@ -11,6 +11,8 @@
     .prep-tmp/listed/group-TTTTTT-GGGGGG.jsonl  listing on workers: task T's inputs of one (split, class),
                                            in rank order; listed/rejects-TTTTTT.json its rejects;
                                            listed/summary.json what the driver reads (beam_jobs/list_source.py)
+    .prep-tmp/relisted/                    `--resume` on workers: SOURCE listed again as the OUTPUT of a work
+                                           directory of its own, compared with the staged one, then deleted
     .prep-tmp/spill/HHH-chunk-NNNNNN.bin   a chunk's spill file: the framed records of its batches in
                                            batch order, kept images left out
     .prep-tmp/spill/HHH-chunk-NNNNNN.json  the chunk's index: its outcomes (prepared references and
@@ -137,6 +139,11 @@ class WorkDir:
         return self._path("members", f"{spread(chunk)}.json")
 
     # The listing made on workers (beam_jobs/list_source.py); the driver deletes these once it is staged.
+    @property
+    def relisted(self) -> str:
+        """The OUTPUT whose work directory a resumed run lists SOURCE into on workers (prep/core/run/resume.py)."""
+        return self._path("relisted")
+
     @property
     def listed_folder(self) -> str:
         return self._path("listed")

@@ -27,6 +27,7 @@ preparing writes the chunk's own spill files, which other chunks may now use.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from prep.core import storage, targets
@@ -45,8 +46,8 @@ def replan(
     work: WorkDir,
     old: dict[str, Any],
     record: dict[str, Any],
-    staged: list[list[InputRef]],
-    chunks: list[list[InputRef]],
+    staged: Sequence[list[InputRef]],
+    chunks: Sequence[list[InputRef]],
 ) -> None:
     """Makes the work directory plan as `record` says: `staged` are the interrupted run's chunks,
     `chunks` this run's.
@@ -80,7 +81,7 @@ def replan(
     checkpoints.write_run(work, dict(record, restaged=True))
 
 
-def restage(work: WorkDir, staged: list[list[InputRef]], chunks: list[list[InputRef]]) -> None:
+def restage(work: WorkDir, staged: Sequence[list[InputRef]], chunks: Sequence[list[InputRef]]) -> None:
     """Writes `chunks` (the same inputs as `staged`, in another order) as the staged listing, each
     with an index of its inputs' outcomes taken from the indexes of `staged`."""
     # input -> [(outcome as an index holds it, signature, {spill: bytes})], read but not placed yet

@@ -5,7 +5,8 @@ reuse (resume.py), clears or refuses OUTPUT (output_dir.py), and stages the
 listing: its inputs in chunk files, in `prep.core.ordering.listing_order` (which the
 planner relies on), its early rejects, and the run record. From then on the staged
 chunk files stand for the listing. A listing staged on workers (`beam_jobs.list_source`) is readied by
-`clear_output` before it and `ready_listed` after.
+`clear_output` before it and `ready_listed` after; with `--resume`, by `resume.interrupted` before it and
+`ready_relisted` after, which keeps the interrupted run's staged listing if this one agrees with it.
 """
 
 from __future__ import annotations
@@ -131,14 +132,15 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     return Ready(staged, sizes, None)
 
 
-def clear_output(config: ConvertConfig) -> None:
-    """Refuses or clears OUTPUT (`prepare_output`) before SOURCE is listed on workers into its work directory.
+def clear_output(config: ConvertConfig, overwrite: bool | None = None) -> None:
+    """Refuses or clears OUTPUT (`prepare_output`; `overwrite`: instead of the config's) before SOURCE is listed
+    on workers into its work directory.
 
     Raises:
         OutputError: OUTPUT cannot be used or written.
     """
     try:
-        prepare_output(config.output, config.overwrite)
+        prepare_output(config.output, config.overwrite if overwrite is None else overwrite)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
 
@@ -153,6 +155,38 @@ def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
         PlanError: --split given for a SOURCE that names splits, or empty classes under --empty-classes fail.
         OutputError: OUTPUT cannot be written.
     """
+    record, ready = _listed(config, summary)
+    try:
+        checkpoints.write_run(WorkDir(config.output), record)
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+    return ready
+
+
+def ready_relisted(config: ConvertConfig, summary: dict[str, Any], relisted: str) -> Ready:
+    """`ready_listed` for `--resume`: SOURCE was listed again on workers into OUTPUT `relisted`'s work
+    directory (`WorkDir.relisted`, `resume.interrupted` having found an interrupted run to finish); the
+    interrupted run's staged listing is kept when this one agrees with it (`resume.open_relisted`).
+
+    Raises:
+        PlanError: as `ready_listed`.
+        ResumeError: the inputs or options differ.
+        OutputError: OUTPUT cannot be read or written.
+    """
+    record, ready = _listed(config, summary)
+    try:
+        state = resume.open_relisted(config.output, config.source, record, relisted)
+        delete_leftovers(config.output)
+        if state == resume.FINISHED:
+            path = storage.join(config.output, FILENAME)
+            return ready._replace(finished=Manifest.from_json(storage.read_bytes(path), path))
+    except OSError as exc:
+        raise OutputError(describe_os_error(exc, config.output)) from None
+    return ready
+
+
+def _listed(config: ConvertConfig, summary: dict[str, Any]) -> tuple[dict[str, Any], Ready]:
+    """The run record and the readied run of a listing staged on workers (`ready_listed`)."""
     classes = tuple(summary["classes"])
     task = summary.get("task", "classification")
     check_split_source(config.plan, bool(summary["splits"]))
@@ -160,10 +194,6 @@ def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
     digest = summary.get("digest") or listing_digest(classes, [int(summary["sum"], 16)], summary["rejects_sha256"])
     listed = ListedDigest(digest, summary["inputs"], summary["rejected"])
     record = run_record(config.manifest_options(), tool_info(), classes, listed)
-    try:
-        checkpoints.write_run(WorkDir(config.output), record)
-    except OSError as exc:
-        raise OutputError(describe_os_error(exc, config.output)) from None
     groups = summary.get("groups")
     staged = Staged(
         classes,
@@ -174,7 +204,7 @@ def ready_listed(config: ConvertConfig, summary: dict[str, Any]) -> Ready:
         tuple(Category(c["id"], c["name"], c["source_id"]) for c in summary.get("categories", ())),
         bool(summary.get("masks", False)),
     )
-    return Ready(staged, list(summary["sizes"]), None)
+    return record, Ready(staged, list(summary["sizes"]), None)
 
 
 def check_listed_classes(config: ConvertConfig, listed: set[str], classes: tuple[str, ...], task: str) -> None:
