@@ -19,7 +19,7 @@ from prep.core.errors import ResumeError
 from prep.core.inputs import list_inputs
 from tests.support import drawn_shapes
 from tests.support.imagegen import write_class_tree
-from tests.support.shards import assert_same_dataset
+from tests.support.shards import assert_same_dataset, other_files, shard_bytes
 from tests.support.wds_data import labelled, write_shards
 
 RUNNER: dict[str, typing.Any] = {"runner": "DirectRunner", "beam_args": ["--direct_running_mode=in_memory"]}
@@ -168,3 +168,37 @@ def test_a_changed_input_is_refused_with_the_drivers_error(stopped, change, tmp_
     assert str(on_workers.value) == str(on_driver.value)
     assert ("changed since" if change == "touched" else "SOURCE lists other inputs (") in str(on_workers.value)
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # refusing changed nothing
+
+
+def test_remote_shards_resume_from_the_members_the_interrupted_run_copied(tmp_path, monkeypatch):
+    """A remote SOURCE's listing copies the shards' members into the work directory (sources/held.py); the
+    listing again copies them beside it, and the resumed run reads the interrupted run's, which it keeps."""
+    from tests.support import simfs  # noqa: F401  (registers simfs://)
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("SIMFS_STORE", str(store))
+    write_shards(store / "wds", {f"{i}.tar": labelled(10, 3, start=10 * i, size=(4, 3)) for i in range(3)})
+    options = {"seed": 3, "num_shards": 3}
+    conversion.convert(build_config("simfs://wds", "simfs://reference", options))
+    with pytest.raises(Exception, match="stopped here"):
+        conversion.convert(build_config("simfs://wds", "simfs://out", options), on_step=stop_at_shard)
+    members = {p: p.stat().st_mtime_ns for p in (store / "out" / ".prep-tmp" / "members").iterdir()}
+    assert members
+    seen: list[str] = []
+    read = list_shards.list_here
+
+    def listed(*args):
+        seen.append(args[-1])
+        read(*args)
+        assert {p.name for p in (store / "out" / ".prep-tmp" / "relisted" / ".prep-tmp" / "members").iterdir()} == {
+            p.name for p in members
+        }
+
+    monkeypatch.setattr(list_shards, "list_here", listed)
+    monkeypatch.setattr(conversion, "list_inputs", lambda config: pytest.fail("listed on the driver"))
+    manifest = conversion.convert(build_config("simfs://wds", "simfs://out", dict(options, resume=True)))
+    assert seen == ["simfs://out/.prep-tmp/relisted"]
+    assert manifest.run.resumed.to_json()["chunks_reused"] == manifest.run.resumed.to_json()["chunks"]
+    assert shard_bytes(store / "out") == shard_bytes(store / "reference") and len(shard_bytes(store / "out")) == 3
+    assert other_files(store / "out") == other_files(store / "reference")
+    assert not [p for p in (store / "out" / ".prep-tmp").rglob("*") if p.is_file()]  # objects; folders linger

@@ -159,16 +159,13 @@ def test_a_file_that_is_no_coco_file_gives_the_drivers_error(tmp_path, doc, mess
 def test_the_driver_lists_what_it_cannot_state(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "a.xml").write_text("<x/>")
-    for options in (
-        {"annotations": str(tmp_path / "missing.json")},
-        {"annotations": str(tmp_path / "a.json"), "resume": True},
-    ):
-        (tmp_path / "a.json").write_text("{}")
-        assert detection_source(build_config(str(tmp_path / "src"), str(tmp_path / "out"), options)) is None
-    found = detection_source(
-        build_config(str(tmp_path / "src"), str(tmp_path / "out"), {"annotations": str(tmp_path / "a.json")})
-    )
-    assert found is not None and [f.path for f in found.files] == [str(tmp_path / "a.json")]
+    options = {"annotations": str(tmp_path / "missing.json")}
+    assert detection_source(build_config(str(tmp_path / "src"), str(tmp_path / "out"), options)) is None
+    (tmp_path / "a.json").write_text("{}")
+    for resume in (False, True):  # --resume lists on workers too (tests/e2e/test_resume_workers.py)
+        options = {"annotations": str(tmp_path / "a.json"), "resume": resume}
+        found = detection_source(build_config(str(tmp_path / "src"), str(tmp_path / "out"), options))
+        assert found is not None and [f.path for f in found.files] == [str(tmp_path / "a.json")]
 
 
 def test_other_formats_are_read_by_workers_as_on_the_driver(tmp_path):
