@@ -84,22 +84,25 @@ def convert(
 
         check_runner_options(runner, list(beam_args or []))
     ready = None
+    readying = config  # what readies OUTPUT: another config for a --resume that starts over (`_restarting`)
     if listing is None:
         source: FolderSource | LabelSource | DetectionSource | SegmentationSource | None = folder_source(config)
         if source is None and runner != RUNNERS_LOCAL:  # the embedded runner's workers are this process
             source = label_source(config) or detection_source(config) or segmentation_source(config)
         if source is not None:
-            ready = _listed_on_workers(config, source, runner, beam_args)
+            readying = _restarting(config)
+            ready = _listed_on_workers(readying, source, runner, beam_args)
         if ready is None and (source is None or storage.is_remote(config.source)):
             # WebDataset shards: local ones seen by folder_source, remote ones by the workers' listing
             shards = shard_source(config) or table_source(config)
             if shards is not None:
-                ready = _listed_on_workers(config, shards, runner, beam_args)
+                readying = _restarting(config) if readying is config else readying
+                ready = _listed_on_workers(readying, shards, runner, beam_args)
         if ready is None:
             listing = list_inputs(config)
     if ready is None:
         assert listing is not None  # listed just above, or given
-        ready = ready_output(config, listing)
+        ready = ready_output(readying, listing)
     del listing  # the staged chunk files stand for it from here on
     if ready.finished is not None:
         return ready.finished
@@ -131,20 +134,14 @@ def _listed_on_workers(
         and source.splits
     ):
         check_split_source(config.plan, True)
-    restart = False
     if config.resume:
-        if resume.interrupted(config.output)[0] != resume.FRESH:
-            return _relisted_on_workers(config, source, runner, beam_args)
-        restart = True  # the interrupted run staged nothing: start over, as `ready_output` does
+        return _relisted_on_workers(config, source, runner, beam_args)
     existed = storage.exists(config.output)
-    clear_output(config, overwrite=True if restart else None)
+    clear_output(config)
 
     def undo() -> None:
         with contextlib.suppress(OSError):
-            if restart:  # an empty work directory, which the driver's listing finds FRESH again
-                for path in WorkDir(config.output).top_level():
-                    storage.delete(path)
-            elif existed:
+            if existed:
                 checkpoints.delete_work(WorkDir(config.output))
             else:
                 storage.delete(config.output)
@@ -160,6 +157,19 @@ def _listed_on_workers(
     except BaseException:
         undo()
         raise
+
+
+def _restarting(config: ConvertConfig) -> ConvertConfig:
+    """`config`, or for a `--resume` of a run killed before it staged its listing (`resume.FRESH`, whose
+    .prep-tmp `interrupted` removes) the config that readies OUTPUT as `--overwrite` does, as `ready_output`
+    does then. The pipeline still runs with `config`: its manifest says the run was resumed.
+
+    Raises:
+        ResumeError: nothing to resume.
+    """
+    if config.resume and resume.interrupted(config.output)[0] == resume.FRESH:
+        return dataclasses.replace(config, resume=False, overwrite=True)
+    return config
 
 
 def _relisted_on_workers(

@@ -202,3 +202,16 @@ def test_remote_shards_resume_from_the_members_the_interrupted_run_copied(tmp_pa
     assert shard_bytes(store / "out") == shard_bytes(store / "reference") and len(shard_bytes(store / "out")) == 3
     assert other_files(store / "out") == other_files(store / "reference")
     assert not [p for p in (store / "out" / ".prep-tmp").rglob("*") if p.is_file()]  # objects; folders linger
+
+
+def test_a_resume_of_a_run_that_staged_nothing_starts_over_on_workers(stopped, tmp_path, monkeypatch):
+    """Killed before its run record (resume.FRESH): OUTPUT is cleared as --overwrite would, and SOURCE listed
+    on workers as by a fresh run; the manifest says the run was resumed, with nothing reused."""
+    kind, out = stopped.kind, tmp_path / "out"
+    shutil.copytree(stopped.out, out)
+    (out / ".prep-tmp" / "run.json").unlink()
+    outputs = listed_on_workers(monkeypatch, kind)
+    manifest = convert(kind, out, resume=True, **RUNNER)
+    assert outputs == [str(out)]
+    assert manifest.run.resumed.to_json()["chunks_reused"] == 0
+    assert_same_dataset(out, stopped.reference, shards=kind.shards)

@@ -132,15 +132,14 @@ def ready_output(config: ConvertConfig, listing: Listing) -> Ready:
     return Ready(staged, sizes, None)
 
 
-def clear_output(config: ConvertConfig, overwrite: bool | None = None) -> None:
-    """Refuses or clears OUTPUT (`prepare_output`; `overwrite`: instead of the config's) before SOURCE is listed
-    on workers into its work directory.
+def clear_output(config: ConvertConfig) -> None:
+    """Refuses or clears OUTPUT (`prepare_output`) before SOURCE is listed on workers into its work directory.
 
     Raises:
         OutputError: OUTPUT cannot be used or written.
     """
     try:
-        prepare_output(config.output, config.overwrite if overwrite is None else overwrite)
+        prepare_output(config.output, config.overwrite)
     except OSError as exc:
         raise OutputError(describe_os_error(exc, config.output)) from None
 
