@@ -115,3 +115,7 @@ def restage(work: WorkDir, staged: Sequence[list[InputRef]], chunks: Sequence[li
         checkpoints.write_chunk_index(work, chunk, outcomes, spills, signatures)
     if waiting:
         raise RuntimeError(f"internal error: {len(waiting)} prepared inputs were not staged again")
+    stale = len(chunks)  # the old order's chunks past the new one's count: a later resume counts chunk files
+    while storage.exists(work.listing_chunk(stale)):
+        storage.delete_file(work.listing_chunk(stale))
+        stale += 1

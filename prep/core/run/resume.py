@@ -3,6 +3,10 @@
 The pipeline itself then reuses work where it finds it complete (prepared
 chunks in PrepareChunk, shards and parts in WriteParts and ConcatParts);
 this module only refuses when reuse would be wrong, with a message that says why.
+
+A SOURCE that a fresh run lists on workers is listed again on workers with `--resume`, into a work directory
+of its own (`open_relisted`): the checks then compare the two run records (digests and counts) and read the
+staged chunks one at a time, so the driver holds no listing (but to name a changed input when it refuses).
 """
 
 from __future__ import annotations
@@ -98,7 +102,11 @@ def open_relisted(output: str, source: str, record: dict[str, Any], relisted: st
     if state == FRESH:  # the interrupted run's record went while SOURCE was listed again
         raise ResumeError(f"cannot resume: {WorkDir(output).run_record} is gone; {_START_OVER}")
     work, again = WorkDir(output), WorkDir(relisted)
-    new = _Current(lambda: staged_entries(again, record), _Staged(work), _Staged(again))
+    chunks = _Staged(again)
+    # With the same seed the staged chunks are this listing's (same digest), and as many; a restaged run's
+    # work directory may hold more chunk files than its listing, left by the order of an earlier seed.
+    same = old is not None and (old.get("options") or {}).get("seed") == record["options"]["seed"]
+    new = _Current(lambda: staged_entries(again, record), _Staged(work, len(chunks) if same else None), chunks)
     return _settle(output, source, record, (old, state), new)
 
 
@@ -145,11 +153,11 @@ def _settle(
 
 class _Staged(Sequence[list[InputRef]]):
     """The chunks staged in a work directory, each read when it is asked for: the driver holds one at a
-    time. Their number is found by stating the chunk files in turn (O(chunks))."""
+    time. Their number, unless `count` gives it, is found by stating the chunk files in turn (O(chunks))."""
 
-    def __init__(self, work: WorkDir) -> None:
+    def __init__(self, work: WorkDir, count: int | None = None) -> None:
         self._work = work
-        self._count: int | None = None
+        self._count = count
 
     def __len__(self) -> int:
         if self._count is None:
