@@ -204,6 +204,7 @@ def test_remote_shards_resume_from_the_members_the_interrupted_run_copied(tmp_pa
     assert not [p for p in (store / "out" / ".prep-tmp").rglob("*") if p.is_file()]  # objects; folders linger
 
 
+@pytest.mark.parametrize("stopped", ["label-file"], indirect=True)  # decided alike for every kind (convert.py)
 def test_a_resume_of_a_run_that_staged_nothing_starts_over_on_workers(stopped, tmp_path, monkeypatch):
     """Killed before its run record (resume.FRESH): OUTPUT is cleared as --overwrite would, and SOURCE listed
     on workers as by a fresh run; the manifest says the run was resumed, with nothing reused."""
