@@ -174,7 +174,7 @@ def _restarting(config: ConvertConfig) -> ConvertConfig:
 
 def _relisted_on_workers(
     config: ConvertConfig,
-    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource,
+    source: FolderSource | LabelSource | ShardSource | TableSource | DetectionSource | SegmentationSource,
     runner: str,
     beam_args: list[str] | None,
 ) -> Ready | None:

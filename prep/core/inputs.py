@@ -118,13 +118,13 @@ def detection_source(config: ConvertConfig) -> detection_inputs.DetectionSource 
 def segmentation_source(config: ConvertConfig) -> segmentation_inputs.SegmentationSource | None:
     """A segmentation SOURCE (--masks) whose files are listed and joined to the masks on workers
     (beam_jobs/list_masks.py), the driver stating SOURCE and --masks only; None when the driver lists it
-    (`list_inputs`): other tasks, `--resume`, or a local SOURCE or --masks that is no folder.
+    (`list_inputs`): other tasks, or a local SOURCE or --masks that is no folder.
 
     Raises:
         SourceError: OUTPUT is inside SOURCE.
     """
     t = config.tasks
-    if not t.masks or t.task != "segmentation" or config.resume:
+    if not t.masks or t.task != "segmentation":
         return None
     assert config.classes is not None  # ConvertConfig requires --classes with --masks
     src = segmentation_inputs.plan_segmentation(config.source, t.masks, config.classes, config.layout)

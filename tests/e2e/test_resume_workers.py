@@ -1,7 +1,7 @@
 """`--resume` of a SOURCE listed on workers, on a runner other than the embedded one (DirectRunner, in
 process): SOURCE is listed again by the listing pipeline (never by the driver), and the run finishes with
 the bytes of an uninterrupted one; a changed input is refused with the driver path's error, word for word.
-Class folders, a label file, WebDataset shards and COCO annotations."""
+Class folders, a label file, WebDataset shards, COCO annotations and segmentation masks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typing
 import pytest
 
 from beam_jobs import convert as conversion
-from beam_jobs import list_annotations, list_labels, list_shards, list_source
+from beam_jobs import list_annotations, list_labels, list_masks, list_shards, list_source
 from prep.core.convert_options import build_config
 from prep.core.errors import ResumeError
 from prep.core.inputs import list_inputs
@@ -78,7 +78,24 @@ def coco(root: pathlib.Path) -> Kind:
     return Kind(images, {"annotations": str(path), "seed": 3, "num_shards": 2}, list_annotations, 2, first, add)
 
 
-KINDS = {"folders": folders, "label-file": label_file, "webdataset": webdataset, "coco": coco}
+def segmentation(root: pathlib.Path) -> Kind:
+    classes = ("background", "cat", "dog")
+    images = drawn_shapes.make_images(10, classes[1:], seed=4, orientations=(1, 6), jpeg_every=0)
+    drawn_shapes.write_images(root / "images" / "train", images[:6], classes)
+    drawn_shapes.write_images(root / "images" / "validation", images[6:], classes)
+    for split, part in (("train", images[:6]), ("validation", images[6:])):
+        (root / "masks" / split).mkdir(parents=True)
+        for img in part[1:]:  # the first of each split has no mask: missing_mask
+            mask = root / "masks" / split / (img.path.rsplit(".", 1)[0] + ".png")
+            drawn_shapes.class_map(img, classes).save(mask)
+    (root / "classes.txt").write_text("\n".join(classes) + "\n")
+    options = {"masks": str(root / "masks"), "classes": str(root / "classes.txt"), "seed": 3, "num_shards": 2}
+    first = sorted((root / "images" / "train").rglob("*.*"))[-1]
+    add = lambda: added(first, "unmasked" + first.suffix)  # noqa: E731
+    return Kind(root / "images", options, list_masks, 4, first, add)
+
+
+KINDS = {"folders": folders, "label-file": label_file, "webdataset": webdataset, "coco": coco, "masks": segmentation}
 
 
 def convert(kind: Kind, out: pathlib.Path, resume: bool = False, on_step=None, **runner):
