@@ -113,11 +113,16 @@ def test_the_driver_lists_what_it_cannot_state(tmp_path):
     for options in (
         {"masks": str(tmp_path / "missing")},
         {"masks": str(tmp_path / "classes.txt")},
-        {"masks": str(tmp_path), "resume": True},
     ):
         assert (
             segmentation_source(build_config(str(tmp_path / "src"), str(tmp_path / "o"), {**base, **options})) is None
         )
+    (tmp_path / "m").mkdir()
+    listed = [  # --resume lists on workers too (tests/e2e/test_resume_workers.py)
+        segmentation_source(build_config(str(tmp_path / "src"), str(tmp_path / "o"), {**base, **options}))
+        for options in ({"masks": str(tmp_path / "m")}, {"masks": str(tmp_path / "m"), "resume": True})
+    ]
+    assert listed[0] is not None and listed[1] == listed[0]
     with pytest.raises(SourceError, match="inside SOURCE"):
         segmentation_source(build_config(str(tmp_path), str(tmp_path / "o"), {**base, "masks": str(tmp_path)}))
 
