@@ -1,9 +1,12 @@
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import pathlib
+import resource
 import tempfile
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -54,12 +57,35 @@ def _alone(exclusive: bool):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2 or "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+def _cpu_seconds() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@contextlib.contextmanager
+def _cpu_logged(item):
+    """With PREP_TEST_CPU=PREFIX: a line per test in PREFIX.<xdist worker>.jsonl, its CPU seconds (the worker's
+    threads and the child processes it reaped) and wall seconds, setup and teardown included. On a machine
+    that others share, CPU seconds compare two checkouts where wall seconds do not;
+    `python -m tests.support.suite_cpu PREFIX [PREFIX]` sums them by file."""
+    prefix = os.environ.get("PREP_TEST_CPU")
+    if not prefix:
         yield
         return
-    with _alone(item.get_closest_marker("alone") is not None):
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    try:
+        yield
+    finally:
+        line = {"id": item.nodeid, "cpu": _cpu_seconds() - cpu, "wall": time.monotonic() - wall}
+        with open(f"{prefix}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    parallel = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 2 and "PYTEST_XDIST_TESTRUNUID" in os.environ
+    alone = _alone(item.get_closest_marker("alone") is not None) if parallel else contextlib.nullcontext()
+    with alone, _cpu_logged(item):
         yield
 
 

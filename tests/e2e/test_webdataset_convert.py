@@ -224,20 +224,16 @@ def test_the_sample_writes_a_webdataset_and_converts_it(tmp_path):
     assert len(names) == 204 and all(".tar/" in n for n in names)
 
 
-def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, reference, tmp_path):
-    import logging
-
-    from dask import distributed
-
+def test_the_dask_runner_on_a_local_cluster_writes_the_same_bytes(source, reference, tmp_path, dask_cluster):
+    # dask_cluster: the session's LocalCluster (tests/e2e/conftest.py); one of its own cost two more worker
+    # processes that import TensorFlow and Beam for this one conversion.
     from tests.e2e.test_runners import DASK
 
     root, _ = source
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        out = tmp_path / "out"
-        config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
-        address = f"--dask_client_address={cluster.scheduler_address}"
-        conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
+    out = tmp_path / "out"
+    config = build_config(str(root), str(out), {"num_shards": 2, "seed": 3})
+    address = f"--dask_client_address={dask_cluster}"
+    conversion.convert(config, list_inputs(config), runner=DASK, beam_args=[address])
     assert_same_dataset(out, reference, shards=4)
 
 
