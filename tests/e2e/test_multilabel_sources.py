@@ -66,11 +66,7 @@ def test_wds_json_lists_on_workers_write_every_sample_with_its_names(tmp_path):
     assert inputs["found"] == 25 == inputs["written"] + inputs["rejected"] + inputs["capped"]
 
 
-def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(tmp_path):
-    import logging
-
-    from dask import distributed
-
+def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(tmp_path, dask_cluster):
     from tests.e2e.test_runners import DASK
 
     _wds(tmp_path / "src")
@@ -79,10 +75,8 @@ def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(tmp_p
     assert_same_dataset(embedded, reference, shards=4)
     direct = _convert(tmp_path / "src", tmp_path / "direct", "DirectRunner", label_key="tags")
     assert_same_dataset(direct, reference, shards=4)
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        address = f"--dask_client_address={cluster.scheduler_address}"
-        dask = _convert(tmp_path / "src", tmp_path / "dask", DASK, beam_args=[address], label_key="tags")
+    address = f"--dask_client_address={dask_cluster}"  # the session's cluster (tests/e2e/conftest.py)
+    dask = _convert(tmp_path / "src", tmp_path / "dask", DASK, beam_args=[address], label_key="tags")
     assert_same_dataset(dask, reference, shards=4)
 
 
