@@ -33,6 +33,7 @@ import typing
 import apache_beam as beam
 
 from beam_jobs import list_source
+from beam_jobs.list_annotations import stage_listed
 from beam_jobs.list_source import (
     ChunkJob,
     GroupListed,
@@ -51,9 +52,7 @@ from prep.core.errors import SourceError
 from prep.core.label_file import Candidate, duplicate, finish_multilabel, judge_row
 from prep.core.label_ranges import BadText, LabelSource, RangeJob, count_range, place, read_range
 from prep.core.listing import InputRef, Reject
-from prep.core.ordering import listing_chunks
 from prep.core.run import checkpoints
-from prep.core.run.start import digest_listing, stage_listing, staged_of
 from prep.core.task_inputs import multilabel_listing
 from prep.core.workdir import WorkDir
 
@@ -206,24 +205,7 @@ def stage_multilabel(
     rows.sort(key=lambda c: c.line)  # the file's order, as the driver lists it
     listing = finish_multilabel([c.ref for c in rows], rejects, classes, src.path)
     listing = multilabel_listing(listing, src.plan.seed, src.plan, src.rules.root)
-    chunks = listing_chunks(listing, src.plan.seed)
-    stage_listing(work, chunks, listing.rejects)
-    digest, staged = digest_listing(listing, chunks), staged_of(listing)
-    summary = {
-        "fallback": None,
-        "task": staged.task,
-        "classes": list(staged.classes),
-        "groups": None if staged.groups is None else list(staged.groups),
-        "splits": list(staged.splits),
-        "listed": sorted({r.label for r in listing.refs}),
-        "sizes": [len(c) for c in chunks],
-        "found": staged.found,
-        "digest": digest.sha256,
-        "inputs": digest.inputs,
-        "rejected": digest.rejected,
-    }
-    storage.write_atomic(work.listed_summary, json.dumps(summary).encode())
-    return MultiStaged(len(chunks))
+    return MultiStaged(stage_listed(listing, src.plan.seed, work.output))  # as COCO's and masks' listings
 
 
 def write_rejects(element, work: WorkDir):

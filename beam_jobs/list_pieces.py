@@ -25,7 +25,7 @@ from beam_jobs.list_source import ChunkJob, GroupListed, PlanInfo, TaskDone, Unk
 from prep.core import storage, task_inputs
 from prep.core.errors import SourceError
 from prep.core.layout import PlanOptions
-from prep.core.listing import Listing
+from prep.core.listing import InputRef, Listing
 from prep.core.ordering import group_order, listing_chunks
 from prep.core.run import checkpoints
 from prep.core.sources import multilabel
@@ -146,3 +146,14 @@ def run_here(tasks: list, source, steps: PieceSteps, seed: int, classes: tuple[s
     info = [i for i in planned if isinstance(i, PlanInfo)]
     for _ in list_source.write_summary((None, [*info, *written, *rejected]), work):
         pass
+
+
+def chunk_refs(pieces: Iterable[tuple[str, int, int]], labels: dict[str, str]) -> list[InputRef]:
+    """A chunk's references read from its pieces of group files (`list_source.read_refs`), each piece of a
+    group file named in `labels` given that class name (a group whose labels index --classes, named by the
+    plan)."""
+    refs: list[InputRef] = []
+    for path, start, end in pieces:
+        got = list_source.read_refs(path, start, end)
+        refs += [r._replace(label=labels[path]) for r in got] if path in labels else got
+    return refs

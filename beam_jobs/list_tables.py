@@ -242,11 +242,7 @@ class WriteChunk(beam.DoFn):
         self._work = work
 
     def process(self, item: TableChunk):
-        labels = dict(item.labels)
-        refs = []
-        for path, start, end in item.job.pieces:
-            got = list_source.read_refs(path, start, end)
-            refs += [r._replace(label=labels[path]) for r in got] if path in labels else got
+        refs = list_pieces.chunk_refs(item.job.pieces, dict(item.labels))
         checkpoints.write_listing(self._work, item.job.chunk, refs)
         if item.rows:
             where = array.array("q")
