@@ -1,0 +1,144 @@
+"""The ceilings of issue 36's ratio goals that a fixed cost sets: what `prep convert` could reach at best.
+
+    python bench/speed_ceiling.py --sizes 2000,20000 --repeats 3
+
+A ratio goal compares whole processes, start to exit: `bare loop / prep convert`. Both do the
+same image work, which grows with the photos; each also pays a fixed cost (the interpreter,
+imports, setting up). Were prep's image work no slower than the loop's, its best ratio at n
+photos would be
+
+    ceiling(n) = bare(n) / (bare(n) + fixed_prep - fixed_bare)
+
+with the fixed costs measured as the same commands on a one-photo source. Two fixed costs are
+given for prep: today's whole `prep convert` of one photo, and a floor no Beam conversion goes
+under: a process that imports Beam as `prep convert` does (beam_jobs/lean_import.py) and runs a
+two-step pipeline on the embedded runner (FnApiRunner). The same arithmetic bounds
+`--workers 1 -> 2` (Amdahl): with the loop's one-core image work v(n) = bare(n, 1 process) -
+fixed_bare, at best (fixed_prep + v) / (fixed_prep + v / 2).
+
+Every measurement is a fresh process timed by wall clock (a conversion's ratio in
+bench/speed_goals.py is too), each repeat running all of them back to back; medians are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from convert_compare import timed  # noqa: E402  (bench/ scripts run as files)
+from make_data import ensure_data, prep_command  # noqa: E402
+
+OUT = pathlib.Path("/tmp/prep-speed-ceiling")
+
+# A Beam conversion's floor: Beam imported as the console script imports it, one tiny pipeline run
+# on the embedded runner the console script uses.
+BEAM_FLOOR = """
+from beam_jobs.lean_import import import_beam
+import_beam()
+import apache_beam as beam
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+with beam.Pipeline(runner=FnApiRunner()) as p:
+    p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x + 1)
+"""
+
+
+def _seconds(cmd: list[str]) -> float:
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.sync()
+    return timed([str(OUT) if c == "OUT" else c for c in cmd])[0]
+
+
+def one_photo(tmp: pathlib.Path) -> pathlib.Path:
+    """A class-folder source of one photo, the first of the 2,000-photo set."""
+    data = ensure_data(2000)
+    first = sorted(data.glob("*/*"))[0]
+    (tmp / "one" / first.parent.name).mkdir(parents=True)
+    shutil.copy(first, tmp / "one" / first.parent.name / first.name)
+    return tmp / "one"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2000,20000")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    bare = [sys.executable, "-m", "bench.baselines.bare_loop"]
+    with tempfile.TemporaryDirectory() as tmp:
+        one = str(one_photo(pathlib.Path(tmp)))
+        commands = {
+            "fixed: bare loop, 1 photo": [*bare, one, "OUT"],
+            "fixed: prep convert --duplicates off, 1 photo": [
+                prep_command(),
+                "convert",
+                one,
+                "OUT",
+                "--num-shards",
+                "1",
+                "--no-progress",
+                "--duplicates",
+                "off",
+            ],
+            "fixed: prep convert (default), 1 photo": [
+                prep_command(),
+                "convert",
+                one,
+                "OUT",
+                "--num-shards",
+                "1",
+                "--no-progress",
+            ],
+            "floor: Beam imported, a 2-step pipeline": [sys.executable, "-c", BEAM_FLOOR],
+        }
+        for n in sizes:
+            src = str(ensure_data(n))
+            commands[f"bare loop, {n} photos"] = [*bare, src, "OUT"]
+            commands[f"bare loop --keys, {n} photos"] = [*bare, src, "OUT", "--keys"]
+            commands[f"bare loop, {n} photos, 1 process"] = [*bare, src, "OUT", "--processes", "1"]
+        load_before = tuple(round(x, 1) for x in os.getloadavg())
+        started = time.perf_counter()
+        runs: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.repeats):
+            for name, cmd in commands.items():
+                runs[name].append(_seconds(cmd))
+    med = {name: statistics.median(r) for name, r in runs.items()}
+    load_after = tuple(round(x, 1) for x in os.getloadavg())
+    print(f"{os.cpu_count()} cores; load average before {load_before}, after {load_after}; median of {args.repeats}")
+    width = max(len(n) for n in med) + 2
+    for name, seconds in med.items():
+        print(f"{name:<{width}}{seconds:8.2f} s   runs {' '.join(f'{x:.2f}' for x in runs[name])}")
+    fixed_bare = med["fixed: bare loop, 1 photo"]
+    floor = med["floor: Beam imported, a 2-step pipeline"]
+    sides = {  # goal: (reference's photos-to-seconds name, prep's fixed cost today)
+        "pass (0.85)": ("bare loop, {} photos", med["fixed: prep convert --duplicates off, 1 photo"]),
+        "keys (0.80)": ("bare loop --keys, {} photos", med["fixed: prep convert (default), 1 photo"]),
+    }
+    print("\nceiling of bare loop / prep convert: with prep's fixed cost today | with the Beam floor")
+    print(f"{'photos':>8}  " + "  ".join(f"{k:>24}" for k in sides))
+    for n in sizes:
+        cells = []
+        for name, today in sides.values():
+            b = med[name.format(n)]
+            cells.append(f"{b / (b + today - fixed_bare):.3f} | {b / (b + floor - fixed_bare):.3f}")
+        print(f"{n:>8}  " + "  ".join(f"{c:>24}" for c in cells))
+    print("\nceiling of --workers 1 -> 2 with the default options (goal 1.8)")
+    default = med["fixed: prep convert (default), 1 photo"]
+    print(f"{'photos':>8}  {'prep convert (default) today':>36}  {'Beam floor':>36}")
+    for n in sizes:
+        v = med[f"bare loop, {n} photos, 1 process"] - fixed_bare
+        cells = [(f + v) / (f + v / 2) for f in (default, floor)]
+        print(f"{n:>8}  " + "  ".join(f"{c:>36.3f}" for c in cells))
+    print(f"({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
