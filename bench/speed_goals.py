@@ -23,9 +23,9 @@ Goals (a ratio >= its goal is met; "every" goals must hold in every run, the oth
 
 Conversions run as fresh processes timed from start to exit (this checkout's code); in each repeat
 the two sides of a goal run back to back, in alternating order, so that the load of a shared machine
-hits both alike; a run's ratio is from the same repeat. Loader epochs alternate within one process
-after a warm-up epoch each. The load average is printed before and after. Results also go to
-bench/results/speed-goals.json.
+hits both alike; a run's ratio is from the same repeat. Loader runs (--loader-epochs epochs each, 2)
+alternate within one process after a warm-up epoch each. The load average is printed before and after.
+Results also go to bench/results/speed-goals.json.
 """
 
 from __future__ import annotations
@@ -172,8 +172,9 @@ def conversion_pairs(goals: set[str], sizes: list[int], tfds_sizes: list[int]) -
     return pairs
 
 
-def loader_pairs(repeats: int) -> list[Pair]:
-    """Both loader goals, epochs alternating in this process (TensorFlow imported here only)."""
+def loader_pairs(repeats: int, epochs: int = 2) -> list[Pair]:
+    """Both loader goals, runs of `epochs` epochs alternating in this process, after one warm-up epoch of each
+    pipeline (graph building, autotuning, page cache). TensorFlow is imported here only."""
     import load_bench
     import loader_detection_bench as det
     import tensorflow as tf
@@ -189,7 +190,9 @@ def loader_pairs(repeats: int) -> list[Pair]:
     files = list(open_split(str(out), "train").files)
     ours = loaders.load(out, "train", 64, size)
     hand = load_bench.hand_tuned(files, 64, size, tf, options)
-    pairs.append(_loader_pair("2000 photos, classification 224x224, batch 64", ours, hand, load_bench.epoch_rate))
+    pairs.append(
+        _loader_pair("2000 photos, classification 224x224, batch 64", ours, hand, load_bench.epoch_rate, epochs)
+    )
 
     out = det.ensure_dataset(OUT.with_name("prep-detection-bench"), 2000, 8)
     source, size = open_split(str(out), "train"), (256, 256)
@@ -206,11 +209,13 @@ def loader_pairs(repeats: int) -> list[Pair]:
     )
     hand = det.hand_tuned(list(source.files), 32, size, source.max_boxes, tf, options)
     pairs.append(
-        _loader_pair("2000 images, detection 256x256, batch 32", ours, hand, lambda ds, _: det.epoch_rate(ds)[:2])
+        _loader_pair(
+            "2000 images, detection 256x256, batch 32", ours, hand, lambda ds, _, n: det.epoch_rate(ds, n)[:2], epochs
+        )
     )
-    for pair in pairs:  # warm-up epochs: graph building, page cache
-        pair.ours()
-        pair.reference()
+    for pair in pairs:  # warm-up: one epoch of each side, not counted
+        pair.ours(1)
+        pair.reference(1)
         for ms in pair.cpu.values():
             ms.clear()
     for i in range(repeats):
@@ -219,14 +224,14 @@ def loader_pairs(repeats: int) -> list[Pair]:
     return pairs
 
 
-def _loader_pair(what: str, ours, hand, epoch_rate) -> Pair:
+def _loader_pair(what: str, ours, hand, epoch_rate, epochs: int) -> Pair:
     """Images/s of each side's epochs; each side's process CPU ms per image is kept too (other load on a shared
     machine changes it less than it changes rates)."""
     cpu: dict[str, list[float]] = {"loaders.load": [], "hand-tuned": []}
 
     def rate(ds, side: str) -> Callable[[], float]:
-        def run() -> float:
-            images_per_s, ms = epoch_rate(ds, lambda e: int(e[1].shape[0]))
+        def run(n: int = epochs) -> float:
+            images_per_s, ms = epoch_rate(ds, lambda e: int(e[1].shape[0]), n)
             cpu[side].append(ms)
             return images_per_s
 
@@ -259,7 +264,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", default="2000,20000", help="photos for pass, keys, resize and workers")
     parser.add_argument("--tfds-sizes", default="2000,8000", help="photos for the tfds goal (issue: 2000,8000,32000)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each conversion goal")
-    parser.add_argument("--loader-repeats", type=int, default=5, help="epochs of each loader pipeline")
+    parser.add_argument("--loader-repeats", type=int, default=5, help="runs of each loader pipeline")
+    parser.add_argument("--loader-epochs", type=int, default=2, help="epochs timed as one loader run")
     args = parser.parse_args(argv)
     goals = set(args.goals.split(","))
     if goals - set(goals_all):
@@ -275,7 +281,7 @@ def main(argv=None) -> None:
         for pair in pairs:
             pair.run_once(flip=i % 2 == 1)
     if "loaders" in goals:
-        pairs += loader_pairs(args.loader_repeats)
+        pairs += loader_pairs(args.loader_repeats, args.loader_epochs)
     rows = [p.row() for p in pairs]
     load = (load_before, tuple(round(x, 1) for x in os.getloadavg()))
     print_table(rows, load)

@@ -172,3 +172,18 @@ def test_skip_mode_on_a_remote_dataset(dataset, tmp_path, caplog):
     tf.io.gfile.remove(f"{root}/{shard}")
     with pytest.raises(LoaderError, match=f"shard {root}/{shard} is missing"):
         loaders.load(root, "train", batch_size=4, image_size=(8, 8), on_corrupt="skip")
+
+
+def test_guard_passes_a_complete_range_and_names_the_shard_of_a_short_one():
+    # The guard asks for its failing element only when a range ends early: a complete
+    # range comes through unchanged, a short one (a read error ended it) names the shard.
+    import tensorflow as tf
+
+    from loaders.dataset import _named_errors
+
+    records = tf.data.Dataset.from_tensor_slices([b"a", b"b", b"c"])
+    file, skip = tf.constant("shard-7.tfrecord"), tf.constant(4, tf.int64)
+    assert list(_named_errors(records, file, skip, tf.constant(3, tf.int64)).as_numpy_iterator()) == [b"a", b"b", b"c"]
+    assert list(_named_errors(records, file, skip, tf.constant(2, tf.int64)).as_numpy_iterator()) == [b"a", b"b"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[shard-7.tfrecord\] .* \[4\] \[to\] \[7\]"):
+        list(_named_errors(records, file, skip, tf.constant(4, tf.int64)).as_numpy_iterator())
