@@ -29,6 +29,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import itertools
+import os
 import typing
 
 import apache_beam as beam
@@ -188,7 +189,8 @@ class WriteParts(PooledDoFn):
     some (see plan.py). A task holds up
     to `width` parts (`write_task`), written at once on as many threads: each
     part file is a stream of page-cache writes and a SHA-256 that one thread
-    cannot overlap with another file's.
+    cannot overlap with another file's. A task of fewer parts than cores also
+    reads each part's blocks ahead on the pool (`copy_records`).
     """
 
     def __init__(
@@ -219,15 +221,18 @@ class WriteParts(PooledDoFn):
         for key, section in items:
             sections.setdefault(key, []).append(section)
         keys = sorted(sections)
+        # As many parts as cores keep them busy, each on its own thread; fewer read ahead on the pool too.
+        ahead = self._pool if len(keys) < (self._workers or os.cpu_count() or 1) else None
         # Metrics count in this thread: Beam's metrics container is per thread.
-        for output, written, size in self._parts.map(lambda key: self._write_part(key, sections[key]), keys):
+        for output, written, size in self._parts.map(lambda key: self._write_part(key, sections[key], ahead), keys):
             if written:
                 self._written.inc(written)
                 self._bytes.inc(size)
             yield output
 
-    def _write_part(self, key: PartKey, sections: list[Section]) -> tuple:
-        """Writes one part (or whole shard); returns (output, records written, bytes written)."""
+    def _write_part(self, key: PartKey, sections: list[Section], ahead: concurrent.futures.Executor | None) -> tuple:
+        """Writes one part (or whole shard), its blocks read ahead on `ahead` if given (`copy_records`);
+        returns (output, records written, bytes written)."""
         name = self._options.shard_name(key.split, key.shard, key.num_shards)
         entries = sorted(itertools.chain.from_iterable(read_section(self._work, s) for s in sorted(sections)))
         digest = checkpoints.entries_digest(entries)
@@ -245,11 +250,10 @@ class WriteParts(PooledDoFn):
         if found is not None:
             size, sha = found
         else:
-            assert self._pool is not None  # made in setup()
             # A part is a piece of the framed stream that ConcatParts gives the shard's container.
             out = self._options.open_shard(tmp) if key.num_parts == 1 else formats.TFRECORD.open_writer(tmp)
             try:
-                size, sha = out.finish(*copy_records(entries, out, self._work, self._options.source, self._pool))
+                size, sha = out.finish(*copy_records(entries, out, self._work, self._options.source, ahead))
             except BaseException:
                 out.abort()
                 raise

@@ -64,7 +64,7 @@ class _Writer(ShardWriter):
         self._splitter = FrameSplitter()
         self._writer = _module().ArrayRecordWriter(self._local, options)
 
-    def write(self, framed: bytes) -> None:
+    def write(self, framed: bytes | memoryview) -> None:
         for record in self._splitter.feed(framed):
             self._writer.write(record)
 

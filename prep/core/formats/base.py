@@ -55,8 +55,9 @@ class ShardWriter(abc.ABC):
     """Writes one shard: framed records in, the container's file out."""
 
     @abc.abstractmethod
-    def write(self, framed: bytes) -> None:
-        """Takes the next bytes of a stream of TFRecord-framed records, cut anywhere."""
+    def write(self, framed: bytes | memoryview) -> None:
+        """Takes the next bytes of a stream of TFRecord-framed records, cut anywhere. The caller may
+        reuse the buffer once this returns (`shard_copy.copy_records` does): keep no view of it."""
 
     @abc.abstractmethod
     def finish(self, size: int, sha256: str) -> tuple[int, str]:
@@ -135,7 +136,7 @@ class FrameSplitter:
     def __init__(self) -> None:
         self._pending = bytearray()
 
-    def feed(self, piece: bytes) -> list[bytes]:
+    def feed(self, piece: bytes | memoryview) -> list[bytes]:
         """The records completed by `piece`, in order."""
         self._pending += piece
         out, start = [], 0

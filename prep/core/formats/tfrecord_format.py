@@ -85,9 +85,11 @@ class _Writer(ShardWriter):
     def __init__(self, path: str) -> None:
         self._path = path
         self._out = storage.open_write(path)
+        # A local file copies what it is given before write returns; a remote writer may keep it, or take bytes only.
+        self._copy = storage.is_remote(path)
 
-    def write(self, framed: bytes) -> None:
-        self._out.write(framed)
+    def write(self, framed: bytes | memoryview) -> None:
+        self._out.write(bytes(framed) if self._copy else framed)
 
     def finish(self, size: int, sha256: str) -> tuple[int, str]:
         self._out.close()

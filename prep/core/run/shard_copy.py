@@ -1,7 +1,9 @@
 """Copying a shard's planned records from the spill files, for beam_jobs/write.py. No Beam.
 
 Each record is a (spill, offset, length) range of a spill file, with a kept image read from the source
-again (`spill.read_record`) and a renumbered label re-framed (`relabel_framed`). A kept image's spilled
+again and a renumbered label re-framed (`relabel_framed`). Records are put straight into a block's buffer;
+a kept image of a local file is read into its place there (`_Source.read_into`), checked by its record's
+CRC as `spill.read_record`, which reads any other one, checks it. A kept image's spilled
 bytes usually come with its planned entry (`PlannedEntry.rest`, chunk_spill.read_rests), so that the
 writer reads no spill file for it. Other records (converted, or spilled whole: a remote or compressed
 shard's member) come from every chunk in a random order, so a block's records of one spill file lie far
@@ -9,8 +11,8 @@ apart. From a remote work directory, a part's such records are therefore first c
 file, one streamed read per run of a spill file (`_stage`: local disk up to the part's size, the shard's
 own size at most; requests per image from tar shards 0.886 -> 0.003, docs/benchmarks.md); from a local one,
 each block joins the neighbouring reads it can (`runs`, reading through gaps up to a block's size: a block in
-flight holds at most twice its bytes). Entries are read in blocks (`blocks`) on the writer's pool while it
-writes and hashes the ones before (`copy_records`).
+flight holds at most twice its bytes). Entries are read in blocks (`blocks`), written and hashed
+(`copy_records`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import concurrent.futures
 import hashlib
 import itertools
 import os
+import struct
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO, TypeVar
@@ -27,9 +31,9 @@ from typing import BinaryIO, TypeVar
 from prep.core import storage
 from prep.core.formats import ShardWriter
 from prep.core.run.checkpoints import PlannedEntry
-from prep.core.run.spill import read_record
+from prep.core.run.spill import changed, read_record
 from prep.core.schema import relabel, relabelled_size
-from prep.core.tfrecord import FOOTER, HEADER, frame
+from prep.core.tfrecord import FOOTER, HEADER, frame, masked_crc32c
 from prep.core.workdir import WorkDir
 
 # Entries are read in blocks of about _BLOCK bytes (at least one record each).
@@ -52,21 +56,30 @@ class _SpillReader:
         self._work = work
         self._handles: collections.OrderedDict[str, BinaryIO] = collections.OrderedDict()
 
-    def read_batch(
-        self, entries: Sequence[PlannedEntry], source: str, staged: _Staged | None = None, first: int = 0
-    ) -> list[bytes]:
-        """The entries' framed records, in pieces to join; images left in the source are read
-        from it (`spill.read_record`). `staged`: the part's spilled bytes, copied (`_stage`), the
-        entries being the part's from `first` on."""
+    def fill(
+        self, entries: Sequence[PlannedEntry], source: _Source, buffer: bytearray, staged: _Staged | None, first: int
+    ) -> int:
+        """Puts the entries' framed records in `buffer` from its start, in order; returns their bytes.
+        `staged`: the part's spilled bytes, copied (`_stage`), the entries being the part's from `first` on.
+
+        A kept image of a local file is read again straight into its place in `buffer`
+        (`_Source.read_into`); any other record is made whole first (`spill.read_record`).
+        """
         read = self._read_runs(entries) if staged is None else {}
-        out: list[bytes] = []
+        view = memoryview(buffer)
+        pos = 0
         for i, entry in enumerate(entries):
             spilled = entry.rest or (read[i] if staged is None else staged.read(first + i))
-            pieces = read_record(source, entry.source, spilled, entry.cut, entry.image)
+            if entry.image and entry.relabel < 0 and source.local(entry.source):
+                pos = source.read_into(view, pos, entry, spilled)
+                continue
+            pieces = read_record(source.name, entry.source, spilled, entry.cut, entry.image)
+            record = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if entry.relabel >= 0:
-                pieces = [relabel_framed(b"".join(pieces), entry)]
-            out.extend(pieces)
-        return out
+                record = relabel_framed(record, entry)
+            view[pos : pos + len(record)] = record
+            pos += len(record)
+        return pos
 
     def _read_runs(self, entries: Sequence[PlannedEntry]) -> dict[int, bytes]:
         """The spilled bytes of the entries the planner did not carry them for (`Entry.rest`), by index:
@@ -120,42 +133,145 @@ def relabel_framed(framed: bytes, entry: PlannedEntry) -> bytes:
 
 
 def copy_records(
-    entries: Sequence[PlannedEntry], out: ShardWriter, work: WorkDir, source: str, pool: concurrent.futures.Executor
+    entries: Sequence[PlannedEntry],
+    out: ShardWriter,
+    work: WorkDir,
+    source: str,
+    pool: concurrent.futures.Executor | None = None,
 ) -> tuple[int, str]:
     """Writes the entries' framed records to `out` (a format's writer, `prep.core.formats`) in order;
     returns the framed stream's (bytes, sha256), which a TFRecord shard's file is.
 
-    Three things overlap, all outside the GIL for large buffers: batches are
-    read ahead on `pool` threads, this thread writes them, and one hashing
-    thread updates the SHA-256 in order. At most `_AHEAD` blocks wait on each
-    side, so memory is bounded by a few blocks, not by the shard's size.
+    Without `pool`, this thread reads, writes and hashes each block in turn: the writer gives a
+    part to each of its threads when it has as many parts as cores (beam_jobs/write.py), and then
+    a hand-off between threads costs CPU and overlaps nothing that the other parts' threads do not
+    (docs/benchmarks.md, "The write stage"). With `pool` (fewer parts than cores), three things
+    overlap, all outside the GIL for large buffers: blocks are read ahead on `pool` threads, this
+    thread writes them, and one hashing thread updates the SHA-256 in order. At most `_AHEAD`
+    blocks wait on each side, so memory is bounded by a few blocks, not by the shard's size.
+    Either way a block is read into a buffer an earlier block left, written and hashed.
     """
     digest, size = hashlib.sha256(), 0
     batches = blocks(entries, _BLOCK)
     firsts = list(itertools.accumulate((len(b) for b in batches), initial=0))
     staged = _stage(entries, work) if storage.is_remote(work.root) else None
+    reread = _Source(source)
+    free: list[bytearray] = []  # buffers written and hashed (list.pop and append are atomic)
 
-    def read(batch: list[PlannedEntry], first: int) -> bytes:
-        reader = _SpillReader(work)
+    def read(i: int, reader: _SpillReader) -> tuple[bytearray, int]:
+        need = sum(map(written_size, batches[i]))
         try:
-            return b"".join(reader.read_batch(batch, source, staged, first))
+            buffer = free.pop()
+        except IndexError:
+            buffer = bytearray(need)
+        if len(buffer) < need:
+            buffer = bytearray(need)
+        return buffer, reader.fill(batches[i], reread, buffer, staged, firsts[i])
+
+    def read_alone(i: int) -> tuple[bytearray, int]:
+        reader = _SpillReader(work)  # its own open spill files: blocks are read at once
+        try:
+            return read(i, reader)
         finally:
             reader.close()
 
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher, staged or _Staged():
-        reading: collections.deque[concurrent.futures.Future[bytes]] = collections.deque()
-        hashing: collections.deque[concurrent.futures.Future[None]] = collections.deque()
-        for i, batch in enumerate(batches):
-            reading.append(pool.submit(read, batch, firsts[i]))
-            last = i == len(batches) - 1
-            while reading and (len(reading) > _AHEAD or last):
-                block = reading.popleft().result()
-                out.write(block)
-                hashing.append(hasher.submit(digest.update, block))
-                size += len(block)
-                while len(hashing) > _AHEAD:
-                    hashing.popleft().result()
+    with staged or _Staged():
+        if pool is None:
+            reader = _SpillReader(work)
+            try:
+                for i in range(len(batches)):
+                    buffer, length = read(i, reader)
+                    block = memoryview(buffer)[:length]
+                    out.write(block)
+                    digest.update(block)
+                    size += length
+                    free.append(buffer)
+            finally:
+                reader.close()
+            return size, digest.hexdigest()
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
+            reading: collections.deque[concurrent.futures.Future[tuple[bytearray, int]]] = collections.deque()
+            hashing: collections.deque[tuple[concurrent.futures.Future[None], bytearray]] = collections.deque()
+            for i in range(len(batches)):
+                reading.append(pool.submit(read_alone, i))
+                last = i == len(batches) - 1
+                while reading and (len(reading) > _AHEAD or last):
+                    buffer, length = reading.popleft().result()
+                    block = memoryview(buffer)[:length]
+                    out.write(block)
+                    hashing.append((hasher.submit(digest.update, block), buffer))
+                    size += length
+                    while len(hashing) > _AHEAD:
+                        done, buffer = hashing.popleft()
+                        done.result()
+                        free.append(buffer)
     return size, digest.hexdigest()
+
+
+class _Source:
+    """SOURCE, for reading kept images again: straight into a block's buffer where an input is a local
+    file (`read_into`), else through `spill.read_record`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # Paths are joined as bytes: an entry's path is UTF-8 (surrogateescape), as the file system's is here.
+        utf8 = sys.getfilesystemencoding() == "utf-8"
+        self._prefix = os.fsencode(os.path.join(name, "")) if utf8 and not storage.is_remote(name) else None
+
+    def local(self, path: bytes) -> bool:
+        """Whether input `path` (`Entry.source`) is a local file, read by `read_into`: not a remote
+        object nor, maybe, a WebDataset member (`webdataset.member_path`)."""
+        return self._prefix is not None and b"://" not in path and b"#bytes=" not in path
+
+    def read_into(self, view: memoryview, pos: int, entry: PlannedEntry, spilled: bytes) -> int:
+        """Puts the entry's framed record at `pos` of `view`, its image read from the source file into its
+        place; returns where the record ends. As `spill.read_record`, the record's data CRC, spilled with
+        it, shows that the image is the one prepared.
+
+        Raises:
+            SourceError: the input changed (or went) since it was prepared.
+        """
+        cut, image, end = entry.cut, entry.image, pos + entry.length
+        if len(spilled) != entry.length - image:
+            raise OSError(f"spilled bytes of {entry.source!r}: {len(spilled)}, not {entry.length - image}")
+        start = pos + cut
+        view[pos:start] = spilled[:cut]
+        path = entry.source if entry.source[:1] == b"/" else self._prefix + entry.source  # type: ignore[operator]
+        # One byte more than the image, which its record's bytes after it are written over: a longer file shows.
+        why = _read_file(path, view[start : start + image + 1], image)
+        view[start + image : end] = spilled[cut:]
+        data = HEADER + pos, end - FOOTER
+        if why is None and (
+            struct.unpack_from("<Q", view, pos)[0] != entry.length - HEADER - FOOTER
+            or struct.unpack_from("<I", view, data[1])[0] != masked_crc32c(bytes(view[data[0] : data[1]]))
+        ):
+            why = "its bytes differ"
+        if why is not None:
+            raise changed(entry.source, why)
+        return end
+
+
+def _read_file(path: bytes, into: memoryview, size: int) -> str | None:
+    """Reads the local file at `path` into `into`, which holds one byte more than the `size` it had;
+    returns why it cannot be, or None. Opened without blocking: it may be a FIFO now."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return "file does not exist"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        got = os.readv(fd, (into,))
+        while 0 < got < size:  # a read may come short (a network file system): on to the end of the file
+            more = os.readv(fd, (into[got:],))
+            if not more:
+                break
+            got += more
+    except OSError:
+        return "its bytes differ"  # a folder, or a FIFO or device that has nothing to give
+    finally:
+        os.close(fd)
+    return None if got == size else "its bytes differ"
 
 
 Range = tuple[int, int, int]  # (offset, size, index) in a spill file

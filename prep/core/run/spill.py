@@ -247,11 +247,14 @@ def read_record(source: str, path: bytes, spilled: bytes, cut: int, image: int) 
     data = _read_again(storage.input_path(source, name), image)
     before, after = spilled[:cut], spilled[cut:]
     if isinstance(data, str) or not framed_around_matches(before, data, after):
-        raise SourceError(
-            f"input {printable(name)} changed while it was being converted "
-            f"({data if isinstance(data, str) else 'its bytes differ'}); convert again"
-        )
+        raise changed(path, data if isinstance(data, str) else "its bytes differ")
     return [before, data, after]
+
+
+def changed(path: bytes, why: str) -> SourceError:
+    """The error of an input (its `Entry.source` path) that changed since it was prepared, and why."""
+    name = printable(path.decode("utf-8", "surrogateescape"))
+    return SourceError(f"input {name} changed while it was being converted ({why}); convert again")
 
 
 def _read_again(path: str, size: int) -> bytes | str:
