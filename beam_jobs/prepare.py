@@ -14,6 +14,7 @@ record is a TaskRecord (task_build.py); a reference then also holds its rank key
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import itertools
 import json
@@ -141,7 +142,10 @@ class PrepareChunk(PooledDoFn):
     and would otherwise be a serial cost per image; and the embedded runner
     holds every element between steps in memory. After the spill files are
     complete, the chunk's outcomes are recorded in its index (see
-    checkpoints.py), which a resumed run emits instead of reading the images again.
+    checkpoints.py), which a resumed run emits instead of reading the images again;
+    that too is a pool task (`_finish`, queued after the chunk's batches), as is hashing
+    the chunk's small pictures: the runner's thread only reads the chunk's listing,
+    submits, and emits what `_finish` returns.
     `on_step("chunk")`, if given, is called before a chunk's images are read (a test hook).
 
     With `lookahead`, a chunk's outcomes are emitted while the next chunk is
@@ -175,7 +179,7 @@ class PrepareChunk(PooledDoFn):
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._reuse = reuse
         self._lookahead = lookahead
-        self._pending = None  # (chunk, batches, tasks) submitted but not yet emitted
+        self._pending = None  # the future of a chunk's `_finish`, submitted but not yet emitted
         self._sandbox = None
         self._blas = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
@@ -212,16 +216,16 @@ class PrepareChunk(PooledDoFn):
             self._on_step("chunk")
         submitted = self._submit(chunk)
         if not self._lookahead:
-            yield from self._complete(*submitted)
+            yield from self._complete(submitted)
             return
         earlier, self._pending = self._pending, submitted
         if earlier is not None:
-            yield from self._complete(*earlier)
+            yield from self._complete(earlier)
 
     def finish_bundle(self):
         if self._pending is not None:
             earlier, self._pending = self._pending, None
-            for output in self._complete(*earlier):
+            for output in self._complete(earlier):
                 yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _submit(self, chunk: int):
@@ -248,11 +252,22 @@ class PrepareChunk(PooledDoFn):
             )
             for b, batch in enumerate(batches)
         ]
-        return chunk, batches, (sink, tasks)
+        # Queued after the batches (the pool takes tasks in order), so none of them waits behind it
+        return self._pool.submit(self._finish, chunk, batches, sink, tasks)
 
-    def _complete(self, chunk: int, batches, submitted):
-        """Waits for a chunk's tasks, completes its spill file, records its index and returns its outputs."""
-        sink, tasks = submitted
+    def _complete(self, finished: concurrent.futures.Future) -> list:
+        """Waits for a chunk's `_finish` and returns its outputs. Counted here: Beam's metrics belong to the
+        runner's thread."""
+        outputs, prepared, rejected = finished.result()
+        self._prepared.inc(prepared)
+        self._rejected.inc(rejected)
+        return outputs
+
+    def _finish(self, chunk: int, batches, sink: ChunkSpill, tasks) -> tuple[list, int, int]:
+        """On a pool thread, once the chunk's batch tasks are done: completes its spill file, records its keys
+        and index, and returns (its outputs, how many inputs were prepared, how many rejected). Not on the
+        runner's thread: there a chunk's hashing, key files and index JSON were serial work that more
+        workers could not share (docs/benchmarks.md, "Speed goals (issue 36)")."""
         try:
             done = [task.result() for task in tasks]
             starts, size = sink.close()
@@ -299,10 +314,8 @@ class PrepareChunk(PooledDoFn):
         if self._options.keys:  # before the index: a chunk with an index has its keys (key_rows.read_rows)
             self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
-        rejected = sum(kind == REJECT for kind, _ in outcomes)
-        self._rejected.inc(rejected)
-        self._prepared.inc(sum(kind == OK for kind, _ in outcomes))
-        return list(_by_kind(chunk, outcomes))
+        prepared = sum(kind == OK for kind, _ in outcomes)
+        return list(_by_kind(chunk, outcomes)), prepared, sum(kind == REJECT for kind, _ in outcomes)
 
     def _record_keys(self, chunk: int, keyed) -> None:
         """Hashes the chunk's waiting images (content_keys.hash_waiting), then records the keys of its good

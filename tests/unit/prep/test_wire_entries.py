@@ -1,0 +1,41 @@
+"""The one-join encoding of single bytes and int features (`prep.core.wire._entry`) against TensorFlow's bytes,
+at every length where a header's varint grows a byte."""
+
+import pytest
+
+from prep.core.wire import ByteList, Ints, encode_example, encode_example_around
+
+# Around 2**7, 2**14 and 2**21: the image's length, its BytesList's and its Feature's headers widen one by one
+SIZES = (0, 1, 124, 125, 126, 127, 128, 16379, 16380, 16381, 16383, 16384, 2**21 - 6, 2**21 - 4, 2**21)
+INTS = (0, 1, 127, 128, 2**31, 2**63 - 1, -1, -(2**63))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_bytes_feature_is_what_tensorflow_writes(size):
+    import tensorflow as tf
+
+    image = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    for key in ("image/encoded", "k" * 120, "k" * 126, "k" * 200):  # an entry's own length past 127 too
+        features = {key: image, "a": 7, "z": b"tail", "m": Ints([1, 2]), "b": ByteList([b"x"])}
+        data = encode_example(features)
+        example = tf.train.Example.FromString(data)
+        assert example.SerializeToString(deterministic=True) == data
+        assert example.features.feature[key].bytes_list.value == [image]
+        head, tail = encode_example_around(features, key)
+        assert head + image + tail == data
+
+
+@pytest.mark.parametrize("value", INTS)
+def test_an_int_feature_is_what_tensorflow_writes(value):
+    import tensorflow as tf
+
+    for key in ("image/class/label", "k" * 120, "k" * 200):
+        data = encode_example({key: value, "image/encoded": b"\xff\xd8", "zz": 3})
+        example = tf.train.Example.FromString(data)
+        assert example.SerializeToString(deterministic=True) == data
+        assert example.features.feature[key].int64_list.value == [value]
+
+
+def test_a_bool_is_refused_as_before():
+    with pytest.raises(TypeError, match="expected bytes, int"):
+        encode_example({"flag": True})
