@@ -1,15 +1,24 @@
 """Detection against classification on the same images, side by side in one run.
 
-    python bench/detection_bench.py                     # 2,000 images, 1-20 boxes each, 2 repeats
+    python bench/detection_bench.py                     # 2,000 images, 1-20 boxes each, 3 repeats
     python bench/detection_bench.py --count 500 --repeats 1
+    python bench/detection_bench.py --other /work/main  # this checkout and another, interleaved
 
 Makes (once) 2,000 drawn-shape JPEGs of 320x240 with 1 to 20 objects each, a COCO
 instances JSON for them and a label file naming one class per image (its first
 object's). Then, interleaved per repeat, converts the same SOURCE as classification
 (`--labels`) and as detection (`--annotations`), each as it is (pass-through) and with
-`--resize 128`, each a fresh `prep convert` process timed from start to exit, running
-this checkout's code. Prints the median images/s (and boxes/s for detection) and the
-ratio detection/classification; writes bench/results/detection-<count>.json.
+`--resize 128`, each a fresh `prep convert` process (the console script's entry,
+`prep.cli.run`) timed from start to exit, running this checkout's code (and, with
+`--other`, the other checkout's, in alternating order). Prints, per checkout and mode,
+the median images/s by wall time and by CPU time (user + system of the process and its
+children, which a machine shared with other work disturbs less), boxes/s, and the ratio
+detection/classification of each, from the same runs; writes
+bench/results/detection-<count>.json.
+
+Compiled bytecode is kept in bench/results/pycache (PYTHONPYCACHEPREFIX) whatever
+PYTHONDONTWRITEBYTECODE says, as an installed package has its bytecode: otherwise every
+run would also compile the modules it imports, more of them for detection.
 """
 
 from __future__ import annotations
@@ -72,9 +81,12 @@ def make_set(root: pathlib.Path, count: int, seed: int = 0) -> int:
     return len(doc["annotations"])
 
 
-def run(root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str]) -> float:
-    """Seconds of one fresh `prep convert` process (this checkout's code)."""
+def measure(
+    root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str], code: pathlib.Path = ROOT
+) -> tuple[float, float]:
+    """(wall s, CPU s) of one fresh `prep convert` process running checkout `code`'s code."""
     shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     what = (
         ["--annotations", str(root / "instances.json")]
         if task == "detection"
@@ -83,7 +95,7 @@ def run(root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str]) -> f
     cmd = [
         sys.executable,
         "-c",
-        "from prep.cli import main; main()",
+        "from prep.cli import run; run()",
         "convert",
         str(root / "images"),
         str(out),
@@ -93,17 +105,36 @@ def run(root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str]) -> f
         *what,
         *extra,
     ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=str(code), PYTHONPYCACHEPREFIX=str(HERE / "results" / "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    # Not from a checkout's root: `-c` puts the working directory first on sys.path, before PYTHONPATH.
+    proc = subprocess.Popen(cmd, env=env, cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's usage, its own children included
+    seconds = time.perf_counter() - start
+    assert proc.stderr is not None
+    error = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{error[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime
+
+
+def run(root: pathlib.Path, out: pathlib.Path, task: str, extra: list[str]) -> float:
+    """Wall seconds of one fresh `prep convert` process (this checkout's code)."""
+    return measure(root, out, task, extra)[0]
+
+
+MODES = {"pass-through": [], "--resize 128": ["--resize", "128"]}
+TASKS = ("classification", "detection")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", default=str(HERE / "data"))
+    parser.add_argument("--other", type=pathlib.Path, help="another checkout's root, run interleaved with this one")
     parser.add_argument(
         "--convert-args",
         default="",
@@ -113,30 +144,53 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     root = pathlib.Path(args.data) / f"detection-{args.count}"
     boxes = make_set(root, args.count)
-    out = pathlib.Path(args.data) / "detection-out"
-    modes = {"pass-through": [], "--resize 128": ["--resize", "128"]}
-    times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.repeats):
-        for mode, extra in modes.items():
-            for task in ("classification", "detection"):
-                times.setdefault((mode, task), []).append(run(root, out, task, [*extra, *args.convert_args.split()]))
+    out = pathlib.Path("/tmp/prep-detection-bench")
+    codes = {"this": ROOT} | ({"other": args.other.resolve()} if args.other else {})
+    # (checkout, mode, task) -> [(wall s, CPU s)], one a repeat
+    times: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for code in codes:  # unmeasured: the first runs compile the bytecode (see the module docstring)
+        for task in TASKS:
+            measure(root, out / code, task, args.convert_args.split(), codes[code])
+    for repeat in range(args.repeats):
+        # Each mode's runs back to back, the order reversed every other repeat, so that the load of a shared
+        # machine falls alike on both tasks (and both checkouts).
+        for mode, extra in MODES.items():
+            runs = [(code, task) for code in codes for task in TASKS]
+            for code, task in runs if repeat % 2 == 0 else runs[::-1]:
+                got = measure(root, out / code, task, [*extra, *args.convert_args.split()], codes[code])
+                times.setdefault((code, mode, task), []).append(got)
     shutil.rmtree(out, ignore_errors=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{args.count} images, {boxes} boxes ({boxes / args.count:.1f} per image), median of {args.repeats}, "
-        f"{os.cpu_count()} cores" + (f", {args.convert_args}" if args.convert_args else "")
+        f"{os.cpu_count()} cores, load {load}" + (f", {args.convert_args}" if args.convert_args else "")
     )
-    print(f"{'mode':<14} {'classification img/s':>21} {'detection img/s':>16} {'boxes/s':>9} {'ratio':>6}")
-    results = {}
-    for mode in modes:
-        c = args.count / statistics.median(times[(mode, "classification")])
-        d = args.count / statistics.median(times[(mode, "detection")])
-        results[mode] = {
-            "classification_images_per_s": round(c, 1),
-            "detection_images_per_s": round(d, 1),
-            "detection_boxes_per_s": round(d * boxes / args.count, 1),
-            "ratio": round(d / c, 3),
-        }
-        print(f"{mode:<14} {c:>21.1f} {d:>16.1f} {d * boxes / args.count:>9.0f} {d / c:>6.2f}")
+    print(
+        f"{'code':<6} {'mode':<14} {'clf img/s':>10} {'det img/s':>10} {'ratio':>6}   "
+        f"{'clf CPU s':>9} {'det CPU s':>9} {'CPU ratio':>9}  CPU ratio per run"
+    )
+    results: dict[str, dict] = {}
+    for code in codes:
+        for mode in MODES:
+            clf, det = times[(code, mode, "classification")], times[(code, mode, "detection")]
+            c, d = (args.count / statistics.median(t[0] for t in runs) for runs in (clf, det))
+            cc, dc = (statistics.median(t[1] for t in runs) for runs in (clf, det))
+            per_run = [a[1] / b[1] for a, b in zip(clf, det)]  # classification's CPU / detection's, same repeat
+            results.setdefault(code, {})[mode] = {
+                "classification_images_per_s": round(c, 1),
+                "detection_images_per_s": round(d, 1),
+                "detection_boxes_per_s": round(d * boxes / args.count, 1),
+                "ratio": round(d / c, 3),
+                "classification_cpu_s": round(cc, 3),
+                "detection_cpu_s": round(dc, 3),
+                "cpu_ratio": round(cc / dc, 3),
+                "cpu_ratio_runs": [round(r, 3) for r in per_run],
+            }
+            print(
+                f"{code:<6} {mode:<14} {c:>10.1f} {d:>10.1f} {d / c:>6.2f}   {cc:>9.2f} {dc:>9.2f} {cc / dc:>9.3f}  "
+                + " ".join(f"{r:.3f}" for r in per_run)
+            )
+    print("ratio: detection's images/s / classification's (by CPU: classification's CPU s / detection's)")
     (HERE / "results").mkdir(exist_ok=True)
     suffix = "-" + "_".join(args.convert_args.replace("-", "").split()) if args.convert_args else ""
     (HERE / "results" / f"detection-{args.count}{suffix}.json").write_text(
@@ -147,6 +201,8 @@ def main(argv=None) -> None:
                 "boxes": boxes,
                 "repeats": args.repeats,
                 "cores": os.cpu_count(),
+                "load": os.getloadavg(),
+                "codes": {k: str(v) for k, v in codes.items()},
                 "results": results,
             },
             indent=1,

@@ -75,7 +75,7 @@ class TaskRecord:
 
     def yxyx(self) -> tuple[float, ...]:
         """The boxes as tfds' BBoxFeature sequence holds them: [ymin, xmin, ymax, xmax] per object."""
-        return tuple(v for o in self.objects for v in (o.ymin, o.xmin, o.ymax, o.xmax))
+        return tuple(_yxyx([o.xmin for o in self.objects], [o.ymin for o in self.objects], self.objects))
 
     def features(self) -> dict[str, Value]:
         out: dict[str, Value] = {
@@ -93,18 +93,19 @@ class TaskRecord:
             out[s.LABEL] = Ints(self.labels)
             out[s.TEXT] = ByteList(t.encode("utf-8") for t in self.texts)
         elif self.task == "detection":
-            objs = self.objects
+            objs = self.objects  # list comprehensions, not generators: this runs for every record written
+            xmin, ymin = [o.xmin for o in objs], [o.ymin for o in objs]
             out |= {
-                s.OBJECT_XMIN: Floats(o.xmin for o in objs),
-                s.OBJECT_YMIN: Floats(o.ymin for o in objs),
-                s.OBJECT_XMAX: Floats(o.xmax for o in objs),
-                s.OBJECT_YMAX: Floats(o.ymax for o in objs),
-                s.OBJECT_BBOX: Floats(self.yxyx()),
-                s.OBJECT_LABEL: Ints(o.label for o in objs),
-                s.OBJECT_TEXT: ByteList(o.text.encode("utf-8") for o in objs),
-                s.OBJECT_AREA: Floats(o.area for o in objs),
-                s.OBJECT_CROWD: Ints(o.crowd for o in objs),
-                s.OBJECT_DIFFICULT: Ints(o.difficult for o in objs),
+                s.OBJECT_XMIN: Floats(xmin),
+                s.OBJECT_YMIN: Floats(ymin),
+                s.OBJECT_XMAX: Floats([o.xmax for o in objs]),
+                s.OBJECT_YMAX: Floats([o.ymax for o in objs]),
+                s.OBJECT_BBOX: Floats(_yxyx(xmin, ymin, objs)),
+                s.OBJECT_LABEL: Ints([o.label for o in objs]),
+                s.OBJECT_TEXT: ByteList([o.text.encode("utf-8") for o in objs]),
+                s.OBJECT_AREA: Floats([o.area for o in objs]),
+                s.OBJECT_CROWD: Ints([o.crowd for o in objs]),
+                s.OBJECT_DIFFICULT: Ints([o.difficult for o in objs]),
             }
             if self.masks:
                 # every object has one (__post_init__)
@@ -160,6 +161,14 @@ class TaskRecord:
         except UnicodeDecodeError as exc:
             raise RecordError(f"record holds a text feature that is not UTF-8: {exc}") from None
         raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {task!r}")
+
+
+def _yxyx(xmin: list[float], ymin: list[float], objects: tuple[BoxObject, ...]) -> list[float]:
+    """[ymin, xmin, ymax, xmax] of each object, one after the other (`TaskRecord.yxyx`)."""
+    out: list[float] = [0.0] * (4 * len(objects))
+    out[0::4], out[1::4] = ymin, xmin
+    out[2::4], out[3::4] = [o.ymax for o in objects], [o.xmax for o in objects]
+    return out
 
 
 def _objects(get: Callable[[str, str, bool], Any], masks: bool) -> dict[str, Any]:

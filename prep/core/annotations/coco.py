@@ -40,6 +40,8 @@ from prep.core.annotations.rows import FileStore, ObjectStore, RowSet, annotatio
 from prep.core.errors import SourceError
 
 SECTIONS = ("categories", "images", "annotations")
+_NUMBER = (int, float)  # the types of a JSON number as the parser gives it (a bool is neither)
+_NO_BOX: tuple[Any, ...] = (None,) * 4
 
 
 def _fail(path: str, what: str) -> NoReturn:
@@ -168,16 +170,25 @@ def _segmentation(seg: object) -> tuple[list[list[float]], Json | None, str | No
 def shape(ann: Json) -> Json | tuple[str, str]:
     """The object of one annotation as `ImageAnnotation.to_json` writes it, but for its index and label
     (known at the join), or (reason, detail) why it cannot be one."""
+    # Run for every annotation of the file: the usual case (four numbers, finite) in as few calls as it takes.
     bbox = ann.get("bbox")
-    values = [as_float(v) for v in bbox] if isinstance(bbox, list) else []
-    floats = [v for v in values if v is not None]
-    if len(values) != 4 or len(floats) < len(values):
-        return "bad_box", f"annotation id {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]"
-    polygons, rle, problem = _segmentation(ann.get("segmentation"))
+    x, y, w, h = bbox if type(bbox) is list and len(bbox) == 4 else _NO_BOX
+    if type(x) in _NUMBER and type(y) in _NUMBER and type(w) in _NUMBER and type(h) in _NUMBER:
+        x, y, w, h = float(x), float(y), float(w), float(h)  # as `as_float` reads them
+    else:
+        values = [as_float(v) for v in bbox] if isinstance(bbox, list) else []
+        floats = [v for v in values if v is not None]
+        if len(values) != 4 or len(floats) < len(values):
+            return "bad_box", f"annotation id {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]"
+        x, y, w, h = floats
+    seg = ann.get("segmentation")
+    polygons, rle, problem = ([], None, None) if seg is None else _segmentation(seg)
     if problem:
         return "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
-    x, y, w, h = floats
-    item: Json = {"b": [_num_out(v) for v in (x, y, x + w, y + h)]}
+    x1, y1 = x + w, y + h
+    # A sum of finite values can only overflow to inf: then each is judged alone, as for NaN and inf.
+    box = [x, y, x1, y1] if math.isfinite(x + y + x1 + y1) else [_num_out(v) for v in (x, y, x1, y1)]
+    item: Json = {"b": box}
     if ann.get("iscrowd", 0) in (1, True):
         item["f"] = 1
     area = as_float(ann.get("area"))

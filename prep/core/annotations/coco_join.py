@@ -7,7 +7,9 @@ categories are known, the buckets are joined one at a time: only one bucket's an
 (the file's size over the bucket count, ~BUCKET_BYTES; lines wait up to BUFFER_BYTES before they are
 appended to their buckets), and each image's objects go to the set's `FileStore` as they are
 made. The images themselves (id, path, size: ~100 bytes each) stay in memory, as the listing holds every
-image anyway.
+image anyway. A file of one bucket (up to BUCKET_BYTES, or of unknown size) is joined whole, as that one
+bucket would be: its records (`spill_record`, what `read_line` would read back) wait in memory and no
+line is written or read, which is most of the cost of a small file's listing.
 
 This is the driver's join (the embedded runner, `--resume`): spilling costs one write and one read of the
 annotations on local disk, and no runner. On other runners the same join is a shuffle keyed on the image
@@ -17,11 +19,12 @@ both give the same rows and problems.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import typing
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prep.core.annotations.model import Json, Problem
@@ -53,6 +56,8 @@ def _key(iid: object) -> object:
 
 
 def _bucket(key: object, buckets: int) -> int:
+    if buckets == 1:
+        return 0
     return zlib.crc32(repr(key).encode("utf-8", "surrogatepass")) % buckets
 
 
@@ -60,24 +65,80 @@ def spill_line(file_name: str, position: int, ann: object, shape: Shape) -> tupl
     """(join key of its image id, the line it is spilled as) of annotation number `position`, or the Problem
     of one that names no usable image id. The line: its head `[position, image_id, id, category_id]` and
     the object's JSON (`shape`) around its "i" and "l", or the head with (reason, detail) why no object."""
+    got = _spilled(file_name, position, ann, shape)
+    if isinstance(got, Problem):
+        return got
+    key, head, made = got
+    if isinstance(made, dict):  # the object's JSON around its "i" and "l", which sort between "f" and "p"
+        before, after = _around(made)
+        return key, f"{_ints(head) or json.dumps(head, **_COMPACT)}\t{before}\t{after}\n"  # type: ignore[arg-type]
+    return key, json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
+
+
+def spill_record(file_name: str, position: int, ann: object, shape: Shape) -> tuple[object, list[Any]] | Problem:
+    """`spill_line` as `read_line` reads its line back, without the text: (join key, record) or the Problem."""
+    got = _spilled(file_name, position, ann, shape)
+    if isinstance(got, Problem):
+        return got
+    key, head, made = got
+    if _ints(head) is None:  # its values as the line's JSON gives them back (dict keys sorted, tuples as lists)
+        head = json.loads(json.dumps(head, **_COMPACT))  # type: ignore[arg-type]
+    if isinstance(made, dict):
+        return key, [*head, list(_around(made))]
+    return key, [*head, list(made), []]
+
+
+def _spilled(
+    file_name: str, position: int, ann: object, shape: Shape
+) -> tuple[object, list[Any], Json | tuple[str, str]] | Problem:
+    """(join key, head, `shape`'s object or (reason, detail)) of an annotation, or the Problem of one that
+    names no usable image id."""
     iid = ann.get("image_id") if isinstance(ann, dict) else None
     if iid is None or isinstance(iid, (list, dict, bool)):
         return unknown(file_name, position, ann, iid)
     assert isinstance(ann, dict)  # iid is not None
-    made = shape(ann)
-    head = [position, iid, ann.get("id"), ann.get("category_id")]
-    if isinstance(made, dict):  # the object's JSON around its "i" and "l", which sort between "f" and "p"
-        before = json.dumps({k: made[k] for k in ("a", "b", "f") if k in made}, **_COMPACT)  # type: ignore[arg-type]
-        after = json.dumps({k: made[k] for k in ("p", "r") if k in made}, **_COMPACT)  # type: ignore[arg-type]
-        return _key(iid), f"{json.dumps(head, **_COMPACT)}\t{before[1:-1]}\t{after[1:-1]}\n"  # type: ignore[arg-type]
-    return _key(iid), json.dumps([*head, made], **_COMPACT) + "\n"  # type: ignore[arg-type]
+    return _key(iid), [position, iid, ann.get("id"), ann.get("category_id")], shape(ann)
+
+
+def _ints(values: list[object]) -> str | None:
+    """The compact JSON of a list of ints (not bools), as json.dumps writes it; None for other values."""
+    if all(type(v) is int for v in values):
+        return "[" + ",".join(map(str, values)) + "]"
+    return None
+
+
+def _number(value: object) -> str:
+    """The JSON of a number or text `_num_out` gave: a finite float as json.dumps writes it (its repr)."""
+    return float.__repr__(value) if isinstance(value, float) and type(value) is float else json.dumps(value)
+
+
+def _around(made: Json) -> tuple[str, str]:
+    """The object's compact JSON, keys sorted, without its braces, before and after its "i" and "l": the
+    keys "a", "b" and "f" before, "p" and "r" after. Per annotation, so by hand for the numbers of "a", "b"
+    and "f" (json.dumps' text, a test checks it), json.dumps for the rest."""
+    head = []
+    if "a" in made:
+        head.append('"a":' + _number(made["a"]))
+    head.append('"b":[' + ",".join(map(_number, made["b"])) + "]")
+    if "f" in made:
+        head.append('"f":' + json.dumps(made["f"]))
+    if "p" not in made and "r" not in made:
+        return ",".join(head), ""
+    after = json.dumps({k: made[k] for k in ("p", "r") if k in made}, **_COMPACT)  # type: ignore[arg-type]
+    return ",".join(head), after[1:-1]
 
 
 def read_line(line: str) -> list[Any]:
     """A spilled line as [position, image_id, id, category_id, ..., parts]: parts the object's JSON around
     its "i" and "l" (`spill_line`), or [] for a problem, whose (reason, detail) comes before it."""
     head, *parts = line.rstrip("\n").split("\t")  # JSON text holds no raw tab
-    record: list[Any] = json.loads(head)
+    record: list[Any]
+    try:  # the usual head, four ints as `_ints` wrote them (never a form int() reads otherwise: "1_0", " 1")
+        record = [int(v) for v in head[1:-1].split(",")] if parts else []
+    except ValueError:
+        record = []
+    if len(record) != 4:
+        record = json.loads(head)
     record.append(parts)
     return record
 
@@ -87,6 +148,8 @@ class Spill:
 
     def __init__(self, folder: str, buckets: int, file_name: str):
         self.folder, self.buckets, self.file_name = folder, buckets, file_name
+        # One bucket is joined whole, in memory: its records wait there, never written (see the module docstring).
+        self._records: list[list[Any]] | None = [] if buckets == 1 else None
         # Lines wait in memory and are appended a bucket at a time: one file open at once, whatever the count.
         self._waiting: dict[int, list[str]] = {}
         self._held = 0
@@ -97,6 +160,13 @@ class Spill:
 
     def add(self, position: int, ann: object, shape: Shape) -> None:
         """Spills annotation number `position` of 'annotations' (or makes it a Problem)."""
+        if self._records is not None:
+            record = spill_record(self.file_name, position, ann, shape)
+            if isinstance(record, Problem):
+                self.problems.append(record)
+            else:
+                self._records.append(record[1])
+            return
         made = spill_line(self.file_name, position, ann, shape)
         if isinstance(made, Problem):
             self.problems.append(made)
@@ -125,17 +195,12 @@ class Spill:
         seen: set[ImageId] = set()
         for i in range(self.buckets):
             per_image: dict[ImageId, list[list[Any]]] = {}
-            if not os.path.exists(self._path(i)):
-                continue
-            with open(self._path(i), encoding="utf-8") as f:
-                for line in f:
-                    record = read_line(line)
-                    iid = record[1]
-                    if iid not in images:
-                        self.problems.append(unknown(self.file_name, record[0], {"id": record[2]}, iid))
-                        continue
-                    per_image.setdefault(typing.cast(ImageId, _key(iid)), []).append(record)
-            os.remove(self._path(i))
+            for record in self._bucket_records(i):
+                iid = record[1]
+                if iid not in images:
+                    self.problems.append(unknown(self.file_name, record[0], {"id": record[2]}, iid))
+                    continue
+                per_image.setdefault(typing.cast(ImageId, _key(iid)), []).append(record)
             for key, records in per_image.items():
                 seen.add(key)
                 image_row(key, images[key], records, names, store, rows, problems)
@@ -145,12 +210,31 @@ class Spill:
         self.problems.sort(key=lambda p: p.box or 0)
         return rows, problems
 
+    def _bucket_records(self, bucket: int) -> Iterator[list[Any]]:
+        """The records of `bucket` (`read_line`'s), in file order; its file is removed once read."""
+        if self._records is not None:
+            records, self._records = self._records, []
+            yield from records
+            return
+        if not os.path.exists(self._path(bucket)):
+            return
+        with open(self._path(bucket), encoding="utf-8") as f:
+            for line in f:
+                yield read_line(line)
+        os.remove(self._path(bucket))
+
 
 def unknown(file_name: str, position: int, ann: object, iid: object) -> Problem:
     why = "is not an object with an 'image_id'" if iid is None else f"names image id {iid!r}, not in 'images'"
     ann_id = ann.get("id") if isinstance(ann, dict) else None
     reason = "unknown_image" if iid is not None else "bad_annotation"
     return Problem(file_name, reason, f"annotations[{position}] (id {ann_id!r}) {why}", position)
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_text(name: str) -> str:
+    """A category name as JSON text: made once per name, not once per object."""
+    return json.dumps(name)
 
 
 def image_row(
@@ -176,7 +260,7 @@ def image_row(
             problems.append((order, Problem(rel, "unknown_category", detail, index)))
         elif parts:
             before, after = parts
-            label = json.dumps(names[cid])
+            label = _label_text(names[cid])
             objects.append(f'{{{before},"i":{index},"l":{label}{"," + after if after else ""}}}')
             labels.append(names[cid])
             masks = masks or bool(after)

@@ -1,16 +1,18 @@
 """The arrays of a JSON object read as a stream, in bounded memory, with ijson (its C backend, yajl2_c).
 
-`stream_arrays(path, keys, sink)` reads the file once, in chunks, and hands every item of each named
-top-level array to `sink(key, item)` as soon as it is parsed, in file order, the arrays in whatever order
-they come. Values are as `json.loads` gives them (ints, floats, str, lists, dicts), including the
-`NaN`, `Infinity` and `-Infinity` that Python's JSON writer emits and yajl refuses: outside strings they
-are rewritten, byte for byte, into strings of as many bytes (`"\x7f"`, DEL characters) and turned back
-into floats in the items (a string of nothing but 1, 6 or 7 DEL characters is taken for one of them).
+`stream_arrays(path, keys, sink)` reads the file in chunks and hands every item of each named top-level
+array to `sink(key, item)` as soon as it is parsed: key after key, in the order given, each key's items in
+file order, whatever the order of the arrays in the file. Values are as `json.loads` gives them (ints,
+floats, str, lists, dicts), including the `NaN`, `Infinity` and `-Infinity` that Python's JSON writer emits
+and yajl refuses: outside strings they are rewritten, byte for byte, into strings of as many bytes
+(`"\x7f"`, DEL characters) and turned back into floats in the items (a string of nothing but 1, 6 or 7 DEL
+characters is taken for one of them).
 
-Each key has its own parser over the same chunks (ijson matches one prefix per parser); a parser is no
-longer fed once its array has ended (another array gave items in a later chunk), so a file costs about
-two parses. A key given twice at the top level (not valid COCO): `json.loads` keeps its last value, this
-its first array.
+Each key is read in a pass of its own over the file, by ijson's C generator (`ijson.items` over a file
+object that hands it the chunks): a pass costs about a third of a parse with ijson's coroutines, whose
+every event crosses a Python call between the parser's stages, so three passes cost less than the one
+parse with a coroutine per key that this replaced (docs/benchmarks.md, detection). A key given twice at the
+top level (not valid COCO): `json.loads` keeps its last value, this the items of each of its arrays.
 
 A file that is not JSON raises `StreamError` with yajl's reason and the line and column where it
 stopped (found by parsing again up to the failing chunk, byte by byte through it: only on errors).
@@ -25,7 +27,7 @@ from typing import Any, BinaryIO
 
 from prep.core import storage
 
-CHUNK = 1 << 20
+CHUNK = 1 << 16  # bytes a read: small enough to stay in the CPU's cache while parsed
 _BOM = codecs.BOM_UTF8
 _TOKEN = re.compile(rb'\\.|"|-Infinity|Infinity|NaN', re.DOTALL)
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
@@ -141,31 +143,32 @@ def iter_arrays(path: str, keys: tuple[str, ...], counts: dict[str, int]) -> Ite
     import ijson  # lazily: the pure core imports no third-party parser at start
 
     counts.update(dict.fromkeys(keys, 0))
-    found: dict[str, list[Any]] = {key: ijson.utils.sendable_list() for key in keys}
-    coros = {key: ijson.items_coro(found[key], f"{key}.item", use_float=True) for key in keys}
-    literals = _Literals()
-    done = 0
-    last: dict[str, int] = {}  # the last chunk in which each key's parser gave items
-    live = list(keys)
-    with storage.open_read(path) as f:
-        try:
-            for n, chunk in enumerate(_chunks(f, literals)):
-                for key in live:
-                    coros[key].send(chunk)
-                    if found[key]:
-                        last[key] = n
-                        yield from _drain(key, found[key], counts, literals.rewritten)
-                done += len(chunk)
-                # Top-level arrays never interleave: once another array gives items in a later chunk than
-                # a key's last, that key's array has ended and its parser is no longer fed (one parser
-                # reaches the end, and says whether the whole text is JSON).
-                if any(last.get(key) == n for key in live):
-                    live = [key for key in live if last.get(key, n) == n]
-            for key in live:
-                coros[key].close()
-                yield from _drain(key, found[key], counts, literals.rewritten)
-        except ijson.JSONError as exc:
-            raise _locate(path, str(exc), done) from None
+    for key in keys:
+        with storage.open_read(path) as f:
+            text = _Text(f)
+            try:
+                for item in ijson.items(text, f"{key}.item", use_float=True, buf_size=CHUNK):
+                    counts[key] += 1
+                    yield key, (_restore(item) if text.literals.rewritten else item)
+            except ijson.JSONError as exc:
+                raise _locate(path, str(exc), text.start) from None
+
+
+class _Text:
+    """The file's text as `_chunks` gives it, as the file object ijson's C parser reads: each `read` one chunk.
+    `start`: where the last chunk read starts in that text (where a parse error was met, at the latest)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.literals = _Literals()
+        self._chunks = iter(_chunks(f, self.literals))
+        self.start = self._end = 0
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:
+            return b""
+        chunk = next(self._chunks, b"")
+        self.start, self._end = self._end, self._end + len(chunk)
+        return chunk
 
 
 def value_of(path: str, key: str) -> list[Any]:
@@ -180,13 +183,6 @@ def value_of(path: str, key: str) -> list[Any]:
             coro.send(chunk)
         coro.close()
     return [_restore(v) for v in got]
-
-
-def _drain(key: str, items: list[Any], counts: dict[str, int], nan: int) -> Iterator[tuple[str, Any]]:
-    for item in items:
-        yield key, (_restore(item) if nan else item)
-    counts[key] += len(items)
-    del items[:]
 
 
 def _locate(path: str, message: str, start: int) -> StreamError:

@@ -100,20 +100,21 @@ class ImageAnnotation(NamedTuple):
     def from_json(cls, obj: Json) -> ImageAnnotation:
         """The inverse of `to_json`."""
         objects = []
-        for item in obj["o"]:
+        for item in obj["o"]:  # per object of every image converted: positional, `map` (`_num_in` is float)
             flags = item.get("f", 0)
             area = item.get("a")
+            polygons = item.get("p")
             objects.append(
                 Obj(
-                    index=item["i"],
-                    label=item["l"],
-                    box=tuple(_num_in(v) for v in item["b"]),
-                    crowd=bool(flags & 1),
-                    difficult=bool(flags & 2),
-                    truncated=bool(flags & 4),
-                    area=None if area is None else _num_in(area),
-                    polygons=tuple(tuple(p) for p in item.get("p", ())),
-                    rle=item.get("r"),
+                    item["i"],
+                    item["l"],
+                    tuple(map(_num_in, item["b"])),
+                    bool(flags & 1),
+                    bool(flags & 2),
+                    bool(flags & 4),
+                    None if area is None else _num_in(area),
+                    tuple(map(tuple, polygons)) if polygons else (),
+                    item.get("r"),
                 )
             )
         return cls(

@@ -10,6 +10,7 @@ notes and tally (for rejects.jsonl and inputs.boxes).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import typing
@@ -23,6 +24,7 @@ from prep.core.task_inputs import BOX_REJECTED_IMAGE, BoxNote, BoxTally, dropped
 from prep.core.task_record import BoxObject, TaskRecord
 
 if typing.TYPE_CHECKING:
+    from prep.core.annotations import BoxPolicy
     from prep.core.annotations.model import Problem
 
 ReadInput = Callable[[str], bytes | tuple[str, str]]  # spill.read_input: a file's bytes or (reason, detail)
@@ -91,7 +93,7 @@ def build_record(
 def _detection(
     spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
 ) -> tuple[TaskRecord | Reject, TaskInfo]:
-    from prep.core.annotations import BoxPolicy, ImageAnnotation, place_objects
+    from prep.core.annotations import ImageAnnotation, place_objects
 
     ann = ImageAnnotation.from_json(extra["a"])
     read = len(ann.objects)
@@ -101,7 +103,7 @@ def _detection(
             image.stored,
             image.orientation,
             (image.width, image.height),
-            BoxPolicy(bad_boxes=spec.bad_boxes, crowd=spec.crowd),
+            _policy(spec.bad_boxes, spec.crowd),
             spec.masks,
         )
     except ImageRejected as exc:
@@ -119,26 +121,29 @@ def _detection(
         raise RuntimeError(
             f"internal error: {ref.path}: {read} boxes read, {written} placed and {len(placed.dropped)} dropped"
         )
-    ids = {name: i for i, name in enumerate(spec.classes)}
+    ids = _class_ids(spec.classes)
     if not placed.objects and spec.skip_empty:
         tally = BoxTally(read, 0, 0, tuple(sorted(dropped.items())))
         return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(
             notes=tuple(n for n in notes if not n.clipped), tally=tally
         )
+    masks = spec.masks
     objects = tuple(
-        BoxObject(
-            ids[o.label] + 1,
-            o.label,
-            o.xmin,
-            o.ymin,
-            o.xmax,
-            o.ymax,
-            o.area,
-            int(o.crowd),
-            int(o.difficult),
-            o.mask_png if spec.masks else None,
-        )
-        for o in placed.objects
+        [
+            BoxObject(
+                ids[o.label] + 1,
+                o.label,
+                o.xmin,
+                o.ymin,
+                o.xmax,
+                o.ymax,
+                o.area,
+                int(o.crowd),
+                int(o.difficult),
+                o.mask_png if masks else None,
+            )
+            for o in placed.objects
+        ]
     )
     counts: dict[int, int] = {}
     for o in objects:
@@ -146,6 +151,20 @@ def _detection(
     record = TaskRecord.build("detection", image.encoded, **common, objects=objects, masks=spec.masks)
     tally = BoxTally(read, written, len(placed.clipped), tuple(sorted(dropped.items())))
     return record, TaskInfo(tags=tuple(sorted(counts.items())), notes=notes, tally=tally)
+
+
+@functools.lru_cache(maxsize=16)
+def _class_ids(classes: tuple[str, ...]) -> dict[str, int]:
+    """Class name -> id from 0; made once per conversion's classes, not once per image (the caller only reads it)."""
+    return {name: i for i, name in enumerate(classes)}
+
+
+@functools.lru_cache(maxsize=16)
+def _policy(bad_boxes: str, crowd: str) -> BoxPolicy:
+    """The conversion's BoxPolicy, checked once, not once per image."""
+    from prep.core.annotations import BoxPolicy
+
+    return BoxPolicy(bad_boxes=bad_boxes, crowd=crowd)
 
 
 def _note(path: str, p: Problem, clipped: bool = False) -> BoxNote:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from prep.core.annotations import coco_join, json_stream, read_annotations
+from prep.core.annotations import coco, coco_join, json_stream, read_annotations
 from prep.core.annotations.rows import listing_extra, row_of, rows_of
 from prep.core.config import TaskOptions
 from prep.core.detection_inputs import _listing, list_detection
@@ -238,3 +238,16 @@ def test_nan_in_polygons_round_trips(tmp_path):
     got = read_annotations(str(tmp_path), write(tmp_path))
     c = next(a for a in got.images if a.path == "c.jpg")
     assert math.isnan(c.objects[0].polygons[0][3]) and c.objects[1].area == 12.0
+
+
+def test_a_record_kept_in_memory_is_the_line_read_back():
+    """A one-bucket file keeps `spill_record`s in memory: each must be what `read_line` reads of its line."""
+    odd = {"id": {"b": 1, "a": (2,)}, "image_id": 7, "bbox": [1, 2, 3, 4]}  # a head JSON changes (keys sorted)
+    for position, ann in enumerate([*crafted()[1], odd]):
+        line = coco_join.spill_line("x.json", position, ann, coco.shape)
+        record = coco_join.spill_record("x.json", position, ann, coco.shape)
+        if isinstance(line, coco_join.Problem):
+            assert record == line
+        else:
+            assert not isinstance(record, coco_join.Problem)
+            assert line[0] == record[0] and coco_join.read_line(line[1]) == record[1]
