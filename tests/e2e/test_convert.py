@@ -25,7 +25,8 @@ def assert_balanced(shards):
 @pytest.fixture(scope="module")
 def skewed(tmp_path_factory):
     root = tmp_path_factory.mktemp("skewed")
-    write_class_tree(root, {"a_one": 1, "b_seven": 7, "c_hundred": 100, "d_thousand": 1000}, size=(12, 10))
+    # 1 to 300 a class: skewed enough that 16 shards get 0 or 1 of a_one and 18 or 19 of d_300 each
+    write_class_tree(root, {"a_one": 1, "b_seven": 7, "c_hundred": 100, "d_300": 300}, size=(12, 10))
     return root
 
 
@@ -33,7 +34,7 @@ def test_skewed_classes_are_balanced_and_readable(skewed, tmp_path, run_cli):
     out = tmp_path / "out"
     result = run_cli("convert", skewed, out, "--num-shards", 16, "--workers", 2)
     assert result.exit_code == 0, result.output
-    assert "train" in result.output and "1108" in result.output and "images/s" in result.output
+    assert "train" in result.output and "408" in result.output and "images/s" in result.output
     data = read_dataset(out)
     manifest = datasets.load(out)  # the shards' counts (shard_counts.jsonl) put back in the shards
     shards = data["train"]
@@ -49,10 +50,10 @@ def test_skewed_classes_are_balanced_and_readable(skewed, tmp_path, run_cli):
             assert manifest["labels"][record["image/class/label"]] == folder
             counts[folder] += 1
             assert (skewed / record["image/filename"].decode()).read_bytes() == record["image/encoded"]
-    assert counts == {"a_one": 1, "b_seven": 7, "c_hundred": 100, "d_thousand": 1000}
+    assert counts == {"a_one": 1, "b_seven": 7, "c_hundred": 100, "d_300": 300}
     assert manifest["inputs"] == {
-        "found": 1108,
-        "written": 1108,
+        "found": 408,
+        "written": 408,
         "rejected": 0,
         "capped": 0,
         "converted": 0,
@@ -425,31 +426,26 @@ def test_beam_idiom_entry_point_errors_are_one_line(tmp_path):
     import subprocess
     import sys
 
+    from beam_jobs.convert import run
+    from prep.core.errors import PrepError
+
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
+    where = ["--source", str(tmp_path / "src"), "--output", str(tmp_path / "out")]
+    # `python -m beam_jobs.convert` prints any PrepError as one line (its __main__ block): once as a process,
+    # then the messages of the others from run() in-process (a Python and Beam start less for each).
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_jobs.convert", *where, "--num_shards", "2"], capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    message = "Error: --num_shards is a conversion option, not a Beam pipeline option: write it as --num-shards"
+    assert message in proc.stderr and "Traceback" not in proc.stderr
     for extra, message in (
-        (
-            ["--num_shards", "2"],
-            "Error: --num_shards is a conversion option, not a Beam pipeline option: write it as --num-shards",
-        ),
-        (["--num-shards", "9"], "Error: split 'train' has 4 example(s), fewer than --num-shards 9"),
-        (["--num-sh", "2"], "Error: unknown Beam pipeline option --num-sh; did you mean --num-shards?"),
+        (["--num-shards", "9"], "split 'train' has 4 example(s), fewer than --num-shards 9"),
+        (["--num-sh", "2"], "unknown Beam pipeline option --num-sh; did you mean --num-shards?"),
     ):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "beam_jobs.convert",
-                "--source",
-                str(tmp_path / "src"),
-                "--output",
-                str(tmp_path / "out"),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 1
-        assert message in proc.stderr and "Traceback" not in proc.stderr
+        with pytest.raises(PrepError) as error:
+            run([*where, *extra])
+        assert message in str(error.value)
 
 
 def test_beam_idiom_entry_point_leaves_dataflow_job_labels_to_beam(tmp_path):

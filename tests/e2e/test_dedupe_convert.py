@@ -383,26 +383,12 @@ def test_duplicates_across_source_splits_are_reported_and_removed_on_request(tmp
     assert reconciles(out)["rejected_by_reason"] == {"cross_split_duplicate": 2}
 
 
-def test_same_bytes_at_one_and_two_workers(tree, tmp_path):
-    src, _ = tree
-    outs = [
-        datasets.convert(
-            src,
-            tmp_path / f"w{w}",
-            "--split",
-            "train=0.5,test=0.5",
-            "--duplicates",
-            "drop",
-            "--workers",
-            str(w),
-            "--num-shards",
-            "2",
-        )
-        for w in (1, 2)
-    ]
-    assert shard_bytes(outs[0]) == shard_bytes(outs[1])
+def test_same_bytes_at_one_and_two_workers(one_scan, tmp_path):
+    src, two_workers = one_scan  # made with --workers 2
+    one_worker = datasets.convert(src, tmp_path / "w1", *PARTS_ARGS, "--workers", "1")
+    assert shard_bytes(one_worker) == shard_bytes(two_workers)
     for name in ("duplicates.jsonl", "rejects.jsonl"):
-        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+        assert (one_worker / name).read_bytes() == (two_workers / name).read_bytes()
 
 
 def test_off_computes_no_keys_and_finds_nothing(tree, tmp_path):
@@ -419,9 +405,10 @@ PARTS_ARGS = ("--split", "train=0.5,test=0.5", "--duplicates", "drop", "--confli
 
 @pytest.fixture(scope="module")
 def one_scan(tree, tmp_path_factory):
-    """(`tree`, its conversion with one scan task): 78 images, 6 planted groups; both runners' reference."""
+    """(`tree`, its conversion with one scan task and 2 workers): 78 images, 6 planted groups; the reference of
+    both runners and of a conversion by 1 worker."""
     src, _ = tree
-    out = datasets.convert(src, tmp_path_factory.mktemp("parts") / "whole", *PARTS_ARGS)
+    out = datasets.convert(src, tmp_path_factory.mktemp("parts") / "whole", *PARTS_ARGS, "--workers", "2")
     assert json.loads((out / "duplicates.jsonl").read_text().splitlines()[0])["groups"] >= 6
     return src, out
 

@@ -89,6 +89,27 @@ def convert(run_cli, source, out, *extra):
     return result.output, datasets.load(out)  # the shards' counts in the shards (version 1's form)
 
 
+@pytest.fixture(scope="module")
+def converted(sources, tmp_path_factory):
+    """`convert` of a source of `sources` with extra arguments, made once per (source, arguments) for the module,
+    for the tests that only read it: (output, manifest, OUTPUT)."""
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    made: dict[tuple, tuple] = {}
+    run = lambda *args: CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)  # noqa: E731
+
+    def get(name, *extra):
+        key = (name, *map(str, extra))
+        if key not in made:
+            out = tmp_path_factory.mktemp(name) / "out"
+            made[key] = (*convert(run, sources / name, out, *extra), out)
+        return made[key]
+
+    return get
+
+
 def labels_written(out) -> dict[str, set[int]]:
     return {
         name: {
@@ -102,8 +123,8 @@ def labels_written(out) -> dict[str, set[int]]:
     }
 
 
-def test_keep_warns_counts_and_keeps_ids_stable(sources, tmp_path, run_cli):
-    output, manifest = convert(run_cli, sources / "mixed", tmp_path / "out")
+def test_keep_warns_counts_and_keeps_ids_stable(converted, run_cli):
+    output, manifest, out = converted("mixed")
     assert (
         "warning: 2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels "
         "with their label id (--empty-classes drop removes them)\n"
@@ -112,44 +133,44 @@ def test_keep_warns_counts_and_keeps_ids_stable(sources, tmp_path, run_cli):
     assert manifest["inputs"]["empty_classes"] == ["bee", "eel"]
     assert "empty_classes" not in manifest["options"]  # the default is not recorded
     assert manifest["splits"]["train"]["class_counts"] == {"ant": 9, "bee": 0, "cat": 8, "dog": 6, "eel": 0}
-    assert labels_written(tmp_path / "out") == {"ant": {0}, "cat": {2}, "dog": {3}}
+    assert labels_written(out) == {"ant": {0}, "cat": {2}, "dog": {3}}
     # Shards are those of the same classes without bee and eel, but for the ids and the class counts.
-    assert run_cli("verify", tmp_path / "out").exit_code == 0
-    weights = loaders.class_weights(tmp_path / "out", "train")
+    assert run_cli("verify", out).exit_code == 0
+    weights = loaders.class_weights(out, "train")
     assert weights == pytest.approx({0: 23 / (3 * 9), 1: 0.0, 2: 23 / (3 * 8), 3: 23 / (3 * 6), 4: 0.0})
-    result = run_cli("inspect", tmp_path / "out")
+    result = run_cli("inspect", out)
     assert (
         "2 classes with no example (bee, eel): every input rejected, or none listed; kept in labels with their "
         "label id (--empty-classes drop removes them)"
     ) in result.output.splitlines()
 
 
-def test_without_empty_classes_nothing_is_added(sources, tmp_path, run_cli):
+def test_without_empty_classes_nothing_is_added(sources, converted, tmp_path, run_cli):
     output, manifest = convert(run_cli, sources / "clean", tmp_path / "out", "--empty-classes", "drop")
     assert "warning" not in output and "empty_classes" not in manifest["inputs"]
-    _, keep = convert(run_cli, sources / "clean", tmp_path / "keep")
-    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "keep")
+    _, keep, kept = converted("clean")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(kept)
     assert render.empty_classes_line(keep["inputs"].get("empty_classes"), keep["options"].get("empty_classes")) is None
     assert "empty_classes" not in keep["options"]
 
 
 @pytest.mark.parametrize("extra", [(), ("--resize", 8)])  # images kept as they are, and re-encoded
-def test_drop_renumbers_byte_for_byte_as_if_the_classes_never_were(sources, tmp_path, run_cli, extra):
+def test_drop_renumbers_byte_for_byte_as_if_the_classes_never_were(sources, converted, tmp_path, run_cli, extra):
     output, manifest = convert(run_cli, sources / "mixed", tmp_path / "out", "--empty-classes", "drop", *extra)
     assert (
         "warning: dropped 2 classes with no example (bee, eel) from labels: the label ids of the classes after "
         "them moved down\n"
     ) in output
-    _, clean = convert(run_cli, sources / "clean", tmp_path / "clean", *extra)
+    _, clean, clean_out = converted("clean", *extra)
     assert manifest["labels"] == clean["labels"] == ["ant", "cat", "dog"]
     assert manifest["options"]["empty_classes"] == "drop" and manifest["inputs"]["empty_classes"] == ["bee", "eel"]
-    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")
+    assert shard_bytes(tmp_path / "out") == shard_bytes(clean_out)
     indexes = {k: v for k, v in other_files(tmp_path / "out").items() if k.endswith(".idx")}
-    assert len(indexes) == 2 and indexes == {k: v for k, v in other_files(tmp_path / "clean").items() if k in indexes}
+    assert len(indexes) == 2 and indexes == {k: v for k, v in other_files(clean_out).items() if k in indexes}
     assert manifest["splits"] == clean["splits"]
     assert labels_written(tmp_path / "out") == {"ant": {0}, "cat": {1}, "dog": {2}}
     assert run_cli("verify", tmp_path / "out", "--deep").exit_code == 0
-    assert loaders.class_weights(tmp_path / "out", "train") == loaders.class_weights(tmp_path / "clean", "train")
+    assert loaders.class_weights(tmp_path / "out", "train") == loaders.class_weights(clean_out, "train")
     assert (tmp_path / "out" / "image.class.label.labels.txt").read_text() == "ant\ncat\ndog\n"
 
 
@@ -178,8 +199,8 @@ def test_fail_on_a_class_with_no_input_at_all_stops_before_reading(sources, tmp_
     assert not (tmp_path / "out").exists()
 
 
-def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_path, run_cli):
-    _, manifest = convert(run_cli, sources / "mixed", tmp_path / "out")
+def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(converted):
+    _, manifest, _ = converted("mixed")
     assert check_manifest(Manifest.from_json(manifest)) == []
     broken = json.loads(json.dumps(manifest))
     broken["inputs"]["empty_classes"] = ["ant", "zebra"]
@@ -197,7 +218,7 @@ def test_the_manifest_is_checked_for_what_it_says_of_empty_classes(sources, tmp_
         Manifest.from_json(broken)
 
 
-def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
+def test_drop_renumbers_multi_part_shards_too(sources, converted, tmp_path):
     """group_target=3 cuts every shard into parts, written apart and joined (write.ConcatParts)."""
     from beam_jobs import convert as conversion
     from prep.core.convert_options import build_config
@@ -207,8 +228,8 @@ def test_drop_renumbers_multi_part_shards_too(sources, tmp_path, run_cli):
     config = build_config(str(sources / "mixed"), str(tmp_path / "out"), options)
     manifest = conversion.convert(config, list_inputs(config), group_target=3)
     assert manifest.labels == ("ant", "cat", "dog")
-    convert(run_cli, sources / "clean", tmp_path / "clean")
-    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "clean")
+    clean = converted("clean")[2]
+    assert shard_bytes(tmp_path / "out") == shard_bytes(clean)
     assert {k: v for k, v in other_files(tmp_path / "out").items() if k.endswith(".idx")} == {
-        k: v for k, v in other_files(tmp_path / "clean").items() if k.endswith(".idx")
+        k: v for k, v in other_files(clean).items() if k.endswith(".idx")
     }

@@ -169,7 +169,7 @@ def test_a_conversion_killed_after_some_shards_resumes_to_the_same_bytes(tmp_pat
     from tests.e2e import test_kill
 
     root = tmp_path / "src"
-    write_hub(root, {f"train-0000{i}-of-00004.parquet": hf_rows(40, start=40 * i, size=(40, 30)) for i in range(4)})
+    write_hub(root, {f"train-0000{i}-of-00004.parquet": hf_rows(12, start=12 * i, size=(16, 12)) for i in range(4)})
     reference = convert_with_cli(root, tmp_path / "ref", *test_kill.ARGS)
     out = tmp_path / "out"
     test_kill.kill_when(test_kill.start(root, out, "shard=1.5"), lambda: len(test_kill.sidecars(out)) >= 1)

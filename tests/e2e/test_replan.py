@@ -5,6 +5,7 @@ fresh conversion with those options gives; shards of the old plan never survive 
 import errno
 import json
 import os
+import shutil
 
 import pytest
 
@@ -119,6 +120,39 @@ def interrupt(source, out, run_cli, monkeypatch, args=ARGS):
     assert len(list(out.glob("*.tfrecord"))) == 6
 
 
+@pytest.fixture(scope="module")
+def stopped(source, tmp_path_factory):
+    """`interrupt` with ARGS, once for the module: the tests resume copies of it (`interrupted`)."""
+    from click.testing import CliRunner
+
+    from prep.cli import main
+
+    out = tmp_path_factory.mktemp("replan-stopped") / "out"
+    run = lambda *args: CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)  # noqa: E731
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt(source, out, run, patch)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fresh(source, tmp_path_factory):
+    """A fresh conversion of `source` with the given arguments, made once per arguments for the module."""
+    made: dict[tuple, object] = {}
+
+    def convert(*args):
+        key = tuple(map(str, args))
+        if key not in made:
+            made[key] = convert_with_cli(source, tmp_path_factory.mktemp("fresh") / "out", *args)
+        return made[key]
+
+    return convert
+
+
+def interrupted(stopped, out):
+    """A copy of the module's interrupted conversion at `out` (copy2 keeps the times resume compares)."""
+    return shutil.copytree(stopped, out)
+
+
 @pytest.mark.parametrize(
     "changes, shards, reused",
     [
@@ -131,23 +165,22 @@ def interrupt(source, out, run_cli, monkeypatch, args=ARGS):
         ([("--seed", 7), ("--num-shards", 1), ("--max-per-class", 20)], 2, 0),
     ],
 )
-def test_resume_plans_anew_as_a_fresh_conversion_would(source, tmp_path, run_cli, monkeypatch, changes, shards, reused):
-    out = tmp_path / "out"
-    interrupt(source, out, run_cli, monkeypatch)
+def test_resume_plans_anew_as_a_fresh_conversion_would(
+    source, stopped, fresh, tmp_path, run_cli, monkeypatch, changes, shards, reused
+):
+    out = interrupted(stopped, tmp_path / "out")
     args = with_changes(ARGS, changes)
     with monkeypatch.context() as patch:
         no_reading(patch)
         result = run_cli("convert", source, out, *args, "--resume")
     assert result.exit_code == 0, result.output
     assert resumed(out) == {"chunks": 5, "chunks_reused": 5, "shards": shards, "shards_reused": reused}
-    reference = convert_with_cli(source, tmp_path / "fresh", *args)
-    assert_same_dataset(out, reference, shards=shards)
+    assert_same_dataset(out, fresh(*args), shards=shards)
     assert run_cli("verify", out).exit_code == 0
 
 
-def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkeypatch):
-    out = tmp_path / "out"
-    interrupt(source, out, run_cli, monkeypatch)
+def test_a_new_seed_needs_every_image_prepared(source, stopped, fresh, tmp_path, run_cli, monkeypatch):
+    out = interrupted(stopped, tmp_path / "out")
     os.remove(WorkDir(str(out)).chunk_index(1))  # as if killed while chunk 1 was prepared
     result = run_cli("convert", source, out, *ARGS, "--seed", 7, "--resume")
     assert (result.exit_code, result.output) == (
@@ -159,9 +192,7 @@ def test_a_new_seed_needs_every_image_prepared(source, tmp_path, run_cli, monkey
     result = run_cli("convert", source, out, *ARGS, "--num-shards", 2, "--resume")  # other options: fine
     assert result.exit_code == 0, result.output
     assert resumed(out)["chunks_reused"] == 4
-    assert_same_dataset(
-        out, convert_with_cli(source, tmp_path / "fresh", *with_changes(ARGS, [("--num-shards", 2)])), shards=4
-    )
+    assert_same_dataset(out, fresh(*with_changes(ARGS, [("--num-shards", 2)])), shards=4)
 
 
 def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, run_cli, monkeypatch):
@@ -183,11 +214,10 @@ def test_a_new_seed_is_refused_when_records_hold_source_ids(source, tmp_path, ru
     assert_same_dataset(out, reference, shards=4)
 
 
-def test_restaged_chunks_are_never_prepared_again(source, tmp_path, run_cli, monkeypatch):
+def test_restaged_chunks_are_never_prepared_again(source, stopped, tmp_path, run_cli, monkeypatch):
     """After a new seed restaged the chunks, a chunk's inputs may sit in other chunks' spill files:
     one gone must not be prepared again into files others use."""
-    out = tmp_path / "out"
-    interrupt(source, out, run_cli, monkeypatch)
+    out = interrupted(stopped, tmp_path / "out")
     interrupt(source, out, run_cli, monkeypatch, [*with_changes(ARGS, [("--seed", 7)]), "--resume"])
     spill = sorted((out / ".prep-tmp" / "spill").glob("*.bin"))[0]
     spill.unlink()
@@ -199,9 +229,10 @@ def test_restaged_chunks_are_never_prepared_again(source, tmp_path, run_cli, mon
     )
 
 
-def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp_path, run_cli, monkeypatch):
-    out = tmp_path / "out"
-    interrupt(source, out, run_cli, monkeypatch)
+def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(
+    source, stopped, fresh, tmp_path, run_cli, monkeypatch
+):
+    out = interrupted(stopped, tmp_path / "out")
     real, calls = checkpoints.write_chunk_index, []
 
     def write_chunk_index(*args):
@@ -218,7 +249,7 @@ def test_a_kill_while_restaging_leaves_a_conversion_that_starts_over(source, tmp
     result = run_cli("convert", source, out, *args, "--resume")
     assert result.exit_code == 0, result.output
     assert resumed(out)["chunks_reused"] == 0
-    assert_same_dataset(out, convert_with_cli(source, tmp_path / "fresh", *args), shards=6)
+    assert_same_dataset(out, fresh(*args), shards=6)
 
 
 def test_planning_options_are_told_apart_from_the_others():

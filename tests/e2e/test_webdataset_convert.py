@@ -120,7 +120,7 @@ def test_a_conversion_killed_after_some_shards_resumes_to_the_same_bytes(tmp_pat
     from tests.e2e import test_kill
 
     root = tmp_path / "src"
-    write_shards(root, {f"{i:05d}.tar": labelled(40, 3, start=40 * i, size=(40, 30)) for i in range(4)})
+    write_shards(root, {f"{i:05d}.tar": labelled(12, 3, start=12 * i, size=(16, 12)) for i in range(4)})
     reference = convert_with_cli(root, tmp_path / "ref", *test_kill.ARGS)
     out = tmp_path / "out"
     test_kill.kill_when(test_kill.start(root, out, "shard=1.5"), lambda: len(test_kill.sidecars(out)) >= 1)
