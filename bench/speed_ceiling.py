@@ -68,28 +68,11 @@ def main(argv=None) -> None:
     bare = [sys.executable, "-m", "bench.baselines.bare_loop"]
     with tempfile.TemporaryDirectory() as tmp:
         one = str(one_photo(pathlib.Path(tmp)))
+        convert = [prep_command(), "convert", one, "OUT", "--num-shards", "1", "--no-progress"]
         commands = {
             "fixed: bare loop, 1 photo": [*bare, one, "OUT"],
-            "fixed: prep convert --duplicates off, 1 photo": [
-                prep_command(),
-                "convert",
-                one,
-                "OUT",
-                "--num-shards",
-                "1",
-                "--no-progress",
-                "--duplicates",
-                "off",
-            ],
-            "fixed: prep convert (default), 1 photo": [
-                prep_command(),
-                "convert",
-                one,
-                "OUT",
-                "--num-shards",
-                "1",
-                "--no-progress",
-            ],
+            "fixed: prep convert --duplicates off, 1 photo": [*convert, "--duplicates", "off"],
+            "fixed: prep convert (default), 1 photo": convert,
             "floor: Beam imported as prep imports it": [sys.executable, "-c", BEAM_FLOOR],
         }
         for n in sizes:
