@@ -15,6 +15,13 @@ under: a process that imports Beam as `prep convert` does (beam_jobs/lean_import
 `--workers 1 -> 2` (Amdahl): with the loop's one-core image work v(n) = bare(n, 1 process) -
 fixed_bare, at best (fixed_prep + v) / (fixed_prep + v / 2).
 
+That arithmetic leaves out what grows with the photos yet no balanced conversion can skip. A
+shard's size depends on every input, so none is finished before all are read: the records wait
+on disk, and after that barrier every byte is read again, hashed for the manifest and written
+into its shard. `bare_loop --balanced --import-beam` does just that on top of the loop's work,
+in Beam's process (see bench/baselines/bare_loop.py), and its time is the floor of a
+conversion's: the last table gives each goal's ceiling as bare loop / that floor, measured.
+
 Every measurement is a fresh process timed by wall clock (a conversion's ratio in
 bench/speed_goals.py is too), each repeat running all of them back to back; medians are printed.
 """
@@ -41,6 +48,13 @@ OUT = pathlib.Path("/tmp/prep-speed-ceiling")
 # two-step pipeline run on FnApiRunner added, it measured dearer than a whole one-photo
 # `prep convert`, so that was no floor; why was not looked into.)
 BEAM_FLOOR = "from beam_jobs.lean_import import import_beam; import_beam()"
+
+
+FLOOR = ["--balanced", "--import-beam"]  # bare_loop's options for the balanced floor
+
+
+def _floor_name(n: int, extra: list[str]) -> str:
+    return " ".join(["floor: balanced in Beam", *extra]) + f", {n} photos"
 
 
 def _seconds(cmd: list[str]) -> float:
@@ -80,6 +94,9 @@ def main(argv=None) -> None:
             commands[f"bare loop, {n} photos"] = [*bare, src, "OUT"]
             commands[f"bare loop --keys, {n} photos"] = [*bare, src, "OUT", "--keys"]
             commands[f"bare loop, {n} photos, 1 process"] = [*bare, src, "OUT", "--processes", "1"]
+            commands[f"bare loop --resize 256, {n} photos"] = [*bare, src, "OUT", "--resize", "256"]
+            for extra in ([], ["--keys"], ["--resize", "256"], ["--keys", "--processes", "1"]):
+                commands[_floor_name(n, extra)] = [*bare, src, "OUT", *FLOOR, *extra]
         load_before = tuple(round(x, 1) for x in os.getloadavg())
         started = time.perf_counter()
         runs: dict[str, list[float]] = {name: [] for name in commands}
@@ -113,6 +130,17 @@ def main(argv=None) -> None:
         v = med[f"bare loop, {n} photos, 1 process"] - fixed_bare
         cells = [(f + v) / (f + v / 2) for f in (default, floor)]
         print(f"{n:>8}  " + "  ".join(f"{c:>36.3f}" for c in cells))
+    print("\nceilings from the balanced floor (bare loop / floor; workers: floor, 1 process / 2)")
+    resize, one = ["--resize", "256"], ["--keys", "--processes", "1"]
+    goals = {
+        "pass (0.85)": lambda n: med[f"bare loop, {n} photos"] / med[_floor_name(n, [])],
+        "keys (0.80)": lambda n: med[f"bare loop --keys, {n} photos"] / med[_floor_name(n, ["--keys"])],
+        "resize (0.90)": lambda n: med[f"bare loop --resize 256, {n} photos"] / med[_floor_name(n, resize)],
+        "workers (1.8)": lambda n: med[_floor_name(n, one)] / med[_floor_name(n, ["--keys"])],
+    }
+    print(f"{'photos':>8}  " + "  ".join(f"{k:>14}" for k in goals))
+    for n in sizes:
+        print(f"{n:>8}  " + "  ".join(f"{ceiling(n):>14.3f}" for ceiling in goals.values()))
     print(f"({time.perf_counter() - started:.0f} s)")
 
 
