@@ -74,6 +74,27 @@ TOOLS = {
 }
 
 
+def warm_imports(cmd: list[str]) -> None:
+    """Imports what `cmd` (a `prep` or `python -m MODULE` command) imports, once, untimed.
+
+    This VM pages out file pages left untouched for a minute (a DAMON `pageout` scheme:
+    /sys/kernel/mm/damon/admin), so a fresh process's imports may come from disk or from
+    memory depending on what ran before it; prep imports far more than the bare loop does.
+    Warming each side just before its timed run gives both the state of a machine without
+    such reclaim: their code in the page cache.
+    """
+    beam = "from beam_jobs.lean_import import import_beam; import_beam()"
+    if pathlib.Path(cmd[0]).name == "prep":
+        code = f"{beam}; import prep.cli, beam_jobs.convert"
+    elif cmd[1:2] == ["-m"]:
+        code = f"import {cmd[2]}" + (f"; {beam}" if "--import-beam" in cmd else "")
+    elif cmd[1:2] == ["-c"]:
+        code = cmd[2]
+    else:
+        return
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
+
+
 def timed(cmd: list[str]) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

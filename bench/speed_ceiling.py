@@ -39,7 +39,7 @@ import time
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from convert_compare import timed  # noqa: E402  (bench/ scripts run as files)
+from convert_compare import timed, warm_imports  # noqa: E402  (bench/ scripts run as files)
 from make_data import ensure_data, prep_command  # noqa: E402
 
 OUT = pathlib.Path("/tmp/prep-speed-ceiling")
@@ -60,6 +60,7 @@ def _floor_name(n: int, extra: list[str]) -> str:
 def _seconds(cmd: list[str]) -> float:
     shutil.rmtree(OUT, ignore_errors=True)
     os.sync()
+    warm_imports(cmd)
     return timed([str(OUT) if c == "OUT" else c for c in cmd])[0]
 
 

@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from convert_compare import timed  # noqa: E402  (bench/ scripts run as files)
+from convert_compare import timed, warm_imports  # noqa: E402  (bench/ scripts run as files)
 from make_data import ensure_data, prep_command  # noqa: E402
 
 OUT = pathlib.Path("/tmp/prep-speed-goals")
@@ -90,6 +90,7 @@ def _seconds(cmd: list[str]) -> float:
     """Seconds of one fresh process running `cmd`, its output ("OUT") emptied first."""
     shutil.rmtree(OUT, ignore_errors=True)
     os.sync()  # the previous run's writes are on disk, not written back during this one
+    warm_imports(cmd)
     return timed([str(OUT) if c == "OUT" else c for c in cmd])[0]
 
 
