@@ -11,9 +11,14 @@ import io
 import os
 
 
-def _fs():
+def file_systems():
+    """Beam's FileSystems, with the object stores' file systems that the console script's lean
+    import left out loaded (beam_jobs/lean_import.py)."""
     from apache_beam.io.filesystems import FileSystems
 
+    from beam_jobs.lean_import import object_stores
+
+    object_stores()
     return FileSystems
 
 
@@ -56,7 +61,7 @@ def _store(path: str):
 
 def _options(path: str):
     """The pipeline options Beam builds `path`'s FileSystem with (FileSystems.set_options, or a worker's)."""
-    fs = _fs().get_filesystem(path)
+    fs = file_systems().get_filesystem(path)
     return getattr(fs, "_options", None) or getattr(fs, "_pipeline_options", None)
 
 
@@ -65,7 +70,7 @@ class BeamFileSystems:
 
     def handles(self, path: str) -> bool:
         try:
-            _fs().get_filesystem(path)
+            file_systems().get_filesystem(path)
         except ValueError:  # no FileSystem registered for the scheme
             return False
         _store(path)  # every process that reaches S3 or GCS (driver or worker) gets the fixes
@@ -74,7 +79,7 @@ class BeamFileSystems:
     def open_read(self, path: str):
         store = _store(path)
         if store is None:
-            return _fs().open(path, compression_type=_uncompressed())
+            return file_systems().open(path, compression_type=_uncompressed())
         options = _options(path)
         return RangeReader(lambda start, end: store.read_range(options, path, start, end), path)
 
@@ -83,24 +88,24 @@ class BeamFileSystems:
             import beam_jobs.beam_gcs as beam_gcs
 
             return beam_gcs.open_write(_options(path), path)
-        return _fs().create(path, compression_type=_uncompressed())
+        return file_systems().create(path, compression_type=_uncompressed())
 
     def exists(self, path: str) -> bool:
-        return _fs().exists(path)
+        return file_systems().exists(path)
 
     def size(self, path: str) -> int | None:
-        matches = _fs().match([path])[0].metadata_list
+        matches = file_systems().match([path])[0].metadata_list
         return matches[0].size_in_bytes if matches else None
 
     def uploads_whole(self, path: str) -> bool:
-        fs = _fs().get_filesystem(path)
+        fs = file_systems().get_filesystem(path)
         return bool(getattr(fs, "UPLOADS_WHOLE", fs.scheme() in _OBJECT_STORES))
 
     def rename(self, src: str, dst: str) -> None:
         # An object store's copy replaces `dst`; a file system's rename may refuse an existing one.
-        if not self.uploads_whole(dst) and _fs().exists(dst):
-            _fs().delete([dst])
-        _fs().rename([src], [dst])
+        if not self.uploads_whole(dst) and file_systems().exists(dst):
+            file_systems().delete([dst])
+        file_systems().rename([src], [dst])
 
     def delete(self, paths: list[str]) -> None:
         if paths and all(p.startswith("gs://") and not p.endswith("/") for p in paths):
@@ -108,12 +113,12 @@ class BeamFileSystems:
 
             beam_gcs.delete(_options(paths[0]), paths)
             return
-        _fs().delete(paths)
+        file_systems().delete(paths)
 
     def match(self, pattern: str) -> list[tuple[str, int]]:
         # "**", not "*", from callers: FileSystems built on glob match only files with "*", and leave out
         # names starting with "." (such as .prep-tmp); object stores match across "/" with either.
-        return [(m.path, m.size_in_bytes) for m in _fs().match([pattern])[0].metadata_list]
+        return [(m.path, m.size_in_bytes) for m in file_systems().match([pattern])[0].metadata_list]
 
     def __eq__(self, other):
         return type(other) is type(self)
@@ -152,7 +157,7 @@ class RangeReader(io.BufferedIOBase):
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         if whence == os.SEEK_END:  # the size is asked only here: one request for metadata
-            offset += _fs().size(self.name)
+            offset += file_systems().size(self.name)
         elif whence == os.SEEK_CUR:
             offset += self._pos
         if offset < 0:

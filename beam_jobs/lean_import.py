@@ -8,6 +8,11 @@ type hints. Installed (`apache-beam[gcp]` brings most of them), they were ~0.9 s
 fixed cost"). `import_beam` refuses them for the length of that one import: Beam records them
 as absent, as it would on an install without them, and a later `import pandas` works.
 
+Beam's object-store file systems (GCS, S3, Azure) are refused too, and loaded by
+`object_stores` when a remote path is first used (beam_jobs/beam_fs.py, list_remote.py): Beam
+finds a FileSystem by its subclasses at each call, so one imported later serves as well. Their
+clients were ~40% of what remained of Beam's import, paid by every conversion of local files.
+
 Only the `prep` console script calls it, for the embedded runner: it owns its process, so no
 caller's Beam (a notebook's BigQuery read) is left without a client it wanted; other runners
 may need these clients in the driver (Dataflow's API) and keep them. Object stores are not
@@ -16,6 +21,7 @@ refused: `gs://` and `s3://` paths go through Beam's GCS and S3 file systems.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import sys
 
@@ -30,6 +36,15 @@ UNUSED = (
     "google.cloud.pubsub",
     "google.cloud.pubsub_v1",
 )
+
+
+# Beam's file systems for object stores: loaded on a remote path's first use (`object_stores`).
+OBJECT_STORES = (
+    "apache_beam.io.gcp.gcsfilesystem",
+    "apache_beam.io.aws.s3filesystem",
+    "apache_beam.io.azure.blobstoragefilesystem",
+)
+_stores_loaded = False
 
 
 class _Refuse(importlib.abc.MetaPathFinder):
@@ -48,9 +63,22 @@ def import_beam() -> None:
     """Imports Beam without `UNUSED` (see the module docstring); already imported ones are left alone."""
     if "apache_beam" in sys.modules:
         return
-    refuse = _Refuse(tuple(name for name in UNUSED if name not in sys.modules))
+    refuse = _Refuse(tuple(name for name in UNUSED + OBJECT_STORES if name not in sys.modules))
     sys.meta_path.insert(0, refuse)
     try:
         import apache_beam  # noqa: F401  (imported for its side effect: in sys.modules for the conversion)
     finally:
         sys.meta_path.remove(refuse)
+
+
+def object_stores() -> None:
+    """Imports Beam's object-store file systems that are installed, as `apache_beam.io.filesystems` would."""
+    global _stores_loaded
+    if _stores_loaded:
+        return
+    for name in OBJECT_STORES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not installed (Beam logs why when it tries them itself)
+            pass
+    _stores_loaded = True

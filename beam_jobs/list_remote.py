@@ -18,14 +18,14 @@ def remote_names(source: str, stack: contextlib.ExitStack):
     Raises:
         SourceError: the listing fails, part-way or not, naming the prefix (never a SOURCE missing a folder).
     """
-    from apache_beam.io.filesystems import FileSystems
+    from beam_jobs.beam_fs import file_systems
 
     prefix = source.rstrip("/") + "/"
     spool = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape"))
     dirs: set[str] = set()
     try:
         # The file system's own paged listing, as a generator: FileSystems.match would hold every name at once.
-        for metadata in FileSystems.get_filesystem(prefix)._list(prefix):
+        for metadata in file_systems().get_filesystem(prefix)._list(prefix):
             path = metadata.path
             if not path.startswith(prefix) or path == prefix:
                 continue

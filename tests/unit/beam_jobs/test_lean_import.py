@@ -35,3 +35,19 @@ def test_a_fresh_process_imports_beam_without_them_and_pandas_after():
     done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["Pipeline []", "pandas"]
     assert "IPython" in UNUSED
+
+
+_STORES = """
+import sys
+from beam_jobs.lean_import import OBJECT_STORES, import_beam
+import_beam()
+print(sorted(n for n in OBJECT_STORES if n in sys.modules))
+from beam_jobs.beam_fs import file_systems
+print(type(file_systems().get_filesystem("gs://bucket/a.jpg")).__name__)
+print(type(file_systems().get_filesystem("s3://bucket/a.jpg")).__name__)
+"""
+
+
+def test_object_stores_are_left_out_of_the_import_and_loaded_on_a_remote_paths_first_use():
+    done = subprocess.run([sys.executable, "-c", _STORES], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:3] == ["[]", "GCSFileSystem", "S3FileSystem"]
