@@ -19,6 +19,8 @@ annotation and image/source_id; group: its stratum). Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import tempfile
 import typing
@@ -87,7 +89,7 @@ def list_detection(
     files = [f for f in source_files(source) if f not in skip]
     fmt = options.annotation_format
     # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
-    with tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
+    with _frozen_heap(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
         store = FileStore(os.path.join(folder, "objects.jsonl"))
         try:
             if options.split_annotations:
@@ -103,6 +105,23 @@ def list_detection(
             return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
         finally:
             store.close()
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> typing.Iterator[None]:
+    """The objects alive before the listing (on the driver: Beam, imported first by the console script) are
+    left out of the collector's full passes while it runs: the listing makes a few objects per annotation,
+    and each full pass walked them all, holding the GIL (docs/benchmarks.md, issue 36). As `beam_jobs/_execute.py`
+    does while the pipeline runs; unfrozen after. A heap some caller froze already (a listing on workers in
+    the pipeline's process) is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class DetectionSource(typing.NamedTuple):

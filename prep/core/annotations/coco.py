@@ -13,7 +13,8 @@
   entry without its id, repeated ids) is a SourceError naming the file and the fault; of
   several faults, the first of categories, then images, then annotations.
 
-The file is read once as a stream (`json_stream`, ijson), its arrays in any order; the
+The file is read once as a stream (`json_stream`, ijson), its arrays in any order (one that fits
+one bucket of the join, in one pass held whole: `json_stream.read_arrays`); the
 annotations are joined to their images bucket by bucket on local disk (`coco_join`), and
 each image's objects wait in a file (`rows.FileStore`) until the listing takes them.
 `read_coco_rows` gives that form; `read_coco` the whole `AnnotationSet` in memory. `scan`, `settle`,
@@ -34,7 +35,7 @@ from typing import Any, NoReturn
 from prep.core import storage
 from prep.core.annotations.coco_join import ImageEntry, ImageId, Spill, bucket_count
 from prep.core.annotations.files import image_path
-from prep.core.annotations.json_stream import StreamError, first_byte, iter_arrays, value_of
+from prep.core.annotations.json_stream import StreamError, first_byte, iter_arrays, read_arrays, value_of
 from prep.core.annotations.model import AnnotationSet, Json, as_float
 from prep.core.annotations.rows import FileStore, ObjectStore, RowSet, annotation_set, finish_rows
 from prep.core.errors import SourceError
@@ -220,7 +221,7 @@ def read_coco_rows(
     spill = Spill(folder, bucket_count(_file_size(path)), file_name)
     position = 0
     counts: dict[str, int] = {}
-    for key, item in scan(path, counts):
+    for key, item in scan(path, counts, whole=spill.buckets == 1):
         if key == "annotations":
             spill.add(position, item, shape)
             position += 1
@@ -236,16 +237,22 @@ def read_coco_rows(
     return finish_rows(rows, found, classes, spill.problems + [p for _, p in problems], store)
 
 
-def scan(path: str, counts: dict[str, int]) -> Iterator[tuple[str, Any]]:
+def scan(path: str, counts: dict[str, int], whole: bool = False) -> Iterator[tuple[str, Any]]:
     """The items of the file's SECTIONS as (key, item), streamed (`json_stream.iter_arrays`); `counts` gets
-    how many of each.
+    how many of each. `whole`: a file of one bucket, held whole anyway (`coco_join`), is read in one pass
+    (`json_stream.read_arrays`), its items in file order, or streamed when that pass cannot say.
 
     Raises:
         SourceError: the file cannot be read, is not UTF-8 or not JSON, or is not a JSON object.
     """
     try:
         first = first_byte(path)
-        yield from iter_arrays(path, SECTIONS, counts)
+        held = read_arrays(path, SECTIONS) if whole else None
+        if held is not None:
+            counts.update(held[1])
+            yield from held[0]
+        else:
+            yield from iter_arrays(path, SECTIONS, counts)
         if first != b"{":
             _fail(path, "not a JSON object with 'images', 'annotations' and 'categories'")
     except OSError as exc:

@@ -13,6 +13,7 @@ object that hands it the chunks): a pass costs about a third of a parse with ijs
 every event crosses a Python call between the parser's stages, so three passes cost less than the one
 parse with a coroutine per key that this replaced (docs/benchmarks.md, detection). A key given twice at the
 top level (not valid COCO): `json.loads` keeps its last value, this the items of each of its arrays.
+`read_arrays` gives the same items from one pass (ijson's `kvitems`), for a file small enough to hold whole.
 
 A file that is not JSON raises `StreamError` with yajl's reason and the line and column where it
 stopped (found by parsing again up to the failing chunk, byte by byte through it: only on errors).
@@ -152,6 +153,36 @@ def iter_arrays(path: str, keys: tuple[str, ...], counts: dict[str, int]) -> Ite
                     yield key, (_restore(item) if text.literals.rewritten else item)
             except ijson.JSONError as exc:
                 raise _locate(path, str(exc), text.start) from None
+
+
+def read_arrays(path: str, keys: tuple[str, ...]) -> tuple[list[tuple[str, Any]], dict[str, int]] | None:
+    """`iter_arrays`' items and counts from one pass over the file, its top-level values held whole (for a
+    file small enough to hold); in file order, not key after key. None when that pass cannot be sure to give
+    what `iter_arrays` gives: the text is not JSON (`iter_arrays` says where), a literal was rewritten, or a
+    value of `keys` is not an array (ijson's `key.item` would then look inside it); the caller streams then.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import ijson  # lazily: the pure core imports no third-party parser at start
+
+    # One pass instead of a pass a key: each pass tokenizes the whole file (docs/benchmarks.md, detection).
+    wanted = set(keys)
+    items: list[tuple[str, Any]] = []
+    counts = dict.fromkeys(keys, 0)
+    with storage.open_read(path) as f:
+        text = _Text(f)
+        try:
+            for key, value in ijson.kvitems(text, "", use_float=True, buf_size=CHUNK):
+                if key not in wanted:
+                    continue
+                if not isinstance(value, list):
+                    return None
+                items += [(key, item) for item in value]  # a key given twice: each array's items, as a pass
+                counts[key] += len(value)
+        except ijson.JSONError:
+            return None
+    return None if text.literals.rewritten else (items, counts)
 
 
 class _Text:
