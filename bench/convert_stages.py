@@ -123,6 +123,9 @@ def main(argv=None) -> None:
         f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
         f"{os.cpu_count()} cores, median of {args.repeats}"
     )
+    (HERE / "results").mkdir(exist_ok=True)
+    saved = {"median": median, "runs": runs, "other": args.other, "other_runs": others}
+    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps(saved, indent=2))
     if args.other is not None:
         _compare(median, _medians(others), args.other)
     if counts != [1, 2]:
@@ -139,8 +142,6 @@ def main(argv=None) -> None:
         f"ceiling of 'x wall' if prepare scaled 2x: {total1 / (total1 - prepare1 / 2):.2f}; "
         f"if every stage in the runner did: {total1 / (outside1 + (total1 - outside1) / 2):.2f}"
     )
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps({"median": median, "runs": runs}, indent=2))
 
 
 NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
