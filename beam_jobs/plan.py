@@ -42,7 +42,7 @@ import typing
 
 import apache_beam as beam
 
-from beam_jobs.prepare import PreparedRef, plan_group, read_prepared
+from beam_jobs.prepare import plan_group, read_prepared
 from beam_jobs.spread import spread
 from prep.core import storage
 from prep.core.errors import PlanError
@@ -261,10 +261,11 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
     parts: dict[PartKey, bytearray] = {}  # its packed entries
     capped: dict[int, int] = {}
     last: dict[tuple, tuple] = {}
+    num_shards = {s.name: s.num_shards for s in info.layout.splits}  # looked up per reference
     for chunk, firsts in info.chunks:
         next_rank = dict(firsts)
         place = dedupe_files.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
-        refs = [PreparedRef._make(r) for r in read_prepared(work, chunk)]
+        refs = read_prepared(work, chunk)
         # Kept images' spilled bytes go with their entries: one read per chunk here, none per record in the writer
         for r, rest in zip(refs, read_rests(work, refs)):
             pin = place(r)
@@ -284,7 +285,7 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
             split_name, shard = where
             bits = info.part_bits[split_name]
             order = sort_key(seed, r.path, "order")
-            part = PartKey(split_name, shard, info.layout.split(split_name).num_shards, prefix(order, bits), 1 << bits)
+            part = PartKey(split_name, shard, num_shards[split_name], prefix(order, bits), 1 << bits)
             relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
             parts.setdefault(part, bytearray()).extend(
                 pack_entry(

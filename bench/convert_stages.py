@@ -2,6 +2,7 @@
 
     python bench/convert_stages.py                         # 20,000 generated JPEGs, pass-through
     python bench/convert_stages.py --count 2000 --repeats 3 -- --resize 256
+    python bench/convert_stages.py --count 20000 --repeats 3 --workers 2 --other /work/main -- --duplicates off
 
 Each run is a fresh process running `prep convert` with Beam's FnApiRunner
 timed around every bundle it executes (one bundle per fused stage on the
@@ -12,6 +13,10 @@ check, convert, spill), "dedupe" (grouping duplicates, the default's),
 the command (imports, listing, building the pipeline). CPU is this process's
 (pool threads included). Configurations are interleaved within each repeat;
 the table gives medians and the ratio of 1 worker's time to 2 workers'.
+`prep convert` runs as the `prep` console script does (`CliHooks(owns_process=True)`: Beam
+imported without the clients it never uses, beam_jobs/lean_import.py). With `--other CHECKOUT`,
+each repeat also runs that checkout's code (PYTHONPATH), the two taking turns, and a second
+table gives each stage's median for both and the ratio this / other.
 Its last line gives the ceilings of that ratio set by the stages that do not
 scale: what it would be if 2 workers took exactly half of 1 worker's time on
 the image stage alone, or on every stage the runner executes. Times are from
@@ -69,20 +74,22 @@ def child(argv: list[str]) -> None:
             totals[1] += time.process_time() - cpu
 
     fn_runner.FnApiRunner._execute_bundle = timed
-    from prep.cli import main
+    from prep.cli import CliHooks, main
 
-    main(["convert", *argv], standalone_mode=False)
+    main(["convert", *argv], standalone_mode=False, obj=CliHooks(owns_process=True))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     spent["outside"] = [wall - sum(w for w, _ in spent.values()), cpu - sum(c for _, c in spent.values())]
     spent["total"] = [wall, cpu]
     print(json.dumps(spent))
 
 
-def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str]) -> dict:
+def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str], code: str | None = None) -> dict:
+    """One conversion's stage times; `code`: the checkout whose code runs (None: the one on sys.path)."""
     shutil.rmtree(out, ignore_errors=True)
     os.sync()  # the previous run's writes are on disk, not written back during this run
     argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
-    proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True)
+    env = None if code is None else dict(os.environ, PYTHONPATH=code)
+    proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"prep convert {' '.join(argv)} failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -96,24 +103,35 @@ def main(argv=None) -> None:
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="/tmp/prep-bench-stages")
+    parser.add_argument("--workers", default="1,2", help="worker counts, e.g. 2 (the last ratio needs 1,2)")
+    parser.add_argument("--other", help="another checkout's root, run in turn with this one (see above)")
     parser.add_argument("convert_options", nargs="*", help="more `prep convert` options, after --")
     args = parser.parse_args(argv)
     source = ensure_data(args.count)
-    runs: dict[int, list[dict]] = {1: [], 2: []}
-    for _ in range(args.repeats):
-        for workers in runs:
-            runs[workers].append(run_once(source, pathlib.Path(args.out), workers, args.convert_options))
-    names = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
-    median = {
-        w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in names}
-        for w, rs in runs.items()
-    }
+    counts = [int(w) for w in args.workers.split(",")]
+    runs: dict[int, list[dict]] = {w: [] for w in counts}
+    others: dict[int, list[dict]] = {w: [] for w in counts}
+    for repeat in range(args.repeats):
+        for workers in counts:
+            # (runs, code): this checkout's, and `--other`'s; taking turns, neither always first
+            sides = [(runs, None)] if args.other is None else [(runs, None), (others, args.other)]
+            for kept, code in sides if repeat % 2 == 0 else sides[::-1]:
+                out = pathlib.Path(args.out, "other" if code else "this")
+                kept[workers].append(run_once(source, out, workers, args.convert_options, code))
+    median = _medians(runs)
     print(
         f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
         f"{os.cpu_count()} cores, median of {args.repeats}"
     )
+    (HERE / "results").mkdir(exist_ok=True)
+    saved = {"median": median, "runs": runs, "other": args.other, "other_runs": others}
+    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps(saved, indent=2))
+    if args.other is not None:
+        _compare(median, _medians(others), args.other)
+    if counts != [1, 2]:
+        return
     print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}{'share 2':>9}")
-    for n in names:
+    for n in NAMES:
         (w1, c1), (w2, c2) = median[1][n], median[2][n]
         share = w2 / median[2]["total"][0]  # of 2 workers' wall time
         print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}{share:>9.0%}")
@@ -124,8 +142,32 @@ def main(argv=None) -> None:
         f"ceiling of 'x wall' if prepare scaled 2x: {total1 / (total1 - prepare1 / 2):.2f}; "
         f"if every stage in the runner did: {total1 / (outside1 + (total1 - outside1) / 2):.2f}"
     )
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps({"median": median, "runs": runs}, indent=2))
+
+
+NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
+
+
+def _medians(runs: dict[int, list[dict]]) -> dict[int, dict[str, list[float]]]:
+    """Per worker count and stage, the median [wall, cpu] of the runs."""
+    return {
+        w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in NAMES}
+        for w, rs in runs.items()
+        if rs
+    }
+
+
+def _compare(mine: dict, theirs: dict, other: str) -> None:
+    """This checkout's stage medians against `other`'s, each worker count."""
+    for w in mine:
+        print(f"{w} worker(s): this | {other}")
+        print(f"{'stage':<9}{'wall':>8}{'cpu':>8} |{'wall':>8}{'cpu':>8}   wall ratio   cpu ratio")
+        for n in NAMES:
+            (w1, c1), (w2, c2) = mine[w][n], theirs[w][n]
+            print(f"{n:<9}{w1:>8.2f}{c1:>8.2f} |{w2:>8.2f}{c2:>8.2f}{_ratio(w1, w2)}{_ratio(c1, c2)}")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:>12.3f}" if b else f"{'-':>12}"
 
 
 if __name__ == "__main__":

@@ -216,10 +216,9 @@ def signature(path: str, data: bytes | None = None) -> str:
     """
     if not is_remote(path):
         try:
-            st = os.stat(path)
+            return signature_of(os.stat(path))
         except OSError:
             return ""
-        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_mode:o}"
     if data is not None:
         return str(len(data))
     try:
@@ -227,6 +226,11 @@ def signature(path: str, data: bytes | None = None) -> str:
     except Exception:  # each file system raises its own types
         return ""
     return "" if found is None else str(found)
+
+
+def signature_of(st: os.stat_result) -> str:
+    """`signature` of a local file from its stat (one taken while reading it, say)."""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_mode:o}"
 
 
 def sha256_file(path: str) -> tuple[int, str]:

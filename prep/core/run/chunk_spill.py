@@ -132,10 +132,12 @@ def read_rests(work: WorkDir, refs: Sequence[Spilled]) -> list[bytes]:
     """
     out = [b""] * len(refs)
     wanted: dict[str, list[tuple[int, int, int]]] = {}  # path -> [(offset, length, ref)]
+    paths: dict[int, str] = {}  # by spill id: a path built once a batch, not once a reference
     for i, r in enumerate(refs):
         size = r.length - r.image
         if r.image and size <= INLINE_LIMIT:
-            wanted.setdefault(work.spill(r.spill), []).append((r.offset, size, i))
+            path = paths.get(r.spill) or paths.setdefault(r.spill, work.spill(r.spill))
+            wanted.setdefault(path, []).append((r.offset, size, i))
     for path, ranges in wanted.items():
         ranges.sort()
         with storage.open_read(path) as f:

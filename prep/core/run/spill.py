@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import io
 import os
 import stat
 import typing
@@ -62,41 +61,74 @@ def read_input(path: str, column: str | None = None) -> bytes | tuple[str, str]:
     if member is not None:
         return member
     if not storage.is_remote(path):
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            if os.path.islink(path):
-                return "broken_symlink", "symlink points to a file that does not exist"
-            return "missing", "file does not exist"
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return "symlink_loop", exc.strerror or "too many levels of symbolic links"
-            return "unreadable", exc.strerror or str(exc)
-        if stat.S_ISDIR(st.st_mode):
-            return "unreadable", "path is a folder"
-        if not stat.S_ISREG(st.st_mode):
-            return "unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})"
+        return read_local(path)[0]
     try:
-        if storage.is_remote(path):
-            return storage.read_bytes(path)
-        # Opened without blocking and checked again: the file may have been
-        # swapped for a FIFO since the stat above, and reading one never ends.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return (
-                    "unreadable",
-                    f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'folder or special file')})",
-                )
-            return f.read()
+        return storage.read_bytes(path)
     except FileNotFoundError:
         return "missing", "file does not exist"
     except IsADirectoryError:
         return "unreadable", "path is a folder"
     except OSError as exc:
-        reason = "symlink_loop" if exc.errno == errno.ELOOP else "unreadable"
-        return reason, exc.strerror or str(exc)
+        return "unreadable", exc.strerror or str(exc)
+
+
+def plain_local(path: str) -> bool:
+    """Whether `path` is a local file read whole (`read_local`): no URL, WebDataset member or table row."""
+    return not storage.is_remote(path) and webdataset.parse_member(path) is None and table_files.parse_row(path) is None
+
+
+def read_local(path: str) -> tuple[bytes | tuple[str, str], os.stat_result | None]:
+    """A local file's bytes, or (reason, detail) if it cannot be read (see `read_input`); and the stat
+    of what was read (None when nothing was found), whose `storage.signature_of` is the input's signature.
+
+    Stated by path first, so that a FIFO or a device is never opened; then opened without blocking and
+    stated again by its descriptor, since the file may have been swapped for a FIFO in between: that
+    second stat, taken before the read, is the signature's, so no third stat is needed for it. Read with
+    one `os.read` of its size and a byte more, which shows that it ended: 5 system calls an input where
+    `open(...).read()` and a separate signature took 12, each letting go of the GIL the pool's other
+    threads then hold (docs/benchmarks.md, "Speed goals (issue 36)").
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return ("broken_symlink", "symlink points to a file that does not exist"), None
+        return ("missing", "file does not exist"), None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return ("symlink_loop", exc.strerror or "too many levels of symbolic links"), None
+        return ("unreadable", exc.strerror or str(exc)), None
+    if stat.S_ISDIR(st.st_mode):
+        return ("unreadable", "path is a folder"), st
+    if not stat.S_ISREG(st.st_mode):
+        return ("unreadable", f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')})"), st
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return ("missing", "file does not exist"), st
+    except OSError as exc:
+        return ("symlink_loop" if exc.errno == errno.ELOOP else "unreadable", exc.strerror or str(exc)), st
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(opened.st_mode), "folder or special file")
+            return ("unreadable", f"not a regular file ({kind})"), opened
+        return _read_fd(fd, opened.st_size), opened
+    except OSError as exc:
+        return ("unreadable", exc.strerror or str(exc)), st
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """The rest of open file `fd`, expected to hold `size` bytes: one read, more if it changed size."""
+    data = os.read(fd, size + 1)
+    if len(data) == size:  # a byte more was asked for: none means the end
+        return data
+    pieces = [data]
+    while piece := os.read(fd, max(size, 1 << 16)):
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,8 +215,12 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    sig = None if storage.is_remote(path) else input_signature(path)  # before reading: a change shows
-    got = read_input(path, options.image_column) if data is None else data
+    if data is None and plain_local(path):  # its signature from the stat read_local takes before reading
+        got, st = read_local(path)
+        sig: str | None = "" if st is None else storage.signature_of(st)
+    else:
+        sig = None if storage.is_remote(path) else input_signature(path)  # before reading: a change shows
+        got = read_input(path, options.image_column) if data is None else data
     if isinstance(got, tuple):
         return Reject(ref.path, *got), sig or "", task and rejected_info(task, ref)
     data = got
@@ -272,7 +308,7 @@ def _read_again(path: str, size: int) -> bytes | str:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             return "its bytes differ"
-        data = storage.read_exact(io.FileIO(fd, "rb", closefd=False), size)
+        data = _read_fd(fd, size)
     finally:
         os.close(fd)
     return data if len(data) == size else "its bytes differ"

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from prep.core import storage
 from prep.core.errors import SourceError
 from prep.core.image_rules import ImageOptions
 from prep.core.listing import InputRef
@@ -176,20 +177,33 @@ def test_temporary_names_are_new_for_each_writer_and_known_as_such():
 
 
 def test_a_kept_image_is_read_again_in_full_when_reads_come_short(prepared, monkeypatch):
-    import io
-    import types
-
-    from prep.core.run import spill
-
-    class Trickle(io.FileIO):
-        def read(self, size=-1):
-            return super().read(size if size is None or size < 0 else min(size, 7))
-
+    read = os.read
     src, spilled, (keep, _) = prepared
-    monkeypatch.setattr(spill, "io", types.SimpleNamespace(FileIO=Trickle))
+    monkeypatch.setattr(os, "read", lambda fd, size: read(fd, min(size, 7)))
     jpeg = (src / "a" / "keep.jpg").read_bytes()
     expected = frame(ImageRecord.build(jpeg, "jpeg", 200, 300, 3, 0, "a", "a/keep.jpg").to_bytes())
     assert _record(src, spilled, keep, "a/keep.jpg") == expected
+
+
+def test_an_input_read_in_short_pieces_or_grown_is_read_whole(tmp_path, monkeypatch):
+    """read_local reads a file with one read of its size and a byte more; a file system that gives
+    less at a time, or a file that grew since its stat, is still read to its end; its signature is
+    that of storage.signature."""
+    from prep.core.run.spill import read_local
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(bytes(range(256)) * 40)
+    got, st = read_local(str(path))
+    assert got == path.read_bytes() and st is not None
+    assert storage.signature_of(st) == storage.signature(str(path))
+    read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, size: read(fd, min(size, 7)))
+    assert read_local(str(path))[0] == path.read_bytes()
+    monkeypatch.setattr(os, "fstat", lambda fd, real=os.fstat: os.stat_result((*real(fd)[:6], 5, *real(fd)[7:])))
+    assert read_local(str(path))[0] == path.read_bytes()  # larger than its stat said
+    assert read_local(str(tmp_path / "none.jpg")) == (("missing", "file does not exist"), None)
+    (tmp_path / "d.jpg").mkdir()
+    assert read_local(str(tmp_path / "d.jpg"))[0] == ("unreadable", "path is a folder")
 
 
 def test_a_batch_gives_its_good_inputs_keys_to_its_chunk_and_spills_only_records(tmp_path):
