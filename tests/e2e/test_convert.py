@@ -449,27 +449,12 @@ def test_beam_idiom_entry_point_errors_are_one_line(tmp_path):
 
 
 def test_beam_idiom_entry_point_leaves_dataflow_job_labels_to_beam(tmp_path):
-    import subprocess
-    import sys
+    from beam_jobs.convert import run
 
-    # Dataflow's --label key=value was taken for an abbreviation of our --labels (a label file).
+    # Dataflow's --label key=value was taken for an abbreviation of our --labels (a label file). run() in-process:
+    # the parsing is run()'s; its __main__ block (a process) is test_beam_idiom_entry_point_errors_are_one_line's.
     write_class_tree(tmp_path / "src", {"a": 2, "b": 2})
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "beam_jobs.convert",
-            "--source",
-            str(tmp_path / "src"),
-            "--output",
-            str(tmp_path / "out"),
-            "--label",
-            "team=ml",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run(["--source", str(tmp_path / "src"), "--output", str(tmp_path / "out"), "--label", "team=ml"])
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["inputs"]["written"] == 4
 
 

@@ -6,6 +6,9 @@ devices and TF_CONFIG must be set before TensorFlow starts. All four processes
 start at once and a timeout turns a hang into a failure; each reads both splits with
 one strategy (TensorFlow's start is most of a process's time). Each split has 31
 records in 3 shards, so neither 2 nor 3 divides it and 2 workers share 3 shards.
+Training and the detection split go through 2 replicas and the MWMS workers: with 3 replicas the
+process checks the classification split's batches alone (what the replica count changes), which
+saves a third of the file's CPU.
 """
 
 import importlib.util
@@ -42,11 +45,11 @@ def runs(tmp_path_factory):
     ports = f"{free_port()},{free_port()}"
     jobs = {
         "mirrored2": ["mirrored", "--devices", "2"],
-        "mirrored3": ["mirrored", "--devices", "3"],
         "mwms0": ["mwms", "--index", "0", "--ports", ports],
         "mwms1": ["mwms", "--index", "1", "--ports", ports],
     }
     jobs = {name: [*args, "--detection", str(detection)] for name, args in jobs.items()}
+    jobs["mirrored3"] = ["mirrored", "--devices", "3", "--no-training"]
     results = run_workers(WORKER, data, tmp, jobs, env)
     manifest = json.loads((data / "manifest.json").read_text())
     split = {p.relative_to(tmp / "src").as_posix() for p in (tmp / "src").rglob("*.*")}
@@ -58,7 +61,7 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def detection_runs(runs):
     results, _, boxes = runs
-    return {name: r["detection"] for name, r in results.items()}, boxes
+    return {name: r["detection"] for name, r in results.items() if "detection" in r}, boxes
 
 
 def check_training_epoch(epochs, steps, per_replica_batch, split, max_dropped):
@@ -89,7 +92,7 @@ def check_padded_eval(epochs, split, padding, steps, per_replica_batch=2):
 
 
 @pytest.mark.parametrize("devices, steps", [(2, 7), (3, 5)])
-def test_mirrored_strategy_balances_replicas_and_fits(runs, devices, steps):
+def test_mirrored_strategy_balances_replicas(runs, devices, steps):
     results, split, _ = runs
     r = results[f"mirrored{devices}"]
     assert r["pipelines"] == 1 and r["steps"] == steps  # 31 // (2 per replica x devices)
@@ -98,13 +101,17 @@ def test_mirrored_strategy_balances_replicas_and_fits(runs, devices, steps):
     assert first != second  # a new order every epoch
     # one pipeline: pad to whole steps of 2 x devices: 32 = 31 + 1 (2 devices), 36 = 31 + 5 (3 devices)
     check_padded_eval([r["eval"]], split, padding={2: 1, 3: 5}[devices], steps={2: 8, 3: 6}[devices])
-    assert len(r["fit_distribute_losses"]) == 2 and all(loss > 0 for loss in r["fit_distribute_losses"])
-    assert r["fit_load_loss"] > 0
     assert r["uneven_batch_error"] == (
         f"global_batch_size {devices + 1} is not a multiple of the {devices} replicas in sync"
     )
+
+
+def test_mirrored_strategy_fits(runs):
+    r = runs[0]["mirrored2"]
+    assert len(r["fit_distribute_losses"]) == 2 and all(loss > 0 for loss in r["fit_distribute_losses"])
+    assert r["fit_load_loss"] > 0
     assert len(r["loop_losses"]) == 1 and r["loop_losses"][0] > 0
-    assert r["fit_load_steps"] == steps
+    assert r["fit_load_steps"] == 7
 
 
 def test_multi_worker_strategy_balances_workers_and_trains(runs):
@@ -158,13 +165,12 @@ def check_detection_eval(epochs, boxes, padding, steps):
 
 def test_mirrored_strategy_gives_every_replica_equal_detection_batches(detection_runs):
     results, boxes = detection_runs
-    for devices, steps in ((2, 7), (3, 5)):
-        r = results[f"mirrored{devices}"]
-        assert r["pipelines"] == 1 and r["steps"] == steps
-        first = check_detection_training([r["train"][0]], steps, boxes)
-        second = check_detection_training([r["train"][1]], steps, boxes)
-        assert first != second and len(first) == steps * 2 * devices
-        check_detection_eval([r["eval"]], boxes, padding={2: 1, 3: 5}[devices], steps={2: 8, 3: 6}[devices])
+    r = results["mirrored2"]  # 3 replicas: test_mirrored_strategy_balances_replicas
+    assert r["pipelines"] == 1 and r["steps"] == 7
+    first = check_detection_training([r["train"][0]], 7, boxes)
+    second = check_detection_training([r["train"][1]], 7, boxes)
+    assert first != second and len(first) == 7 * 2 * 2
+    check_detection_eval([r["eval"]], boxes, padding=1, steps=8)
 
 
 def test_multi_worker_strategy_gives_every_worker_equal_detection_batches(detection_runs):

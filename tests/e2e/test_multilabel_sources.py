@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from beam_jobs import convert as conversion
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
@@ -46,9 +48,16 @@ def _convert(source, out, runner="local", listing=False, beam_args=None, **optio
     return out
 
 
-def test_wds_json_lists_on_workers_write_every_sample_with_its_names(tmp_path):
-    _wds(tmp_path / "src")
-    out = _convert(tmp_path / "src", tmp_path / "out", label_key="tags")
+@pytest.fixture(scope="module")
+def wds(tmp_path_factory):
+    """(the WebDataset source, its conversion listed on workers by the embedded runner): both tests read it."""
+    tmp = tmp_path_factory.mktemp("wds")
+    _wds(tmp / "src")
+    return tmp / "src", _convert(tmp / "src", tmp / "out", label_key="tags")
+
+
+def test_wds_json_lists_on_workers_write_every_sample_with_its_names(wds):
+    _, out = wds
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == "multilabel" and manifest["labels"] == ["bird", "cat", "dog", "fish"]
     assert set(manifest["splits"]) == {"train", "validation"}
@@ -66,17 +75,16 @@ def test_wds_json_lists_on_workers_write_every_sample_with_its_names(tmp_path):
     assert inputs["found"] == 25 == inputs["written"] + inputs["rejected"] + inputs["capped"]
 
 
-def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(tmp_path, dask_cluster):
+def test_wds_json_lists_give_the_same_bytes_on_the_direct_and_dask_runners(wds, tmp_path, dask_cluster):
     from tests.e2e.test_runners import DASK
 
-    _wds(tmp_path / "src")
-    reference = _convert(tmp_path / "src", tmp_path / "ref", listing=True, label_key="tags")  # the driver's
-    embedded = _convert(tmp_path / "src", tmp_path / "emb", label_key="tags")
+    src, embedded = wds
+    reference = _convert(src, tmp_path / "ref", listing=True, label_key="tags")  # the driver's
     assert_same_dataset(embedded, reference, shards=4)
-    direct = _convert(tmp_path / "src", tmp_path / "direct", "DirectRunner", label_key="tags")
+    direct = _convert(src, tmp_path / "direct", "DirectRunner", label_key="tags")
     assert_same_dataset(direct, reference, shards=4)
     address = f"--dask_client_address={dask_cluster}"  # the session's cluster (tests/e2e/conftest.py)
-    dask = _convert(tmp_path / "src", tmp_path / "dask", DASK, beam_args=[address], label_key="tags")
+    dask = _convert(src, tmp_path / "dask", DASK, beam_args=[address], label_key="tags")
     assert_same_dataset(dask, reference, shards=4)
 
 

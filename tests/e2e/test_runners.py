@@ -240,9 +240,8 @@ def detection_reference(detection_source, tmp_path_factory):
     [
         ("local", (), 3),  # many rank tasks, shards written in parts
         ("DirectRunner", ("--direct_running_mode=in_memory",), None),
-        ("DirectRunner", ("--direct_running_mode=multi_processing", "--direct_num_workers=2"), 5),
     ],
-)
+)  # detection in worker processes: test_detection_on_the_dask_runner; multi_processing: for classification
 def test_detection_through_the_runners(
     detection_source, detection_reference, tmp_path, runner, beam_args, group_target
 ):

@@ -3,6 +3,7 @@
     python tests/support/dist_worker.py mirrored DATA OUT.json --devices 3
     python tests/support/dist_worker.py mwms DATA OUT.json --index 0 --ports 41001,41002
     python tests/support/dist_worker.py mirrored DATA OUT.json --devices 2 --detection DETECTION_DATA
+    python tests/support/dist_worker.py mirrored DATA OUT.json --devices 3 --no-training
 
 mirrored: MirroredStrategy over N logical CPU devices (set before TensorFlow
 starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
@@ -10,8 +11,8 @@ starts). mwms: one of the workers of a MultiWorkerMirroredStrategy cluster on
 replica, the batches and file names of a training epoch (twice) and of a padded
 evaluation epoch, then train: Keras 3 `fit` and a custom loop (mirrored), or
 a custom loop and tf-keras `fit` when tf-keras is installed (mwms); mwms also
-records how Keras 3 `fit` fails there. With `--detection`, the same process then reads a detection split
-through the same strategy (tests/support/dist_detection.py): a TensorFlow process less per configuration.
+records how Keras 3 `fit` fails there; `--no-training` leaves the training out (a third of a
+process's CPU). With `--detection`, the same process then reads a detection split through the same strategy (tests/support/dist_detection.py): a TensorFlow process less per configuration.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def mirrored(args) -> dict:
         loaders.distribute(strategy, args.data, "train", args.devices + 1, IMAGE)
     except loaders.LoaderError as exc:
         result["uneven_batch_error"] = str(exc)
+    if args.no_training:
+        return with_detection(result, strategy, args)
     classes = len(json.load(open(os.path.join(args.data, "manifest.json")))["labels"])
     with strategy.scope():
         model = small_model(keras, classes)
@@ -175,6 +178,7 @@ def main() -> None:
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--ports", default="")
     parser.add_argument("--detection", default="", help="a detection dataset to read with the same strategy")
+    parser.add_argument("--no-training", action="store_true", help="mirrored: the data checks alone")
     args = parser.parse_args()
     result = mirrored(args) if args.mode == "mirrored" else mwms(args)
     for key, value in result.items():
