@@ -62,6 +62,7 @@ def test_a_callers_frozen_heap_stays_frozen(tmp_path):
     try:
         frozen = gc.get_freeze_count()
         _list(source, options)
-        assert gc.get_freeze_count() >= frozen  # not unfrozen under the caller
+        # not unfrozen under the caller (unfreezing empties it; a frozen object freed meanwhile leaves it)
+        assert gc.get_freeze_count() > frozen * 0.9
     finally:
         gc.unfreeze()
