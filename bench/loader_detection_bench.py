@@ -20,6 +20,9 @@ batches of --batch.
   batch parsed at once, unbatched, each image decoded in a parallel map, batched, finished in a
   per-batch map (`previous_image_map`); the same batches, the same work.
 
+--one-thread runs every pipeline on a private pool of one thread: its CPU per image is then the
+work alone, without the cost of threads contending (compare with a parallel run).
+
 Each measurement is --epochs-per-run full epochs (2) after a warm-up epoch; the two are interleaved within each
 repeat, and the table gives medians and the process CPU time per image (less disturbed by
 other load on a shared machine). Results also go to bench/results/detection-load-<count>.json.
@@ -164,6 +167,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs-per-run", type=int, default=2, help="epochs timed as one run")
     parser.add_argument("--previous", action="store_true", help="also the batched-parse structure of before")
+    parser.add_argument(
+        "--one-thread", action="store_true", help="every pipeline on one thread: CPU per image without contention"
+    )
     args = parser.parse_args(argv)
     out = ensure_dataset(pathlib.Path(args.out), args.count, args.shards)
 
@@ -201,6 +207,11 @@ def main(argv=None) -> None:
             datasets["batched parse"] = ours()
         finally:
             decode.image_map = current
+    if args.one_thread:  # the work alone: no parallel calls, no threads competing with each other
+        alone = tf.data.Options()
+        alone.threading.private_threadpool_size = 1
+        alone.threading.max_intra_op_parallelism = 1
+        datasets = {name: ds.with_options(alone) for name, ds in datasets.items()}
     for ds in datasets.values():  # warm-up epoch: graph building, autotuning, page cache
         epoch_rate(ds)
     rates = {name: [] for name in datasets}

@@ -160,7 +160,8 @@ def image_map(records, d: BatchDecode, batching: Batching, then: Callable, then_
         seeds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
     else:
         size = batching.size
-        seeds = batch_seeds(batching.seed).map(lambda s: example_seeds(size, s)).unbatch()
+        # drawn ahead: a plain map runs in the caller, which would hold up the parallel map's input
+        seeds = batch_seeds(batching.seed).map(lambda s: example_seeds(size, s)).prefetch(2).unbatch()
 
     def one(x, seed):
         per_image, rest = d.split(x, seed)
