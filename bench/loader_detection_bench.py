@@ -11,17 +11,11 @@ clipped, those with under 30% of their area left dropped, random flip of image a
 resize to --size, boxes padded to the split's max_boxes with classes -1, scale to [0, 1],
 batches of --batch.
 
-* loaders: ``loaders.load(..., training=True)``: one parallel map from record to output
-  (parse, crop, decode, boxes, flip, resize, normalise; seeds from a stream of batch seeds), batch.
+* loaders: ``loaders.load(..., training=True)``: batches serialized records, parses a batch
+  at once, decodes each image as an element of a parallel map, batches again.
 * hand-tuned: the classic reader: files shuffled, parallel interleave, shuffle buffer, a
   per-record ``map`` (parse_single_example, crop, decode, box transform, flip, resize, pad)
   with AUTOTUNE, batch, prefetch(AUTOTUNE), the same tf.data.Options as loaders.
-* batched parse (--previous): `loaders.load` as it was before one map from record to output: a
-  batch parsed at once, unbatched, each image decoded in a parallel map, batched, finished in a
-  per-batch map (`previous_image_map`); the same batches, the same work.
-
---one-thread runs every pipeline on a private pool of one thread: its CPU per image is then the
-work alone, without the cost of threads contending (compare with a parallel run).
 
 Each measurement is --epochs-per-run full epochs (2) after a warm-up epoch; the two are interleaved within each
 repeat, and the table gives medians and the process CPU time per image (less disturbed by
@@ -128,25 +122,6 @@ def hand_tuned(files, batch, size, max_boxes, tf, options):
     return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def previous_image_map(records, d, batching, then, then_each=False):
-    """`loaders.decode.image_map` before it parsed record by record (see the module docstring)."""
-    import tensorflow as tf
-
-    from loaders import decode
-
-    auto, order = tf.data.AUTOTUNE, batching.deterministic
-    ds = records.batch(batching.size, drop_remainder=batching.drop_remainder)
-    ds = tf.data.Dataset.zip(ds, decode.batch_seeds(batching.seed))
-    ds = ds.map(
-        lambda x, s: d.split(x, decode.example_seeds(tf.shape(x)[0], s)), num_parallel_calls=auto, deterministic=order
-    )
-    ds = ds.unbatch().map(
-        lambda p, r: (decode._shaped(d.one(p), d.signature), r), num_parallel_calls=auto, deterministic=order
-    )
-    ds = ds.batch(batching.size, drop_remainder=batching.drop_remainder)
-    return ds.map(lambda o, r: then(d.join(o, r)), num_parallel_calls=auto, deterministic=order)
-
-
 def epoch_rate(ds, epochs: int = 1) -> tuple[float, float, int]:
     """(images/s, process CPU ms per image, boxes per epoch) over `epochs` full epochs."""
     cpu0, start, n, boxes = time.process_time(), time.perf_counter(), 0, 0
@@ -166,10 +141,6 @@ def main(argv=None) -> None:
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs-per-run", type=int, default=2, help="epochs timed as one run")
-    parser.add_argument("--previous", action="store_true", help="also the batched-parse structure of before")
-    parser.add_argument(
-        "--one-thread", action="store_true", help="every pipeline on one thread: CPU per image without contention"
-    )
     args = parser.parse_args(argv)
     out = ensure_dataset(pathlib.Path(args.out), args.count, args.shards)
 
@@ -182,9 +153,8 @@ def main(argv=None) -> None:
     source = open_split(str(out), "train")
     size = (args.size, args.size)
     opts = loaders.LoadOptions(image_size=size).resolved("detection")
-
-    def ours():
-        return loaders.load(
+    datasets = {
+        "loaders.load": loaders.load(
             out,
             "train",
             args.batch,
@@ -193,32 +163,16 @@ def main(argv=None) -> None:
             min_box_visibility=MIN_VISIBLE,
             area_range=AREA,
             aspect_ratio_range=ASPECT,
-        )
-
-    datasets = {
-        "loaders.load": ours(),
+        ),
         "hand-tuned": hand_tuned(list(source.files), args.batch, size, source.max_boxes, tf, data_options(opts, False)),
     }
-    if args.previous:
-        from loaders import decode
-
-        current, decode.image_map = decode.image_map, previous_image_map
-        try:
-            datasets["batched parse"] = ours()
-        finally:
-            decode.image_map = current
-    if args.one_thread:  # the work alone: no parallel calls, no threads competing with each other
-        alone = tf.data.Options()
-        alone.threading.private_threadpool_size = 1
-        alone.threading.max_intra_op_parallelism = 1
-        datasets = {name: ds.with_options(alone) for name, ds in datasets.items()}
     for ds in datasets.values():  # warm-up epoch: graph building, autotuning, page cache
         epoch_rate(ds)
     rates = {name: [] for name in datasets}
     cpu = {name: [] for name in datasets}
     boxes = {name: [] for name in datasets}
-    for i in range(args.repeats):  # alternating order: neither side always runs first
-        for name, ds in list(datasets.items())[:: 1 if i % 2 == 0 else -1]:
+    for _ in range(args.repeats):
+        for name, ds in datasets.items():
             rate, ms, b = epoch_rate(ds, args.epochs_per_run)
             rates[name].append(rate)
             cpu[name].append(ms)

@@ -13,15 +13,14 @@ Stages, in order:
    crops, flips and augments anew (the plan is then fixed: epoch 0's order).
 4. Rebalance (option): repeat, keep a record of class c with probability
    min_n / n_c, take exactly this pipeline's count.
-5. Shuffle buffer (training); take exactly the records of the batches `epoch.epoch_size`
-   promises (aspect buckets: batch via `group_by_window`, then take the batches).
-6. One parallel map from record to image (`decode.image_map`): parse, random-resized crop
-   through `decode_and_crop_jpeg` when training, centre crop or resize otherwise, flip, and
-   (no `augment` hook) normalisation and the output's structure; then batch. Each record's
-   seed is the one a batch decoded at once would give it. Aspect buckets and ragged features:
-   each batch at once (`decode.whole_batch`).
+5. Shuffle buffer (training), then batch (or aspect buckets via
+   `group_by_window`), take exactly the batches `epoch.epoch_size` promises.
+6. Vectorized `tf.io.parse_example` of a batch, then each image decoded as its own
+   element of a parallel map and the batch made again (`decode.image_map`; aspect
+   buckets and ragged features: the batch at once, `decode.whole_batch`): random-resized
+   crop through `decode_and_crop_jpeg` when training, centre crop or resize otherwise, flip.
 7. Cache, evaluation: decoded, resized images, before normalisation.
-8. The `augment` hook, normalisation, output structure (when not done per image), `assert_cardinality`,
+8. The `augment` hook, normalisation, output structure, `assert_cardinality`,
    `repeat` (option), `prefetch(AUTOTUNE)`, and deliberate `tf.data.Options`.
 """
 
@@ -207,13 +206,7 @@ def build(
         ds = ds.shuffle(
             opts.shuffle_buffer, seed=derive_seed(opts.seed, "shuffle", pipeline), reshuffle_each_iteration=True
         )
-    batch_seed = derive_seed(opts.seed, "batches", pipeline) if with_seed else None
-    # one seed per batch, drawn anew each epoch; per-example seeds derive from it
-    batching = images.Batching(batch_size, drop, batch_seed, bool(opts.deterministic))
-    d, finish = image_decoder(opts, source, padded)
-    cache_decoded = opts.cache and not training
-    then = (lambda x: x) if cache_decoded else finish
-    if buckets:  # a batch's images share its bucket's size: decoded together
+    if buckets:
         key = _bucket_key(opts)
         ds = ds.map(
             lambda x: {**(x if isinstance(x, dict) else {"record": x}), "bucket": key(x)},
@@ -223,16 +216,24 @@ def build(
         ds = ds.group_by_window(lambda x: x["bucket"], lambda _, w: w.batch(batch_size), window_size=batch_size)
         if drop:
             ds = ds.filter(lambda x: tf.shape(x["record"])[0] == batch_size).take(batches)
-        if batch_seed is not None:
-            ds = tf.data.Dataset.zip(ds, images.batch_seeds(batch_seed))
+    else:
+        ds = ds.batch(batch_size, drop_remainder=drop)
+        if drop:
+            ds = ds.take(batches)
+    if with_seed:  # one seed per batch, drawn anew each epoch; per-example seeds derive from it
+        seeds = tf.data.Dataset.random(
+            seed=derive_seed(opts.seed, "batches", pipeline), rerandomize_each_iteration=True
+        )
+        ds = tf.data.Dataset.zip(ds, seeds)
+
+    d, finish = image_decoder(opts, source, padded)
+    cache_decoded = opts.cache and not training
+    then = (lambda x: x) if cache_decoded else finish
+    if buckets:  # a batch's images share its bucket's size: decoded together
         decode = images.whole_batch(d)
         ds = ds.map(lambda *x: then(decode(*x)), num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
     else:
-        if drop:  # the records of exactly the batches `epoch.epoch_size` promises
-            ds = ds.take(batches * batch_size)
-        # the `augment` hook sees batches, and ragged targets are made from a batch's lengths
-        then_each = not cache_decoded and opts.augment is None and opts.output != "ragged"
-        ds = images.image_map(ds, d, batching, then, then_each)
+        ds = images.image_map(ds, d, batch_size, drop, bool(opts.deterministic), then)
     if cache_decoded:
         ds = ds.cache(_cache_name(opts, source, pipeline, num_pipelines, batch_size * replicas_per_pipeline, "decoded"))
         ds = ds.map(finish, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
@@ -281,17 +282,15 @@ def _decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
     buckets = opts.aspect_buckets
     shape = [None, None, 3] if buckets else [opts.image_size[0], opts.image_size[1], 3]
 
-    def split(x, seeds):
+    def split(x, batch_seed=None):
         x = x if isinstance(x, dict) else {"record": x}
         features = tf.io.parse_example(x["record"], spec)
         bucket = x["bucket"] if buckets else tf.zeros(tf.shape(x["record"]), tf.int64)
         per_image = tuple(features[k] for k in (schema.ENCODED, schema.FORMAT, schema.HEIGHT, schema.WIDTH))
-        per_image += (seeds, bucket)
+        per_image += (images.example_seeds(x["record"], batch_seed), bucket)
         if multilabel:
-            ids = features[schema.LABEL]
-            ids = ids.to_tensor(default_value=-1) if isinstance(ids, tf.RaggedTensor) else ids  # one record: a list
-            hot = tf.one_hot(ids, len(source.labels))
-            label = tf.minimum(tf.reduce_sum(hot, axis=-2), 1.0)  # float32 [batch, classes]; -1 pads to zeros
+            hot = tf.one_hot(features[schema.LABEL].to_tensor(default_value=-1), len(source.labels))
+            label = tf.minimum(tf.reduce_sum(hot, axis=1), 1.0)  # float32 [batch, classes]; -1 pads to zeros
         else:
             label = tf.cast(features[schema.LABEL], tf.int32)
         rest = {"label": label}

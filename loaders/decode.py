@@ -82,12 +82,9 @@ def center_window(height, width, out_size, fraction):
 class BatchDecode(NamedTuple):
     """A batch's decode in three parts, so that its images can be decoded one element each.
 
-    `split(x, seeds)`: records (a [batch] string tensor, or a dict of [batch] tensors with them under
-    "record") and their int64 [batch] seeds -> (per_image, rest), each a structure of [batch, ...]
-    tensors; given one record and its seed (scalars), the same for that one image, with no batch
-    dimension (`image_map`: a batch of one cost ~50 µs more a record). `one(per_image)`: one
-    image's part -> a tuple of `signature`'s shapes; `join(outputs, rest)`: the batched outputs
-    and the rest -> the decoded batch (or one image's outputs and rest -> that image).
+    `split(x, batch_seed=None)`: the batch at once (parse, per-example seeds) -> (per_image, rest),
+    each a structure of [batch, ...] tensors; `one(per_image)`: one image's part -> a tuple of
+    `signature`'s shapes; `join(outputs, rest)`: the batched outputs and the rest -> the decoded batch.
     """
 
     split: Callable
@@ -96,93 +93,47 @@ class BatchDecode(NamedTuple):
     signature: tuple
 
 
-class Batching(NamedTuple):
-    """How records become batches: `size` a batch, the partial last one dropped or not; `seed`: of
-    the batch seeds (`batch_seeds`), None for no randomness; `deterministic`: tf.data's order."""
-
-    size: int
-    drop_remainder: bool
-    seed: int | None
-    deterministic: bool
-
-
 def whole_batch(d: BatchDecode) -> Callable:
     """``decode(x, batch_seed=None)``: a batch decoded in one function, its images by one `map_fn`
     (Grain's batches, aspect buckets, whose batches each have their own size)."""
 
     def decode(x, batch_seed=None):
-        per_image, rest = d.split(x, example_seeds(tf.shape(_records(x))[0], batch_seed))
+        per_image, rest = d.split(x, batch_seed)
         outs = tf.map_fn(d.one, per_image, fn_output_signature=d.signature, parallel_iterations=16)
         return d.join(outs, rest)
 
     return decode
 
 
-def batch_seeds(seed: int):
-    """The batch seeds: int64 scalars, a new stream each epoch (each iteration of the dataset)."""
-    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+def image_map(ds, d: BatchDecode, batch_size: int, drop_remainder: bool, deterministic: bool, then: Callable):
+    """Batches of (records[, batch seed]) decoded image by image, then `then(decoded batch)`.
 
-
-def batch_map(records, d: BatchDecode, batching: Batching, then: Callable, then_each: bool = False):
-    """Records batched, each batch (and its seed) decoded at once by `whole_batch`, then `then(batch)`
-    (`then_each` is `image_map`'s: a `then` that may run on each image gives the same batch here)."""
-    ds = records.batch(batching.size, drop_remainder=batching.drop_remainder)
-    if batching.seed is not None:
-        ds = tf.data.Dataset.zip(ds, batch_seeds(batching.seed))
-    decode = whole_batch(d)
-    return ds.map(
-        lambda *x: then(decode(*x)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=batching.deterministic
-    )
-
-
-def image_map(records, d: BatchDecode, batching: Batching, then: Callable, then_each: bool = False):
-    """Records decoded one element each (parse, crop, decode, resize), batched, then `then(batch)`.
-
-    With `then_each` (`then` acts on each image alone: normalisation, the output's structure),
-    `then` runs on each image in the same map instead, and nothing follows the batch. Each record
-    carries the seed `batch_map` would give it (element i of a batch's `example_seeds` over the
-    flattened stream of batch seeds), so with `deterministic` these are exactly `batch_map`'s
-    batches; without, images may change batches, as records already do in the interleave and
-    shuffle before. Why one parallel map from record to output: tf.data's autotuner parallelizes
-    elements, and on a shared machine a pipeline's rate is the share of the cores its busy threads
-    get; every stage in series after it cost some. A `map_fn` a batch ran at 0.4-0.5 of a per-record
-    pipeline at the same CPU per image, and a batched parse, unbatched before the per-image map and
-    followed by a per-batch one, at 0.65-0.8 (docs/benchmarks.md, `bench/speed_goals.py --goals
-    loaders`). A batch that carries ragged lists (`output="features"`: object texts, multi-label
-    ids) is decoded whole (`batch_map`): a per-record parse gives them as plain tensors of
-    different lengths, and batching them with `ragged_batch` crashed TensorFlow 2.21 (a
-    segmentation fault) on a detection split's partial last batch.
+    A batch is split at once (one vectorized parse, its seeds), unbatched, each image decoded as one
+    element of a parallel map, and batched again. With `deterministic` these are exactly the
+    batches `whole_batch` gives; without, images may change batches, as records already do in the
+    interleave and shuffle before. A `map_fn` per batch instead ran at 0.4-0.5 of a per-record
+    pipeline on a busy machine, on the same CPU per image: tf.data's autotuner parallelizes
+    elements, and a batch is one (docs/benchmarks.md, `bench/speed_goals.py --goals loaders`).
+    A batch that carries ragged lists (`output="features"`: object texts, multi-label ids) is
+    decoded whole: they come out of `unbatch` as plain tensors, and batching them again with
+    `ragged_batch` crashed TensorFlow 2.21 (a segmentation fault) on a detection split's partial
+    last batch.
     """
-    probe = records.batch(batching.size).map(lambda x: d.split(x, example_seeds(tf.shape(_records(x))[0], None)))
-    if any(isinstance(spec, tf.RaggedTensorSpec) for spec in tf.nest.flatten(probe.element_spec[1])):
-        return batch_map(records, d, batching, then)
-    if batching.seed is None:
-        seeds = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-    else:
-        size = batching.size
-        # drawn ahead: a plain map runs in the caller, which would hold up the parallel map's input
-        seeds = batch_seeds(batching.seed).map(lambda s: example_seeds(size, s)).prefetch(2).unbatch()
-
-    def one(x, seed):
-        per_image, rest = d.split(x, seed)
-        outs = _shaped(d.one(per_image), d.signature)
-        return then(d.join(outs, rest)) if then_each else (outs, rest)
-
-    ds = tf.data.Dataset.zip(records, seeds).map(
-        one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=batching.deterministic
+    split = ds.map(lambda *x: d.split(*x), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if any(isinstance(spec, tf.RaggedTensorSpec) for spec in tf.nest.flatten(split.element_spec[1])):
+        decode = whole_batch(d)
+        return ds.map(lambda *x: then(decode(*x)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    ds = split.unbatch().map(
+        lambda per_image, rest: (_shaped(d.one(per_image), d.signature), rest),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
     )
-    ds = ds.batch(batching.size, drop_remainder=batching.drop_remainder)
-    if then_each:
-        return ds
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     return ds.map(
         lambda outs, rest: then(d.join(outs, rest)),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=batching.deterministic,
+        deterministic=deterministic,
     )
-
-
-def _records(x):
-    return x["record"] if isinstance(x, dict) else x
 
 
 def _shaped(outs, signature):
@@ -207,13 +158,12 @@ def crop_fn(opts: LoadOptions):
     return crop
 
 
-def example_seeds(count, batch_seed):
-    """int64 [count]: one seed per example of a batch, derived from the batch's (zeros when there is
-    none). Philox's draws come in order, so a partial batch's seeds are the first of a full one's."""
+def example_seeds(records, batch_seed):
+    """int64 [batch]: one seed per example, derived from the batch's (zeros when there is none)."""
     if batch_seed is None:
-        return tf.zeros([count], tf.int64)
+        return tf.zeros(tf.shape(records), tf.int64)
     return tf.random.stateless_uniform(
-        [count], tf.stack([batch_seed, tf.constant(0, tf.int64)]), minval=None, maxval=None, dtype=tf.int64
+        tf.shape(records), tf.stack([batch_seed, tf.constant(0, tf.int64)]), minval=None, maxval=None, dtype=tf.int64
     )
 
 

@@ -80,13 +80,14 @@ def decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
     n_out = max_boxes(opts, source) if source.task == "detection" else 0
     ignore = source.ignore_value if source.ignore_value is not None else s.IGNORE_VALUE
 
-    def common(x):
+    def common(x, batch_seed):
         x = x if isinstance(x, dict) else {"record": x}
         parsed = tf.io.parse_example(x["record"], spec)
+        seeds = images.example_seeds(x["record"], batch_seed)
         out = {"weight": x["weight"]} if "weight" in x else {}
         if features:
             out.update({k: parsed[k] for k in (s.FILENAME, s.SHA256, s.SOURCE_ID, s.HEIGHT, s.WIDTH)})
-        return parsed, out
+        return parsed, seeds, out
 
     def window_and_image(enc, fmt, h, w, seed, boxes=None):
         """(window or None, decoded uint8 image, inner letterbox size or None)."""
@@ -102,8 +103,8 @@ def decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
         inner = geo.letterbox_size(h, w, size) if opts.letterbox else None
         return None, images._decode_whole(enc, fmt), inner
 
-    def segmentation_split(x, seeds):
-        parsed, out = common(x)
+    def segmentation_split(x, batch_seed=None):
+        parsed, seeds, out = common(x, batch_seed)
         return tuple(parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH, s.SEGMENTATION)) + (seeds,), out
 
     def segmentation_one(args):
@@ -137,14 +138,15 @@ def decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
             tf.TensorSpec([n_out, size[0], size[1]], tf.uint8),
         )
 
-    def detection_split(x, seeds):
-        parsed, out = common(x)
-        boxes = tf.stack([_dense(parsed[k]) for k in BOX_KEYS], axis=-1)  # [B, M, 4], M: the batch's most
+    def detection_split(x, batch_seed=None):
+        parsed, seeds, out = common(x, batch_seed)
+        boxes = tf.stack([parsed[k].to_tensor() for k in BOX_KEYS], axis=-1)  # [B, M, 4], M: the batch's most
+        counts = tf.cast(parsed[s.OBJECT_LABEL].row_lengths(), tf.int32)
         elems = [parsed[k] for k in (s.ENCODED, s.FORMAT, s.HEIGHT, s.WIDTH)]
-        elems += [boxes, _dense(parsed[s.OBJECT_LABEL]), _lengths(parsed[s.OBJECT_LABEL]), seeds]
+        elems += [boxes, parsed[s.OBJECT_LABEL].to_tensor(), counts, seeds]
         if features:
-            elems += [_dense(parsed[k]) for k, _ in _EXTRA]
-            elems += [_dense(parsed[s.OBJECT_MASK]), _lengths(parsed[s.OBJECT_MASK])]
+            elems += [parsed[k].to_tensor() for k, _ in _EXTRA]
+            elems += [parsed[s.OBJECT_MASK].to_tensor(), tf.cast(parsed[s.OBJECT_MASK].row_lengths(), tf.int32)]
             out[s.OBJECT_TEXT] = parsed[s.OBJECT_TEXT]  # as in the record (before crops drop any)
         return tuple(elems), out
 
@@ -190,18 +192,6 @@ def decoder(opts: LoadOptions, source: SplitSource) -> images.BatchDecode:
         return {**rest, **dict(zip(names, outs))}
 
     return images.BatchDecode(detection_split, detection_one, detection_join, signature)
-
-
-def _dense(values):
-    """A batch's object lists padded to its longest (a ragged parse), or one record's list as it is."""
-    return values.to_tensor() if isinstance(values, tf.RaggedTensor) else values
-
-
-def _lengths(values):
-    """int32 object counts: [batch] of a batch's lists, a scalar of one record's."""
-    if isinstance(values, tf.RaggedTensor):
-        return tf.cast(values.row_lengths(), tf.int32)
-    return tf.shape(values, out_type=tf.int32)[0]
 
 
 def _masks(pngs, window, heads, size, inner):
