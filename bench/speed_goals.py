@@ -3,7 +3,7 @@
     python bench/speed_goals.py                                 # every goal, 2,000 and 20,000 photos, 3 repeats
     python bench/speed_goals.py --goals pass,keys --sizes 2000,20000,100000 --repeats 5
     python bench/speed_goals.py --goals tfds --tfds-sizes 2000,8000,32000
-    python bench/speed_goals.py --goals loaders --loader-repeats 5
+    python bench/speed_goals.py --goals loaders --loader-repeats 5 [--loader-control]
 
 Goals (a ratio >= its goal is met; "every" goals must hold in every run, the others by the median):
 
@@ -173,9 +173,11 @@ def conversion_pairs(goals: set[str], sizes: list[int], tfds_sizes: list[int]) -
     return pairs
 
 
-def loader_pairs(repeats: int, epochs: int = 2) -> list[Pair]:
+def loader_pairs(repeats: int, epochs: int = 2, control: bool = False) -> list[Pair]:
     """Both loader goals, runs of `epochs` epochs alternating in this process, after one warm-up epoch of each
-    pipeline (graph building, autotuning, page cache). TensorFlow is imported here only."""
+    pipeline (graph building, autotuning, page cache). TensorFlow is imported here only. With `control`, each
+    goal also gets an A/A pair: a second hand-tuned pipeline against the first, the same code on both sides,
+    which shows how far one run's ratio strays with no difference to find."""
     import load_bench
     import loader_detection_bench as det
     import tensorflow as tf
@@ -191,9 +193,11 @@ def loader_pairs(repeats: int, epochs: int = 2) -> list[Pair]:
     files = list(open_split(str(out), "train").files)
     ours = loaders.load(out, "train", 64, size)
     hand = load_bench.hand_tuned(files, 64, size, tf, options)
-    pairs.append(
-        _loader_pair("2000 photos, classification 224x224, batch 64", ours, hand, load_bench.epoch_rate, epochs)
-    )
+    what = "2000 photos, classification 224x224, batch 64"
+    pairs.append(_loader_pair(what, ours, hand, load_bench.epoch_rate, epochs))
+    if control:
+        again = load_bench.hand_tuned(files, 64, size, tf, options)
+        pairs.append(_loader_pair(f"{what}, A/A", again, hand, load_bench.epoch_rate, epochs, "hand-tuned 2"))
 
     out = det.ensure_dataset(OUT.with_name("prep-detection-bench"), 2000, 8)
     source, size = open_split(str(out), "train"), (256, 256)
@@ -209,11 +213,12 @@ def loader_pairs(repeats: int, epochs: int = 2) -> list[Pair]:
         aspect_ratio_range=det.ASPECT,
     )
     hand = det.hand_tuned(list(source.files), 32, size, source.max_boxes, tf, options)
-    pairs.append(
-        _loader_pair(
-            "2000 images, detection 256x256, batch 32", ours, hand, lambda ds, _, n: det.epoch_rate(ds, n)[:2], epochs
-        )
-    )
+    what = "2000 images, detection 256x256, batch 32"
+    pairs.append(_loader_pair(what, ours, hand, lambda ds, _, n: det.epoch_rate(ds, n)[:2], epochs))
+    if control:
+        again = det.hand_tuned(list(source.files), 32, size, source.max_boxes, tf, options)
+        rate = lambda ds, _, n: det.epoch_rate(ds, n)[:2]  # noqa: E731
+        pairs.append(_loader_pair(f"{what}, A/A", again, hand, rate, epochs, "hand-tuned 2"))
     for pair in pairs:  # warm-up: one epoch of each side, not counted
         pair.ours(1)
         pair.reference(1)
@@ -225,10 +230,10 @@ def loader_pairs(repeats: int, epochs: int = 2) -> list[Pair]:
     return pairs
 
 
-def _loader_pair(what: str, ours, hand, epoch_rate, epochs: int) -> Pair:
+def _loader_pair(what: str, ours, hand, epoch_rate, epochs: int, ours_name: str = "loaders.load") -> Pair:
     """Images/s of each side's epochs; each side's process CPU ms per image is kept too (other load on a shared
     machine changes it less than it changes rates)."""
-    cpu: dict[str, list[float]] = {"loaders.load": [], "hand-tuned": []}
+    cpu: dict[str, list[float]] = {ours_name: [], "hand-tuned": []}
 
     def rate(ds, side: str) -> Callable[[], float]:
         def run(n: int = epochs) -> float:
@@ -238,7 +243,7 @@ def _loader_pair(what: str, ours, hand, epoch_rate, epochs: int) -> Pair:
 
         return run
 
-    pair = Pair("loaders", what, 0.95, rate(ours, "loaders.load"), rate(hand, "hand-tuned"), every_run=True, rates=True)
+    pair = Pair("loaders", what, 0.95, rate(ours, ours_name), rate(hand, "hand-tuned"), every_run=True, rates=True)
     pair.cpu = cpu
     return pair
 
@@ -267,6 +272,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each conversion goal")
     parser.add_argument("--loader-repeats", type=int, default=5, help="runs of each loader pipeline")
     parser.add_argument("--loader-epochs", type=int, default=2, help="epochs timed as one loader run")
+    parser.add_argument(
+        "--loader-control", action="store_true", help="add an A/A pair a loader goal: hand-tuned against itself"
+    )
     args = parser.parse_args(argv)
     goals = set(args.goals.split(","))
     if goals - set(goals_all):
@@ -282,7 +290,7 @@ def main(argv=None) -> None:
         for pair in pairs:
             pair.run_once(flip=i % 2 == 1)
     if "loaders" in goals:
-        pairs += loader_pairs(args.loader_repeats, args.loader_epochs)
+        pairs += loader_pairs(args.loader_repeats, args.loader_epochs, args.loader_control)
     rows = [p.row() for p in pairs]
     load = (load_before, tuple(round(x, 1) for x in os.getloadavg()))
     print_table(rows, load)
