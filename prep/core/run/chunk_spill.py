@@ -136,7 +136,9 @@ def read_rests(work: WorkDir, refs: Sequence[Spilled]) -> list[bytes]:
     for i, r in enumerate(refs):
         size = r.length - r.image
         if r.image and size <= INLINE_LIMIT:
-            path = paths.get(r.spill) or paths.setdefault(r.spill, work.spill(r.spill))
+            if r.spill not in paths:
+                paths[r.spill] = work.spill(r.spill)
+            path = paths[r.spill]
             wanted.setdefault(path, []).append((r.offset, size, i))
     for path, ranges in wanted.items():
         ranges.sort()
