@@ -6,8 +6,6 @@ Imports Beam; `convert.py` imports this module only once the listing is staged.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import shutil
 import time
 from typing import Any
@@ -31,6 +29,7 @@ from prep.core import storage
 from prep.core.config import RUNNERS_LOCAL, ConvertConfig
 from prep.core.detection_inputs import DetectionSource
 from prep.core.errors import OutputError, RunnerError
+from prep.core.frozen_heap import frozen_heap
 from prep.core.inputs import FolderSource
 from prep.core.label_ranges import LabelSource
 from prep.core.manifest import FILENAME, Manifest
@@ -139,7 +138,7 @@ def _run(config: ConvertConfig, runner: str, beam_args: list[str] | None, items:
     try:
         p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
         add(p)
-        with _frozen_heap():
+        with frozen_heap():
             result = p.run()
             try:
                 result.wait_until_finish()
@@ -159,19 +158,6 @@ def _run(config: ConvertConfig, runner: str, beam_args: list[str] | None, items:
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _frozen_heap():
-    """The objects alive when the run starts (modules, Beam, the graph) outlive it: frozen, they are left out of
-    the collector's full passes, each of which walked them all holding the GIL the pool's threads want
-    (docs/design.md: "The heap is frozen while the pipeline runs"). Unfrozen after, so that a caller's
-    garbage (a notebook's, a test's) is collected again."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _resumable(work: WorkDir) -> bool:

@@ -19,8 +19,6 @@ annotation and image/source_id; group: its stratum). Invariants:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import tempfile
 import typing
@@ -28,6 +26,7 @@ import typing
 from prep.core import storage
 from prep.core.annotations.rows import listing_extra
 from prep.core.errors import SourceError
+from prep.core.frozen_heap import frozen_heap
 from prep.core.listing import Listing, Reject, printable
 from prep.core.manifest_parts import Category
 from prep.core.split_annotations import ReadRows, read_split_annotations
@@ -89,7 +88,9 @@ def list_detection(
     files = [f for f in source_files(source) if f not in skip]
     fmt = options.annotation_format
     # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
-    with _frozen_heap(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
+    # the objects alive before the listing (the console script imports Beam first) are left out of the
+    # collector's full passes, which the listing's few objects per annotation would set off
+    with frozen_heap(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
         store = FileStore(os.path.join(folder, "objects.jsonl"))
         try:
             if options.split_annotations:
@@ -105,23 +106,6 @@ def list_detection(
             return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
         finally:
             store.close()
-
-
-@contextlib.contextmanager
-def _frozen_heap() -> typing.Iterator[None]:
-    """The objects alive before the listing (on the driver: Beam, imported first by the console script) are
-    left out of the collector's full passes while it runs: the listing makes a few objects per annotation,
-    and each full pass walked them all, holding the GIL (docs/benchmarks.md, issue 36). As `beam_jobs/_execute.py`
-    does while the pipeline runs; unfrozen after. A heap some caller froze already (a listing on workers in
-    the pipeline's process) is left as it is."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 class DetectionSource(typing.NamedTuple):

@@ -1,4 +1,4 @@
-"""The detection listing freezes the heap while it runs (prep/core/detection_inputs.py `_frozen_heap`) and
+"""The detection listing freezes the heap while it runs (prep/core/detection_inputs.py, `prep.core.frozen_heap`) and
 leaves it as it found it: unfrozen when it was, and a caller's frozen heap still frozen, raising or not."""
 
 from __future__ import annotations
