@@ -36,6 +36,10 @@ pair, duplicates only) and 8 bytes an image in some pair; past it, a part of the
 components' pairs (dedupe_components.py). One decide task holds one group batch; the report task one line per batch
 at a time. Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset); a step with several
 kinds of output emits one NamedTuple type per kind, split by type (`dedupe_types.only`).
+
+On the embedded runner, up to `part_target` images, near pairs on and no user groups merged (the default
+conversion), the same functions run in turn in one task instead (`_InOneTask`): that runner's one worker
+runs every step on one thread anyway, so the steps above cost only Beam's machinery, ~0.3 s a conversion.
 """
 
 from __future__ import annotations
