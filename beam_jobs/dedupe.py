@@ -263,9 +263,9 @@ class _InOneTask(PooledDoFn):
     each step's function run in turn in this one task, in the order the steps' GroupByKeys impose: for the
     embedded runner, whose one worker runs every step on one thread anyway, up to `part_target` images (one
     scan task, one union-find task), near pairs on, no user groups merged. The same functions on the same
-    work files give the same groups, decisions and report; what goes is Beam's ~10 fused stages and ~50 steps,
-    ~0.3 s of CPU per conversion (docs/benchmarks.md, "Session 24"). What is held: the scan's and the
-    union-find's as in their own tasks, then one chunk's or one group batch's at a time, and the small
+    work files give the same groups, decisions and report; what goes is 9 fused stages and ~100 of Beam's
+    transforms, ~0.2 s of CPU a conversion (docs/benchmarks.md, "Session 24"). What is held: the scan's and
+    the union-find's as in their own tasks, then one chunk's or one group batch's at a time, and the small
     slices and counts that passed between the steps."""
 
     def __init__(self, work: WorkDir, output: str, settings: DedupeSettings):
