@@ -117,7 +117,37 @@ def _entry(key: str, value: Value) -> bytes:
         item = varint(cast(int, value))
         tail = b"\x1a" + _ONE_BYTE[2 + len(item)] + b"\n" + _ONE_BYTE[len(item)] + item
         return b"\n" + varint(len(key_field) + 2 + len(tail)) + key_field + b"\x12" + _ONE_BYTE[len(tail)] + tail
+    if kind is Floats or kind is Ints or kind is ByteList:  # a detection record's ten per-object lists
+        return _list_entry(key_field, cast(ByteList | Ints | Floats, value))
     return _field(1, key_field + _field(2, _feature(key, value)))
+
+
+def _small_ints(value: Ints) -> bytes | None:
+    """The packed varints of ints all in 0..127, each its own one byte: bytes() writes them at once."""
+    try:
+        return bytes(value) if min(value) >= 0 and max(value) < 0x80 else None
+    except TypeError:  # not ints (int() takes them)
+        return None
+
+
+def _list_entry(key_field: bytes, value: ByteList | Ints | Floats) -> bytes:
+    """`_entry` of a typed list in one join, its lengths added up (the nested `_field`s' bytes): the Feature
+    `tag` + size + list body (a packed value field, none when empty; a field per item for bytes)."""
+    if type(value) is Floats:
+        packed = struct.pack(f"<{len(value)}f", *value)
+        tag, body = b"\x12", (b"\n" + varint(len(packed)) + packed) if value else b""
+    elif type(value) is Ints:
+        tag, body = b"\x1a", b""
+        if value:
+            packed = _small_ints(value) or b"".join([varint(int(v)) for v in value])
+            body = b"\n" + varint(len(packed)) + packed
+    else:
+        tag, body = b"\n", b"".join([_field(1, cast(bytes, v)) for v in value])
+    feature_size = varint(len(body))
+    value_size = 1 + len(feature_size) + len(body)
+    value_head = varint(value_size)
+    size = varint(len(key_field) + 1 + len(value_head) + value_size)
+    return b"".join((b"\n", size, key_field, b"\x12", value_head, tag, feature_size, body))
 
 
 def _entries(features: Features) -> bytes:
