@@ -250,9 +250,12 @@ def test_a_record_kept_in_memory_is_the_line_read_back():
     for position, ann in enumerate([*crafted()[1], odd]):
         line = coco_join.spill_line("x.json", position, ann, coco.shape)
         record = coco_join.spill_record("x.json", position, ann, coco.shape)
+        held = coco_join.Spill("unused", 1, "x.json")  # one bucket: `add` keeps the record (its own fast path)
+        held.add(position, ann, coco.shape)
         if isinstance(line, coco_join.Problem):
-            assert record == line
+            assert record == line and held.problems == [line]
             continue
+        assert repr(held._records) == repr([record[1]]) and not held.problems  # repr: NaN equals itself
         assert not isinstance(record, coco_join.Problem)
         read = coco_join.read_line(line[1])
         assert line[0] == record[0] and read[:4] == record[1][:4]
@@ -264,3 +267,14 @@ def test_a_record_kept_in_memory_is_the_line_read_back():
         objects += bool(made[0][0][0].labels)
         assert made[0] == made[1]
     assert objects >= 10
+
+
+@pytest.mark.parametrize("source", ["/data/src", "rel/src", "s3://bucket/src", "/"])
+def test_an_image_path_is_what_normalize_path_gives(source):
+    from prep.core.annotations.files import image_path
+    from prep.core.label_file import normalize_path
+
+    names = ["a.jpg", "sub/b.jpg", ".hidden/c.jpg", "..d.jpg", "a/../b.jpg", "./a.jpg", "a//b.jpg", "a/", ".", ".."]
+    names += ["../out.jpg", "/abs/a.jpg", "src/../src/a.jpg", "../src/a.jpg", "s3://bucket/src/x.jpg", "", "a/./b"]
+    for name in names:
+        assert image_path(source, name) == normalize_path(source, name), name
