@@ -193,7 +193,7 @@ def shape(ann: Json) -> Json | tuple[str, str]:
     if ann.get("iscrowd", 0) in (1, True):
         item["f"] = 1
     given = ann.get("area")
-    area = float(given) if type(given) in _NUMBER else as_float(given)  # as `as_float` reads a number
+    area = float(typing.cast(float, given)) if type(given) in _NUMBER else as_float(given)  # as `as_float` does
     if area is not None:
         item["a"] = area if math.isfinite(area) else _num_out(area)
     if polygons:

@@ -164,11 +164,11 @@ class Spill:
             if type(ann) is dict:  # the usual annotation, ids all ints: `spill_record`'s record in fewer calls
                 iid, aid, cid = ann.get("image_id"), ann.get("id"), ann.get("category_id")
                 if type(iid) is int and type(aid) is int and type(cid) is int:
-                    made = shape(ann)
+                    shaped = shape(ann)
                     self._records.append(
-                        [position, iid, aid, cid, made]
-                        if type(made) is dict
-                        else [position, iid, aid, cid, list(made), []]
+                        [position, iid, aid, cid, shaped]
+                        if type(shaped) is dict
+                        else [position, iid, aid, cid, list(shaped), []]
                     )
                     return
             record = spill_record(self.file_name, position, ann, shape)
