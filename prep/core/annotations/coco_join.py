@@ -265,8 +265,16 @@ def image_row(
     objects: list[str] = []
     items: list[Json] = []  # `spill_record`'s objects: one json.dumps of them all, the same text as `objects`'
     labels, masks = [], False
-    for index, (_, _, ann_id, cid, *rest) in enumerate(records):
-        parts = rest[-1]
+    for index, record in enumerate(records):
+        cid, parts = record[3], record[-1]
+        label = names.get(cid) if type(cid) is int else None
+        if label is not None and type(parts) is dict:  # the usual record (`spill_record`'s), in fewer calls
+            parts["i"], parts["l"] = index, label
+            items.append(parts)
+            labels.append(label)
+            masks = masks or "p" in parts or "r" in parts
+            continue
+        _, _, ann_id, cid, *rest = record
         if isinstance(cid, (bool, list, dict)) or cid not in names:
             detail = f"annotation id {ann_id!r} names category id {cid!r}, not in 'categories'"
             problems.append((order, Problem(rel, "unknown_category", detail, index)))
