@@ -132,22 +132,33 @@ def _small_ints(value: Ints) -> bytes | None:
 
 def _list_entry(key_field: bytes, value: ByteList | Ints | Floats) -> bytes:
     """`_entry` of a typed list in one join, its lengths added up (the nested `_field`s' bytes): the Feature
-    `tag` + size + list body (a packed value field, none when empty; a field per item for bytes)."""
+    `tag` + size + list body (a packed value field, none when empty; a field per item for bytes). Lengths
+    under 128 are one byte (`_ONE_BYTE`), a detection record's usual case, without a call to `varint`."""
     if type(value) is Floats:
-        packed = struct.pack(f"<{len(value)}f", *value)
-        tag, body = b"\x12", (b"\n" + varint(len(packed)) + packed) if value else b""
+        n = len(value)
+        packed = struct.pack(f"<{n}f", *value)
+        tag, body = b"\x12", (b"\n" + _size(4 * n) + packed) if n else b""
     elif type(value) is Ints:
         tag, body = b"\x1a", b""
         if value:
             packed = _small_ints(value) or b"".join([varint(int(v)) for v in value])
-            body = b"\n" + varint(len(packed)) + packed
+            body = b"\n" + _size(len(packed)) + packed
     else:
-        tag, body = b"\n", b"".join([_field(1, cast(bytes, v)) for v in value])
-    feature_size = varint(len(body))
+        items = cast(ByteList, value)
+        tag, body = (
+            b"\n",
+            b"".join([b"\n" + (_ONE_BYTE[len(v)] if len(v) < 0x80 else varint(len(v))) + v for v in items]),
+        )
+    feature_size = _size(len(body))
     value_size = 1 + len(feature_size) + len(body)
-    value_head = varint(value_size)
-    size = varint(len(key_field) + 1 + len(value_head) + value_size)
+    value_head = _size(value_size)
+    size = _size(len(key_field) + 1 + len(value_head) + value_size)
     return b"".join((b"\n", size, key_field, b"\x12", value_head, tag, feature_size, body))
+
+
+def _size(n: int) -> bytes:
+    """A length's varint (n >= 0)."""
+    return _ONE_BYTE[n] if n < 0x80 else varint(n)
 
 
 def _entries(features: Features) -> bytes:
