@@ -68,22 +68,26 @@ def child(argv: list[str]) -> None:
 
     def timed(self, context, manager, bundle_input):
         wall, cpu = time.perf_counter(), time.process_time()
+        collecting["stage"] = stage_name(manager.stage.name)
         try:
             return execute(self, context, manager, bundle_input)
         finally:
+            collecting["stage"] = "outside"
             totals = spent.setdefault(stage_name(manager.stage.name), [0.0, 0.0])
             totals[0] += time.perf_counter() - wall
             totals[1] += time.process_time() - cpu
 
     fn_runner.FnApiRunner._execute_bundle = timed
-    collecting = {"wall": 0.0, "passes": 0, "since": 0.0}
+    collecting: dict = {"since": 0.0, "stage": "outside"}
+    collected: dict[str, list[float]] = {}  # stage -> [wall s, passes] of the collector while it ran
 
     def gc_timer(phase, info):  # every collection's wall time, all generations (the heap's frozen part is not walked)
         if phase == "start":
             collecting["since"] = time.perf_counter()
         else:
-            collecting["wall"] += time.perf_counter() - collecting["since"]
-            collecting["passes"] += 1
+            totals = collected.setdefault(collecting["stage"], [0.0, 0])
+            totals[0] += time.perf_counter() - collecting["since"]
+            totals[1] += 1
 
     gc.callbacks.append(gc_timer)
     from prep.cli import CliHooks, main
@@ -94,7 +98,8 @@ def child(argv: list[str]) -> None:
     spent["outside"] = [wall - sum(w for w, _ in spent.values()), cpu - sum(c for _, c in spent.values())]
     spent["total"] = [wall, cpu]
     # not stages: the collector's wall time and passes, and peak RSS in MB (ru_maxrss is in KiB on Linux)
-    spent["gc"] = [collecting["wall"], collecting["passes"]]
+    spent["gc"] = [sum(w for w, _ in collected.values()), sum(n for _, n in collected.values())]
+    spent.update({f"gc {stage}": totals for stage, totals in collected.items()})
     spent["rss"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0]
     print(json.dumps(spent))
 
@@ -147,9 +152,10 @@ def main(argv=None) -> None:
         _compare(median, _medians(others), args.other)
     else:
         for w in counts:
-            print(f"{w} worker(s)\n{'stage':<9}{'wall':>8}{'cpu':>8}")
+            print(f"{w} worker(s)\n{'stage':<9}{'wall':>8}{'cpu':>8}{'gc s':>8}{'passes':>8}")
             for n in NAMES:
-                print(f"{n:<9}{median[w][n][0]:>8.2f}{median[w][n][1]:>8.2f}")
+                (wall, cpu), (gc_wall, passes) = median[w][n], median[w][f"gc {n}"]
+                print(f"{n:<9}{wall:>8.2f}{cpu:>8.2f}{gc_wall:>8.2f}{passes:>8.0f}")
             _extras(median[w])
     if counts != [1, 2]:
         return
@@ -168,13 +174,16 @@ def main(argv=None) -> None:
 
 
 NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
-EXTRA = ["gc", "rss"]  # the collector's [wall, passes] and peak RSS [MB, 0]: printed apart
+EXTRA = ["gc", "rss"]  # the collector's [wall, passes] and peak RSS [MB, 0]: printed apart (and "gc STAGE")
 
 
 def _medians(runs: dict[int, list[dict]]) -> dict[int, dict[str, list[float]]]:
     """Per worker count and stage, the median [wall, cpu] of the runs (gc: [wall, passes]; rss: [MB, 0])."""
     return {
-        w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in [*NAMES, *EXTRA]}
+        w: {
+            n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)]
+            for n in [*NAMES, *EXTRA, *(f"gc {n}" for n in NAMES)]
+        }
         for w, rs in runs.items()
         if rs
     }
