@@ -20,7 +20,9 @@ table gives each stage's median for both and the ratio this / other.
 Its last line gives the ceilings of that ratio set by the stages that do not
 scale: what it would be if 2 workers took exactly half of 1 worker's time on
 the image stage alone, or on every stage the runner executes. Times are from
-inside the process: the interpreter's start and exit are not in them.
+inside the process: the interpreter's start and exit are not in them. Each run also gives the
+collector's wall time and passes by stage (`gc.callbacks`) and its peak RSS, and its output is
+removed once timed (4.9 GB at 100,000 photos).
 """
 
 from __future__ import annotations
