@@ -97,11 +97,11 @@ def main(argv=None) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"prepare_batch, {args.count} photos of bench/data/jpeg20000, {what}, median of {args.repeats}")
     print(f"load average after: {load}")
-    print(f"{'checkout':10s} {'threads':>7s} {'cpu us/img':>11s} {'wall us/img':>12s}   cpu runs (us/img)")
+    print(f"{'checkout':10s} {'threads':>7s} {'cpu us/img':>11s} {'wall us/img':>12s}   runs, cpu | wall (us/img)")
     for (tree, threads), got in runs.items():
         cpu = [r["cpu"] / args.count * 1e6 for r in got]
         wall = [r["wall"] / args.count * 1e6 for r in got]
-        spread = " ".join(f"{c:.0f}" for c in cpu)
+        spread = " ".join(f"{c:.0f}" for c in cpu) + " | " + " ".join(f"{w:.0f}" for w in wall)
         print(f"{tree:10s} {threads:7d} {statistics.median(cpu):11.1f} {statistics.median(wall):12.1f}   {spread}")
     for tree in trees:
         one = statistics.median(r["wall"] for r in runs[tree, 1])
