@@ -6,6 +6,7 @@ Imports Beam; `convert.py` imports this module only once the listing is staged.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import time
 from typing import Any
@@ -115,7 +116,10 @@ def list_on_workers(
     )
     if not (runner != RUNNERS_LOCAL if pipeline is None else pipeline):
         try:
-            lister.list_here(source, seed, classes, config.output)  # type: ignore[arg-type]
+            # Beam is imported by now: unfrozen, its objects were walked by every full collection that the
+            # listing's few objects an input set off (at 100,000 photos, 0.2 of its 0.8 s of CPU).
+            with frozen_heap():
+                lister.list_here(source, seed, classes, config.output)  # type: ignore[arg-type]
         except OSError as exc:  # as a pipeline's failure would be told (find_prep_error)
             raise OutputError(describe_os_error(exc, config.output)) from None
         return list_source.read_summary(config.output)
@@ -136,9 +140,10 @@ def _run(config: ConvertConfig, runner: str, beam_args: list[str] | None, items:
     )
     options = runners.pipeline_options(runner, beam_args)
     try:
-        p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
-        add(p)
-        with frozen_heap():
+        with frozen_heap():  # the graph's build too: it sets off full collections of what is alive before
+            p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
+            add(p)
+            gc.freeze()  # and the graph, alive for the whole run (unfrozen with the rest after)
             result = p.run()
             try:
                 result.wait_until_finish()

@@ -43,12 +43,13 @@ from prep.core.listing import (
     check_splits,
     detect_layout,
     entry_of,
+    fields_json,
     folder_classes,
+    lines_sum,
     walk,
 )
 from prep.core.ordering import Group, bucket_of, buckets_for, group_order, plan_chunks, sort_key
 from prep.core.run import checkpoints
-from prep.core.run_record import refs_sum
 from prep.core.sources import parquet, webdataset
 from prep.core.workdir import WorkDir
 
@@ -178,7 +179,7 @@ def write_group(path: str, refs: list[InputRef], seed: int) -> GroupListed:
     for key, _, ref in keyed:
         b = bucket_of(key, buckets)
         counts[b] += 1
-        line = (json.dumps(ref.fields()) + "\n").encode()
+        line = (fields_json(ref.fields()) + "\n").encode()
         lines.append(line)
         size += len(line)
         offsets[b + 1] = size
@@ -258,16 +259,25 @@ class WriteChunk(beam.DoFn):
         self._work = work
 
     def process(self, job: ChunkJob):
-        refs = [r for path, start, end in job.pieces for r in read_refs(path, start, end)]
-        checkpoints.write_listing(self._work, job.chunk, refs)
-        yield ChunkWritten(job.chunk, len(refs), refs_sum(refs))
+        # A group file's line is json.dumps of a reference's fields (`write_group`), which is what the chunk
+        # file lists (`checkpoints.write_listing`: json.dumps of the list of them, ", " between items) and
+        # what the listing digest hashes (`run_record.refs_sum`): the lines are staged and hashed as they
+        # are, never parsed and encoded again (tests/unit/test_list_source_lines.py checks both agree).
+        lines = [line for path, start, end in job.pieces for line in read_lines(path, start, end)]
+        storage.write_atomic(self._work.listing_chunk(job.chunk), b"[" + b", ".join(lines) + b"]")
+        yield ChunkWritten(job.chunk, len(lines), lines_sum(lines))
 
 
-def read_refs(path: str, start: int, end: int) -> list[InputRef]:
+def read_lines(path: str, start: int, end: int) -> list[bytes]:
+    """The lines of a group file's byte range `start:end`, without their newlines."""
     with storage.open_read(path) as f:
         f.seek(start)
         data = storage.read_exact(f, end - start)
-    return [InputRef(*json.loads(line)) for line in data.splitlines()]
+    return data.splitlines()
+
+
+def read_refs(path: str, start: int, end: int) -> list[InputRef]:
+    return [InputRef(*json.loads(line)) for line in read_lines(path, start, end)]
 
 
 def write_rejects(element, work: WorkDir):

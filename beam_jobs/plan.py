@@ -258,10 +258,12 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
     has a dedupe stage, whose placements (prep/core/run/dedupe_files.py) pin or leave out refs.
     """
     task, info = element
-    parts: dict[PartKey, bytearray] = {}  # its packed entries
+    packed_by: dict[tuple, bytearray] = {}  # its packed entries, by (split, shard, order-key prefix)
     capped: dict[int, int] = {}
     last: dict[tuple, tuple] = {}
     num_shards = {s.name: s.num_shards for s in info.layout.splits}  # looked up per reference
+    segments = info.layout.segments
+    ids = info.ids
     for chunk, firsts in info.chunks:
         next_rank = dict(firsts)
         place = dedupe_files.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
@@ -278,33 +280,45 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
             last[group] = key
             rank = next_rank[group]
             next_rank[group] = rank + 1
-            where = info.layout.locate(group, rank)
-            if where is None:
+            for segment in segments[group]:  # `Layout.locate`, without its scan of the splits a reference
+                if segment.start <= rank < segment.end:
+                    split_name = segment.split
+                    shard = (segment.position + rank - segment.start) % num_shards[split_name]
+                    break
+            else:
                 capped[r.label] = capped.get(r.label, 0) + 1
                 continue
-            split_name, shard = where
             bits = info.part_bits[split_name]
             order = sort_key(seed, r.path, "order")
-            part = PartKey(split_name, shard, num_shards[split_name], prefix(order, bits), 1 << bits)
-            relabel = info.ids[r.label] if info.ids and info.ids[r.label] != r.label else -1
-            parts.setdefault(part, bytearray()).extend(
-                pack_entry(
-                    Entry(
-                        order,
-                        r.spill,
-                        r.offset,
-                        r.length,
-                        r.label,
-                        r.converted,
-                        r.path if r.image else b"",
-                        r.cut,
-                        r.image,
-                        relabel,
-                        r.tags,
-                        rest,
-                    )
-                )
+            where = (split_name, shard, prefix(order, bits) if bits else 0)
+            relabel = ids[r.label] if ids and ids[r.label] != r.label else -1
+            source = r.path if r.image else b""
+            # `pack_entry` of its Entry, without making one (tests/unit/beam_jobs/test_beam_planning.py)
+            packed = packed_by.get(where)
+            if packed is None:
+                packed = packed_by[where] = bytearray()
+            packed += _ENTRY.pack(
+                order,
+                r.spill,
+                r.offset,
+                r.length,
+                r.label,
+                r.converted,
+                r.cut,
+                r.image,
+                relabel,
+                len(source),
+                len(r.tags),
+                len(rest),
             )
+            packed += source
+            if r.tags:
+                packed += b"".join(_TAG.pack(*t) for t in r.tags)
+            packed += rest
+    parts = {
+        PartKey(split, shard, num_shards[split], piece, 1 << info.part_bits[split]): packed
+        for (split, shard, piece), packed in packed_by.items()
+    }
     sections = []
     for part in sorted(parts):
         if len(parts[part]) <= inline_max:

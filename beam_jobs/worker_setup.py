@@ -4,7 +4,7 @@ Runners whose workers do not share this Python environment (Dataflow, and
 Flink, Spark or a portable job service with Docker or process environments)
 get a generated `--setup_file`: a temporary folder holding copies of the
 installed `prep`, `beam_jobs` and `loaders` packages and a setup.py listing
-what the workers need (Pillow, google-crc32c, numpy; not TensorFlow, which
+what the workers need (Pillow, crc32c, numpy; not TensorFlow, which
 only the loaders use). Beam builds an sdist from it, stages it, and workers
 install it at start-up. Nothing is added when the user already passes
 `--setup_file`, `--extra_package(s)`, `--requirements_file` or
@@ -20,7 +20,7 @@ import tempfile
 
 import prep
 
-WORKER_REQUIREMENTS = ("pillow>=10", "google-crc32c>=1.5", "numpy>=1.24")
+WORKER_REQUIREMENTS = ("pillow>=10", "crc32c>=2.3", "numpy>=1.24")
 PACKAGES = ("prep", "beam_jobs", "loaders")  # copied whole, subpackages included
 SETUP_PACKAGES = ("prep", "prep.core", "beam_jobs", "loaders")  # what setup.py installs from the copies
 STAGING_RUNNERS = ("DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner", "PrismRunner")

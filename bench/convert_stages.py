@@ -20,15 +20,19 @@ table gives each stage's median for both and the ratio this / other.
 Its last line gives the ceilings of that ratio set by the stages that do not
 scale: what it would be if 2 workers took exactly half of 1 worker's time on
 the image stage alone, or on every stage the runner executes. Times are from
-inside the process: the interpreter's start and exit are not in them.
+inside the process: the interpreter's start and exit are not in them. Each run also gives the
+collector's wall time and passes by stage (`gc.callbacks`) and its peak RSS, and its output is
+removed once timed (4.9 GB at 100,000 photos).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import pathlib
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,20 +70,39 @@ def child(argv: list[str]) -> None:
 
     def timed(self, context, manager, bundle_input):
         wall, cpu = time.perf_counter(), time.process_time()
+        collecting["stage"] = stage_name(manager.stage.name)
         try:
             return execute(self, context, manager, bundle_input)
         finally:
+            collecting["stage"] = "outside"
             totals = spent.setdefault(stage_name(manager.stage.name), [0.0, 0.0])
             totals[0] += time.perf_counter() - wall
             totals[1] += time.process_time() - cpu
 
     fn_runner.FnApiRunner._execute_bundle = timed
+    collecting: dict = {"since": 0.0, "stage": "outside"}
+    collected: dict[str, list[float]] = {}  # stage -> [wall s, passes] of the collector while it ran
+
+    def gc_timer(phase, info):  # every collection's wall time, all generations (the heap's frozen part is not walked)
+        if phase == "start":
+            collecting["since"] = time.perf_counter()
+        else:
+            totals = collected.setdefault(collecting["stage"], [0.0, 0])
+            totals[0] += time.perf_counter() - collecting["since"]
+            totals[1] += 1
+
+    gc.callbacks.append(gc_timer)
     from prep.cli import CliHooks, main
 
     main(["convert", *argv], standalone_mode=False, obj=CliHooks(owns_process=True))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    gc.callbacks.remove(gc_timer)
     spent["outside"] = [wall - sum(w for w, _ in spent.values()), cpu - sum(c for _, c in spent.values())]
     spent["total"] = [wall, cpu]
+    # not stages: the collector's wall time and passes, and peak RSS in MB (ru_maxrss is in KiB on Linux)
+    spent["gc"] = [sum(w for w, _ in collected.values()), sum(n for _, n in collected.values())]
+    spent.update({f"gc {stage}": totals for stage, totals in collected.items()})
+    spent["rss"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0]
     print(json.dumps(spent))
 
 
@@ -90,6 +113,7 @@ def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[
     argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     env = None if code is None else dict(os.environ, PYTHONPATH=code)
     proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
+    shutil.rmtree(out, ignore_errors=True)  # 4.9 GB at 100,000 photos: two outputs kept may fill the disk
     if proc.returncode != 0:
         raise SystemExit(f"prep convert {' '.join(argv)} failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -128,6 +152,13 @@ def main(argv=None) -> None:
     (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps(saved, indent=2))
     if args.other is not None:
         _compare(median, _medians(others), args.other)
+    else:
+        for w in counts:
+            print(f"{w} worker(s)\n{'stage':<9}{'wall':>8}{'cpu':>8}{'gc s':>8}{'passes':>8}")
+            for n in NAMES:
+                (wall, cpu), (gc_wall, passes) = median[w][n], median[w][f"gc {n}"]
+                print(f"{n:<9}{wall:>8.2f}{cpu:>8.2f}{gc_wall:>8.2f}{passes:>8.0f}")
+            _extras(median[w])
     if counts != [1, 2]:
         return
     print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}{'share 2':>9}")
@@ -145,12 +176,16 @@ def main(argv=None) -> None:
 
 
 NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
+EXTRA = ["gc", "rss"]  # the collector's [wall, passes] and peak RSS [MB, 0]: printed apart (and "gc STAGE")
 
 
 def _medians(runs: dict[int, list[dict]]) -> dict[int, dict[str, list[float]]]:
-    """Per worker count and stage, the median [wall, cpu] of the runs."""
+    """Per worker count and stage, the median [wall, cpu] of the runs (gc: [wall, passes]; rss: [MB, 0])."""
     return {
-        w: {n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)] for n in NAMES}
+        w: {
+            n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)]
+            for n in [*NAMES, *EXTRA, *(f"gc {n}" for n in NAMES)]
+        }
         for w, rs in runs.items()
         if rs
     }
@@ -164,6 +199,16 @@ def _compare(mine: dict, theirs: dict, other: str) -> None:
         for n in NAMES:
             (w1, c1), (w2, c2) = mine[w][n], theirs[w][n]
             print(f"{n:<9}{w1:>8.2f}{c1:>8.2f} |{w2:>8.2f}{c2:>8.2f}{_ratio(w1, w2)}{_ratio(c1, c2)}")
+        _extras(mine[w], theirs[w])
+
+
+def _extras(mine: dict, theirs: dict | None = None) -> None:
+    """The collector's wall time and passes, and peak RSS, of this checkout (and `theirs`)."""
+    for n, what in (("gc", "gc s, passes"), ("rss", "peak RSS MB")):
+        shown = [f"{mine[n][0]:.2f} {mine[n][1]:.0f}" if n == "gc" else f"{mine[n][0]:.0f}"]
+        if theirs is not None:
+            shown.append(f"{theirs[n][0]:.2f} {theirs[n][1]:.0f}" if n == "gc" else f"{theirs[n][0]:.0f}")
+        print(f"{what:<14}" + " | ".join(shown))
 
 
 def _ratio(a: float, b: float) -> str:

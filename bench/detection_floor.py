@@ -9,8 +9,9 @@ step, each beside its classification counterpart or its floor:
 
 * listing: `prep.core.inputs.list_inputs` of the label file and of the COCO file, with Beam imported
   first as the console script does (its objects are what the collector walks);
-* the COCO parse alone: `json.loads` of the whole file (the floor of any reader), ijson in one pass
-  (`json_stream.read_arrays`, what a one-bucket file costs now) and a pass a key (`iter_arrays`);
+* the COCO parse alone: `json.loads` of the whole file (the floor of any reader), the one pass a
+  one-bucket file costs now (`json_stream.read_arrays`: `json.loads` when it reads what ijson would,
+  else ijson's one pass) and ijson's pass a key (`iter_arrays`);
 * records: per image, the record built around the same prepared bytes and encoded as the spill writes
   it (`encode_example_around`), classification's `ImageRecord` against detection's `build_record`
   (JSON of the listing's extra, boxes placed, `TaskRecord`), and the encoding of the detection features
@@ -75,7 +76,7 @@ def main(argv=None) -> None:
     rows.append(("listing (list_inputs)", t_clf, t_det))
     parse_floor = best(lambda: json.loads(pathlib.Path(coco).read_bytes()), args.repeats)
     rows.append(("COCO parse: json.loads whole (floor)", 0.0, parse_floor))
-    rows.append(("COCO parse: ijson, one pass", 0.0, best(lambda: read_arrays(coco, SECTIONS), args.repeats)))
+    rows.append(("COCO parse: read_arrays, one pass", 0.0, best(lambda: read_arrays(coco, SECTIONS), args.repeats)))
     rows.append(
         ("COCO parse: ijson, a pass a key", 0.0, best(lambda: list(iter_arrays(coco, SECTIONS, {})), args.repeats))
     )

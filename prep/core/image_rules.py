@@ -186,7 +186,9 @@ def _to_output_mode(img: Image.Image, sixteen_bit: bool) -> Image.Image:
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
-    if img.mode == "L":
+    if img.mode in ("L", "RGB"):
+        # Already the output's mode: convert("RGB") would only copy the pixels (a whole decoded
+        # image per resized photo), which its save or resize copies again anyway.
         return img
     return img.convert("RGB")
 

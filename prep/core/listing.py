@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import json
 import os
 import posixpath
 import sys
@@ -45,6 +47,23 @@ class InputRef(typing.NamedTuple):
         if self.group is not None:
             return list(self)
         return list(self[:5]) if self.extra is not None or self.key is not None else list(self[:3])
+
+
+def fields_json(fields: list[str | None]) -> str:
+    """`json.dumps(fields)` of a reference's staged fields (`InputRef.fields`: text or None), in one join: a
+    listing's group-file line (beam_jobs/list_source.py), whose bytes are then staged and hashed as they
+    are. json.dumps's own Python calls cost more than encoding the strings with its C encoder."""
+    if all(type(f) is str or f is None for f in fields):
+        return "[" + ", ".join("null" if f is None else _encode(f) for f in fields) + "]"
+    return json.dumps(fields)
+
+
+_encode = json.encoder.encode_basestring_ascii  # what json.dumps encodes a string with (ensure_ascii)
+
+
+def lines_sum(lines: Iterable[bytes]) -> int:
+    """`run_record.refs_sum` of the references whose staged fields are these lines (`fields_json`'s)."""
+    return sum(int.from_bytes(hashlib.sha256(line).digest(), "big") for line in lines) % 2**256
 
 
 class Reject(typing.NamedTuple):

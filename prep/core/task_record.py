@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast, overload
 
 from prep.core import schema as s
 from prep.core.errors import RecordError
@@ -42,6 +42,58 @@ class BoxObject:
     mask: bytes | None = None  # single-channel 0/1 PNG at the image's size
 
 
+class ObjectColumns(Sequence[BoxObject]):
+    """A detection record's objects as columns (no masks), as a conversion builds them: no object per box.
+    Read as a sequence, it gives the same `BoxObject`s as the tuple it stands for, and equals that tuple."""
+
+    __slots__ = ("label", "text", "xmin", "ymin", "xmax", "ymax", "area", "crowd", "difficult")
+
+    def __init__(
+        self,
+        label: list[int],
+        text: list[str],
+        box: tuple[list[float], ...],
+        area: list[float],
+        flags: tuple[list[int], list[int]],
+    ):
+        self.label, self.text, self.area = label, text, area
+        self.xmin, self.ymin, self.xmax, self.ymax = box
+        self.crowd, self.difficult = flags
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    @overload
+    def __getitem__(self, i: int) -> BoxObject: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[BoxObject, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> BoxObject | tuple[BoxObject, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        return BoxObject(
+            self.label[i],
+            self.text[i],
+            self.xmin[i],
+            self.ymin[i],
+            self.xmax[i],
+            self.ymax[i],
+            self.area[i],
+            self.crowd[i],
+            self.difficult[i],
+        )
+
+    def __iter__(self) -> Iterator[BoxObject]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskRecord:
     task: str
@@ -55,7 +107,7 @@ class TaskRecord:
     source_id: str | None = None
     labels: tuple[int, ...] = ()  # multilabel: ids from 0
     texts: tuple[str, ...] = ()  # multilabel: names, as labels
-    objects: tuple[BoxObject, ...] = ()  # detection
+    objects: tuple[BoxObject, ...] | ObjectColumns = ()  # detection
     masks: bool = False  # detection: whether image/object/mask is written
     segmentation: bytes | None = None  # segmentation: the class map, PNG
     # detection: image/object/bbox/yxyx as read by `from_bytes` (None: built, or a record without it). Not part
@@ -75,7 +127,8 @@ class TaskRecord:
 
     def yxyx(self) -> tuple[float, ...]:
         """The boxes as tfds' BBoxFeature sequence holds them: [ymin, xmin, ymax, xmax] per object."""
-        return tuple(_yxyx([o.xmin for o in self.objects], [o.ymin for o in self.objects], self.objects))
+        o = self.objects
+        return tuple(_yxyx([b.xmin for b in o], [b.ymin for b in o], [b.xmax for b in o], [b.ymax for b in o]))
 
     def features(self) -> dict[str, Value]:
         out: dict[str, Value] = {
@@ -93,23 +146,10 @@ class TaskRecord:
             out[s.LABEL] = Ints(self.labels)
             out[s.TEXT] = ByteList(t.encode("utf-8") for t in self.texts)
         elif self.task == "detection":
-            objs = self.objects  # list comprehensions, not generators: this runs for every record written
-            xmin, ymin = [o.xmin for o in objs], [o.ymin for o in objs]
-            out |= {
-                s.OBJECT_XMIN: Floats(xmin),
-                s.OBJECT_YMIN: Floats(ymin),
-                s.OBJECT_XMAX: Floats([o.xmax for o in objs]),
-                s.OBJECT_YMAX: Floats([o.ymax for o in objs]),
-                s.OBJECT_BBOX: Floats(_yxyx(xmin, ymin, objs)),
-                s.OBJECT_LABEL: Ints([o.label for o in objs]),
-                s.OBJECT_TEXT: ByteList([o.text.encode("utf-8") for o in objs]),
-                s.OBJECT_AREA: Floats([o.area for o in objs]),
-                s.OBJECT_CROWD: Ints([o.crowd for o in objs]),
-                s.OBJECT_DIFFICULT: Ints([o.difficult for o in objs]),
-            }
+            out |= _object_features(self.objects)
             if self.masks:
                 # every object has one (__post_init__)
-                out[s.OBJECT_MASK] = ByteList(o.mask for o in objs if o.mask is not None)
+                out[s.OBJECT_MASK] = ByteList(o.mask for o in self.objects if o.mask is not None)
         elif self.task == "segmentation":
             out[s.SEGMENTATION] = cast(bytes, self.segmentation)  # None fails in encode_example, as it always did
             out[s.SEGMENTATION_FORMAT] = b"png"
@@ -163,11 +203,37 @@ class TaskRecord:
         raise ValueError(f"TaskRecord is for {', '.join(s.TASKS[1:])}, not {task!r}")
 
 
-def _yxyx(xmin: list[float], ymin: list[float], objects: tuple[BoxObject, ...]) -> list[float]:
+def _object_features(objs: Sequence[BoxObject]) -> dict[str, Value]:
+    """The per-object features but masks, from columns as they are or from each object (list comprehensions,
+    not generators: this runs for every record written)."""
+    if isinstance(objs, ObjectColumns):
+        c = objs
+    else:
+        c = ObjectColumns(
+            [o.label for o in objs],
+            [o.text for o in objs],
+            ([o.xmin for o in objs], [o.ymin for o in objs], [o.xmax for o in objs], [o.ymax for o in objs]),
+            [o.area for o in objs],
+            ([o.crowd for o in objs], [o.difficult for o in objs]),
+        )
+    return {
+        s.OBJECT_XMIN: Floats(c.xmin),
+        s.OBJECT_YMIN: Floats(c.ymin),
+        s.OBJECT_XMAX: Floats(c.xmax),
+        s.OBJECT_YMAX: Floats(c.ymax),
+        s.OBJECT_BBOX: Floats(_yxyx(c.xmin, c.ymin, c.xmax, c.ymax)),
+        s.OBJECT_LABEL: Ints(c.label),
+        s.OBJECT_TEXT: ByteList([t.encode("utf-8") for t in c.text]),
+        s.OBJECT_AREA: Floats(c.area),
+        s.OBJECT_CROWD: Ints(c.crowd),
+        s.OBJECT_DIFFICULT: Ints(c.difficult),
+    }
+
+
+def _yxyx(xmin: list[float], ymin: list[float], xmax: list[float], ymax: list[float]) -> list[float]:
     """[ymin, xmin, ymax, xmax] of each object, one after the other (`TaskRecord.yxyx`)."""
-    out: list[float] = [0.0] * (4 * len(objects))
-    out[0::4], out[1::4] = ymin, xmin
-    out[2::4], out[3::4] = [o.ymax for o in objects], [o.xmax for o in objects]
+    out: list[float] = [0.0] * (4 * len(xmin))
+    out[0::4], out[1::4], out[2::4], out[3::4] = ymin, xmin, ymax, xmax
     return out
 
 

@@ -2,7 +2,9 @@
 
 Each record is ``uint64 length | uint32 masked_crc32c(length) | data |
 uint32 masked_crc32c(data)``, little-endian, as TensorFlow writes it.
-CRC32C comes from google-crc32c (a C implementation Beam also uses).
+CRC32C comes from the crc32c package (hardware instructions, C), which lets go of the GIL while it
+sums a piece of 32 KiB or more (an image): the prepare and write stages' threads frame and check
+records at once. google-crc32c, the one Beam uses, holds it (docs/benchmarks.md, session 24).
 
 `record_index` gives the per-record index NVIDIA DALI's TFRecord reader needs
 (and the `tfrecord` package's readers use to shard and shuffle): one
@@ -17,7 +19,7 @@ import typing
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-import google_crc32c
+import crc32c
 
 from prep.core.errors import RecordError
 
@@ -26,7 +28,7 @@ FOOTER = 4  # data CRC
 
 
 def masked_crc32c(data: bytes) -> int:
-    return _mask(google_crc32c.value(data))
+    return _mask(crc32c.crc32c(data))
 
 
 def _mask(crc: int) -> int:
@@ -52,9 +54,9 @@ def framed_around_matches(before: bytes, value: bytes, after: bytes) -> bool:
 
 def _data_crc(*pieces: bytes) -> bytes:
     """The framing's masked CRC32C of the pieces' concatenation, as 4 bytes, without joining them."""
-    crc = google_crc32c.value(b"")
+    crc = 0
     for piece in pieces:
-        crc = google_crc32c.extend(crc, piece)
+        crc = crc32c.crc32c(piece, crc)
     return struct.pack("<I", _mask(crc))
 
 

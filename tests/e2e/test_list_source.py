@@ -4,6 +4,7 @@ decide alone falls back to the driver; a remote listing that fails is an error n
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pathlib
@@ -152,3 +153,18 @@ def test_no_class_with_images_is_the_drivers_error(tmp_path):
     with pytest.raises(SourceError) as workers:
         on_workers(str(root), str(tmp_path / "w"))
     assert str(workers.value) == str(driver.value)
+
+
+def test_the_listing_in_process_runs_with_the_heap_frozen(messy, tmp_path, monkeypatch):
+    """Beam is imported by then: its objects are left out of the full collections the listing sets off
+    (beam_jobs/_execute.py), and the collector is unfrozen again after, for a caller in process."""
+    frozen = []
+    list_here = list_source.list_here
+    monkeypatch.setattr(list_source, "list_here", lambda *a: frozen.append(gc.get_freeze_count()) or list_here(*a))
+    config = build_config(str(messy), str(tmp_path / "w"), {})
+    folders = folder_source(config)
+    assert folders is not None
+    clear_output(config)
+    list_on_workers(config, folders, pipeline=False)
+    assert len(frozen) == 1 and frozen[0] > 0
+    assert gc.get_freeze_count() == 0

@@ -18,11 +18,11 @@ PACKAGES = ("prep", "beam_jobs", "loaders")
 MAX_LINES = 400  # past this a module usually holds two roles (docs/design.md)
 
 # What the pure core may import besides the standard library and itself (docs/design.md, "Layers").
-# All but PIL, numpy and google_crc32c: lazily.
+# All but PIL, numpy and crc32c: lazily.
 CORE_THIRD_PARTY = {
     "PIL",
     "numpy",
-    "google_crc32c",
+    "crc32c",
     "yaml",
     "pycocotools",
     "array_record",

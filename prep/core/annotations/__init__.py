@@ -13,7 +13,7 @@ from prep.core.annotations.detect import FORMATS, detect_format
 from prep.core.annotations.label_map import label_map_csv, label_map_pbtxt
 from prep.core.annotations.masks import prepare_mask
 from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Obj, Problem
-from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, place_objects
+from prep.core.annotations.place import BoxPolicy, Placed, PlacedObject, PlainBoxes, place_objects, place_plain
 from prep.core.annotations.strata import stratify
 from prep.core.annotations.ultralytics import read_data_yaml
 from prep.core.annotations.voc import read_voc
@@ -29,11 +29,13 @@ __all__ = [
     "Obj",
     "Placed",
     "PlacedObject",
+    "PlainBoxes",
     "Problem",
     "detect_format",
     "label_map_csv",
     "label_map_pbtxt",
     "place_objects",
+    "place_plain",
     "prepare_mask",
     "read_annotations",
     "stratify",

@@ -192,9 +192,10 @@ def shape(ann: Json) -> Json | tuple[str, str]:
     item: Json = {"b": box}
     if ann.get("iscrowd", 0) in (1, True):
         item["f"] = 1
-    area = as_float(ann.get("area"))
+    given = ann.get("area")
+    area = float(typing.cast(float, given)) if type(given) in _NUMBER else as_float(given)  # as `as_float` does
     if area is not None:
-        item["a"] = _num_out(area)
+        item["a"] = area if math.isfinite(area) else _num_out(area)
     if polygons:
         item["p"] = polygons
     if rle is not None:

@@ -83,8 +83,8 @@ def spill_record(file_name: str, position: int, ann: object, shape: Shape) -> tu
     key, head, made = got
     if _ints(head) is None:  # its values as the line's JSON gives them back (dict keys sorted, tuples as lists)
         head = json.loads(json.dumps(head, **_COMPACT))  # type: ignore[arg-type]
-    if isinstance(made, dict):
-        return key, [*head, list(_around(made))]
+    if isinstance(made, dict):  # the object itself, not its text: `image_row` writes an image's objects at once
+        return key, [*head, made]
     return key, [*head, list(made), []]
 
 
@@ -161,6 +161,16 @@ class Spill:
     def add(self, position: int, ann: object, shape: Shape) -> None:
         """Spills annotation number `position` of 'annotations' (or makes it a Problem)."""
         if self._records is not None:
+            if type(ann) is dict:  # the usual annotation, ids all ints: `spill_record`'s record in fewer calls
+                iid, aid, cid = ann.get("image_id"), ann.get("id"), ann.get("category_id")
+                if type(iid) is int and type(aid) is int and type(cid) is int:
+                    shaped = shape(ann)
+                    self._records.append(
+                        [position, iid, aid, cid, shaped]
+                        if type(shaped) is dict
+                        else [position, iid, aid, cid, list(shaped), []]
+                    )
+                    return
             record = spill_record(self.file_name, position, ann, shape)
             if isinstance(record, Problem):
                 self.problems.append(record)
@@ -252,12 +262,27 @@ def image_row(
         detail = f"image id {iid!r}: file_name {name!r} is outside SOURCE"
         problems.append((order, Problem(name, "outside_source", detail, boxes=len(records))))
         return
-    objects, labels, masks = [], [], False
-    for index, (_, _, ann_id, cid, *rest) in enumerate(records):
-        parts = rest[-1]
+    objects: list[str] = []
+    items: list[Json] = []  # `spill_record`'s objects: one json.dumps of them all, the same text as `objects`'
+    labels, masks = [], False
+    for index, record in enumerate(records):
+        cid, parts = record[3], record[-1]
+        label = names.get(cid) if type(cid) is int else None
+        if label is not None and type(parts) is dict:  # the usual record (`spill_record`'s), in fewer calls
+            parts["i"], parts["l"] = index, label
+            items.append(parts)
+            labels.append(label)
+            masks = masks or "p" in parts or "r" in parts
+            continue
+        _, _, ann_id, cid, *rest = record
         if isinstance(cid, (bool, list, dict)) or cid not in names:
             detail = f"annotation id {ann_id!r} names category id {cid!r}, not in 'categories'"
             problems.append((order, Problem(rel, "unknown_category", detail, index)))
+        elif type(parts) is dict:
+            parts["i"], parts["l"] = index, names[cid]
+            items.append(parts)
+            labels.append(names[cid])
+            masks = masks or "p" in parts or "r" in parts
         elif parts:
             before, after = parts
             label = _label_text(names[cid])
@@ -268,5 +293,5 @@ def image_row(
             reason, detail = rest[0]
             problems.append((order, Problem(rel, reason, detail, index)))
     source_id = iid if isinstance(iid, int) else None
-    at = store.put("[" + ",".join(objects) + "]")
+    at = store.put(json.dumps(items, **_COMPACT) if items else "[" + ",".join(objects) + "]")  # type: ignore[arg-type]
     rows.append(ImageRow(rel, width, height, False, tuple(labels), masks, source_id, None, at))

@@ -51,6 +51,11 @@ def files_under(root: str) -> list[str]:
 
 def image_path(source: str, written: str) -> str | None:
     """An image path from an annotation, relative to SOURCE, or None if it points outside."""
+    # Most names are relative and already normal ("img/0001.jpg"): `normalize_path` gives them back as they are,
+    # whatever SOURCE is, after a join, a normpath and a relpath per image of every listing
+    if os.sep == "/" and written[:1] != "/" and not storage.is_remote(written):
+        if posixpath.normpath(written) == written and written not in (".", "..") and not written.startswith("../"):
+            return written
     return normalize_path(source, written)
 
 

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from PIL import Image
 
 from prep.core.annotations.masks import BadRle, BadShape, instance_mask, to_png
-from prep.core.annotations.model import Box, ImageAnnotation, Obj, Problem
+from prep.core.annotations.model import Box, ImageAnnotation, Json, Obj, Problem
 from prep.core.annotations.orient import displayed_size, swaps_sides, turn_box, turn_image
 from prep.core.errors import OptionsError
 from prep.core.image_rules import ImageRejected
@@ -82,6 +82,58 @@ class Placed(NamedTuple):
     objects: tuple[PlacedObject, ...]
     dropped: tuple[Problem, ...]
     clipped: tuple[Problem, ...]
+
+
+class PlainBoxes(NamedTuple):
+    """`place_plain`'s objects as columns: what `place_objects` gives them, one list per field."""
+
+    labels: list[str]
+    xmin: list[float]
+    ymin: list[float]
+    xmax: list[float]
+    ymax: list[float]
+    area: list[float]
+    crowd: list[int]  # 0 or 1
+    difficult: list[int]  # 0 or 1
+
+
+def place_plain(
+    ann: Json, stored: tuple[int, int], orientation: int, final: tuple[int, int], policy: BoxPolicy
+) -> PlainBoxes | None:
+    """`place_objects` of an annotation in `ImageAnnotation.to_json`'s form whose every box is plain (in its
+    image, finite, not degenerate, no crowd the policy drops; boxes in the displayed frame, not normalised),
+    without masks, as columns; None when one is not (then `place_objects` judges them all). Per image of every
+    detection conversion: no object made per box, the same values as `place_objects`' usual-box branch.
+
+    Raises:
+        ImageRejected: `size_mismatch`, as `place_objects` does.
+    """
+    if ann.get("n"):
+        return None
+    if _frame(ImageAnnotation(ann["p"], ann.get("w"), ann.get("h"), False, ()), stored, orientation) != 1:
+        return None
+    w, h = displayed_size(stored, orientation)
+    sx, sy = final[0] / w, final[1] / h
+    keep_crowds = policy.crowd == "keep"
+    out = PlainBoxes([], [], [], [], [], [], [], [])
+    labels, xmin, ymin, xmax, ymax, area, crowd, difficult = out
+    try:
+        for item in ann["o"]:
+            x0, y0, x1, y1 = item["b"]
+            flags = item.get("f", 0)
+            if not (0.0 <= x0 < x1 <= w and 0.0 <= y0 < y1 <= h) or (flags & 1 and not keep_crowds):
+                return None
+            labels.append(item["l"])
+            xmin.append(x0 / w)
+            ymin.append(y0 / h)
+            xmax.append(x1 / w)
+            ymax.append(y1 / h)
+            area.append((x1 - x0) * sx * (y1 - y0) * sy)  # in `place_objects`' order: the same float
+            crowd.append(flags & 1)
+            difficult.append(flags >> 1 & 1)
+    except (TypeError, ValueError):  # a coordinate written as text ("nan"), or not four: `place_objects` says
+        return None
+    return out
 
 
 def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> int:

@@ -215,7 +215,9 @@ def read_and_prepare(
     """
     task = options.task
     path = storage.input_path(options.source, ref.path)
-    if data is None and plain_local(path):  # its signature from the stat read_local takes before reading
+    # A plain local file (no member, row or URL: the usual input) needs none of the path tests below
+    plain = data is None and plain_local(path)
+    if plain:  # its signature from the stat read_local takes before reading
         got, st = read_local(path)
         sig: str | None = "" if st is None else storage.signature_of(st)
     else:
@@ -245,11 +247,15 @@ def read_and_prepare(
     if keys is not None:
         keys.add(image.encoded, image.gray, record.sha256)  # the record hashed the same bytes
     # A table's row is spilled whole: read again, its block would be decoded once per record (bench/parquet_read.py)
-    if image.converted or table_files.parse_row(path) is not None:
+    if image.converted or (not plain and table_files.parse_row(path) is not None):
         return (frame(record.to_bytes()), 0, 0, image.converted), sig, info
     head, tail = encode_example_around(record.features(), ENCODED)
     before, after = frame_around(head, image.encoded, tail)
-    if (storage.is_remote(path) or webdataset.compressed(path)) and webdataset.parse_member(path) is not None:
+    if (
+        not plain
+        and (storage.is_remote(path) or webdataset.compressed(path))
+        and webdataset.parse_member(path) is not None
+    ):
         # A remote tar member is spilled whole: read again it would cost the writer a request per image
         # (docs/benchmarks.md, WebDataset), a compressed one decompressing its shard up to it. A local one is
         # read again by range, from the page cache: writing it to the spill cost more (20,000 photos

@@ -21,10 +21,10 @@ from prep.core import storage
 from prep.core.image_rules import ImageRejected, PreparedImage
 from prep.core.listing import InputRef, Reject
 from prep.core.task_inputs import BOX_REJECTED_IMAGE, BoxNote, BoxTally, dropped_tally
-from prep.core.task_record import BoxObject, TaskRecord
+from prep.core.task_record import BoxObject, ObjectColumns, TaskRecord
 
 if typing.TYPE_CHECKING:
-    from prep.core.annotations import BoxPolicy
+    from prep.core.annotations import BoxPolicy, PlainBoxes
     from prep.core.annotations.model import Problem
 
 ReadInput = Callable[[str], bytes | tuple[str, str]]  # spill.read_input: a file's bytes or (reason, detail)
@@ -93,8 +93,18 @@ def build_record(
 def _detection(
     spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
 ) -> tuple[TaskRecord | Reject, TaskInfo]:
-    from prep.core.annotations import ImageAnnotation, place_objects
+    from prep.core.annotations import ImageAnnotation, place_objects, place_plain
 
+    policy, final = _policy(spec.bad_boxes, spec.crowd), (image.width, image.height)
+    try:  # every box plain (the usual image): columns, no object per box; else each box judged
+        plain = None if spec.masks else place_plain(extra["a"], image.stored, image.orientation, final, policy)
+    except ImageRejected as exc:  # size_mismatch, which `place_objects` would raise alike
+        read = len(extra["a"]["o"])
+        return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
+            tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read)
+        )
+    if plain is not None:
+        return _plain_record(spec, ref, image, plain, common)
     ann = ImageAnnotation.from_json(extra["a"])
     read = len(ann.objects)
     try:
@@ -102,8 +112,8 @@ def _detection(
             ann,
             image.stored,
             image.orientation,
-            (image.width, image.height),
-            _policy(spec.bad_boxes, spec.crowd),
+            final,
+            policy,
             spec.masks,
         )
     except ImageRejected as exc:
@@ -151,6 +161,25 @@ def _detection(
     record = TaskRecord.build("detection", image.encoded, **common, objects=objects, masks=spec.masks)
     tally = BoxTally(read, written, len(placed.clipped), tuple(sorted(dropped.items())))
     return record, TaskInfo(tags=tuple(sorted(counts.items())), notes=notes, tally=tally)
+
+
+def _plain_record(
+    spec: TaskSpec, ref: InputRef, image: PreparedImage, plain: PlainBoxes, common: dict[str, Any]
+) -> tuple[TaskRecord | Reject, TaskInfo]:
+    """`_detection`'s record when every box is plain (`place_plain`): each one written, none clipped or dropped."""
+    read = len(plain.labels)
+    if not read and spec.skip_empty:
+        tally = BoxTally(0, 0, 0, ())
+        return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(tally=tally)
+    ids = _class_ids(spec.classes)
+    labels = [ids[name] + 1 for name in plain.labels]
+    counts: dict[int, int] = {}
+    for label in labels:
+        counts[label - 1] = counts.get(label - 1, 0) + 1
+    box = (plain.xmin, plain.ymin, plain.xmax, plain.ymax)
+    objects = ObjectColumns(labels, plain.labels, box, plain.area, (plain.crowd, plain.difficult))
+    record = TaskRecord.build("detection", image.encoded, **common, objects=objects, masks=False)
+    return record, TaskInfo(tags=tuple(sorted(counts.items())), tally=BoxTally(read, read, 0, ()))
 
 
 @functools.lru_cache(maxsize=16)

@@ -349,3 +349,33 @@ def test_the_checks_decode_gives_the_content_keys_pixels(fmt, size):
     batch.add(prepared.encoded, prepared.gray)
     assert batch.keys() == [ck.image_keys(prepared.encoded)]
     assert prepare_image(data, ImageOptions()) == prepared  # the keys change nothing that is stored
+
+
+@pytest.mark.parametrize(
+    "fmt, options",
+    [
+        ("JPEG", ImageOptions(resize=16)),
+        ("JPEG", ImageOptions(image_format="png")),
+        ("PNG", ImageOptions(image_format="jpeg", quality=80)),
+        ("PNG", ImageOptions(max_side=20)),
+    ],
+)
+def test_an_rgb_image_is_converted_as_its_rgb_copy_would_be(fmt, options):
+    # The RGB picture goes to resize and save as it is, where it was once copied by convert("RGB"):
+    # the same bytes as that copy's, photo-like pixels and the source's info (a JPEG comment, say) included.
+    rng = np.random.default_rng(3)
+    pixels = np.clip(rng.normal(128, 60, (40, 52, 3)).cumsum(axis=1) / 8, 0, 255).astype(np.uint8)
+    data = encode(Image.fromarray(pixels, "RGB"), fmt, **({"comment": b"kept"} if fmt == "JPEG" else {}))
+    prepared = prepare_image(data, options)
+    assert prepared.converted
+    img = Image.open(io.BytesIO(data))
+    size = target_size(*img.size, options)
+    if fmt == "JPEG" and size != img.size:
+        img.draft("RGB", size)  # as prepare_image decodes it
+    copy = img.convert("RGB")
+    if copy.size != size:
+        copy = copy.resize(size, Image.Resampling.BICUBIC)
+    out = options.image_format if options.image_format != "keep" else fmt.lower()
+    expected = io.BytesIO()
+    copy.save(expected, out.upper(), **({"quality": options.quality} if out == "jpeg" else {}))
+    assert prepared.encoded == expected.getvalue()

@@ -3,7 +3,8 @@ at every length where a header's varint grows a byte."""
 
 import pytest
 
-from prep.core.wire import ByteList, Ints, encode_example, encode_example_around
+from prep.core import wire
+from prep.core.wire import ByteList, Floats, Ints, encode_example, encode_example_around
 
 # Around 2**7, 2**14 and 2**21: the image's length, its BytesList's and its Feature's headers widen one by one
 SIZES = (0, 1, 124, 125, 126, 127, 128, 16379, 16380, 16381, 16383, 16384, 2**21 - 6, 2**21 - 4, 2**21)
@@ -39,3 +40,34 @@ def test_an_int_feature_is_what_tensorflow_writes(value):
 def test_a_bool_is_refused_as_before():
     with pytest.raises(TypeError, match="expected bytes, int"):
         encode_example({"flag": True})
+
+
+LISTS = (
+    Ints(),
+    Ints([0, 1, 127]),
+    Ints([127, 128]),
+    Ints([255]),
+    Ints([300, 2**63 - 1]),
+    Ints([-1, 5]),
+    Ints([True, False]),
+    Ints(range(200)),  # a body past 127 bytes
+    Floats(),
+    Floats([0.5, 1.0 / 3.0, -0.0]),
+    Floats([0.25] * 40),  # 160 bytes: every length header two bytes
+    ByteList(),
+    ByteList([b"", b"cat"]),
+    ByteList([b"x" * 200, b"y"]),
+)
+
+
+@pytest.mark.parametrize("value", LISTS, ids=[f"{type(v).__name__}{len(v)}-{i}" for i, v in enumerate(LISTS)])
+def test_a_list_entry_is_the_nested_fields_bytes_and_what_tensorflow_writes(value):
+    import tensorflow as tf
+
+    for key in ("image/object/class/label", "k" * 126, "k" * 200):
+        field = wire._key_field(key)
+        nested = wire._field(1, field + wire._field(2, wire._feature(key, value)))
+        assert wire._entry(key, value) == nested
+        data = encode_example({key: value, "image/encoded": b"\xff\xd8"})
+        example = tf.train.Example.FromString(data)
+        assert example.SerializeToString(deterministic=True) == data

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from prep.core.annotations import coco
+from prep.core.annotations import coco, json_stream
 from prep.core.annotations.json_stream import read_arrays
 from prep.core.errors import SourceError
 
@@ -33,6 +33,19 @@ TEXTS = {
     "a top-level list": json.dumps([{"images": IMAGES}]),
     "bom": "\ufeff" + json.dumps({"images": IMAGES, "annotations": ANNS, "categories": CATS}),
     "not JSON": '{"images": [1, 2,, "annotations": []}',
+    # what json.loads and yajl read apart, or might: `json_stream._loaded` leaves these to ijson
+    "int past 64 bits": json.dumps({"images": IMAGES, "annotations": [{**ANNS[0], "id": 10**20}], "categories": CATS}),
+    "float past 1e308": json.dumps({"images": IMAGES, "annotations": ANNS, "categories": CATS}).replace("4.5", "4e999"),
+    "key twice, escaped": json.dumps({"images": IMAGES, "annotations": ANNS, "categories": CATS})[:-1]
+    + ', "\\u0061nnotations": []}',
+    "escaped name": json.dumps({"images": IMAGES, "annotations": ANNS, "categories": [{"id": 1, "name": "d\u00f6g"}]}),
+    "raw UTF-8 name": json.dumps(
+        {"images": IMAGES, "annotations": ANNS, "categories": [{"id": 1, "name": "d\u00f6g"}]}, ensure_ascii=False
+    ),
+    "trailing text": json.dumps({"images": IMAGES, "annotations": ANNS, "categories": CATS}) + " x",
+    "a lone surrogate": json.dumps(
+        {"images": IMAGES, "annotations": ANNS, "categories": [{"id": 1, "name": "\ud800"}]}
+    ),
 }
 
 
@@ -80,3 +93,23 @@ def test_the_listing_is_the_same_read_either_way(tmp_path, monkeypatch, name):
             found.store.close()
 
     assert rows(False) == rows(True)
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_json_loads_reads_only_what_it_reads_as_ijson_does(tmp_path, monkeypatch, name):
+    """`read_arrays` takes `json.loads`' items (`_loaded`) for a plain file and leaves every doubtful one to ijson."""
+    data = TEXTS[name].encode("utf-8", "surrogatepass")
+    loaded = json_stream._loaded(data, coco.SECTIONS)
+    plain = ("plain", "annotations first", "empty", "no images", "bom", "raw UTF-8 name")
+    assert (loaded is not None) is (name in plain)
+    if loaded is not None:
+        path = tmp_path / "instances.json"
+        path.write_bytes(data)
+        monkeypatch.setattr(json_stream, "_loaded", lambda data, keys: None)  # ijson's one pass
+        assert read_arrays(str(path), coco.SECTIONS) == loaded
+
+
+def test_text_not_utf8_is_left_to_ijson():
+    data = json.dumps({"images": [{"id": 1, "file_name": "\u00e9.png"}], "annotations": [], "categories": CATS})
+    assert json_stream._loaded(data.encode("utf-8"), coco.SECTIONS) is None  # an escape
+    assert json_stream._loaded(data.replace("\\u00e9", "\u00e9").encode("latin-1"), coco.SECTIONS) is None

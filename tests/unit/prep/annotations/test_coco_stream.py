@@ -8,7 +8,7 @@ import math
 import pytest
 
 from prep.core.annotations import coco, coco_join, json_stream, read_annotations
-from prep.core.annotations.rows import listing_extra, row_of, rows_of
+from prep.core.annotations.rows import ObjectStore, listing_extra, row_of, rows_of
 from prep.core.config import TaskOptions
 from prep.core.detection_inputs import _listing, list_detection
 from prep.core.errors import SourceError
@@ -241,13 +241,40 @@ def test_nan_in_polygons_round_trips(tmp_path):
 
 
 def test_a_record_kept_in_memory_is_the_line_read_back():
-    """A one-bucket file keeps `spill_record`s in memory: each must be what `read_line` reads of its line."""
+    """A one-bucket file keeps `spill_record`s in memory: each must give what `read_line` reads of its line,
+    its head as read back and its object (a dict, not the line's text) the same row, text and problems."""
     odd = {"id": {"b": 1, "a": (2,)}, "image_id": 7, "bbox": [1, 2, 3, 4]}  # a head JSON changes (keys sorted)
+    names = {17: "cat", 90: "d\u00f6g", 3: "x"}
+    entry = ("a.jpg", "a.jpg", 10, 10, 0)
+    objects = 0
     for position, ann in enumerate([*crafted()[1], odd]):
         line = coco_join.spill_line("x.json", position, ann, coco.shape)
         record = coco_join.spill_record("x.json", position, ann, coco.shape)
+        held = coco_join.Spill("unused", 1, "x.json")  # one bucket: `add` keeps the record (its own fast path)
+        held.add(position, ann, coco.shape)
         if isinstance(line, coco_join.Problem):
-            assert record == line
-        else:
-            assert not isinstance(record, coco_join.Problem)
-            assert line[0] == record[0] and coco_join.read_line(line[1]) == record[1]
+            assert record == line and held.problems == [line]
+            continue
+        assert repr(held._records) == repr([record[1]]) and not held.problems  # repr: NaN equals itself
+        assert not isinstance(record, coco_join.Problem)
+        read = coco_join.read_line(line[1])
+        assert line[0] == record[0] and read[:4] == record[1][:4]
+        made = []
+        for one in (read, record[1]):
+            store, rows, problems = ObjectStore(), [], []
+            coco_join.image_row(7, entry, [one], names, store, rows, problems)
+            made.append((rows, problems, [store.get(r.at) for r in rows]))
+        objects += bool(made[0][0][0].labels)
+        assert made[0] == made[1]
+    assert objects >= 10
+
+
+@pytest.mark.parametrize("source", ["/data/src", "rel/src", "s3://bucket/src", "/"])
+def test_an_image_path_is_what_normalize_path_gives(source):
+    from prep.core.annotations.files import image_path
+    from prep.core.label_file import normalize_path
+
+    names = ["a.jpg", "sub/b.jpg", ".hidden/c.jpg", "..d.jpg", "a/../b.jpg", "./a.jpg", "a//b.jpg", "a/", ".", ".."]
+    names += ["../out.jpg", "/abs/a.jpg", "src/../src/a.jpg", "../src/a.jpg", "s3://bucket/src/x.jpg", "", "a/./b"]
+    for name in names:
+        assert image_path(source, name) == normalize_path(source, name), name
