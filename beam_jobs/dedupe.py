@@ -36,21 +36,27 @@ pair, duplicates only) and 8 bytes an image in some pair; past it, a part of the
 components' pairs (dedupe_components.py). One decide task holds one group batch; the report task one line per batch
 at a time. Only Create, ParDo, GroupByKey and Flatten are used (the DaskRunner's subset); a step with several
 kinds of output emits one NamedTuple type per kind, split by type (`dedupe_types.only`).
+
+On the embedded runner, up to `part_target` images, near pairs on and no user groups merged (the default
+conversion), the same functions run in turn in one task instead (`_InOneTask`): that runner's one worker
+runs every step on one thread anyway, so the steps above cost only Beam's machinery, ~0.3 s a conversion.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 
 import apache_beam as beam
 import numpy as np
 
 from beam_jobs.dedupe_components import SpreadComponents, grouped_items
-from beam_jobs.dedupe_decide import Regroup, decide_batch, merge_user_groups, unit_labels, write_report
+from beam_jobs.dedupe_decide import Regroup, decide_batch, merge_user_groups, regroup, unit_labels, write_report
 from beam_jobs.dedupe_exact import ExactGroups
-from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_part, scan_tasks
+from beam_jobs.dedupe_scan import BucketTask, Scan, ScanTask, bucket, scan_bands, scan_part, scan_tasks
+from beam_jobs.pooled import PooledDoFn
 from beam_jobs.prepare import ChunkCounts, read_prepared
-from beam_jobs.spread import spread
+from beam_jobs.spread import embedded, spread
 from prep.core import storage
 from prep.core.groups import CONFLICTS_DEFAULT, Member
 from prep.core.run import dedupe_files, key_rows
@@ -100,6 +106,12 @@ def chunk_keys(counts: ChunkCounts, work: WorkDir):
             np.array([hashes for _, hashes in rows], np.uint64).reshape(len(rows), dedupe_files.NUM_HASHES),
         )
     yield KeyFile(counts.chunk, n)
+
+
+def _with_keys(counts: ChunkCounts, work: WorkDir):
+    """A prepared chunk -> itself and its `KeyFile` (`chunk_keys`)."""
+    yield counts
+    yield from chunk_keys(counts, work)
 
 
 def components(element: tuple[None, list[BandPairs]], max_size: int):
@@ -246,6 +258,61 @@ class _FindPairs(beam.PTransform):
         return whole, parts
 
 
+class _InOneTask(PooledDoFn):
+    """(None, every ChunkCounts and KeyFile) -> what Dedupe's steps give (regrouped ChunkCounts, GroupNotes),
+    each step's function run in turn in this one task, in the order the steps' GroupByKeys impose: for the
+    embedded runner, whose one worker runs every step on one thread anyway, up to `part_target` images (one
+    scan task, one union-find task), near pairs on, no user groups merged. The same functions on the same
+    work files give the same groups, decisions and report; what goes is 9 fused stages and ~100 of Beam's
+    transforms, ~0.2 s of CPU a conversion (docs/benchmarks.md, "Session 24"). What is held: the scan's and
+    the union-find's as in their own tasks, then one chunk's or one group batch's at a time, and the small
+    slices and counts that passed between the steps."""
+
+    def __init__(self, work: WorkDir, output: str, settings: DedupeSettings):
+        super().__init__(settings.workers)
+        self._work, self._output, self._settings = work, output, settings
+
+    def process(self, element: tuple[None, typing.Iterable[ChunkCounts | KeyFile]]) -> typing.Iterator[object]:
+        assert self._pool is not None  # made in setup()
+        work, s = self._work, self._settings
+        _, values = element
+        counts: dict[int, list[ChunkCounts]] = {}
+        files = []
+        for v in values:
+            if isinstance(v, ChunkCounts):
+                counts.setdefault(v.chunk, []).append(v)
+            else:
+                files.append(v)
+        pairs: list = [BandPairs(np.zeros((0, 3), np.int64), 0)]
+        for task in scan_tasks((None, files), s.part_target):
+            assert isinstance(task, ScanTask), "no band parts without Dedupe's spread steps"
+            pairs += scan_bands(work, task, s.cap, self._pool)
+        found = list(components((None, pairs), s.max_size))
+        del pairs
+        by_chunk: dict[int, list[GroupedItems]] = {}
+        for grouped in found:
+            if isinstance(grouped, GroupedItems):
+                by_chunk.setdefault(grouped.chunk, []).append(grouped)
+        by_batch: dict[int, list[MemberSlice]] = {}
+        for chunk, grouped in sorted(by_chunk.items()):
+            for member in member_info((chunk, grouped), work, s):
+                by_batch.setdefault(member.batch, []).append(member)
+        decided: dict[int, list[DecidedSlice]] = {}
+        lines: list = [stats for stats in found if isinstance(stats, ScanStats)]  # and BatchLines
+        for batch, members in sorted(by_batch.items()):
+            for out in decide_batch((batch, members), work, s):
+                if isinstance(out, DecidedSlice):
+                    decided.setdefault(out.chunk, []).append(out)
+                else:
+                    lines.append(out)
+        for out in write_report((None, lines), self._output, work, s.fractions):
+            if isinstance(out, dedupe_files.GroupNotes):  # (and ReportWritten, which regroup waits for below)
+                yield out
+        read: dict[str, dict[str, str]] = {}  # the run-wide files, read once (as Regroup does a bundle)
+        for chunk, chunk_counts in sorted(counts.items()):
+            yield from regroup((chunk, [*chunk_counts, *decided.get(chunk, [])]), work, s, read)
+
+
 class Dedupe(beam.PTransform):
     """ChunkCounts -> ChunkCounts by planner group (duplicate and user groups pinned to one split, policy
     rejects left out) and GroupNotes (the manifest's `groups`, where the rejects wait); writes
@@ -257,6 +324,9 @@ class Dedupe(beam.PTransform):
 
     def expand(self, counts):
         work, s, keys = self._work, self._settings, self._settings.options.keys
+        if keys and s.options.near != "off" and not s.spread and not s.merging and embedded(counts.pipeline):
+            with_keys = counts | "ChunkKeys" >> beam.FlatMap(_with_keys, work)  # no Flatten: one stage fewer
+            return with_keys | "InOneTask" >> _Gathered(None, _InOneTask(work, self._output, s))
         by_chunk, by_batch, notes = [counts], [], []  # what Regroup gathers by chunk, and Decide by group batch
         if keys:
             # GroupedItems | ScanStats

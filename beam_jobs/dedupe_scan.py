@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import typing
+from concurrent.futures import Executor
 
 import numpy as np
 
@@ -82,19 +83,24 @@ class Scan(PooledDoFn):
 
     def process(self, task: ScanTask):
         assert self._pool is not None  # made in setup()
-        scales = range(dedupe_files.NUM_HASHES)
-        items, hashes = dedupe_files.read_scales(self._work, task.chunks, scales)
-        hashes = np.asfortranarray(near_bands.spread_bits(hashes))  # every task alike: see spread_bits
+        yield from scan_bands(self._work, task, self._cap, self._pool)
 
-        def one(job):
-            scale, band = job
-            return near_bands.scan_band(items, hashes[:, scale], band, self._cap)
 
-        jobs = [(scale, band) for scale in scales for band in range(near_bands.BANDS)]
-        for pairs, skipped in self._pool.map(one, jobs):
-            if pairs or skipped:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
-                yield BandPairs(np.array(pairs, np.int64).reshape(-1, 3), skipped)
-        release_free_memory()  # the bands' sorted copies and candidate blocks, freed on the pool's threads
+def scan_bands(work: WorkDir, task: ScanTask, cap: int, pool: Executor) -> typing.Iterator[BandPairs]:
+    """`Scan`'s work on a ScanTask, its bands on `pool`'s threads."""
+    scales = range(dedupe_files.NUM_HASHES)
+    items, hashes = dedupe_files.read_scales(work, task.chunks, scales)
+    hashes = np.asfortranarray(near_bands.spread_bits(hashes))  # every task alike: see spread_bits
+
+    def one(job):
+        scale, band = job
+        return near_bands.scan_band(items, hashes[:, scale], band, cap)
+
+    jobs = [(scale, band) for scale in scales for band in range(near_bands.BANDS)]
+    for pairs, skipped in pool.map(one, jobs):
+        if pairs or skipped:  # one element a band, not one a pair: Beam's cost per element is paid on one thread
+            yield BandPairs(np.array(pairs, np.int64).reshape(-1, 3), skipped)
+    release_free_memory()  # the bands' sorted copies and candidate blocks, freed on the pool's threads
 
 
 def bucket(task: BucketTask, work: WorkDir) -> typing.Iterator[tuple[PartKey, np.ndarray]]:
