@@ -130,25 +130,22 @@ _TAG = struct.Struct(">II")
 
 
 def pack_entry(e: Entry) -> bytes:
-    return (
-        _ENTRY.pack(
-            e.order,
-            e.spill,
-            e.offset,
-            e.length,
-            e.label,
-            e.converted,
-            e.cut,
-            e.image,
-            e.relabel,
-            len(e.source),
-            len(e.tags),
-            len(e.rest),
-        )
-        + e.source
-        + b"".join(_TAG.pack(*t) for t in e.tags)
-        + e.rest
+    packed = bytearray()
+    append_entry(packed, e)
+    return bytes(packed)
+
+
+def append_entry(packed: bytearray, e: tuple) -> None:
+    """Appends entry `e` packed: an `Entry`, or a plain tuple of its fields in its order (the planner's, which
+    makes no Entry a reference)."""
+    order, spill, offset, length, label, converted, source, cut, image, relabel, tags, rest = e
+    packed += _ENTRY.pack(
+        order, spill, offset, length, label, converted, cut, image, relabel, len(source), len(tags), len(rest)
     )
+    packed += source
+    if tags:
+        packed += b"".join(_TAG.pack(*t) for t in tags)
+    packed += rest
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
@@ -293,28 +290,26 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
             where = (split_name, shard, prefix(order, bits) if bits else 0)
             relabel = ids[r.label] if ids and ids[r.label] != r.label else -1
             source = r.path if r.image else b""
-            # `pack_entry` of its Entry, without making one (tests/unit/beam_jobs/test_beam_planning.py)
             packed = packed_by.get(where)
             if packed is None:
                 packed = packed_by[where] = bytearray()
-            packed += _ENTRY.pack(
-                order,
-                r.spill,
-                r.offset,
-                r.length,
-                r.label,
-                r.converted,
-                r.cut,
-                r.image,
-                relabel,
-                len(source),
-                len(r.tags),
-                len(rest),
+            append_entry(
+                packed,
+                (
+                    order,
+                    r.spill,
+                    r.offset,
+                    r.length,
+                    r.label,
+                    r.converted,
+                    source,
+                    r.cut,
+                    r.image,
+                    relabel,
+                    r.tags,
+                    rest,
+                ),
             )
-            packed += source
-            if r.tags:
-                packed += b"".join(_TAG.pack(*t) for t in r.tags)
-            packed += rest
     parts = {
         PartKey(split, shard, num_shards[split], piece, 1 << info.part_bits[split]): packed
         for (split, shard, piece), packed in packed_by.items()
