@@ -267,31 +267,24 @@ def image_row(
     labels, masks = [], False
     for index, record in enumerate(records):
         cid, parts = record[3], record[-1]
-        label = names.get(cid) if type(cid) is int else None
-        if label is not None and type(parts) is dict:  # the usual record (`spill_record`'s), in fewer calls
+        label = None if isinstance(cid, (bool, list, dict)) else names.get(cid)
+        if label is None:
+            detail = f"annotation id {record[2]!r} names category id {cid!r}, not in 'categories'"
+            problems.append((order, Problem(rel, "unknown_category", detail, index)))
+        elif type(parts) is dict:  # a one-bucket join's record (`spill_record`): the object itself
             parts["i"], parts["l"] = index, label
             items.append(parts)
             labels.append(label)
             masks = masks or "p" in parts or "r" in parts
-            continue
-        _, _, ann_id, cid, *rest = record
-        if isinstance(cid, (bool, list, dict)) or cid not in names:
-            detail = f"annotation id {ann_id!r} names category id {cid!r}, not in 'categories'"
-            problems.append((order, Problem(rel, "unknown_category", detail, index)))
-        elif type(parts) is dict:
-            parts["i"], parts["l"] = index, names[cid]
-            items.append(parts)
-            labels.append(names[cid])
-            masks = masks or "p" in parts or "r" in parts
-        elif parts:
+        elif parts:  # a spilled line's (`read_line`): the object's JSON around its "i" and "l"
             before, after = parts
-            label = _label_text(names[cid])
-            objects.append(f'{{{before},"i":{index},"l":{label}{"," + after if after else ""}}}')
-            labels.append(names[cid])
+            objects.append(f'{{{before},"i":{index},"l":{_label_text(label)}{"," + after if after else ""}}}')
+            labels.append(label)
             masks = masks or bool(after)
         else:
-            reason, detail = rest[0]
+            reason, detail = record[4]
             problems.append((order, Problem(rel, reason, detail, index)))
+    assert not (items and objects), "an image's records all come from one join: in memory, or spilled"
     source_id = iid if isinstance(iid, int) else None
     at = store.put(json.dumps(items, **_COMPACT) if items else "[" + ",".join(objects) + "]")  # type: ignore[arg-type]
     rows.append(ImageRow(rel, width, height, False, tuple(labels), masks, source_id, None, at))
