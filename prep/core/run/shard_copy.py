@@ -163,8 +163,11 @@ def copy_records(
         try:
             buffer = free.pop()
         except IndexError:
-            buffer = bytearray(need)
+            buffer = bytearray(max(need, _BLOCK))
         if len(buffer) < need:
+            # Only a block of one record larger than _BLOCK: every other block fits a buffer of _BLOCK bytes, so
+            # that buffers are reused rather than made anew for each block a few bytes larger than the last (new
+            # memory costs a page fault a page on first touch, a host fault on this VM: docs/design.md).
             buffer = bytearray(need)
         return buffer, reader.fill(batches[i], reread, buffer, staged, firsts[i])
 
@@ -240,10 +243,11 @@ class _Source:
         # One byte more than the image, which its record's bytes after it are written over: a longer file shows.
         why = _read_file(path, view[start : start + image + 1], image)
         view[start + image : end] = spilled[cut:]
-        data = HEADER + pos, end - FOOTER
+        # The CRC is summed in place (crc32c takes any buffer, and lets go of the GIL for an image's size): a copy
+        # of the record would be one more pass over its bytes, holding the GIL.
         if why is None and (
             struct.unpack_from("<Q", view, pos)[0] != entry.length - HEADER - FOOTER
-            or struct.unpack_from("<I", view, data[1])[0] != masked_crc32c(bytes(view[data[0] : data[1]]))
+            or struct.unpack_from("<I", view, end - FOOTER)[0] != masked_crc32c(view[pos + HEADER : end - FOOTER])
         ):
             why = "its bytes differ"
         if why is not None:
