@@ -156,7 +156,7 @@ def unpack_entries(data: bytes) -> list[Entry]:
         pos += size
         source = data[pos : pos + n]
         pos += n
-        tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t))
+        tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t)) if t else ()  # most have none
         pos += t * _TAG.size
         rest = data[pos : pos + r]
         pos += r
