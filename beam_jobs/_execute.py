@@ -140,7 +140,8 @@ def _run(config: ConvertConfig, runner: str, beam_args: list[str] | None, items:
     )
     options = runners.pipeline_options(runner, beam_args)
     try:
-        with frozen_heap():  # the graph's build too: it sets off full collections of what is alive before
+        # frozen for the graph's build too: it sets off full collections of what is alive before
+        with frozen_heap(), runners.memoized_introspection():
             p = beam.Pipeline(runner=runners.make_runner(runner), options=options)
             add(p)
             gc.freeze()  # and the graph, alive for the whole run (unfrozen with the rest after)
