@@ -33,6 +33,7 @@ UNUSED = (
     "IPython",
     "pandas",
     "pymongo",
+    "bson",  # MongoDB's, tried before pymongo
     "google.cloud.bigquery",
     "google.cloud.bigquery_storage_v1",
     "google.cloud.dataflow_v1beta3",
