@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import posixpath
 import sys
 import typing
 from collections.abc import Iterable, Sequence
@@ -158,8 +157,10 @@ def walk(root: str, start: str = "", recursive: bool = True, links: bool = True)
         except OSError as exc:
             yield rel_dir, f"unreadable:cannot list folder: {exc.strerror}"
             continue
+        # posixpath.join(rel_dir, name) for a name without "/", without its call per file
+        prefix = rel_dir if not rel_dir or rel_dir.endswith("/") else rel_dir + "/"
         for entry in entries:
-            rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
+            rel = prefix + entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=True)
             except OSError:
@@ -257,7 +258,7 @@ def entry_of(rel: str, problem: str | None, layout: str) -> InputRef | Reject:
     if problem is not None:
         reason, _, detail = problem.partition(":")
         return Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)")
-    if any(p.startswith(".") for p in parts):
+    if rel.startswith(".") or "/." in rel:  # a part of it starts with "."
         return Reject(rel, "hidden", "hidden files and folders are not images")
     if len(parts) <= depth:
         where = "a class folder" if layout == "classes" else "a <split>/<class> folder"
