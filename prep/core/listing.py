@@ -52,9 +52,10 @@ def fields_json(fields: list[str | None]) -> str:
     """`json.dumps(fields)` of a reference's staged fields (`InputRef.fields`: text or None), in one join: a
     listing's group-file line (beam_jobs/list_source.py), whose bytes are then staged and hashed as they
     are. json.dumps's own Python calls cost more than encoding the strings with its C encoder."""
-    if all(type(f) is str or f is None for f in fields):
-        return "[" + ", ".join("null" if f is None else _encode(f) for f in fields) + "]"
-    return json.dumps(fields)
+    try:  # the C encoder refuses what is not text, as json.dumps would encode it otherwise
+        return "[" + ", ".join(["null" if f is None else _encode(f) for f in fields]) + "]"
+    except TypeError:
+        return json.dumps(fields)
 
 
 _encode = json.encoder.encode_basestring_ascii  # what json.dumps encodes a string with (ensure_ascii)
