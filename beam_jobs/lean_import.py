@@ -7,9 +7,9 @@ type hints. Installed (`apache-beam[gcp]` brings most of them), they were ~0.9 s
 ~2.9 s of CPU that `prep convert` spent on 20 images (docs/benchmarks.md, "A conversion's
 fixed cost"). `import_beam` refuses them for the length of that one import: Beam records them
 as absent, as it would on an install without them, and a later `import pandas` works. Refused
-since: Beam's own BigQuery module (232 ms of `-X importtime` even without its client), apitools
-and pyarrow, ~0.15 s of CPU of the ~1.1 s a one-photo conversion spends (docs/benchmarks.md,
-"Session 25: the serial start and end").
+since: Beam's own BigQuery module (232 ms of `-X importtime` even without its client), apitools,
+pyarrow and bson, ~0.1 s of the ~1.0 s of CPU a one-photo conversion spent, and 50 MB of its peak
+RSS (docs/benchmarks.md, "Session 25: the serial start and end").
 
 Beam's object-store file systems (GCS, S3, Azure) are refused too, and loaded by
 `object_stores` when a remote path is first used (beam_jobs/beam_fs.py, list_remote.py): Beam

@@ -1,6 +1,6 @@
 """Where a conversion's time goes: each stage of the embedded runner, at 1 and 2 workers.
 
-    python bench/convert_stages.py                         # 20,000 generated JPEGs, pass-through
+    python bench/convert_stages.py                         # 20,000 generated JPEGs, default options
     python bench/convert_stages.py --count 2000 --repeats 3 -- --resize 256
     python bench/convert_stages.py --count 20000 --repeats 3 --workers 2 --other /work/main -- --duplicates off
     python bench/convert_stages.py --source /tmp/one --repeats 5 --workers 2 --other /work/main   # fixed cost
@@ -161,8 +161,8 @@ def main(argv=None) -> None:
                 kept[workers].append(run_once(source, out, workers, args.convert_options, code))
     median = _medians(runs)
     print(
-        f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.source or f'{args.count} JPEGs'}, "
-        f"{os.cpu_count()} cores, median of {args.repeats}"
+        f"prep convert {' '.join(args.convert_options) or '(default options)'}, "
+        f"{args.source or f'{args.count} JPEGs'}, {os.cpu_count()} cores, median of {args.repeats}"
     )
     (HERE / "results").mkdir(exist_ok=True)
     saved = {"median": median, "runs": runs, "other": args.other, "other_runs": others}
