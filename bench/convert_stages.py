@@ -32,6 +32,7 @@ photos (a folder of one photo gives the fixed cost).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -142,7 +143,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", default="/tmp/prep-bench-stages")
+    # one folder per run: two sessions' runs in one folder deleted each other's outputs mid-run
+    parser.add_argument("--out", default=f"/tmp/prep-bench-stages-{os.getpid()}")
     parser.add_argument("--workers", default="1,2", help="worker counts, e.g. 2 (the last ratio needs 1,2)")
     parser.add_argument("--other", help="another checkout's root, run in turn with this one (see above)")
     parser.add_argument("--source", type=pathlib.Path, help="convert this folder instead of --count photos")
@@ -159,6 +161,8 @@ def main(argv=None) -> None:
             for kept, code in sides if repeat % 2 == 0 else sides[::-1]:
                 out = pathlib.Path(args.out, "other" if code else "this")
                 kept[workers].append(run_once(source, out, workers, args.convert_options, code))
+    with contextlib.suppress(OSError):  # the runs' folders are gone; the default --out is left empty
+        os.rmdir(args.out)
     median = _medians(runs)
     print(
         f"prep convert {' '.join(args.convert_options) or '(default options)'}, "
