@@ -6,7 +6,10 @@ widgets, hence IPython), Pub/Sub, MongoDB, Dataflow's API, and pandas for its Da
 type hints. Installed (`apache-beam[gcp]` brings most of them), they were ~0.9 s of the
 ~2.9 s of CPU that `prep convert` spent on 20 images (docs/benchmarks.md, "A conversion's
 fixed cost"). `import_beam` refuses them for the length of that one import: Beam records them
-as absent, as it would on an install without them, and a later `import pandas` works.
+as absent, as it would on an install without them, and a later `import pandas` works. Refused
+since: Beam's own BigQuery module (232 ms of `-X importtime` even without its client), apitools,
+pyarrow and bson, ~0.1 s of the ~1.0 s of CPU a one-photo conversion spent, and 50 MB of its peak
+RSS (docs/benchmarks.md, "Session 25: the serial start and end").
 
 Beam's object-store file systems (GCS, S3, Azure) are refused too, and loaded by
 `object_stores` when a remote path is first used (beam_jobs/beam_fs.py, list_remote.py): Beam
@@ -30,11 +33,20 @@ UNUSED = (
     "IPython",
     "pandas",
     "pymongo",
+    "bson",  # MongoDB's, tried before pymongo
     "google.cloud.bigquery",
     "google.cloud.bigquery_storage_v1",
     "google.cloud.dataflow_v1beta3",
     "google.cloud.pubsub",
     "google.cloud.pubsub_v1",
+    # `apache_beam.io` imports Beam's BigQuery, Pub/Sub and cross-language IOs in one `try`: refused
+    # at its first line, the block is skipped (gcsio is imported again by `object_stores`' GCS).
+    "apache_beam.io.gcp.bigquery",
+    # the Dataflow and BigQuery clients' HTTP layer: `apache_beam.utils.retry` keeps its error
+    # classes for its filters, which `object_stores` gives back (`_retry_classes`)
+    "apitools",
+    # for the Arrow batch converters of `apache_beam.typehints`; no conversion step is batched
+    "pyarrow",
 )
 
 
@@ -81,4 +93,19 @@ def object_stores() -> None:
             importlib.import_module(name)
         except ImportError:  # not installed (Beam logs why when it tries them itself)
             pass
+    _retry_classes()
     _stores_loaded = True
+
+
+def _retry_classes() -> None:
+    """Gives `apache_beam.utils.retry` the error classes it would have had without `import_beam`'s refusal
+    of apitools (the same `try` as Beam's): its retry filters tell server errors by them, for S3 and Azure."""
+    retry = sys.modules.get("apache_beam.utils.retry")
+    if retry is None or getattr(retry, "HttpError", None) is not None:
+        return
+    try:
+        from apitools.base.py.exceptions import HttpError
+        from google.api_core.exceptions import GoogleAPICallError
+    except ImportError:  # not installed: Beam's own import found them absent too
+        return
+    vars(retry).update(HttpError=HttpError, GoogleAPICallError=GoogleAPICallError)  # names Beam binds in a try

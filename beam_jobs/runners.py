@@ -14,6 +14,7 @@ import difflib
 import io
 import os
 import sys
+from collections.abc import Iterator
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
@@ -176,6 +177,44 @@ def skip_ipython_probe() -> None:
     for module in (interactive_utils, apache_beam.pipeline):
         if hasattr(module, "is_in_ipython"):
             module.is_in_ipython = lambda: False  # type: ignore[attr-defined]  # where hasattr found it
+
+
+@contextlib.contextmanager
+def memoized_introspection() -> Iterator[None]:
+    """While a pipeline is built and run in this process, two of Beam's introspections answer from a memo.
+
+    Beam asks `userstate.get_dofn_specs` (a signature for every method of the DoFn) 158 times of 39 DoFns
+    in a conversion, and builds a new view of its options (`PipelineOptions.view_as`, an argparse parse)
+    168 times: ~0.09 and ~0.05 s of the ~0.3 s of CPU a one-photo conversion spends once its modules are
+    imported (docs/benchmarks.md, "Session 25: the serial start and end"). Both answers depend only on
+    what the memo keeps alive: the DoFn, whose methods do not change; the options' shared values and
+    flags, which a view only reads and writes through (a view made again is made from them alone).
+    Restored after, so that nothing else in the process sees the memo.
+    """
+    from apache_beam.transforms import userstate
+
+    get_dofn_specs, view_as = userstate.get_dofn_specs, PipelineOptions.view_as
+    specs: dict[int, tuple] = {}  # id(DoFn) -> (the DoFn, kept so that its id is not reused; its specs)
+    views: dict[tuple, tuple] = {}  # ids of (values, flags), class -> (values, flags, the view)
+
+    def dofn_specs(dofn):
+        known = specs.get(id(dofn))
+        if known is None:
+            known = specs[id(dofn)] = (dofn, get_dofn_specs(dofn))
+        return known[1]
+
+    def view(options, cls):
+        key = (id(options._all_options), id(options._flags), cls)
+        known = views.get(key)
+        if known is None:
+            known = views[key] = (options._all_options, options._flags, view_as(options, cls))
+        return known[2]
+
+    userstate.get_dofn_specs, PipelineOptions.view_as = dofn_specs, view  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        userstate.get_dofn_specs, PipelineOptions.view_as = get_dofn_specs, view_as  # type: ignore[method-assign]
 
 
 def make_runner(runner: str):

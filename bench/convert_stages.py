@@ -1,8 +1,9 @@
 """Where a conversion's time goes: each stage of the embedded runner, at 1 and 2 workers.
 
-    python bench/convert_stages.py                         # 20,000 generated JPEGs, pass-through
+    python bench/convert_stages.py                         # 20,000 generated JPEGs, default options
     python bench/convert_stages.py --count 2000 --repeats 3 -- --resize 256
     python bench/convert_stages.py --count 20000 --repeats 3 --workers 2 --other /work/main -- --duplicates off
+    python bench/convert_stages.py --source /tmp/one --repeats 5 --workers 2 --other /work/main   # fixed cost
 
 Each run is a fresh process running `prep convert` with Beam's FnApiRunner
 timed around every bundle it executes (one bundle per fused stage on the
@@ -22,12 +23,16 @@ scale: what it would be if 2 workers took exactly half of 1 worker's time on
 the image stage alone, or on every stage the runner executes. Times are from
 inside the process: the interpreter's start and exit are not in them. Each run also gives the
 collector's wall time and passes by stage (`gc.callbacks`) and its peak RSS, and its output is
-removed once timed (4.9 GB at 100,000 photos).
+removed once timed (4.9 GB at 100,000 photos). "process" is the child process as its parent sees it, from
+its start to its exit (wall, and the user + system CPU of it and its threads): the interpreter's start and
+exit, which "outside" leaves out, are the difference. `--source DIR` converts DIR instead of the generated
+photos (a folder of one photo gives the fixed cost).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -63,6 +68,10 @@ def stage_name(fused: str) -> str:
 def child(argv: list[str]) -> None:
     """Runs `prep convert ARGV` in this process, timing the runner's bundles; prints JSON."""
     started, cpu_started = time.perf_counter(), time.process_time()
+    from beam_jobs.lean_import import import_beam
+
+    # as `prep convert` imports Beam (below, Beam is imported before `main` is called: without this, in full)
+    import_beam()
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     execute = fn_runner.FnApiRunner._execute_bundle
@@ -103,7 +112,8 @@ def child(argv: list[str]) -> None:
     spent["gc"] = [sum(w for w, _ in collected.values()), sum(n for _, n in collected.values())]
     spent.update({f"gc {stage}": totals for stage, totals in collected.items()})
     spent["rss"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0]
-    print(json.dumps(spent))
+    print(json.dumps(spent), flush=True)
+    gc.freeze()  # as the console script does before its exit (prep.cli.run)
 
 
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str], code: str | None = None) -> dict:
@@ -112,11 +122,18 @@ def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[
     os.sync()  # the previous run's writes are on disk, not written back during this run
     argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     env = None if code is None else dict(os.environ, PYTHONPATH=code)
+    wall, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
+    process = [time.perf_counter() - wall, _children_cpu() - cpu]
     shutil.rmtree(out, ignore_errors=True)  # 4.9 GB at 100,000 photos: two outputs kept may fill the disk
     if proc.returncode != 0:
         raise SystemExit(f"prep convert {' '.join(argv)} failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process": process}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # of every child waited for so far
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> None:
@@ -126,12 +143,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", default="/tmp/prep-bench-stages")
+    # one folder per run: two sessions' runs in one folder deleted each other's outputs mid-run
+    parser.add_argument("--out", default=f"/tmp/prep-bench-stages-{os.getpid()}")
     parser.add_argument("--workers", default="1,2", help="worker counts, e.g. 2 (the last ratio needs 1,2)")
     parser.add_argument("--other", help="another checkout's root, run in turn with this one (see above)")
+    parser.add_argument("--source", type=pathlib.Path, help="convert this folder instead of --count photos")
     parser.add_argument("convert_options", nargs="*", help="more `prep convert` options, after --")
     args = parser.parse_args(argv)
-    source = ensure_data(args.count)
+    source = args.source or ensure_data(args.count)
     counts = [int(w) for w in args.workers.split(",")]
     runs: dict[int, list[dict]] = {w: [] for w in counts}
     others: dict[int, list[dict]] = {w: [] for w in counts}
@@ -142,14 +161,17 @@ def main(argv=None) -> None:
             for kept, code in sides if repeat % 2 == 0 else sides[::-1]:
                 out = pathlib.Path(args.out, "other" if code else "this")
                 kept[workers].append(run_once(source, out, workers, args.convert_options, code))
+    with contextlib.suppress(OSError):  # the runs' folders are gone; the default --out is left empty
+        os.rmdir(args.out)
     median = _medians(runs)
     print(
-        f"prep convert {' '.join(args.convert_options) or '(pass-through)'}, {args.count} JPEGs, "
-        f"{os.cpu_count()} cores, median of {args.repeats}"
+        f"prep convert {' '.join(args.convert_options) or '(default options)'}, "
+        f"{args.source or f'{args.count} JPEGs'}, {os.cpu_count()} cores, median of {args.repeats}"
     )
     (HERE / "results").mkdir(exist_ok=True)
     saved = {"median": median, "runs": runs, "other": args.other, "other_runs": others}
-    (HERE / "results" / f"stages-{args.count}.json").write_text(json.dumps(saved, indent=2))
+    name = args.source.name if args.source else args.count
+    (HERE / "results" / f"stages-{name}.json").write_text(json.dumps(saved, indent=2))
     if args.other is not None:
         _compare(median, _medians(others), args.other)
     else:
@@ -175,7 +197,7 @@ def main(argv=None) -> None:
     )
 
 
-NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total"]
+NAMES = ["outside", "prepare", "dedupe", "plan", "write", "finish", "total", "process"]
 EXTRA = ["gc", "rss"]  # the collector's [wall, passes] and peak RSS [MB, 0]: printed apart (and "gc STAGE")
 
 

@@ -2,6 +2,7 @@
 
     python bench/prepare_cpu.py --other /work/main
     python bench/prepare_cpu.py --count 2000 --other /work/main -- --resize 256
+    python bench/prepare_cpu.py --processes          # also 2 forked processes, as bench/baselines/bare_loop.py
 
 Each run is a fresh process that reads, checks and frames `--count` photos of bench/data with
 `spill.prepare_batch` (the pool task of the prepare stage: read_local, `--isolate auto`'s header check,
@@ -10,7 +11,10 @@ it, and prints its CPU time (`time.process_time`) and wall time. A first pass ov
 puts them in the page cache. With `--other`, the same runs of another checkout (PYTHONPATH) take turns
 with this one's, so a shared machine slows both alike. The table gives medians of `--repeats` runs: CPU
 per image, and the 2-thread run's wall speed-up over 1 thread's (what the pool's threads gain over one).
-On a machine busy with other work, wall figures mean little; CPU per image does.
+On a machine busy with other work, wall figures mean little; CPU per image does. With `--processes`,
+each checkout also runs the same batches in 2 forked processes (every 2nd batch each, a Sandbox each, CPU
+summed over both): what the stage could gain were its pool made of processes, the records' transfer
+between processes left out (so an upper bound).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 
 def child(source: str, count: int, threads: int, resize: int | None) -> None:
-    """Prepares `count` photos of `source` on `threads` threads; prints JSON of CPU and wall seconds."""
+    """Prepares `count` photos of `source` on `threads` threads (a negative count: that many forked
+    processes); prints JSON of CPU and wall seconds."""
     import concurrent.futures
+    import multiprocessing
 
     from prep.core.image_rules import ImageOptions, quiet_pillow
     from prep.core.listing import InputRef
@@ -51,7 +57,7 @@ def child(source: str, count: int, threads: int, resize: int | None) -> None:
     options = PrepareOptions(source, ImageOptions(resize=resize))
     batches = [refs[i : i + BATCH] for i in range(0, len(refs), BATCH)]
     sandbox = Sandbox(threads)
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
 
         def run() -> None:
             tasks = [
@@ -61,11 +67,33 @@ def child(source: str, count: int, threads: int, resize: int | None) -> None:
             for task in tasks:
                 task.result()
 
+        def share(first: int, step: int) -> float:  # in a forked process: its batches, its CPU seconds
+            own, start = Sandbox(1), time.process_time()
+            for b in range(first, len(batches), step):
+                prepare_batch(options, Sink(), b, batches[b], labels, own)
+            own.close()
+            return time.process_time() - start
+
         for name in names:  # into the page cache
             pathlib.Path(source, name).read_bytes()
         cpu, wall = time.process_time(), time.perf_counter()
-        run()
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        if threads > 0:
+            run()
+            cpu = time.process_time() - cpu
+        else:
+            fork = multiprocessing.get_context("fork")  # forked: `share` and the batches need no pickling
+            ends = [fork.Pipe(duplex=False) for _ in range(-threads)]
+
+            def send(first: int, end) -> None:
+                end.send_bytes(json.dumps(share(first, -threads)).encode())
+
+            procs = [fork.Process(target=send, args=(k, w)) for k, (_, w) in enumerate(ends)]
+            for proc in procs:
+                proc.start()
+            cpu = sum(json.loads(r.recv_bytes()) for r, _ in ends)
+            for proc in procs:
+                proc.join()
+        wall = time.perf_counter() - wall
     sandbox.close()
     print(json.dumps({"cpu": cpu, "wall": wall}))
 
@@ -80,10 +108,12 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--other", help="another checkout whose code runs in turn with this one's")
     parser.add_argument("--resize", type=int, default=0, help="--resize (0: pass-through)")
+    parser.add_argument("--processes", action="store_true", help="also 2 forked processes (see above)")
     args = parser.parse_args(argv)
     source = ensure_data(20000)  # the first --count of its photos, by path
     trees = {"this": str(ROOT)} | ({"other": args.other} if args.other else {})
-    runs: dict[tuple[str, int], list[dict]] = {(tree, t): [] for tree in trees for t in (1, 2)}
+    pools = (1, 2, -2) if args.processes else (1, 2)  # -2: 2 processes
+    runs: dict[tuple[str, int], list[dict]] = {(tree, t): [] for tree in trees for t in pools}
     for repeat in range(args.repeats):
         order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
         for tree, threads in order:
@@ -97,16 +127,20 @@ def main(argv=None) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"prepare_batch, {args.count} photos of bench/data/jpeg20000, {what}, median of {args.repeats}")
     print(f"load average after: {load}")
-    print(f"{'checkout':10s} {'threads':>7s} {'cpu us/img':>11s} {'wall us/img':>12s}   runs, cpu | wall (us/img)")
+    print(f"{'checkout':10s} {'pool':>9s} {'cpu us/img':>11s} {'wall us/img':>12s}   runs, cpu | wall (us/img)")
     for (tree, threads), got in runs.items():
+        pool = f"{threads} thr" if threads > 0 else f"{-threads} proc"
         cpu = [r["cpu"] / args.count * 1e6 for r in got]
         wall = [r["wall"] / args.count * 1e6 for r in got]
         spread = " ".join(f"{c:.0f}" for c in cpu) + " | " + " ".join(f"{w:.0f}" for w in wall)
-        print(f"{tree:10s} {threads:7d} {statistics.median(cpu):11.1f} {statistics.median(wall):12.1f}   {spread}")
+        print(f"{tree:10s} {pool:>9s} {statistics.median(cpu):11.1f} {statistics.median(wall):12.1f}   {spread}")
     for tree in trees:
         one = statistics.median(r["wall"] for r in runs[tree, 1])
         two = statistics.median(r["wall"] for r in runs[tree, 2])
         print(f"{tree}: 2 threads' wall speed-up over 1: {one / two:.2f}")
+        if args.processes:
+            procs = statistics.median(r["wall"] for r in runs[tree, -2])
+            print(f"{tree}: 2 processes' wall speed-up over 1 thread: {one / procs:.2f}")
     if args.other:
         for threads in (1, 2):
             this = statistics.median(r["cpu"] for r in runs["this", threads])

@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import posixpath
 import sys
 import typing
 from collections.abc import Iterable, Sequence
@@ -53,9 +52,10 @@ def fields_json(fields: list[str | None]) -> str:
     """`json.dumps(fields)` of a reference's staged fields (`InputRef.fields`: text or None), in one join: a
     listing's group-file line (beam_jobs/list_source.py), whose bytes are then staged and hashed as they
     are. json.dumps's own Python calls cost more than encoding the strings with its C encoder."""
-    if all(type(f) is str or f is None for f in fields):
-        return "[" + ", ".join("null" if f is None else _encode(f) for f in fields) + "]"
-    return json.dumps(fields)
+    try:  # the C encoder refuses what is not text, as json.dumps would encode it otherwise
+        return "[" + ", ".join(["null" if f is None else _encode(f) for f in fields]) + "]"
+    except TypeError:
+        return json.dumps(fields)
 
 
 _encode = json.encoder.encode_basestring_ascii  # what json.dumps encodes a string with (ensure_ascii)
@@ -158,8 +158,10 @@ def walk(root: str, start: str = "", recursive: bool = True, links: bool = True)
         except OSError as exc:
             yield rel_dir, f"unreadable:cannot list folder: {exc.strerror}"
             continue
+        # posixpath.join(rel_dir, name) for a name without "/", without its call per file
+        prefix = rel_dir if not rel_dir or rel_dir.endswith("/") else rel_dir + "/"
         for entry in entries:
-            rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
+            rel = prefix + entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=True)
             except OSError:
@@ -257,7 +259,7 @@ def entry_of(rel: str, problem: str | None, layout: str) -> InputRef | Reject:
     if problem is not None:
         reason, _, detail = problem.partition(":")
         return Reject(rel, reason, detail or "folder already listed under another path (a loop, or a symlink to it)")
-    if any(p.startswith(".") for p in parts):
+    if rel.startswith(".") or "/." in rel:  # a part of it starts with "."
         return Reject(rel, "hidden", "hidden files and folders are not images")
     if len(parts) <= depth:
         where = "a class folder" if layout == "classes" else "a <split>/<class> folder"

@@ -51,3 +51,20 @@ print(type(file_systems().get_filesystem("s3://bucket/a.jpg")).__name__)
 def test_object_stores_are_left_out_of_the_import_and_loaded_on_a_remote_paths_first_use():
     done = subprocess.run([sys.executable, "-c", _STORES], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:3] == ["[]", "GCSFileSystem", "S3FileSystem"]
+
+
+_RETRY = """
+import sys
+from beam_jobs.lean_import import import_beam, object_stores
+import_beam()
+from apache_beam.utils import retry
+print(retry.HttpError, retry.GoogleAPICallError, "apitools" in sys.modules)
+object_stores()
+print(retry.HttpError.__name__, retry.GoogleAPICallError.__name__)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("apitools") is None, reason="apitools is not installed")
+def test_beams_retry_filters_get_their_error_classes_back_with_the_object_stores():
+    done = subprocess.run([sys.executable, "-c", _RETRY], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["None None False", "HttpError GoogleAPICallError"]

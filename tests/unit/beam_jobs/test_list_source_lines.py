@@ -27,6 +27,12 @@ def test_fields_json_is_json_dumps():
         assert fields_json(ref.fields()) == json.dumps(ref.fields())
     assert fields_json([]) == json.dumps([])
 
+    class Text(str):
+        pass
+
+    for fields in (["a", 3, None], [None, 1.5], ["a", True], [Text("é"), None], ["a", ["b"]]):  # not only text
+        assert fields_json(fields) == json.dumps(fields)
+
 
 def test_write_chunk_stages_and_hashes_the_lines_as_parsed_references_would(tmp_path):
     work = WorkDir(str(tmp_path / "out"))
