@@ -35,6 +35,7 @@ runs it too.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import struct
@@ -47,7 +48,7 @@ from beam_jobs.spread import spread
 from prep.core import storage
 from prep.core.errors import PlanError
 from prep.core.layout import Layout, PlanOptions, check_empty_classes, empty_labels, label_ids, make_layout
-from prep.core.ordering import rank_key, sort_key
+from prep.core.ordering import key_prefix
 from prep.core.run import dedupe_files
 from prep.core.run.chunk_spill import read_rests
 from prep.core.run_record import REPLAN_HINT
@@ -155,7 +156,7 @@ def unpack_entries(data: bytes) -> list[Entry]:
         pos += size
         source = data[pos : pos + n]
         pos += n
-        tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t))
+        tags = tuple(_TAG.unpack_from(data, pos + i * _TAG.size) for i in range(t)) if t else ()  # most have none
         pos += t * _TAG.size
         rest = data[pos : pos + r]
         pos += r
@@ -261,18 +262,24 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
     num_shards = {s.name: s.num_shards for s in info.layout.splits}  # looked up per reference
     segments = info.layout.segments
     ids = info.ids
+    # The two keys of a reference are `ordering.rank_key` and `sort_key(..., "order")`, their hashes' prefixes
+    # made once: the loop below runs once a reference, serially after the prepare stage's barrier.
+    rank_prefix, order_prefix, sha256 = key_prefix(seed), key_prefix(seed, "order"), hashlib.sha256
+    part_bits = info.part_bits
     for chunk, firsts in info.chunks:
         next_rank = dict(firsts)
         place = dedupe_files.placer(work, chunk, grouped)  # duplicate and user groups: rejected, or pinned to a split
         refs = read_prepared(work, chunk)
         # Kept images' spilled bytes go with their entries: one read per chunk here, none per record in the writer
         for r, rest in zip(refs, read_rests(work, refs)):
-            pin = place(r)
+            name, label, split, spill, offset, length, converted, cut, image, rank_hex, tags = r
+            pin = place(r) if grouped else ""
             if pin is None:
                 continue  # rejected by a group policy: RejectedInputs of beam_jobs/dedupe.py say why
-            group = plan_group(r.split, r.label, pin)
-            key = (rank_key(seed, r.path, r.rank), r.path)
-            if group in last and key <= last[group]:
+            group = plan_group(split, label, pin)
+            key = (bytes.fromhex(rank_hex) if rank_hex else sha256(rank_prefix + name).digest(), name)
+            before = last.get(group)
+            if before is not None and key <= before:
                 raise RuntimeError(f"internal error: chunk {chunk} is not staged in rank order")
             last[group] = key
             rank = next_rank[group]
@@ -283,13 +290,11 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
                     shard = (segment.position + rank - segment.start) % num_shards[split_name]
                     break
             else:
-                capped[r.label] = capped.get(r.label, 0) + 1
+                capped[label] = capped.get(label, 0) + 1
                 continue
-            bits = info.part_bits[split_name]
-            order = sort_key(seed, r.path, "order")
+            order = sha256(order_prefix + name).digest()
+            bits = part_bits[split_name]
             where = (split_name, shard, prefix(order, bits) if bits else 0)
-            relabel = ids[r.label] if ids and ids[r.label] != r.label else -1
-            source = r.path if r.image else b""
             packed = packed_by.get(where)
             if packed is None:
                 packed = packed_by[where] = bytearray()
@@ -297,16 +302,16 @@ def rank_task(element, work: WorkDir, seed: int, grouped: bool = False, inline_m
                 packed,
                 (
                     order,
-                    r.spill,
-                    r.offset,
-                    r.length,
-                    r.label,
-                    r.converted,
-                    source,
-                    r.cut,
-                    r.image,
-                    relabel,
-                    r.tags,
+                    spill,
+                    offset,
+                    length,
+                    label,
+                    converted,
+                    name if image else b"",
+                    cut,
+                    image,
+                    ids[label] if ids and ids[label] != label else -1,
+                    tags,
                     rest,
                 ),
             )

@@ -48,7 +48,13 @@ def sort_key(seed: int, path: str | bytes, purpose: str = "rank") -> bytes:
     `path` as text, or already encoded as UTF-8 with surrogateescape.
     """
     raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
-    return hashlib.sha256(f"{seed}\0{purpose}\0".encode() + raw).digest()
+    return hashlib.sha256(key_prefix(seed, purpose) + raw).digest()
+
+
+def key_prefix(seed: int, purpose: str = "rank") -> bytes:
+    """What `sort_key` hashes before the path: sha256(key_prefix(seed, purpose) + path) is its key, for a
+    caller that hashes many paths (the planner: two keys a reference)."""
+    return f"{seed}\0{purpose}\0".encode()
 
 
 def rank_key(seed: int, path: str | bytes, key: str | None = None) -> bytes:

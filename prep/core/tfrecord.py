@@ -27,7 +27,7 @@ HEADER = 12  # length + its CRC
 FOOTER = 4  # data CRC
 
 
-def masked_crc32c(data: bytes) -> int:
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     return _mask(crc32c.crc32c(data))
 
 

@@ -47,6 +47,7 @@ _WASTE = 1
 
 
 _R = TypeVar("_R", bound=PlannedEntry)
+_LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")  # a framed record's length and data CRC
 
 
 class _SpillReader:
@@ -68,10 +69,11 @@ class _SpillReader:
         read = self._read_runs(entries) if staged is None else {}
         view = memoryview(buffer)
         pos = 0
+        local, read_into = source.local, source.read_into  # looked up once a block: both threads run this loop
         for i, entry in enumerate(entries):
             spilled = entry.rest or (read[i] if staged is None else staged.read(first + i))
-            if entry.image and entry.relabel < 0 and source.local(entry.source):
-                pos = source.read_into(view, pos, entry, spilled)
+            if entry.image and entry.relabel < 0 and local(entry.source):
+                pos = read_into(view, pos, entry, spilled)
                 continue
             pieces = read_record(source.name, entry.source, spilled, entry.cut, entry.image)
             record = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -85,6 +87,8 @@ class _SpillReader:
         """The spilled bytes of the entries the planner did not carry them for (`Entry.rest`), by index:
         one ranged read per run of them in one spill file (`runs`), not one each."""
         wanted: dict[str, list[Range]] = {}  # spill file -> its ranges
+        if all(entry.rest for entry in entries):
+            return {}  # kept images only (pass-through): no spill file to read
         for i, entry in enumerate(entries):
             if not entry.rest:
                 path = self._work.spill(entry.spill)
@@ -163,8 +167,11 @@ def copy_records(
         try:
             buffer = free.pop()
         except IndexError:
-            buffer = bytearray(need)
+            buffer = bytearray(max(need, _BLOCK))
         if len(buffer) < need:
+            # Only a block of one record larger than _BLOCK: every other block fits a buffer of _BLOCK bytes, so
+            # that buffers are reused rather than made anew for each block a few bytes larger than the last (new
+            # memory costs a page fault a page on first touch, a host fault on this VM: docs/design.md).
             buffer = bytearray(need)
         return buffer, reader.fill(batches[i], reread, buffer, staged, firsts[i])
 
@@ -231,23 +238,25 @@ class _Source:
         Raises:
             SourceError: the input changed (or went) since it was prepared.
         """
-        cut, image, end = entry.cut, entry.image, pos + entry.length
-        if len(spilled) != entry.length - image:
-            raise OSError(f"spilled bytes of {entry.source!r}: {len(spilled)}, not {entry.length - image}")
+        cut, image, length, name = entry.cut, entry.image, entry.length, entry.source
+        end = pos + length
+        if len(spilled) != length - image:
+            raise OSError(f"spilled bytes of {name!r}: {len(spilled)}, not {length - image}")
         start = pos + cut
         view[pos:start] = spilled[:cut]
-        path = entry.source if entry.source[:1] == b"/" else self._prefix + entry.source  # type: ignore[operator]
+        path = name if name[:1] == b"/" else self._prefix + name  # type: ignore[operator]
         # One byte more than the image, which its record's bytes after it are written over: a longer file shows.
         why = _read_file(path, view[start : start + image + 1], image)
         view[start + image : end] = spilled[cut:]
-        data = HEADER + pos, end - FOOTER
+        # The CRC is summed in place (crc32c takes any buffer, and lets go of the GIL for an image's size): a copy
+        # of the record would be one more pass over its bytes, holding the GIL.
         if why is None and (
-            struct.unpack_from("<Q", view, pos)[0] != entry.length - HEADER - FOOTER
-            or struct.unpack_from("<I", view, data[1])[0] != masked_crc32c(bytes(view[data[0] : data[1]]))
+            _LENGTH.unpack_from(view, pos)[0] != length - HEADER - FOOTER
+            or _CRC.unpack_from(view, end - FOOTER)[0] != masked_crc32c(view[pos + HEADER : end - FOOTER])
         ):
             why = "its bytes differ"
         if why is not None:
-            raise changed(entry.source, why)
+            raise changed(name, why)
         return end
 
 
