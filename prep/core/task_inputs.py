@@ -3,7 +3,8 @@
 Each input is an `InputRef` whose `label` is the planner's group and whose `extra` holds
 what its record needs beyond the image, as compact JSON:
 
-* detection: {"a": the image's annotation (`ImageAnnotation.to_json`), "s": image/source_id};
+* detection: {"a": the image's annotation (`ImageAnnotation.to_json`; objects without masks as columns
+  under "c", `annotations.rows.objects_text`), "s": image/source_id};
   the group is the image's stratum (`prep.core.annotations.stratify`: its rarest class, or
   NO_STRATUM for an image without objects) and `key` its rank key inside the stratum;
 * multilabel: {"l": [label ids]}; group and key as detection;

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prep.core.annotations.model import Json, Problem
-from prep.core.annotations.rows import ImageRow, ObjectStore
+from prep.core.annotations.rows import ImageRow, ObjectStore, objects_text
 
 ImageId = int | str  # an image's `id` in the file
 # (relative path or None, file_name, width, height, position in 'images')
@@ -286,5 +286,7 @@ def image_row(
             problems.append((order, Problem(rel, reason, detail, index)))
     assert not (items and objects), "an image's records all come from one join: in memory, or spilled"
     source_id = iid if isinstance(iid, int) else None
-    at = store.put(json.dumps(items, **_COMPACT) if items else "[" + ",".join(objects) + "]")  # type: ignore[arg-type]
+    if objects and not masks:  # as columns, as a one-bucket join's (`objects_text`): its values from the text
+        items, objects = json.loads("[" + ",".join(objects) + "]"), []
+    at = store.put("[" + ",".join(objects) + "]" if objects else objects_text(items))
     rows.append(ImageRow(rel, width, height, False, tuple(labels), masks, source_id, None, at))
