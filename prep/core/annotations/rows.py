@@ -114,8 +114,13 @@ def objects_text(items: list[dict[str, typing.Any]]) -> str:
         areas.append(item.get("a"))
         flags.append(item.get("f", 0))
         indices.append(item["i"])
-    if not items:
-        return "[]"
+    return columns_text(boxes, labels, areas, flags, indices) if items else "[]"
+
+
+def columns_text(
+    boxes: list[typing.Any], labels: list[str], areas: list[typing.Any], flags: list[int], indices: list[int]
+) -> str:
+    """`objects_text` of plain objects given as their columns (areas None where none is given)."""
     columns: dict[str, list[typing.Any]] = {"b": boxes, "l": labels}
     if areas.count(None) < len(areas):
         columns["a"] = areas
