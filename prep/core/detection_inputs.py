@@ -221,7 +221,6 @@ def _listing(
     ids_used = [a.source_id for a in found.rows if isinstance(a.source_id, int)]
     next_id = max(max(ids_used, default=0), len(found.rows)) + 1  # after every COCO id and every index
     items: list[Item] = []
-    extras: dict[str, str] = {}  # the annotated inputs' extras, made once here (`rows.listing_extra`)
     splits = folder_split(sorted(annotated | (set(on_disk) if unannotated == "keep" else set())), layout)
     for i, ann in enumerate(found.rows):
         if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
@@ -235,8 +234,8 @@ def _listing(
         source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
         split = ann.split or (splits or {}).get(ann.path)
         objects = [ids[label] for label in ann.labels if label in ids]
-        items.append((ann.path, split, objects, {}))  # its extra is set after strata_refs, from the text made
-        extras[ann.path] = listing_extra(ann, found.store, str(source_id))  # here (no dict of every object held)
+        # its extra's text made here (`rows.listing_extra`): no dict of every object held
+        items.append((ann.path, split, objects, listing_extra(ann, found.store, str(source_id))))
     kept = len(items)
     for path in on_disk:
         if path in annotated or path in problem_images:
@@ -254,7 +253,6 @@ def _listing(
     if len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError("--annotations gives a split for some images but not for others")
     refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
-    refs = [r._replace(extra=extras[r.path]) if r.path in extras else r for r in refs]
     rejects.sort(key=lambda r: (r.path, r.reason))
     return Listing(
         tuple(refs),

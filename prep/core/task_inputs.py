@@ -56,8 +56,9 @@ IMAGE_EXTENSIONS = frozenset(
     }
 )
 BOX_REJECTED_IMAGE = "image_rejected"  # a box of an image that is not written
-# (path, split, label ids from 0, extra): an input before `strata_refs` makes it an InputRef
-Item = tuple[str, str | None, list[int], dict[str, Any]]
+# (path, split, label ids from 0, extra, or its JSON text made already): an input before `strata_refs` makes it
+# an InputRef
+Item = tuple[str, str | None, list[int], dict[str, Any] | str]
 
 
 class BoxNote(typing.NamedTuple):
@@ -194,9 +195,8 @@ def strata_refs(
         locate = None if plan is None else _locate(images, split, len(classes), plan, source)
         for (path, _, _, extra), (stratum, key) in zip(members, stratify(images, len(classes), seed, locate)):
             group = NO_STRATUM if stratum is None else classes[stratum]
-            refs.append(
-                InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True), key.hex())
-            )
+            text = extra if isinstance(extra, str) else json.dumps(extra, separators=(",", ":"), sort_keys=True)
+            refs.append(InputRef(path, group, split, text, key.hex()))
     refs.sort(key=lambda r: r.path)
     return refs
 
