@@ -31,6 +31,8 @@ from prep.core.annotations.model import (
 )
 
 _COMPACT = {"separators": (",", ":"), "sort_keys": True}
+# json.dumps' text with _COMPACT: an encoder made once, not by each call (per image of a listing)
+_encode = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
 class ImageRow(typing.NamedTuple):
@@ -128,7 +130,7 @@ def columns_text(
         columns["f"] = flags
     if indices != list(range(len(indices))):
         columns["i"] = indices
-    return json.dumps(columns, **_COMPACT)  # type: ignore[arg-type]
+    return _encode(columns)
 
 
 def objects_of(text: str) -> list[dict[str, typing.Any]]:
@@ -168,7 +170,7 @@ def listing_extra(row: ImageRow, store: ObjectStore, source_id: str) -> str:
     # "c" is the first key, "o" sorts after "h" and "n", whose values are numbers: the first '"c":0' or '"o":0'
     # is the placeholder.
     key = '"c"' if text.startswith("{") else '"o"'
-    head = json.dumps({"a": {**_small(row), key[1]: 0}, "s": source_id}, **_COMPACT)  # type: ignore[arg-type]
+    head = _encode({"a": {**_small(row), key[1]: 0}, "s": source_id})
     return head.replace(key + ":0", key + ":" + text, 1)
 
 
