@@ -71,9 +71,9 @@ def cell_ranks(
         tilt = 1e-9 / (1.0 + len(members))
         lack, steps = wanted[index], step[index]  # this stratum's cells, written back after it
         up = coarse_of[index]
-        # Per image, as few array operations as give the same floats: each cell's row of its split's wants
-        # (kept up to date in every cell of that split, and written back after the stratum), and the tilt
-        # with -inf for a full cell, added at once.
+        # Per image, as few array operations as give the same floats: each cell's copy of its split's row of
+        # wants (copied again into the cells of the split whose row changed), and the tilt with -inf for a
+        # full cell, added at once.
         near = coarse_wanted[up]
         same = [np.flatnonzero(up == up[k]) for k in range(len(index))]
         tilted = tilt * free
@@ -94,7 +94,7 @@ def cell_ranks(
             tilted[k] = tilt * free[k] if free[k] else -np.inf
             if own:
                 lack[k, columns] -= steps[k]
-                near[np.ix_(same[k], columns)] -= coarse_step[up[k]]
+                coarse_wanted[up[k], columns] -= coarse_step[up[k]]
+                near[same[k]] = coarse_wanted[up[k]]
         wanted[index] = lack
-        coarse_wanted[up] = near
     return rank_of
