@@ -42,7 +42,7 @@ from prep.core.run.sandbox import Sandbox
 from prep.core.run.spill import PrepareOptions, prepare_batch
 from prep.core.sources import table_held
 from prep.core.sources.held import batches_held
-from prep.core.task_inputs import BoxNote, BoxTally
+from prep.core.task_inputs import BoxNote, BoxTally, total_tally
 from prep.core.workdir import BATCH, WorkDir, spill_id
 
 OK, REJECT, BOXES = "ok", "reject", "boxes"  # the kinds of outcome a chunk index records
@@ -279,6 +279,9 @@ class PrepareChunk(PooledDoFn):
         signatures: list[str] = []
         spills = {spill_id(chunk, 0): size}
         keyed, good = [], 0  # (spill, its first good input's place in the chunk, BatchKeys); good inputs so far
+        # detection's box notes and tallies: one outcome of the chunk (as `_by_kind` sums them), not one an input
+        notes: list[BoxNote] = []
+        tallies: list[BoxTally] = []
         for b, (batch, (results, _, keys)) in enumerate(zip(batches, done)):
             spill, start = spill_id(chunk, b), starts[b]
             if keys is not None:
@@ -287,7 +290,8 @@ class PrepareChunk(PooledDoFn):
                 signatures.append(signature)
                 info = more[0] if more else None
                 if info is not None and (info.notes or info.tally is not None):
-                    outcomes.append((BOXES, BoxNotes(info.notes, info.tally or BoxTally())))
+                    notes += info.notes
+                    tallies.append(info.tally or BoxTally())
                 if isinstance(result, Reject):
                     outcomes.append((REJECT, result))
                     continue
@@ -311,6 +315,8 @@ class PrepareChunk(PooledDoFn):
                     )
                 )
                 good += 1
+        if tallies:
+            outcomes.append((BOXES, BoxNotes(tuple(notes), total_tally(tallies))))
         if self._options.keys:  # before the index: a chunk with an index has its keys (key_rows.read_rows)
             self._record_keys(chunk, keyed)
         checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)

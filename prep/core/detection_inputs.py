@@ -19,9 +19,12 @@ annotation and image/source_id; group: its stratum). Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import tempfile
 import typing
+from collections.abc import Iterator
 
 from prep.core import storage
 from prep.core.annotations.rows import listing_extra
@@ -89,8 +92,9 @@ def list_detection(
     fmt = options.annotation_format
     # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
     # the objects alive before the listing (the console script imports Beam first) are left out of the
-    # collector's full passes, which the listing's few objects per annotation would set off
-    with frozen_heap(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
+    # collector's full passes, which the listing's few objects per annotation would set off; and while the
+    # annotations are read, the collector is off (`_collector_paused`)
+    with frozen_heap(), _collector_paused(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
         store = FileStore(os.path.join(folder, "objects.jsonl"))
         try:
             if options.split_annotations:
@@ -106,6 +110,23 @@ def list_detection(
             return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
         finally:
             store.close()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector off while the annotations are read, on again after (if it was on).
+
+    What the listing makes (the parsed file, the annotations' records and columns) is trees that references
+    free; the collector's passes only walked them: ~0.015 of the 2,000-image set's ~0.17 s listing
+    (docs/benchmarks.md, "Session 25: detection pass-through"). Any cycle made meanwhile is collected after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class DetectionSource(typing.NamedTuple):
@@ -221,7 +242,6 @@ def _listing(
     ids_used = [a.source_id for a in found.rows if isinstance(a.source_id, int)]
     next_id = max(max(ids_used, default=0), len(found.rows)) + 1  # after every COCO id and every index
     items: list[Item] = []
-    extras: dict[str, str] = {}  # the annotated inputs' extras, made once here (`rows.listing_extra`)
     splits = folder_split(sorted(annotated | (set(on_disk) if unannotated == "keep" else set())), layout)
     for i, ann in enumerate(found.rows):
         if ann.path in problem_images:  # rejected above for its own reason; its boxes are not written
@@ -235,8 +255,8 @@ def _listing(
         source_id = ann.source_id if isinstance(ann.source_id, int) else i + 1
         split = ann.split or (splits or {}).get(ann.path)
         objects = [ids[label] for label in ann.labels if label in ids]
-        items.append((ann.path, split, objects, {}))  # its extra is set after strata_refs, from the text made
-        extras[ann.path] = listing_extra(ann, found.store, str(source_id))  # here (no dict of every object held)
+        # its extra's text made here (`rows.listing_extra`): no dict of every object held
+        items.append((ann.path, split, objects, listing_extra(ann, found.store, str(source_id))))
     kept = len(items)
     for path in on_disk:
         if path in annotated or path in problem_images:
@@ -254,7 +274,6 @@ def _listing(
     if len({split is None for _, split, _, _ in items}) > 1:
         raise SourceError("--annotations gives a split for some images but not for others")
     refs = strata_refs(sorted(items, key=lambda item: item[0]), names, seed, plan, source)
-    refs = [r._replace(extra=extras[r.path]) if r.path in extras else r for r in refs]
     rejects.sort(key=lambda r: (r.path, r.reason))
     return Listing(
         tuple(refs),

@@ -3,7 +3,8 @@
 Each input is an `InputRef` whose `label` is the planner's group and whose `extra` holds
 what its record needs beyond the image, as compact JSON:
 
-* detection: {"a": the image's annotation (`ImageAnnotation.to_json`), "s": image/source_id};
+* detection: {"a": the image's annotation (`ImageAnnotation.to_json`; objects without masks as columns
+  under "c", `annotations.rows.objects_text`), "s": image/source_id};
   the group is the image's stratum (`prep.core.annotations.stratify`: its rarest class, or
   NO_STRATUM for an image without objects) and `key` its rank key inside the stratum;
 * multilabel: {"l": [label ids]}; group and key as detection;
@@ -55,8 +56,9 @@ IMAGE_EXTENSIONS = frozenset(
     }
 )
 BOX_REJECTED_IMAGE = "image_rejected"  # a box of an image that is not written
-# (path, split, label ids from 0, extra): an input before `strata_refs` makes it an InputRef
-Item = tuple[str, str | None, list[int], dict[str, Any]]
+# (path, split, label ids from 0, extra, or its JSON text made already): an input before `strata_refs` makes it
+# an InputRef
+Item = tuple[str, str | None, list[int], dict[str, Any] | str]
 
 
 class BoxNote(typing.NamedTuple):
@@ -96,6 +98,20 @@ class BoxTally(typing.NamedTuple):
             self.clipped + other.clipped,
             tuple(sorted(dropped.items())),
         )
+
+
+def total_tally(tallies: list[BoxTally]) -> BoxTally:
+    """The sum of `tallies` (as `BoxTally.plus` of each in turn), in one pass: a chunk's, an image each."""
+    dropped: dict[str, int] = {}
+    for tally in tallies:
+        for reason, n in tally.dropped:
+            dropped[reason] = dropped.get(reason, 0) + n
+    read, written, clipped = (
+        sum(t.read for t in tallies),
+        sum(t.written for t in tallies),
+        sum(t.clipped for t in tallies),
+    )
+    return BoxTally(read, written, clipped, tuple(sorted(dropped.items())))
 
 
 def dropped_tally(read: int, reasons: Iterable[str]) -> BoxTally:
@@ -179,9 +195,8 @@ def strata_refs(
         locate = None if plan is None else _locate(images, split, len(classes), plan, source)
         for (path, _, _, extra), (stratum, key) in zip(members, stratify(images, len(classes), seed, locate)):
             group = NO_STRATUM if stratum is None else classes[stratum]
-            refs.append(
-                InputRef(path, group, split, json.dumps(extra, separators=(",", ":"), sort_keys=True), key.hex())
-            )
+            text = extra if isinstance(extra, str) else json.dumps(extra, separators=(",", ":"), sort_keys=True)
+            refs.append(InputRef(path, group, split, text, key.hex()))
     refs.sort(key=lambda r: r.path)
     return refs
 

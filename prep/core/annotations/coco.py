@@ -183,9 +183,11 @@ def shape(ann: Json) -> Json | tuple[str, str]:
             return "bad_box", f"annotation id {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]"
         x, y, w, h = floats
     seg = ann.get("segmentation")
-    polygons, rle, problem = ([], None, None) if seg is None else _segmentation(seg)
-    if problem:
-        return "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
+    polygons, rle = None, None
+    if seg is not None:
+        polygons, rle, problem = _segmentation(seg)
+        if problem:
+            return "bad_segmentation", f"annotation id {ann.get('id')!r}: {problem}"
     x1, y1 = x + w, y + h
     # A sum of finite values can only overflow to inf: then each is judged alone, as for NaN and inf.
     box = [x, y, x1, y1] if math.isfinite(x + y + x1 + y1) else [_num_out(v) for v in (x, y, x1, y1)]
@@ -193,7 +195,7 @@ def shape(ann: Json) -> Json | tuple[str, str]:
     if ann.get("iscrowd", 0) in (1, True):
         item["f"] = 1
     given = ann.get("area")
-    area = float(typing.cast(float, given)) if type(given) in _NUMBER else as_float(given)  # as `as_float` does
+    area = float(given) if type(given) in _NUMBER else as_float(given)  # type: ignore[arg-type]  # as `as_float`
     if area is not None:
         item["a"] = area if math.isfinite(area) else _num_out(area)
     if polygons:

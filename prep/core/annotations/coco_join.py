@@ -22,13 +22,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import typing
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prep.core.annotations.model import Json, Problem
-from prep.core.annotations.rows import ImageRow, ObjectStore
+from prep.core.annotations.rows import ImageRow, ObjectStore, columns_text, objects_text
 
 ImageId = int | str  # an image's `id` in the file
 # (relative path or None, file_name, width, height, position in 'images')
@@ -204,13 +203,13 @@ class Spill:
         problems: list[tuple[int, Problem]] = []
         seen: set[ImageId] = set()
         for i in range(self.buckets):
-            per_image: dict[ImageId, list[list[Any]]] = {}
+            per_image: dict[Any, list[list[Any]]] = {}  # ImageId -> records; Any: `_key` gives an ImageId here
             for record in self._bucket_records(i):
                 iid = record[1]
                 if iid not in images:
                     self.problems.append(unknown(self.file_name, record[0], {"id": record[2]}, iid))
                     continue
-                per_image.setdefault(typing.cast(ImageId, _key(iid)), []).append(record)
+                per_image.setdefault(iid if type(iid) is int else _key(iid), []).append(record)
             for key, records in per_image.items():
                 seen.add(key)
                 image_row(key, images[key], records, names, store, rows, problems)
@@ -265,9 +264,11 @@ def image_row(
     objects: list[str] = []
     items: list[Json] = []  # `spill_record`'s objects: one json.dumps of them all, the same text as `objects`'
     labels, masks = [], False
+    boxes: list[Any] = []  # and their columns (`rows.objects_text`), made in the same pass
+    areas, flags, indices = [], [], []
     for index, record in enumerate(records):
         cid, parts = record[3], record[-1]
-        label = None if isinstance(cid, (bool, list, dict)) else names.get(cid)
+        label = names.get(cid) if type(cid) is int else None if isinstance(cid, (bool, list, dict)) else names.get(cid)
         if label is None:
             detail = f"annotation id {record[2]!r} names category id {cid!r}, not in 'categories'"
             problems.append((order, Problem(rel, "unknown_category", detail, index)))
@@ -276,6 +277,10 @@ def image_row(
             items.append(parts)
             labels.append(label)
             masks = masks or "p" in parts or "r" in parts
+            boxes += parts["b"]  # four values: `shape` made it
+            areas.append(parts.get("a"))
+            flags.append(parts.get("f", 0))
+            indices.append(index)
         elif parts:  # a spilled line's (`read_line`): the object's JSON around its "i" and "l"
             before, after = parts
             objects.append(f'{{{before},"i":{index},"l":{_label_text(label)}{"," + after if after else ""}}}')
@@ -286,5 +291,9 @@ def image_row(
             problems.append((order, Problem(rel, reason, detail, index)))
     assert not (items and objects), "an image's records all come from one join: in memory, or spilled"
     source_id = iid if isinstance(iid, int) else None
-    at = store.put(json.dumps(items, **_COMPACT) if items else "[" + ",".join(objects) + "]")  # type: ignore[arg-type]
+    if objects:  # as columns without masks, as a one-bucket join's (`objects_text`): its values from the text
+        text = objects_text(json.loads("[" + ",".join(objects) + "]")) if not masks else "[" + ",".join(objects) + "]"
+    else:
+        text = columns_text(boxes, labels, areas, flags, indices) if items and not masks else objects_text(items)
+    at = store.put(text)
     rows.append(ImageRow(rel, width, height, False, tuple(labels), masks, source_id, None, at))

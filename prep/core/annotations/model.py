@@ -98,9 +98,9 @@ class ImageAnnotation(NamedTuple):
 
     @classmethod
     def from_json(cls, obj: Json) -> ImageAnnotation:
-        """The inverse of `to_json`."""
+        """The inverse of `to_json`; its objects may also come as columns (`objects_json`)."""
         objects = []
-        for item in obj["o"]:  # per object of every image converted: positional, `map` (`_num_in` is float)
+        for item in objects_json(obj):  # per object of every image converted: positional, `map` (`_num_in` is float)
             flags = item.get("f", 0)
             area = item.get("a")
             polygons = item.get("p")
@@ -134,6 +134,31 @@ class AnnotationSet(NamedTuple):
     images: tuple[ImageAnnotation, ...]
     categories: tuple[Category, ...]
     problems: tuple[Problem, ...]
+
+
+def objects_json(obj: Json) -> list[Json]:
+    """The objects of an annotation in `ImageAnnotation.to_json`'s form: its "o" list, or its "c" columns
+    (a listing's form of an image without masks, `rows.objects_text`) as that list."""
+    if "o" in obj:
+        objects: list[Json] = obj["o"]
+        return objects
+    c = obj["c"]
+    boxes, labels = c["b"], c["l"]
+    indices, areas, flags = c.get("i") or range(len(labels)), c.get("a"), c.get("f")
+    out = []
+    for k, label in enumerate(labels):
+        item: Json = {"i": indices[k], "l": label, "b": boxes[4 * k : 4 * k + 4]}
+        if flags and flags[k]:
+            item["f"] = flags[k]
+        if areas and areas[k] is not None:
+            item["a"] = areas[k]
+        out.append(item)
+    return out
+
+
+def object_count(obj: Json) -> int:
+    """How many objects an annotation in `to_json`'s form (or with columns, `objects_json`) holds."""
+    return len(obj["o"]) if "o" in obj else len(obj["c"]["l"])
 
 
 def _num_out(value: float) -> float | str:

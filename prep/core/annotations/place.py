@@ -115,6 +115,8 @@ def place_plain(
     w, h = displayed_size(stored, orientation)
     sx, sy = final[0] / w, final[1] / h
     keep_crowds = policy.crowd == "keep"
+    if "c" in ann:
+        return _plain_columns(ann["c"], (w, h), (sx, sy), keep_crowds)
     out = PlainBoxes([], [], [], [], [], [], [], [])
     labels, xmin, ymin, xmax, ymax, area, crowd, difficult = out
     try:
@@ -134,6 +136,33 @@ def place_plain(
     except (TypeError, ValueError):  # a coordinate written as text ("nan"), or not four: `place_objects` says
         return None
     return out
+
+
+def _plain_columns(c: Json, shown: tuple[int, int], scale: tuple[float, float], keep_crowds: bool) -> PlainBoxes | None:
+    """`place_plain` of objects held as columns (`rows.objects_text`): the same values, a list at a time."""
+    w, h = shown
+    sx, sy = scale
+    b = c["b"]
+    x0s, y0s, x1s, y1s = b[0::4], b[1::4], b[2::4], b[3::4]
+    flags = c.get("f") or [0] * len(x0s)
+    try:
+        for x0, y0, x1, y1 in zip(x0s, y0s, x1s, y1s):
+            if not (0.0 <= x0 < x1 <= w and 0.0 <= y0 < y1 <= h):
+                return None
+    except TypeError:  # a coordinate written as text ("nan"): `place_objects` says
+        return None
+    if not keep_crowds and any(f & 1 for f in flags):
+        return None
+    return PlainBoxes(
+        c["l"],
+        [x / w for x in x0s],
+        [y / h for y in y0s],
+        [x / w for x in x1s],
+        [y / h for y in y1s],
+        [(x1 - x0) * sx * (y1 - y0) * sy for x0, y0, x1, y1 in zip(x0s, y0s, x1s, y1s)],  # as `place_plain`'s
+        [f & 1 for f in flags],
+        [f >> 1 & 1 for f in flags],
+    )
 
 
 def _frame(ann: ImageAnnotation, stored: tuple[int, int], orientation: int) -> int:

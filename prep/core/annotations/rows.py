@@ -5,8 +5,12 @@ An `ImageRow` is an image's annotation without its objects' geometry: those are 
 readers or in a file beside the COCO reader's spill (`FileStore`). `RowSet` is `AnnotationSet` in that
 form: rows sorted by path, categories in id order, problems in the readers' stable order.
 
+An image's objects without masks are held as columns (`objects_text`): one list per field, not an object
+per box, so that neither the listing nor the record of the image makes a Python object per box.
+
 `listing_extra` builds the listing's `InputRef.extra` of a row: the same text as
-`json.dumps({"a": annotation.to_json(), "s": source_id}, separators=(",", ":"), sort_keys=True)`.
+`json.dumps({"a": annotation.to_json(), "s": source_id}, separators=(",", ":"), sort_keys=True)`, but for
+objects held as columns, which go under "c" instead of "o" (`model.objects_json` reads either).
 """
 
 from __future__ import annotations
@@ -17,9 +21,18 @@ import typing
 from array import array
 from collections.abc import Iterable, Sequence
 
-from prep.core.annotations.model import AnnotationSet, Category, ImageAnnotation, Problem, choose_categories
+from prep.core.annotations.model import (
+    AnnotationSet,
+    Category,
+    ImageAnnotation,
+    Problem,
+    choose_categories,
+    objects_json,
+)
 
 _COMPACT = {"separators": (",", ":"), "sort_keys": True}
+# json.dumps' text with _COMPACT: an encoder made once, not by each call (per image of a listing)
+_encode = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
 class ImageRow(typing.NamedTuple):
@@ -84,8 +97,46 @@ class RowSet(typing.NamedTuple):
     store: ObjectStore
 
 
+_PLAIN_KEYS = frozenset("abfil")  # an object of these keys only (no mask) can be held in columns
+
+
 def objects_text(items: list[dict[str, typing.Any]]) -> str:
-    return json.dumps(items, **_COMPACT)  # type: ignore[arg-type]
+    """The stored text of an image's objects (`ImageAnnotation.to_json`'s "o" items): their columns' compact
+    JSON, {"b": the boxes one after the other, "l": labels, "a": areas (null: none given), "f": flags, "i":
+    indices}, "a", "f" and "i" left out when no object has an area, no flag is set and the indices count
+    from 0; or the items' own when there is none, or one has a mask or is not four numbers."""
+    boxes: list[typing.Any] = []
+    labels, areas, flags, indices = [], [], [], []
+    for item in items:  # per box of every image listed
+        box = item["b"]
+        if len(box) != 4 or not _PLAIN_KEYS.issuperset(item):
+            return json.dumps(items, **_COMPACT)  # type: ignore[arg-type]
+        boxes += box
+        labels.append(item["l"])
+        areas.append(item.get("a"))
+        flags.append(item.get("f", 0))
+        indices.append(item["i"])
+    return columns_text(boxes, labels, areas, flags, indices) if items else "[]"
+
+
+def columns_text(
+    boxes: list[typing.Any], labels: list[str], areas: list[typing.Any], flags: list[int], indices: list[int]
+) -> str:
+    """`objects_text` of plain objects given as their columns (areas None where none is given)."""
+    columns: dict[str, list[typing.Any]] = {"b": boxes, "l": labels}
+    if areas.count(None) < len(areas):
+        columns["a"] = areas
+    if any(flags):
+        columns["f"] = flags
+    if indices != list(range(len(indices))):
+        columns["i"] = indices
+    return _encode(columns)
+
+
+def objects_of(text: str) -> list[dict[str, typing.Any]]:
+    """The "o" items of an image's stored objects (`objects_text`)."""
+    got = json.loads(text)
+    return got if isinstance(got, list) else objects_json({"c": got})
 
 
 def row_of(ann: ImageAnnotation, store: ObjectStore) -> ImageRow:
@@ -104,7 +155,7 @@ def rows_of(found: AnnotationSet, store: ObjectStore | None = None) -> RowSet:
 
 def annotation(row: ImageRow, store: ObjectStore) -> ImageAnnotation:
     """The ImageAnnotation of `row`."""
-    return ImageAnnotation.from_json({**_small(row), "o": json.loads(store.get(row.at))})
+    return ImageAnnotation.from_json({**_small(row), "o": objects_of(store.get(row.at))})
 
 
 def annotation_set(found: RowSet) -> AnnotationSet:
@@ -113,10 +164,14 @@ def annotation_set(found: RowSet) -> AnnotationSet:
 
 
 def listing_extra(row: ImageRow, store: ObjectStore, source_id: str) -> str:
-    """The listing's extra of `row`: {"a": its annotation, "s": image/source_id} as compact sorted JSON."""
-    # "o" sorts after "h" and "n", whose values are numbers: the first '"o":0' is the placeholder.
-    head = json.dumps({"a": {**_small(row), "o": 0}, "s": source_id}, **_COMPACT)  # type: ignore[arg-type]
-    return head.replace('"o":0', '"o":' + store.get(row.at), 1)
+    """The listing's extra of `row`: {"a": its annotation, "s": image/source_id} as compact sorted JSON, its
+    objects under "c" when they are columns (`objects_text`)."""
+    text = store.get(row.at)
+    # "c" is the first key, "o" sorts after "h" and "n", whose values are numbers: the first '"c":0' or '"o":0'
+    # is the placeholder.
+    key = '"c"' if text.startswith("{") else '"o"'
+    head = _encode({"a": {**_small(row), key[1]: 0}, "s": source_id})
+    return head.replace(key + ":0", key + ":" + text, 1)
 
 
 def _small(row: ImageRow) -> dict[str, typing.Any]:
@@ -154,7 +209,7 @@ def _keep_known(row: ImageRow, known: set[str], problems: list[Problem], store: 
     if all(label in known for label in row.labels):
         return row
     kept = []
-    for item in json.loads(store.get(row.at)):
+    for item in objects_of(store.get(row.at)):
         if item["l"] in known:
             kept.append(item)
         else:

@@ -71,21 +71,30 @@ def cell_ranks(
         tilt = 1e-9 / (1.0 + len(members))
         lack, steps = wanted[index], step[index]  # this stratum's cells, written back after it
         up = coarse_of[index]
+        # Per image, as few array operations as give the same floats: each cell's copy of its split's row of
+        # wants (copied again into the cells of the split whose row changed), and the tilt with -inf for a
+        # full cell, added at once.
+        near = coarse_wanted[up]
+        same = [np.flatnonzero(up == up[k]) for k in range(len(index))]
+        tilted = tilt * free
+        tilted[free == 0] = -np.inf
         score = np.zeros(len(index))
         for i in members:
             own = labels[i]
             if own:
-                np.sum(lack[:, own], axis=1, out=score)
-                score += coarse_wanted[up][:, own].sum(axis=1)
+                columns = np.array(own)
+                np.sum(lack[:, columns], axis=1, out=score)
+                score += near[:, columns].sum(axis=1)
             else:
                 score[:] = 0.0
-            score += tilt * free
-            score[free == 0] = -np.inf
+            score += tilted
             k = int(np.argmax(score))
             rank_of[i] = queues[k].pop()
             free[k] -= 1
+            tilted[k] = tilt * free[k] if free[k] else -np.inf
             if own:
-                lack[k, own] -= steps[k]
-                coarse_wanted[up[k], own] -= coarse_step[up[k]]
+                lack[k, columns] -= steps[k]
+                coarse_wanted[up[k], columns] -= coarse_step[up[k]]
+                near[same[k]] = coarse_wanted[up[k]]
         wanted[index] = lack
     return rank_of

@@ -54,7 +54,9 @@ def rejected_info(spec: TaskSpec, ref: InputRef) -> TaskInfo | None:
     """The counts of an input rejected before its record was built: its boxes are not written."""
     if spec.task != "detection" or ref.extra is None:
         return None
-    n = len(json.loads(ref.extra)["a"]["o"])
+    from prep.core.annotations.model import object_count
+
+    n = object_count(json.loads(ref.extra)["a"])
     return TaskInfo(tally=dropped_tally(n, [BOX_REJECTED_IMAGE] * n))
 
 
@@ -94,12 +96,13 @@ def _detection(
     spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
 ) -> tuple[TaskRecord | Reject, TaskInfo]:
     from prep.core.annotations import ImageAnnotation, place_objects, place_plain
+    from prep.core.annotations.model import object_count
 
     policy, final = _policy(spec.bad_boxes, spec.crowd), (image.width, image.height)
     try:  # every box plain (the usual image): columns, no object per box; else each box judged
         plain = None if spec.masks else place_plain(extra["a"], image.stored, image.orientation, final, policy)
     except ImageRejected as exc:  # size_mismatch, which `place_objects` would raise alike
-        read = len(extra["a"]["o"])
+        read = object_count(extra["a"])
         return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
             tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read)
         )

@@ -66,3 +66,35 @@ def test_a_callers_frozen_heap_stays_frozen(tmp_path):
         assert gc.get_freeze_count() > frozen * 0.9
     finally:
         gc.unfreeze()
+
+
+def test_the_collector_is_off_while_listing_and_on_after_even_on_an_error(tmp_path, monkeypatch):
+    source, options = _source(tmp_path)
+    import prep.core.detection_inputs as inputs
+
+    seen = []
+    listing = inputs._listing
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return listing(*args, **kwargs)
+
+    monkeypatch.setattr(inputs, "_listing", spy)
+    assert gc.isenabled()
+    _list(source, options)
+    assert seen == [False] and gc.isenabled()
+    (tmp_path / "bad").mkdir()
+    bad_source, bad_options = _source(tmp_path / "bad", categories=False)
+    with pytest.raises(SourceError, match="names no class"):
+        _list(bad_source, bad_options)
+    assert gc.isenabled()
+
+
+def test_a_callers_disabled_collector_stays_disabled(tmp_path):
+    source, options = _source(tmp_path)
+    gc.disable()
+    try:
+        _list(source, options)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -9,6 +9,7 @@ import pytest
 
 from prep.core import annotations
 from prep.core.annotations import BoxPolicy, ImageAnnotation, Obj, place_objects, place_plain
+from prep.core.annotations.rows import objects_text
 from prep.core.image_rules import ImageRejected, PreparedImage
 from prep.core.listing import InputRef
 from prep.core.run.task_build import TaskSpec, build_record
@@ -39,7 +40,19 @@ def as_json(objs, **frame):
     ).to_json()
 
 
-def test_plain_boxes_are_what_place_objects_places():
+def in_form(ann, form):
+    """`ann` with its objects as a listing holds them: as they are ("o"), or as columns ("c") where they can be."""
+    if form == "o":
+        return ann
+    objects = json.loads(objects_text(ann["o"]))
+    return {k: v for k, v in ann.items() if k != "o"} | {"o" if isinstance(objects, list) else "c": objects}
+
+
+FORMS = pytest.mark.parametrize("form", ["o", "c"])
+
+
+@FORMS
+def test_plain_boxes_are_what_place_objects_places(form):
     rng = random.Random(5)
     for n, final, crowd in itertools.product((0, 1, 3, 12), ((40, 30), (128, 96), (17, 5)), ("keep", "drop")):
         for _ in range(20):
@@ -48,7 +61,7 @@ def test_plain_boxes_are_what_place_objects_places():
                 [{**ann["o"][0], "b": [int(v) if v.is_integer() else v for v in ann["o"][0]["b"]]}] if n else []
             )
             policy = BoxPolicy(crowd=crowd)
-            got = place_plain(ann, (40, 30), 1, final, policy)
+            got = place_plain(in_form(ann, form), (40, 30), 1, final, policy)
             want = place_objects(ImageAnnotation.from_json(ann), (40, 30), 1, final, policy, False)
             if crowd == "drop" and any(o.get("f", 0) & 1 for o in ann["o"]):
                 assert got is None
@@ -70,14 +83,24 @@ def test_plain_boxes_are_what_place_objects_places():
         {"b": [1.0, 2.0, 3.0]},  # not four
     ],
 )
-def test_a_box_not_plain_sends_the_image_the_general_way(change):
+@FORMS
+def test_a_box_not_plain_sends_the_image_the_general_way(change, form):
     ann = as_json(objects(random.Random(1), 3, plain=True))
     ann["o"][1] = {**ann["o"][1], **change}
-    assert place_plain(ann, (40, 30), 1, (40, 30), BoxPolicy()) is None
+    assert place_plain(in_form(ann, form), (40, 30), 1, (40, 30), BoxPolicy()) is None
 
 
-def test_turned_or_normalised_frames_go_the_general_way_and_a_wrong_size_is_rejected_alike():
-    ann = as_json(objects(random.Random(2), 2, plain=True))
+@FORMS
+def test_a_crowd_the_policy_drops_sends_the_image_the_general_way(form):
+    ann = as_json(objects(random.Random(1), 3, plain=True))
+    ann["o"][2] = {**ann["o"][2], "f": 3}
+    assert place_plain(in_form(ann, form), (40, 30), 1, (40, 30), BoxPolicy(crowd="drop")) is None
+    assert place_plain(in_form(ann, form), (40, 30), 1, (40, 30), BoxPolicy()) is not None
+
+
+@FORMS
+def test_turned_or_normalised_frames_go_the_general_way_and_a_wrong_size_is_rejected_alike(form):
+    ann = in_form(as_json(objects(random.Random(2), 2, plain=True)), form)
     assert place_plain(ann, (30, 40), 6, (40, 30), BoxPolicy()) is not None  # declared as displayed: no turn
     assert place_plain({**ann, "w": 30, "h": 40}, (30, 40), 6, (40, 30), BoxPolicy()) is None  # the stored frame
     assert place_plain({**ann, "n": 1}, (40, 30), 1, (40, 30), BoxPolicy()) is None
@@ -89,14 +112,15 @@ def general(monkeypatch):
     monkeypatch.setattr(annotations, "place_plain", lambda *args: None)
 
 
+@FORMS
 @pytest.mark.parametrize("skip_empty", [False, True])
-def test_records_and_counts_are_those_of_the_general_path(monkeypatch, skip_empty):
+def test_records_and_counts_are_those_of_the_general_path(monkeypatch, skip_empty, form):
     rng = random.Random(3)
     spec = TaskSpec("detection", CLASSES, skip_empty=skip_empty)
     for n, size, orientation in itertools.product((0, 1, 5, 20), ((40, 30), (80, 60)), (1, 6)):
         for _ in range(5):
             plain = rng.random() < 0.5
-            extra = json.dumps({"a": as_json(objects(rng, n, plain)), "s": "7"})
+            extra = json.dumps({"a": in_form(as_json(objects(rng, n, plain)), form), "s": "7"})
             ref = InputRef("a.jpg", "cat", None, extra)
             stored = (30, 40) if orientation == 6 else (40, 30)
             image = PreparedImage(b"\xff\xd8data", "jpeg", size[1], size[0], 3, False, stored, orientation)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from prep.core.annotations.model import object_count
 from prep.core.config import TaskOptions
 from prep.core.convert_options import add_arguments, build_config
 from prep.core.detection_inputs import list_detection
@@ -159,7 +160,7 @@ def test_data_yaml_entry_outside_source_is_one_error(tmp_path):
     # SOURCE the images folder: the entries resolve under it, and labels are found by the full path
     listing = list_detection(str(tmp_path / "ds" / "images"), TaskOptions(path), None, "auto", 0)
     assert {r.path: r.split for r in listing.refs} == {f"{s}/{s}{i}.jpg": s for s in ("train", "val") for i in range(2)}
-    assert all(len(json.loads(r.extra)["a"]["o"]) == 2 for r in listing.refs)
+    assert all(object_count(json.loads(r.extra)["a"]) == 2 for r in listing.refs)
 
 
 def test_a_yolo_label_folder_beside_a_data_yaml_names_it_when_nothing_is_found(tmp_path):

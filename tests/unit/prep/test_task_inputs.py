@@ -15,7 +15,7 @@ from prep.core.label_file import list_label_file
 from prep.core.manifest import Manifest
 from prep.core.manifest_checks import contradictions, strata_unbalanced
 from prep.core.ordering import listing_order
-from prep.core.task_inputs import NO_STRATUM, list_segmentation, multilabel_listing
+from prep.core.task_inputs import NO_STRATUM, BoxTally, list_segmentation, multilabel_listing, total_tally
 
 
 def _coco(tmp_path, images, annotations, categories=((5, "cat"), (9, "dog"))):
@@ -230,3 +230,21 @@ def test_segmentation_tries_a_file_of_any_extension_that_has_a_mask(tmp_path):
     _files(masks, "a.png", "b.png", "c.png")
     listing = list_segmentation(str(src), str(masks), ("bg", "fg"), "auto")
     assert [r.path for r in listing.refs] == ["a.jpg", "b.tga", "c"] and listing.rejects == ()
+
+
+def test_a_total_tally_is_the_tallies_added_in_turn():
+    tallies = [
+        BoxTally(3, 2, 1, (("box_nan", 1),)),
+        BoxTally(),
+        BoxTally(5, 3, 0, (("box_degenerate", 1), ("image_rejected", 1))),
+        BoxTally(1, 0, 0, (("box_nan", 1),)),
+    ]
+    want = BoxTally()
+    for tally in tallies:
+        want = want.plus(tally)
+    assert (
+        total_tally(tallies)
+        == want
+        == BoxTally(9, 5, 1, (("box_degenerate", 1), ("box_nan", 2), ("image_rejected", 1)))
+    )
+    assert total_tally([]) == BoxTally()

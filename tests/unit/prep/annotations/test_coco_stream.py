@@ -8,7 +8,8 @@ import math
 import pytest
 
 from prep.core.annotations import coco, coco_join, json_stream, read_annotations
-from prep.core.annotations.rows import ObjectStore, listing_extra, row_of, rows_of
+from prep.core.annotations.model import ImageAnnotation, object_count
+from prep.core.annotations.rows import ObjectStore, listing_extra, objects_of, objects_text, row_of, rows_of
 from prep.core.config import TaskOptions
 from prep.core.detection_inputs import _listing, list_detection
 from prep.core.errors import SourceError
@@ -172,17 +173,46 @@ def test_same_listing_as_from_json_loads(tmp_path):
         files = ["a.jpg", "c.jpg", "empty.jpg", "stray.png", "sub/b.jpg"]
         want = _listing(str(src), rows_of(coco_loads.read_coco(str(src), path)), files, unannotated, "auto", 5, None)
         same(got, want)
-        objects = sum(len(json.loads(r.extra)["a"]["o"]) for r in got.refs)
+        objects = sum(object_count(json.loads(r.extra)["a"]) for r in got.refs)
         assert objects + got.boxes.read == len(crafted()[1])  # boxes read = listed + dropped so far
 
 
 def test_listing_extra_is_the_json_of_the_annotation(tmp_path):
     found = coco_loads.read_coco(str(tmp_path), write(tmp_path))
     store = rows_of(found).store
+    forms = set()
     for i, ann in enumerate(found.images):
         for variant in (ann, ann._replace(split="train", normalized=True, width=None)):
-            want = json.dumps({"a": variant.to_json(), "s": str(i)}, separators=(",", ":"), sort_keys=True)
-            assert listing_extra(row_of(variant, store), store, str(i)) == want
+            made = variant.to_json()
+            objects = json.loads(objects_text(made.pop("o")))  # columns ("c") unless masks or none
+            made["o" if isinstance(objects, list) else "c"] = objects
+            forms.add(tuple(sorted(made)))
+            want = json.dumps({"a": made, "s": str(i)}, separators=(",", ":"), sort_keys=True)
+            got = listing_extra(row_of(variant, store), store, str(i))
+            assert got == want
+            assert ImageAnnotation.from_json(json.loads(got)["a"]).to_json() == variant.to_json()  # NaN as text
+    assert {"c" in form for form in forms} == {True, False}  # both forms met
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [{"i": 0, "l": "a", "b": [1.0, 2.0, 3.0, 4.0]}, {"i": 1, "l": "b", "b": [0.0, 0.0, 1.0, 1.0]}],
+        [{"i": 0, "l": "a", "b": [1.0, 2.0, 3.0, 4.0], "a": 4.0}, {"i": 2, "l": "b", "b": ["nan", 0.0, 1.0, 1.0]}],
+        [{"i": 1, "l": "a", "b": [1.0, 2.0, 3.0, 4.0], "f": 5}, {"i": 3, "l": "a", "b": [0, 0, 1, 1], "a": "inf"}],
+    ],
+)
+def test_objects_as_columns_read_back_as_the_objects(items):
+    text = objects_text(items)
+    assert text.startswith("{") and objects_of(text) == items
+    assert object_count({"c": json.loads(text)}) == len(items)
+    assert json.loads(text)["b"][:4] == items[0]["b"]
+
+
+def test_objects_with_masks_or_none_stay_objects():
+    masked = [{"i": 0, "l": "a", "b": [1.0, 2.0, 3.0, 4.0]}, {"i": 1, "l": "a", "b": [1, 2, 3, 4], "p": [[1, 2]]}]
+    assert objects_text(masked) == json.dumps(masked, separators=(",", ":"), sort_keys=True)
+    assert objects_text([]) == "[]" and objects_of("[]") == []
 
 
 @pytest.mark.parametrize(
