@@ -17,9 +17,7 @@ The ratio of 1 thread's wall to 2 threads' is how well each scales; `bare`'s is 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
-import io
 import os
 import pathlib
 import shutil
@@ -31,60 +29,20 @@ import time
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
+import write_stage  # noqa: E402
 from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 
 def capture(src: str, out: str):
     """Converts `src` once; returns (WriteParts of the run, its parts' entries in write order)."""
-    from beam_jobs import write
-    from beam_jobs.plan import read_section
-    from prep.cli import main
-    from prep.core.run import checkpoints
-
-    captured: list = []
-    made: list = []
-    process = write.WriteParts.process
-
-    def keep(self, element):
-        captured.append(element)
-        made.append(self)
-        return process(self, element)
-
-    write.WriteParts.process = keep
-    delete = checkpoints.delete_work
-    checkpoints.delete_work = lambda work: None
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            main(["convert", src, out, "--duplicates", "off", "--no-progress"], standalone_mode=False)
-    finally:
-        write.WriteParts.process, checkpoints.delete_work = process, delete
-    step = made[0]
-    parts: dict = {}
-    for _, items in captured:
-        for key, section in items:
-            parts.setdefault(key, []).extend(read_section(step._work, section))
-    return step, [sorted(parts[key]) for key in sorted(parts)]
+    captured, step = write_stage.capture(src, out, ["--duplicates", "off", "--no-progress"])
+    return step, write_stage.part_entries(step._work, captured)
 
 
 def bare(entries, source: str, path: str) -> None:
-    """The least the write step does for a part of kept images: no check, no thread hand-off, no rename."""
-    digest, buffer = hashlib.sha256(), bytearray(1 << 20)
-    view, prefix = memoryview(buffer), os.fsencode(os.path.join(source, ""))
+    """The least the write step does for a part of kept images (write_stage.bare_part), into its own file."""
     with open(path, "wb", buffering=0) as f:
-        pos = 0
-        for e in entries:
-            if pos + e.length > 512 << 10 and pos:
-                f.write(view[:pos])
-                digest.update(view[:pos])
-                pos = 0
-            view[pos : pos + e.cut] = e.rest[: e.cut]
-            fd = os.open(prefix + e.source, os.O_RDONLY)
-            os.readv(fd, (view[pos + e.cut : pos + e.cut + e.image],))
-            os.close(fd)
-            view[pos + e.cut + e.image : pos + e.length] = e.rest[e.cut :]
-            pos += e.length
-        f.write(view[:pos])
-        digest.update(view[:pos])
+        write_stage.bare_part(entries, source, f, hashlib.sha256())
     os.unlink(path)
 
 
@@ -116,7 +74,7 @@ def main() -> None:
 
     work, source = step._work, step._options.source
     records = sum(map(len, parts))
-    if not all(e.image and e.rest and e.relabel < 0 for p in parts for e in p):
+    if not write_stage.all_kept(parts):
         raise SystemExit("not every record is a kept image with its spilled bytes: pass-through only")
     blocks = [b for p in parts for b in shard_copy.blocks(p, shard_copy._BLOCK)]
     sizes = [sum(e.length for e in b) for b in blocks]

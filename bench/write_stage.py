@@ -36,58 +36,16 @@ sys.path.insert(0, str(HERE))
 from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 
-def _entries(work, captured) -> list:
-    """The planned entries of each part the write step was given, in write order; [] unless every one is a
-    kept image whose spilled bytes came with it (pass-through), which `bare_copy` copies."""
-    from beam_jobs.plan import read_section
-
-    parts: dict = {}
-    for _, items in captured:
-        for key, section in items:
-            parts.setdefault(key, []).extend(read_section(work, section))
-    entries = [sorted(parts[key]) for key in sorted(parts)]
-    return entries if all(e.image and e.rest and e.relabel < 0 for p in entries for e in p) else []
-
-
-def bare_copy(parts: list, source: str, path: str) -> tuple[float, float]:
-    """(wall s, CPU s) of the least the write step must do: each record's image read from its file into
-    place between its spilled bytes, in blocks of 512 KiB written to one file and hashed (SHA-256), on one
-    thread; no check, no thread hand-off, no part files, no rename."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    digest, buffer = hashlib.sha256(), bytearray(1 << 20)
-    view, prefix = memoryview(buffer), os.fsencode(os.path.join(source, ""))
-    with open(path, "wb", buffering=0) as f:
-        for entries in parts:
-            pos = 0
-            for e in entries:
-                if pos + e.length > 512 << 10 and pos:
-                    f.write(view[:pos])
-                    digest.update(view[:pos])
-                    pos = 0
-                if e.length > len(buffer):
-                    buffer = bytearray(e.length)
-                    view = memoryview(buffer)
-                view[pos : pos + e.cut] = e.rest[: e.cut]
-                fd = os.open(prefix + e.source, os.O_RDONLY)
-                os.readv(fd, (view[pos + e.cut : pos + e.cut + e.image],))
-                os.close(fd)
-                view[pos + e.cut + e.image : pos + e.length] = e.rest[e.cut :]
-                pos += e.length
-            f.write(view[:pos])
-            digest.update(view[:pos])
-    os.unlink(path)
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def child(src: str, out: str, repeats: int, extra: list[str], floor: bool) -> None:
-    """Converts once keeping the write step's elements, then times the write step `repeats` times, each
-    after a line on stdin; prints one JSON line a repeat, then the shards' digest."""
+def capture(src: str, out: str, argv: list[str]) -> tuple:
+    """Runs `prep convert SRC OUT ARGV` once in this process, keeping its work directory; gives the
+    elements its write step was given and that step (`WriteParts`). bench/write_parts.py uses it too."""
     from beam_jobs import write
+    from prep.cli import main
     from prep.core.run import checkpoints
 
     captured: list = []
     made: list = []
-    process = write.WriteParts.process
+    process, delete = write.WriteParts.process, checkpoints.delete_work
 
     def keep(self, element):
         captured.append(element)
@@ -96,15 +54,76 @@ def child(src: str, out: str, repeats: int, extra: list[str], floor: bool) -> No
 
     write.WriteParts.process = keep
     checkpoints.delete_work = lambda work: None
-    from prep.cli import main
-
     shutil.rmtree(out, ignore_errors=True)
-    argv = ["convert", src, out, "--num-shards", "8", "--duplicates", "off", "--no-progress", *extra]
-    with contextlib.redirect_stdout(io.StringIO()):  # its summary: stdout carries this process's JSON lines
-        main(argv, standalone_mode=False)
-    write.WriteParts.process = process
-    first = made[0]
-    parts = _entries(first._work, captured) if floor else []
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # its summary: stdout may carry a caller's JSON lines
+            main(["convert", src, out, *argv], standalone_mode=False)
+    finally:
+        write.WriteParts.process, checkpoints.delete_work = process, delete
+    return captured, made[0]
+
+
+def part_entries(work, captured) -> list:
+    """The planned entries of each part the write step was given, in write order."""
+    from beam_jobs.plan import read_section
+
+    parts: dict = {}
+    for _, items in captured:
+        for key, section in items:
+            parts.setdefault(key, []).extend(read_section(work, section))
+    return [sorted(parts[key]) for key in sorted(parts)]
+
+
+def all_kept(parts: list) -> bool:
+    """Whether every record is a kept image whose spilled bytes came with it (pass-through): what
+    `bare_part` copies."""
+    return all(e.image and e.rest and e.relabel < 0 for p in parts for e in p)
+
+
+def bare_part(entries, source: str, f, digest) -> None:
+    """The least the write step does for a part of kept images: each image read from its file into place
+    between its spilled bytes, in blocks of 512 KiB written to `f` and hashed into `digest`; no check."""
+    buffer = bytearray(1 << 20)
+    view, prefix = memoryview(buffer), os.fsencode(os.path.join(source, ""))
+    pos = 0
+    for e in entries:
+        if pos + e.length > 512 << 10 and pos:
+            f.write(view[:pos])
+            digest.update(view[:pos])
+            pos = 0
+        if e.length > len(buffer):
+            buffer = bytearray(e.length)
+            view = memoryview(buffer)
+        view[pos : pos + e.cut] = e.rest[: e.cut]
+        fd = os.open(prefix + e.source, os.O_RDONLY)
+        os.readv(fd, (view[pos + e.cut : pos + e.cut + e.image],))
+        os.close(fd)
+        view[pos + e.cut + e.image : pos + e.length] = e.rest[e.cut :]
+        pos += e.length
+    f.write(view[:pos])
+    digest.update(view[:pos])
+
+
+def bare_copy(parts: list, source: str, path: str) -> tuple[float, float]:
+    """(wall s, CPU s) of `bare_part` for every part into one file, on one thread: no thread hand-off, no
+    part files, no rename."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    digest = hashlib.sha256()
+    with open(path, "wb", buffering=0) as f:
+        for entries in parts:
+            bare_part(entries, source, f, digest)
+    os.unlink(path)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def child(src: str, out: str, repeats: int, extra: list[str], floor: bool) -> None:
+    """Converts once keeping the write step's elements, then times the write step `repeats` times, each
+    after a line on stdin; prints one JSON line a repeat, then the shards' digest."""
+    from beam_jobs import write
+
+    captured, first = capture(src, out, ["--num-shards", "8", "--duplicates", "off", "--no-progress", *extra])
+    parts = part_entries(first._work, captured) if floor else []
+    parts = parts if all_kept(parts) else []
     print(json.dumps({"ready": len(captured)}), flush=True)
     for _ in range(repeats):
         sys.stdin.readline()
