@@ -8,7 +8,9 @@ photos of bench/data: `prep convert SRC OUT --workers W --no-progress [ARGS afte
 bench/convert_stages.py runs it (the "stage" row: the prepare stage's wall and process CPU), with
 timers (`time.thread_time`, CPU of the calling thread) around the stage's parts, and
 bench/prepare_cpu.py's loop of `spill.prepare_batch` alone on W threads, no Beam, records discarded
-(the "alone" row). The parts: `prepare_batch` (the pool's batch task, its `ChunkSpill.put` included),
+(the "alone" row); with `--beam`, also that loop after importing Beam and the pipeline's modules as
+`prep convert` does (the "beam" row: what the process alone costs the loop). The parts:
+`prepare_batch` (the pool's batch task, its `ChunkSpill.put` included),
 `ChunkSpill.put`, `_finish` (a chunk's spill file closed, its index written: on the pool), `_submit`
 (the runner's thread: a chunk's listing read, its in-flight record written, its tasks queued);
 "idle" is the time a pool thread spent between its first task's start and the last task's end not in
@@ -88,12 +90,24 @@ def run_stage(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list
     return {"wall": stages["prepare"][0], "cpu": stages["prepare"][1], **parts}
 
 
-def run_alone(source: pathlib.Path, count: int, threads: int, code: str) -> dict:
-    argv = ["--child", str(source), str(count), str(threads), "0"]
+def alone_after_beam(argv: list[str]) -> None:
+    """prepare_cpu.py's child (SOURCE COUNT THREADS), after importing Beam and the pipeline as `prep convert` does."""
+    from beam_jobs.lean_import import import_beam
+
+    import_beam()
+    import prepare_cpu
+
+    import beam_jobs.convert  # noqa: F401  (the pipeline's modules, imported for their heap only)
+
+    prepare_cpu.child(argv[0], int(argv[1]), int(argv[2]), None)
+
+
+def run_alone(source: pathlib.Path, count: int, threads: int, code: str, beam: bool = False) -> dict:
+    script, argv = HERE / "prepare_cpu.py", ["--child", str(source), str(count), str(threads), "0"]
+    if beam:
+        script, argv = pathlib.Path(__file__), ["--alone-beam", str(source), str(count), str(threads)]
     env = dict(os.environ, PYTHONPATH=code)
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "prepare_cpu.py"), *argv], capture_output=True, text=True, env=env, check=True
-    )
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, env=env, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -116,23 +130,31 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(argv[1:])
+    if argv[:1] == ["--alone-beam"]:
+        return alone_after_beam(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--other", help="another checkout whose stage runs take turns with this one's")
+    parser.add_argument("--beam", action="store_true", help="also the loop alone after Beam's import")
     parser.add_argument("--out", default=f"/tmp/prep-bench-parts-out-{os.getpid()}")
     parser.add_argument("convert_options", nargs="*", help="more `prep convert` options, after --")
     args = parser.parse_args(argv)
     source = subset(args.count)
     counts = [int(w) for w in args.workers.split(",")]
-    rows = [("alone", str(ROOT)), ("stage", str(ROOT))] + ([("other", args.other)] if args.other else [])
+    rows = (
+        [("alone", str(ROOT))]
+        + ([("beam", str(ROOT))] if args.beam else [])
+        + [("stage", str(ROOT))]
+        + ([("other", args.other)] if args.other else [])
+    )
     runs: dict[tuple[str, int], list[dict]] = {(name, w): [] for name, _ in rows for w in counts}
     for repeat in range(args.repeats):
         for workers in counts:
             for name, code in rows if repeat % 2 == 0 else rows[::-1]:
-                if name == "alone":
-                    got = run_alone(source, args.count, workers, code)
+                if name in ("alone", "beam"):
+                    got = run_alone(source, args.count, workers, code, beam=name == "beam")
                 else:
                     got = run_stage(source, pathlib.Path(args.out), workers, args.convert_options, code)
                 runs[name, workers].append(got)
@@ -141,15 +163,16 @@ def main(argv=None) -> None:
     print(f"prepare stage, {args.count} photos, {' '.join(args.convert_options) or '(default options)'}")
     print(f"{os.cpu_count()} cores, load average after {load}, median of {args.repeats}; CPU in us an image")
     print(f"{'run':<7}{'W':>2}{'wall s':>8}{'cpu':>7}" + "".join(f"{p:>14}" for p in PARTS) + f"{'idle s':>8}")
+    # each run's wall time too: on a shared machine, one slow run shows there
     for (name, workers), got in runs.items():
         med = {k: statistics.median(r[k] for r in got) for k in ("wall", "cpu")}
         line = f"{name:<7}{workers:>2}{med['wall']:>8.2f}{med['cpu'] / args.count * 1e6:>7.0f}"
-        if name != "alone":
+        if name not in ("alone", "beam"):
             for part in PARTS:
                 cpu = statistics.median(r["parts"].get(part, [0, 0])[0] for r in got)
                 line += f"{cpu / args.count * 1e6:>14.1f}"
             line += f"{statistics.median(r['idle'] for r in got):>8.3f}"
-        print(line)
+        print(line + "   runs, wall: " + " ".join(f"{r['wall']:.2f}" for r in got))
     for name, _ in rows:
         if 1 in counts and 2 in counts:
             one, two = (statistics.median(r["wall"] for r in runs[name, w]) for w in (1, 2))
