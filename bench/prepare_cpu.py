@@ -56,45 +56,49 @@ def child(source: str, count: int, threads: int, resize: int | None) -> None:
     labels = {label: i for i, label in enumerate(sorted({r.label for r in refs}))}
     options = PrepareOptions(source, ImageOptions(resize=resize))
     batches = [refs[i : i + BATCH] for i in range(0, len(refs), BATCH)]
-    sandbox = Sandbox(threads)
-    with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
 
-        def run() -> None:
+    def on_threads() -> None:  # the stage's pool: every batch a task, `threads` threads, one Sandbox
+        sandbox = Sandbox(threads)
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             tasks = [
                 pool.submit(prepare_batch, options, Sink(), b, batch, labels, sandbox)
                 for b, batch in enumerate(batches)
             ]
             for task in tasks:
                 task.result()
+        sandbox.close()
 
-        def share(first: int, step: int) -> float:  # in a forked process: its batches, its CPU seconds
-            own, start = Sandbox(1), time.process_time()
-            for b in range(first, len(batches), step):
-                prepare_batch(options, Sink(), b, batches[b], labels, own)
-            own.close()
-            return time.process_time() - start
+    def share(first: int, step: int) -> float:  # in a forked process: its batches, its CPU seconds
+        own, start = Sandbox(1), time.process_time()
+        for b in range(first, len(batches), step):
+            prepare_batch(options, Sink(), b, batches[b], labels, own)
+        own.close()
+        return time.process_time() - start
 
-        for name in names:  # into the page cache
-            pathlib.Path(source, name).read_bytes()
-        cpu, wall = time.process_time(), time.perf_counter()
-        if threads > 0:
-            run()
-            cpu = time.process_time() - cpu
-        else:
-            fork = multiprocessing.get_context("fork")  # forked: `share` and the batches need no pickling
-            ends = [fork.Pipe(duplex=False) for _ in range(-threads)]
+    def on_processes(count: int) -> float:  # forked: `share` and the batches need no pickling
+        fork = multiprocessing.get_context("fork")
+        ends = [fork.Pipe(duplex=False) for _ in range(count)]
 
-            def send(first: int, end) -> None:
-                end.send_bytes(json.dumps(share(first, -threads)).encode())
+        def send(first: int, end) -> None:
+            end.send_bytes(json.dumps(share(first, count)).encode())
 
-            procs = [fork.Process(target=send, args=(k, w)) for k, (_, w) in enumerate(ends)]
-            for proc in procs:
-                proc.start()
-            cpu = sum(json.loads(r.recv_bytes()) for r, _ in ends)
-            for proc in procs:
-                proc.join()
-        wall = time.perf_counter() - wall
-    sandbox.close()
+        procs = [fork.Process(target=send, args=(k, w)) for k, (_, w) in enumerate(ends)]
+        for proc in procs:
+            proc.start()
+        spent = sum(json.loads(r.recv_bytes()) for r, _ in ends)
+        for proc in procs:
+            proc.join()
+        return spent
+
+    for name in names:  # into the page cache
+        pathlib.Path(source, name).read_bytes()
+    cpu, wall = time.process_time(), time.perf_counter()
+    if threads > 0:
+        on_threads()
+        cpu = time.process_time() - cpu
+    else:
+        cpu = on_processes(-threads)
+    wall = time.perf_counter() - wall
     print(json.dumps({"cpu": cpu, "wall": wall}))
 
 
