@@ -19,6 +19,7 @@ reading the annotations are box notes (`BoxNote`), counted in the manifest's inp
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
@@ -101,17 +102,8 @@ class BoxTally(typing.NamedTuple):
 
 
 def total_tally(tallies: list[BoxTally]) -> BoxTally:
-    """The sum of `tallies` (as `BoxTally.plus` of each in turn), in one pass: a chunk's, an image each."""
-    dropped: dict[str, int] = {}
-    for tally in tallies:
-        for reason, n in tally.dropped:
-            dropped[reason] = dropped.get(reason, 0) + n
-    read, written, clipped = (
-        sum(t.read for t in tallies),
-        sum(t.written for t in tallies),
-        sum(t.clipped for t in tallies),
-    )
-    return BoxTally(read, written, clipped, tuple(sorted(dropped.items())))
+    """The sum of `tallies` (`BoxTally.plus` of each in turn): a chunk's, an image each."""
+    return functools.reduce(BoxTally.plus, tallies, BoxTally())
 
 
 def dropped_tally(read: int, reasons: Iterable[str]) -> BoxTally:
