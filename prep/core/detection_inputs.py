@@ -19,17 +19,14 @@ annotation and image/source_id; group: its stratum). Invariants:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import tempfile
 import typing
-from collections.abc import Iterator
 
 from prep.core import storage
 from prep.core.annotations.rows import listing_extra
 from prep.core.errors import SourceError
-from prep.core.frozen_heap import frozen_heap
+from prep.core.frozen_heap import collector_paused, frozen_heap
 from prep.core.listing import Listing, Reject, printable
 from prep.core.manifest_parts import Category
 from prep.core.split_annotations import ReadRows, read_split_annotations
@@ -93,8 +90,8 @@ def list_detection(
     # A COCO file's annotations are spilled and every image's objects wait here until its ref is made.
     # the objects alive before the listing (the console script imports Beam first) are left out of the
     # collector's full passes, which the listing's few objects per annotation would set off; and while the
-    # annotations are read, the collector is off (`_collector_paused`)
-    with frozen_heap(), _collector_paused(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
+    # annotations are read, the collector is off (`collector_paused`)
+    with frozen_heap(), collector_paused(), tempfile.TemporaryDirectory(prefix="prep-annotations-") as folder:
         store = FileStore(os.path.join(folder, "objects.jsonl"))
         try:
             if options.split_annotations:
@@ -110,23 +107,6 @@ def list_detection(
             return _listing(source, found, files, options.unannotated, layout, seed, plan, _tip(options))
         finally:
             store.close()
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The garbage collector off while the annotations are read, on again after (if it was on).
-
-    What the listing makes (the parsed file, the annotations' records and columns) is trees that references
-    free; the collector's passes only walked them: ~0.015 of the 2,000-image set's ~0.17 s listing
-    (docs/benchmarks.md, "Session 25: detection pass-through"). Any cycle made meanwhile is collected after."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class DetectionSource(typing.NamedTuple):

@@ -30,18 +30,24 @@ def _list(source, options):
     return list_detection(source, options, None, "auto", 0)
 
 
-def test_frozen_while_listing_and_unfrozen_after(tmp_path, monkeypatch):
-    source, options = _source(tmp_path)
+def _seen_while_listing(monkeypatch, probe) -> list:
+    """What `probe()` gives each time the listing proper (`_listing`) starts, from then on."""
     import prep.core.detection_inputs as inputs
 
-    seen = []
+    seen: list = []
     listing = inputs._listing
 
     def spy(*args, **kwargs):
-        seen.append(gc.get_freeze_count())
+        seen.append(probe())
         return listing(*args, **kwargs)
 
     monkeypatch.setattr(inputs, "_listing", spy)
+    return seen
+
+
+def test_frozen_while_listing_and_unfrozen_after(tmp_path, monkeypatch):
+    source, options = _source(tmp_path)
+    seen = _seen_while_listing(monkeypatch, gc.get_freeze_count)
     assert gc.get_freeze_count() == 0
     got = _list(source, options)
     assert [r.path for r in got.refs] == ["a.png"]
@@ -70,16 +76,7 @@ def test_a_callers_frozen_heap_stays_frozen(tmp_path):
 
 def test_the_collector_is_off_while_listing_and_on_after_even_on_an_error(tmp_path, monkeypatch):
     source, options = _source(tmp_path)
-    import prep.core.detection_inputs as inputs
-
-    seen = []
-    listing = inputs._listing
-
-    def spy(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return listing(*args, **kwargs)
-
-    monkeypatch.setattr(inputs, "_listing", spy)
+    seen = _seen_while_listing(monkeypatch, gc.isenabled)
     assert gc.isenabled()
     _list(source, options)
     assert seen == [False] and gc.isenabled()
