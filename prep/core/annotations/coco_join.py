@@ -268,7 +268,7 @@ def image_row(
     areas, flags, indices = [], [], []
     for index, record in enumerate(records):
         cid, parts = record[3], record[-1]
-        label = names.get(cid) if type(cid) is int else None if isinstance(cid, (bool, list, dict)) else names.get(cid)
+        label = None if isinstance(cid, (bool, list, dict)) else names.get(cid)
         if label is None:
             detail = f"annotation id {record[2]!r} names category id {cid!r}, not in 'categories'"
             problems.append((order, Problem(rel, "unknown_category", detail, index)))
