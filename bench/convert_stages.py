@@ -12,7 +12,8 @@ check, convert, spill), "dedupe" (grouping duplicates, the default's),
 "plan" (the planner's groups), "write" (shards),
 "finish" (rejects.jsonl, tfds files, manifest); "outside" is the rest of
 the command (imports, listing, building the pipeline). CPU is this process's
-(pool threads included). Configurations are interleaved within each repeat;
+(pool threads included), and "sys" the part of it spent in the kernel (`ru_stime`: system calls and
+page faults; at 100,000 photos most of the write stage's). Configurations are interleaved within each repeat;
 the table gives medians and the ratio of 1 worker's time to 2 workers'.
 `prep convert` runs as the `prep` console script does (`CliHooks(owns_process=True)`: Beam
 imported without the clients it never uses, beam_jobs/lean_import.py). With `--other CHECKOUT`,
@@ -67,7 +68,7 @@ def stage_name(fused: str) -> str:
 
 def child(argv: list[str]) -> None:
     """Runs `prep convert ARGV` in this process, timing the runner's bundles; prints JSON."""
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started, sys_started = time.perf_counter(), time.process_time(), _system_cpu()
     from beam_jobs.lean_import import import_beam
 
     # as `prep convert` imports Beam (below, Beam is imported before `main` is called: without this, in full)
@@ -78,15 +79,16 @@ def child(argv: list[str]) -> None:
     spent: dict[str, list[float]] = {}
 
     def timed(self, context, manager, bundle_input):
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, kernel = time.perf_counter(), time.process_time(), _system_cpu()
         collecting["stage"] = stage_name(manager.stage.name)
         try:
             return execute(self, context, manager, bundle_input)
         finally:
             collecting["stage"] = "outside"
-            totals = spent.setdefault(stage_name(manager.stage.name), [0.0, 0.0])
+            totals = spent.setdefault(stage_name(manager.stage.name), [0.0, 0.0, 0.0])
             totals[0] += time.perf_counter() - wall
             totals[1] += time.process_time() - cpu
+            totals[2] += _system_cpu() - kernel
 
     fn_runner.FnApiRunner._execute_bundle = timed
     collecting: dict = {"since": 0.0, "stage": "outside"}
@@ -104,10 +106,11 @@ def child(argv: list[str]) -> None:
     from prep.cli import CliHooks, main
 
     main(["convert", *argv], standalone_mode=False, obj=CliHooks(owns_process=True))
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    wall, cpu, kernel = time.perf_counter() - started, time.process_time() - cpu_started, _system_cpu() - sys_started
     gc.callbacks.remove(gc_timer)
-    spent["outside"] = [wall - sum(w for w, _ in spent.values()), cpu - sum(c for _, c in spent.values())]
-    spent["total"] = [wall, cpu]
+    inside = [sum(t[i] for t in spent.values()) for i in range(3)]
+    spent["outside"] = [wall - inside[0], cpu - inside[1], kernel - inside[2]]
+    spent["total"] = [wall, cpu, kernel]
     # not stages: the collector's wall time and passes, and peak RSS in MB (ru_maxrss is in KiB on Linux)
     spent["gc"] = [sum(w for w, _ in collected.values()), sum(n for _, n in collected.values())]
     spent.update({f"gc {stage}": totals for stage, totals in collected.items()})
@@ -116,24 +119,31 @@ def child(argv: list[str]) -> None:
     gc.freeze()  # as the console script does before its exit (prep.cli.run)
 
 
+def _system_cpu() -> float:
+    """This process's CPU seconds in the kernel (system calls, page faults), all its threads."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 def run_once(source: pathlib.Path, out: pathlib.Path, workers: int, extra: list[str], code: str | None = None) -> dict:
     """One conversion's stage times; `code`: the checkout whose code runs (None: the one on sys.path)."""
     shutil.rmtree(out, ignore_errors=True)
     os.sync()  # the previous run's writes are on disk, not written back during this run
     argv = [str(source), str(out), "--workers", str(workers), "--no-progress", *extra]
     env = None if code is None else dict(os.environ, PYTHONPATH=code)
-    wall, cpu = time.perf_counter(), _children_cpu()
+    wall, (cpu, kernel) = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
-    process = [time.perf_counter() - wall, _children_cpu() - cpu]
+    cpu_after, kernel_after = _children_cpu()
+    process = [time.perf_counter() - wall, cpu_after - cpu, kernel_after - kernel]
     shutil.rmtree(out, ignore_errors=True)  # 4.9 GB at 100,000 photos: two outputs kept may fill the disk
     if proc.returncode != 0:
         raise SystemExit(f"prep convert {' '.join(argv)} failed: {proc.stderr[-2000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process": process}
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # of every child waited for so far
-    return usage.ru_utime + usage.ru_stime
+def _children_cpu() -> tuple[float, float]:
+    """(user + system, system) CPU seconds of every child waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime, usage.ru_stime
 
 
 def main(argv=None) -> None:
@@ -176,16 +186,16 @@ def main(argv=None) -> None:
         _compare(median, _medians(others), args.other)
     else:
         for w in counts:
-            print(f"{w} worker(s)\n{'stage':<9}{'wall':>8}{'cpu':>8}{'gc s':>8}{'passes':>8}")
+            print(f"{w} worker(s)\n{'stage':<9}{'wall':>8}{'cpu':>8}{'sys':>8}{'gc s':>8}{'passes':>8}")
             for n in NAMES:
-                (wall, cpu), (gc_wall, passes) = median[w][n], median[w][f"gc {n}"]
-                print(f"{n:<9}{wall:>8.2f}{cpu:>8.2f}{gc_wall:>8.2f}{passes:>8.0f}")
+                (wall, cpu, kernel), (gc_wall, passes, _) = median[w][n], median[w][f"gc {n}"]
+                print(f"{n:<9}{wall:>8.2f}{cpu:>8.2f}{kernel:>8.2f}{gc_wall:>8.2f}{passes:>8.0f}")
             _extras(median[w])
     if counts != [1, 2]:
         return
     print(f"{'stage':<9}{'wall 1':>9}{'cpu 1':>8}{'wall 2':>9}{'cpu 2':>8}{'x wall':>8}{'share 2':>9}")
     for n in NAMES:
-        (w1, c1), (w2, c2) = median[1][n], median[2][n]
+        (w1, c1, _), (w2, c2, _) = median[1][n], median[2][n]
         share = w2 / median[2]["total"][0]  # of 2 workers' wall time
         print(f"{n:<9}{w1:>9.2f}{c1:>8.2f}{w2:>9.2f}{c2:>8.2f}{(w1 / w2 if w2 else 0):>8.2f}{share:>9.0%}")
     # What 2 workers could reach at best, from 1 worker's stage times: if the image
@@ -205,7 +215,10 @@ def _medians(runs: dict[int, list[dict]]) -> dict[int, dict[str, list[float]]]:
     """Per worker count and stage, the median [wall, cpu] of the runs (gc: [wall, passes]; rss: [MB, 0])."""
     return {
         w: {
-            n: [statistics.median(r.get(n, [0, 0])[i] for r in rs) for i in (0, 1)]
+            n: [
+                statistics.median(r.get(n, [0, 0, 0])[i] if i < len(r.get(n, [0, 0, 0])) else 0 for r in rs)
+                for i in (0, 1, 2)
+            ]
             for n in [*NAMES, *EXTRA, *(f"gc {n}" for n in NAMES)]
         }
         for w, rs in runs.items()
@@ -217,10 +230,12 @@ def _compare(mine: dict, theirs: dict, other: str) -> None:
     """This checkout's stage medians against `other`'s, each worker count."""
     for w in mine:
         print(f"{w} worker(s): this | {other}")
-        print(f"{'stage':<9}{'wall':>8}{'cpu':>8} |{'wall':>8}{'cpu':>8}   wall ratio   cpu ratio")
+        print(f"{'stage':<9}{'wall':>8}{'cpu':>8}{'sys':>7} |{'wall':>8}{'cpu':>8}{'sys':>7}   wall ratio   cpu ratio")
         for n in NAMES:
-            (w1, c1), (w2, c2) = mine[w][n], theirs[w][n]
-            print(f"{n:<9}{w1:>8.2f}{c1:>8.2f} |{w2:>8.2f}{c2:>8.2f}{_ratio(w1, w2)}{_ratio(c1, c2)}")
+            (w1, c1, k1), (w2, c2, k2) = mine[w][n], theirs[w][n]
+            print(
+                f"{n:<9}{w1:>8.2f}{c1:>8.2f}{k1:>7.2f} |{w2:>8.2f}{c2:>8.2f}{k2:>7.2f}{_ratio(w1, w2)}{_ratio(c1, c2)}"
+            )
         _extras(mine[w], theirs[w])
 
 
