@@ -10,7 +10,9 @@ A feature value is one of: `bytes` or `int` (a one-item BytesList or Int64List, 
 classification records hold), or a typed list, `ByteList`, `Ints` or `Floats`, for the
 per-object features of detection records. A list's type is explicit because an empty
 list must still say which kind it is: TensorFlow's parser refuses a feature whose kind
-differs from its spec even when it holds no value. Floats are stored as float32.
+differs from its spec even when it holds no value. Floats are stored as float32. An `Entry` is a
+feature's map entry encoded already (`float_entries`, `int_entries`, `list_entry`: the same bytes as its
+typed list), which a detection record uses for its per-object lists.
 """
 
 from __future__ import annotations
@@ -108,8 +110,10 @@ def _entry(key: str, value: Value) -> bytes:
     A single bytes or int value, every record's, is one join of its headers, their lengths added up (the
     same bytes as the nested `_field`s below, which copy each level's payload once more, and cost a
     classification record ~3x the Python)."""
-    key_field = _key_field(key)
     kind = type(value)
+    if kind is Entry:  # a detection record's per-object lists, encoded a kind at a time (`float_entries`)
+        return cast(Entry, value)
+    key_field = _key_field(key)
     if kind is bytes:  # entry { key, value: Feature { bytes_list: BytesList { value } } }
         size = len(cast(bytes, value))
         value_size = varint(size)
@@ -123,8 +127,6 @@ def _entry(key: str, value: Value) -> bytes:
         item = varint(cast(int, value))
         tail = b"\x1a" + _ONE_BYTE[2 + len(item)] + b"\n" + _ONE_BYTE[len(item)] + item
         return b"\n" + varint(len(key_field) + 2 + len(tail)) + key_field + b"\x12" + _ONE_BYTE[len(tail)] + tail
-    if kind is Entry:  # a detection record's ten per-object lists, encoded together (`float_entries`)
-        return cast(Entry, value)
     if kind is Floats or kind is Ints or kind is ByteList:
         return _list_entry(key_field, cast(ByteList | Ints | Floats, value))
     return _field(1, key_field + _field(2, _feature(key, value)))
