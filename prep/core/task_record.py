@@ -20,7 +20,16 @@ from typing import Any, cast, overload
 
 from prep.core import schema as s
 from prep.core.errors import RecordError
-from prep.core.wire import ByteList, Floats, Ints, Value, decode_example, encode_example
+from prep.core.wire import (
+    ByteList,
+    Ints,
+    Value,
+    decode_example,
+    encode_example,
+    float_entries,
+    int_entries,
+    list_entry,
+)
 
 _COMMON_BYTES = (s.ENCODED, s.FORMAT, s.FILENAME, s.SHA256)
 _COMMON_INTS = (s.HEIGHT, s.WIDTH, s.CHANNELS)
@@ -204,8 +213,8 @@ class TaskRecord:
 
 
 def _object_features(objs: Sequence[BoxObject]) -> dict[str, Value]:
-    """The per-object features but masks, from columns as they are or from each object (list comprehensions,
-    not generators: this runs for every record written)."""
+    """The per-object features but masks, from columns as they are or from each object, as their map entries
+    encoded a kind at a time (`wire.float_entries`: one pack of the six float lists): per record written."""
     if isinstance(objs, ObjectColumns):
         c = objs
     else:
@@ -216,18 +225,18 @@ def _object_features(objs: Sequence[BoxObject]) -> dict[str, Value]:
             [o.area for o in objs],
             ([o.crowd for o in objs], [o.difficult for o in objs]),
         )
-    return {
-        s.OBJECT_XMIN: Floats(c.xmin),
-        s.OBJECT_YMIN: Floats(c.ymin),
-        s.OBJECT_XMAX: Floats(c.xmax),
-        s.OBJECT_YMAX: Floats(c.ymax),
-        s.OBJECT_BBOX: Floats(_yxyx(c.xmin, c.ymin, c.xmax, c.ymax)),
-        s.OBJECT_LABEL: Ints(c.label),
-        s.OBJECT_TEXT: ByteList([t.encode("utf-8") for t in c.text]),
-        s.OBJECT_AREA: Floats(c.area),
-        s.OBJECT_CROWD: Ints(c.crowd),
-        s.OBJECT_DIFFICULT: Ints(c.difficult),
+    floats = {
+        s.OBJECT_AREA: c.area,
+        s.OBJECT_XMAX: c.xmax,
+        s.OBJECT_XMIN: c.xmin,
+        s.OBJECT_YMAX: c.ymax,
+        s.OBJECT_YMIN: c.ymin,
+        s.OBJECT_BBOX: _yxyx(c.xmin, c.ymin, c.xmax, c.ymax),
     }
+    ints = {s.OBJECT_LABEL: c.label, s.OBJECT_CROWD: c.crowd, s.OBJECT_DIFFICULT: c.difficult}
+    out: dict[str, Value] = {**float_entries(floats), **int_entries(ints)}
+    out[s.OBJECT_TEXT] = list_entry(s.OBJECT_TEXT, ByteList([t.encode("utf-8") for t in c.text]))
+    return out
 
 
 def _yxyx(xmin: list[float], ymin: list[float], xmax: list[float], ymax: list[float]) -> list[float]:

@@ -10,13 +10,16 @@ A feature value is one of: `bytes` or `int` (a one-item BytesList or Int64List, 
 classification records hold), or a typed list, `ByteList`, `Ints` or `Floats`, for the
 per-object features of detection records. A list's type is explicit because an empty
 list must still say which kind it is: TensorFlow's parser refuses a feature whose kind
-differs from its spec even when it holds no value. Floats are stored as float32.
+differs from its spec even when it holds no value. Floats are stored as float32. An `Entry` is a
+feature's map entry encoded already (`float_entries`, `int_entries`, `list_entry`: the same bytes as its
+typed list), which a detection record uses for its per-object lists.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any, cast
 
 from prep.core.errors import RecordError
@@ -40,7 +43,12 @@ class Floats(tuple[float, ...]):
     """A FloatList of any length (float32)."""
 
 
-Value = bytes | int | ByteList | Ints | Floats  # a feature's value (the module docstring says which is which)
+class Entry(bytes):
+    """A feature's whole map entry (its key's field and its Feature), encoded already by `float_entries`,
+    `int_entries` or `list_entry`: the encoders put it at its key's turn as it is."""
+
+
+Value = bytes | int | ByteList | Ints | Floats | Entry  # a feature's value (the module docstring says which is which)
 Features = Mapping[str, Value]
 # A field's value: an int for wire type 0 (varint), else bytes. Any: callers check the wire type, then use it as such
 Field = tuple[int, int, Any]
@@ -102,8 +110,10 @@ def _entry(key: str, value: Value) -> bytes:
     A single bytes or int value, every record's, is one join of its headers, their lengths added up (the
     same bytes as the nested `_field`s below, which copy each level's payload once more, and cost a
     classification record ~3x the Python)."""
-    key_field = _key_field(key)
     kind = type(value)
+    if kind is Entry:  # a detection record's per-object lists, encoded a kind at a time (`float_entries`)
+        return cast(Entry, value)
+    key_field = _key_field(key)
     if kind is bytes:  # entry { key, value: Feature { bytes_list: BytesList { value } } }
         size = len(cast(bytes, value))
         value_size = varint(size)
@@ -117,12 +127,12 @@ def _entry(key: str, value: Value) -> bytes:
         item = varint(cast(int, value))
         tail = b"\x1a" + _ONE_BYTE[2 + len(item)] + b"\n" + _ONE_BYTE[len(item)] + item
         return b"\n" + varint(len(key_field) + 2 + len(tail)) + key_field + b"\x12" + _ONE_BYTE[len(tail)] + tail
-    if kind is Floats or kind is Ints or kind is ByteList:  # a detection record's ten per-object lists
+    if kind is Floats or kind is Ints or kind is ByteList:
         return _list_entry(key_field, cast(ByteList | Ints | Floats, value))
     return _field(1, key_field + _field(2, _feature(key, value)))
 
 
-def _small_ints(value: Ints) -> bytes | None:
+def _small_ints(value: Sequence[int]) -> bytes | None:
     """The packed varints of ints all in 0..127, each its own one byte: bytes() writes them at once."""
     try:
         return bytes(value) if min(value) >= 0 and max(value) < 0x80 else None
@@ -154,6 +164,53 @@ def _list_entry(key_field: bytes, value: ByteList | Ints | Floats) -> bytes:
     value_head = _size(value_size)
     size = _size(len(key_field) + 1 + len(value_head) + value_size)
     return b"".join((b"\n", size, key_field, b"\x12", value_head, tag, feature_size, body))
+
+
+def list_entry(key: str, value: ByteList | Ints | Floats) -> Entry:
+    """The map entry of one typed list, as `encode_example` writes it."""
+    return Entry(_list_entry(_key_field(key), value))
+
+
+# (key, kind, items) -> an entry's bytes before its packed values: they depend on the number of items only
+_HEADS: dict[tuple[str, type, int], bytes] = {}
+
+
+def _head(key: str, kind: type[Floats] | type[Ints], n: int) -> bytes:
+    """The bytes of a FloatList's entry of n items before its packed floats (4n bytes), or of an Int64List's
+    of n ints in 0..127 before its n bytes."""
+    head = _HEADS.get((key, kind, n))
+    if head is None:
+        value = Floats([0.0] * n) if kind is Floats else Ints([0] * n)
+        entry = _list_entry(_key_field(key), value)
+        head = _HEADS[(key, kind, n)] = entry[: len(entry) - (4 * n if kind is Floats else n)]
+    return head
+
+
+def float_entries(columns: Mapping[str, Sequence[float]]) -> dict[str, Entry]:
+    """The entries of several FloatLists, packed in one call: each the bytes `encode_example` writes of
+    `{key: Floats(values)}` (a detection record's five float lists, per record written)."""
+    packed = struct.pack(f"<{sum(map(len, columns.values()))}f", *chain.from_iterable(columns.values()))
+    out: dict[str, Entry] = {}
+    at = 0
+    for key, values in columns.items():
+        n = len(values)
+        if not n:  # an empty list has no value field (`_list_entry`)
+            out[key] = list_entry(key, Floats())
+            continue
+        end = at + 4 * n
+        out[key] = Entry(_head(key, Floats, n) + packed[at:end])
+        at = end
+    return out
+
+
+def int_entries(columns: Mapping[str, Sequence[int]]) -> dict[str, Entry]:
+    """The entries of several Int64Lists: each the bytes `encode_example` writes of `{key: Ints(values)}`;
+    a list of ints in 0..127 (class ids, flags) is its bytes after a head made once per length."""
+    out: dict[str, Entry] = {}
+    for key, values in columns.items():
+        small = _small_ints(values) if values else None
+        out[key] = Entry(_head(key, Ints, len(values)) + small) if small is not None else list_entry(key, Ints(values))
+    return out
 
 
 def _size(n: int) -> bytes:

@@ -110,9 +110,15 @@ def place_plain(
     """
     if ann.get("n"):
         return None
-    if _frame(ImageAnnotation(ann["p"], ann.get("w"), ann.get("h"), False, ()), stored, orientation) != 1:
-        return None
     w, h = displayed_size(stored, orientation)
+    declared = (ann.get("w"), ann.get("h"))
+    # `_frame` gives 1 without a declared size or when it is the displayed one (the usual image): not asked then
+    if (
+        declared != (w, h)
+        and None not in declared
+        and _frame(ImageAnnotation(ann["p"], *declared, False, ()), stored, orientation) != 1
+    ):
+        return None
     sx, sy = final[0] / w, final[1] / h
     keep_crowds = policy.crowd == "keep"
     if "c" in ann:
@@ -144,14 +150,14 @@ def _plain_columns(c: Json, shown: tuple[int, int], scale: tuple[float, float], 
     sx, sy = scale
     b = c["b"]
     x0s, y0s, x1s, y1s = b[0::4], b[1::4], b[2::4], b[3::4]
-    flags = c.get("f") or [0] * len(x0s)
+    flags = c.get("f")
     try:
         for x0, y0, x1, y1 in zip(x0s, y0s, x1s, y1s):
             if not (0.0 <= x0 < x1 <= w and 0.0 <= y0 < y1 <= h):
                 return None
     except TypeError:  # a coordinate written as text ("nan"): `place_objects` says
         return None
-    if not keep_crowds and any(f & 1 for f in flags):
+    if flags and not keep_crowds and any(f & 1 for f in flags):
         return None
     return PlainBoxes(
         c["l"],
@@ -160,8 +166,8 @@ def _plain_columns(c: Json, shown: tuple[int, int], scale: tuple[float, float], 
         [x / w for x in x1s],
         [y / h for y in y1s],
         [(x1 - x0) * sx * (y1 - y0) * sy for x0, y0, x1, y1 in zip(x0s, y0s, x1s, y1s)],  # as `place_plain`'s
-        [f & 1 for f in flags],
-        [f >> 1 & 1 for f in flags],
+        [f & 1 for f in flags] if flags else [0] * len(x0s),  # no "f": no crowd, none difficult
+        [f >> 1 & 1 for f in flags] if flags else [0] * len(x0s),
     )
 
 

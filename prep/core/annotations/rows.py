@@ -73,14 +73,20 @@ class FileStore(ObjectStore):
         super().__init__()
         self._file = open(path, "w+b")  # noqa: SIM115  # closed by `close`, with the spill it belongs to
         self._starts = array("q", [0])
+        self._at_end = True  # no `get` moved the file's position since the last `put`
 
     def put(self, text: str) -> int:
-        self._file.seek(0, os.SEEK_END)
-        self._file.write(text.encode("utf-8"))
-        self._starts.append(self._file.tell())
+        # A listing puts every image's text, then gets them: a seek (and the buffer's flush) only after a get
+        if not self._at_end:
+            self._file.seek(0, os.SEEK_END)
+            self._at_end = True
+        data = text.encode("utf-8")
+        self._file.write(data)
+        self._starts.append(self._starts[-1] + len(data))
         return len(self._starts) - 2
 
     def get(self, at: int) -> str:
+        self._at_end = False
         self._file.seek(self._starts[at])
         return self._file.read(self._starts[at + 1] - self._starts[at]).decode("utf-8")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -95,19 +96,20 @@ def build_record(
 def _detection(
     spec: TaskSpec, ref: InputRef, image: PreparedImage, extra: dict[str, Any], common: dict[str, Any]
 ) -> tuple[TaskRecord | Reject, TaskInfo]:
-    from prep.core.annotations import ImageAnnotation, place_objects, place_plain
-    from prep.core.annotations.model import object_count
-
     policy, final = _policy(spec.bad_boxes, spec.crowd), (image.width, image.height)
     try:  # every box plain (the usual image): columns, no object per box; else each box judged
-        plain = None if spec.masks else place_plain(extra["a"], image.stored, image.orientation, final, policy)
+        plain = None if spec.masks else _place().place_plain(extra["a"], image.stored, image.orientation, final, policy)
     except ImageRejected as exc:  # size_mismatch, which `place_objects` would raise alike
+        from prep.core.annotations.model import object_count
+
         read = object_count(extra["a"])
         return Reject(ref.path, exc.reason, exc.detail), TaskInfo(
             tally=dropped_tally(read, [BOX_REJECTED_IMAGE] * read)
         )
     if plain is not None:
         return _plain_record(spec, ref, image, plain, common)
+    from prep.core.annotations import ImageAnnotation, place_objects
+
     ann = ImageAnnotation.from_json(extra["a"])
     read = len(ann.objects)
     try:
@@ -174,21 +176,34 @@ def _plain_record(
     if not read and spec.skip_empty:
         tally = BoxTally(0, 0, 0, ())
         return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(tally=tally)
-    ids = _class_ids(spec.classes)
-    labels = [ids[name] + 1 for name in plain.labels]
-    counts: dict[int, int] = {}
-    for label in labels:
-        counts[label - 1] = counts.get(label - 1, 0) + 1
+    labels = list(map(_record_ids(spec.classes).__getitem__, plain.labels))
+    # each class's objects counted by `list.count`, in C: an image holds few classes
+    tags = tuple(sorted([(label - 1, labels.count(label)) for label in set(labels)]))
     box = (plain.xmin, plain.ymin, plain.xmax, plain.ymax)
     objects = ObjectColumns(labels, plain.labels, box, plain.area, (plain.crowd, plain.difficult))
     record = TaskRecord.build("detection", image.encoded, **common, objects=objects, masks=False)
-    return record, TaskInfo(tags=tuple(sorted(counts.items())), tally=BoxTally(read, read, 0, ()))
+    return record, TaskInfo(tags=tags, tally=BoxTally(read, read, 0, ()))
 
 
 @functools.lru_cache(maxsize=16)
 def _class_ids(classes: tuple[str, ...]) -> dict[str, int]:
     """Class name -> id from 0; made once per conversion's classes, not once per image (the caller only reads it)."""
     return {name: i for i, name in enumerate(classes)}
+
+
+@functools.lru_cache(maxsize=16)
+def _record_ids(classes: tuple[str, ...]) -> dict[str, int]:
+    """Class name -> the record's class id (from 1), once per conversion's classes."""
+    return {name: i + 1 for i, name in enumerate(classes)}
+
+
+@functools.cache
+def _place() -> types.ModuleType:
+    """prep.core.annotations, imported on a detection conversion's first record (not by every conversion's
+    import of this module), then one call per record instead of an import statement's lookups."""
+    from prep.core import annotations
+
+    return annotations
 
 
 @functools.lru_cache(maxsize=16)

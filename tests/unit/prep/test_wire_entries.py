@@ -71,3 +71,25 @@ def test_a_list_entry_is_the_nested_fields_bytes_and_what_tensorflow_writes(valu
         data = encode_example({key: value, "image/encoded": b"\xff\xd8"})
         example = tf.train.Example.FromString(data)
         assert example.SerializeToString(deterministic=True) == data
+
+
+FLOAT_COLUMNS = ([], [0.5], [1.0 / 3.0, -0.0, 7], [0.25] * 31, [0.25] * 32, [0.125] * 40)  # 4n bytes past 127 too
+INT_COLUMNS = ([], [0], [1, 127], [128], [5] * 130, [-1, 3], [2**63 - 1], [True, False])
+
+
+@pytest.mark.parametrize("n", range(len(FLOAT_COLUMNS)))
+def test_entries_made_a_kind_at_a_time_are_each_lists_entry(n):
+    """`float_entries` packs several lists in one call and `int_entries` writes small ints as bytes: each
+    entry must be the bytes `_entry` writes of that one typed list, at every length and value."""
+    floats = {f"image/object/f{k}": FLOAT_COLUMNS[(n + k) % len(FLOAT_COLUMNS)] for k in range(4)}
+    ints = {f"image/object/i{k}": INT_COLUMNS[(n + k) % len(INT_COLUMNS)] for k in range(len(INT_COLUMNS))}
+    got = wire.float_entries(floats) | wire.int_entries(ints)
+    assert list(got) == [*floats, *ints]
+    for key, values in floats.items():
+        assert got[key] == wire._entry(key, Floats(values)) and type(got[key]) is wire.Entry
+    for key, values in ints.items():
+        assert got[key] == wire._entry(key, Ints(values)) and type(got[key]) is wire.Entry
+    texts = ByteList([b"cat", "dög".encode(), b"x" * 200])
+    assert wire.list_entry("image/object/class/text", texts) == wire._entry("image/object/class/text", texts)
+    plain = {k: Floats(v) for k, v in floats.items()} | {k: Ints(v) for k, v in ints.items()}
+    assert encode_example({**got, "image/encoded": b"\xff"}) == encode_example({**plain, "image/encoded": b"\xff"})
