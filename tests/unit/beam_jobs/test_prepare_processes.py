@@ -41,7 +41,7 @@ def _files(work: WorkDir) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 3])  # 3: more workers than chunks
 def test_processes_give_the_threads_outputs_and_files(staged, tmp_path, workers):  # noqa: F811
     source, work, chunks = staged
     copy = WorkDir(str(tmp_path / "copy"))
