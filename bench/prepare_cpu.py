@@ -34,9 +34,10 @@ sys.path.insert(0, str(HERE))
 from make_data import ensure_data  # noqa: E402  (bench/ scripts run as files)
 
 
-def child(source: str, count: int, threads: int, resize: int | None) -> None:
+def child(source: str, count: int, threads: int, resize: int | None, part: tuple[int, int] | None = None) -> None:
     """Prepares `count` photos of `source` on `threads` threads (a negative count: that many forked
-    processes); prints JSON of CPU and wall seconds."""
+    processes; below -100, that many started processes, -100 - n); prints JSON of CPU and wall seconds.
+    `part` (first, step): as one of `step` started processes, prepares every step-th batch from `first`."""
     import concurrent.futures
     import multiprocessing
 
@@ -90,12 +91,39 @@ def child(source: str, count: int, threads: int, resize: int | None) -> None:
             proc.join()
         return spent
 
+    def on_started(count: int) -> float:  # fresh interpreters, as the stage's worker processes start
+        argv = [sys.executable, __file__, "--child", source, str(len(names)), "1", str(resize or 0)]
+        procs = [
+            subprocess.Popen([*argv, str(k), str(count)], stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+            for k in range(count)
+        ]
+        for proc in procs:  # each says when it is ready (imports done), then waits for the go
+            assert proc.stdout is not None
+            proc.stdout.readline()
+        start = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        spent = sum(json.loads(proc.stdout.read())["cpu"] for proc in procs if proc.stdout is not None)
+        for proc in procs:
+            proc.wait()
+        return spent, time.perf_counter() - start
+
+    if part is not None:
+        print("ready", flush=True)
+        sys.stdin.read()
+        print(json.dumps({"cpu": share(*part)}))
+        return
     for name in names:  # into the page cache
         pathlib.Path(source, name).read_bytes()
     cpu, wall = time.process_time(), time.perf_counter()
     if threads > 0:
         on_threads()
         cpu = time.process_time() - cpu
+    elif threads < -100:
+        cpu, wall = on_started(-100 - threads)
+        print(json.dumps({"cpu": cpu, "wall": wall}))
+        return
     else:
         cpu = on_processes(-threads)
     wall = time.perf_counter() - wall
@@ -106,7 +134,8 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         source, count, threads, resize = argv[1:5]
-        return child(source, int(count), int(threads), int(resize) or None)
+        part = (int(argv[5]), int(argv[6])) if len(argv) > 6 else None
+        return child(source, int(count), int(threads), int(resize) or None, part)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=5)
@@ -116,7 +145,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     source = ensure_data(20000)  # the first --count of its photos, by path
     trees = {"this": str(ROOT)} | ({"other": args.other} if args.other else {})
-    pools = (1, 2, -2) if args.processes else (1, 2)  # -2: 2 processes
+    pools = (1, 2, -2, -102) if args.processes else (1, 2)  # -2: 2 forked processes; -102: 2 started
     runs: dict[tuple[str, int], list[dict]] = {(tree, t): [] for tree in trees for t in pools}
     for repeat in range(args.repeats):
         order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
@@ -133,7 +162,7 @@ def main(argv=None) -> None:
     print(f"load average after: {load}")
     print(f"{'checkout':10s} {'pool':>9s} {'cpu us/img':>11s} {'wall us/img':>12s}   runs, cpu | wall (us/img)")
     for (tree, threads), got in runs.items():
-        pool = f"{threads} thr" if threads > 0 else f"{-threads} proc"
+        pool = f"{threads} thr" if threads > 0 else f"{-threads} fork" if threads > -100 else f"{-100 - threads} start"
         cpu = [r["cpu"] / args.count * 1e6 for r in got]
         wall = [r["wall"] / args.count * 1e6 for r in got]
         spread = " ".join(f"{c:.0f}" for c in cpu) + " | " + " ".join(f"{w:.0f}" for w in wall)
@@ -144,7 +173,9 @@ def main(argv=None) -> None:
         print(f"{tree}: 2 threads' wall speed-up over 1: {one / two:.2f}")
         if args.processes:
             procs = statistics.median(r["wall"] for r in runs[tree, -2])
-            print(f"{tree}: 2 processes' wall speed-up over 1 thread: {one / procs:.2f}")
+            print(f"{tree}: 2 forked processes' wall speed-up over 1 thread: {one / procs:.2f}")
+            started = statistics.median(r["wall"] for r in runs[tree, -102])
+            print(f"{tree}: 2 started processes' wall speed-up over 1 thread: {one / started:.2f}")
     if args.other:
         for threads in (1, 2):
             this = statistics.median(r["cpu"] for r in runs["this", threads])
