@@ -70,10 +70,7 @@ def execute(
         # Inputs the killed run was reading may be what killed it: never read in this thread again.
         suspects = checkpoints.read_in_flight(work)
         run_info["resumed"] = {"chunks": num_chunks, "in_flight": sorted(suspects)}
-    local = runner == RUNNERS_LOCAL
-    # Worker processes read and write files by path: not on an object store (its clients live in this process)
-    processes = local and on_step is None and not any(map(storage.is_remote, (config.source, config.output)))
-    settings = RunSettings(num_chunks, run_info, group_target, lookahead=local, suspects=suspects, processes=processes)
+    settings = RunSettings(num_chunks, run_info, group_target, lookahead=runner == RUNNERS_LOCAL, suspects=suspects)
     with Progress(config.output, ready.chunk_sizes, progress):
         _run(config, runner, beam_args, num_chunks, lambda p: build(p, config, ready.staged, settings, on_step=on_step))
     return Manifest.from_json(storage.read_bytes(manifest_path), manifest_path)

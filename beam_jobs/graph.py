@@ -25,8 +25,7 @@ object store by one upload (`storage.uploads_whole`), and manifest.json last
 (checkpoints.py says what a resumed run reuses). Only Create, ParDo, GroupByKey, Flatten and composites of
 them are used, with no side inputs or tagged outputs: the DaskRunner translates nothing
 else; only on the embedded runner does PrepareChunk emit from finish_bundle (`lookahead`).
-Parallelism inside a worker comes from thread pools (pooled.py), and on the embedded runner from worker
-processes that prepare whole chunks (prep/core/run/chunk_workers.py); docs/design.md says why.
+Parallelism inside a worker comes from thread pools (pooled.py); docs/design.md says why.
 """
 
 from __future__ import annotations
@@ -81,7 +80,6 @@ class RunSettings:
     group_target: int = GROUP_TARGET  # references per rank task and part (plan.py); tests lower it
     lookahead: bool = False  # PrepareChunk may emit from finish_bundle: the runner keeps what it emits
     suspects: frozenset = frozenset()  # after --resume: the inputs the killed run was reading, for the sandbox
-    processes: bool = False  # PrepareChunk may prepare chunks in worker processes (the embedded runner, local files)
 
 
 def build(
@@ -111,7 +109,6 @@ def build(
             reuse,
             lookahead=run.lookahead,
             on_step=on_step,
-            processes=run.processes,
         )
     )
     counts = outcomes | "Prepared" >> beam.FlatMap(_of(prepare.ChunkCounts))

@@ -13,8 +13,8 @@ class PooledDoFn(beam.DoFn):
     it must finish inside process(): outputs emitted later would be lost on the DaskRunner
     (PrepareChunk's `lookahead`, which emits from finish_bundle, is for the embedded runner only).
 
-    Threads: the image work releases the GIL in Pillow's C code. On the embedded runner PrepareChunk
-    hands whole chunks to worker processes instead (prep/core/run/chunk_workers.py, docs/design.md).
+    Threads, not processes: the image work releases the GIL in Pillow's C code,
+    and a pool of worker processes measured no faster (docs/design.md).
     """
 
     def __init__(self, workers: int | None):

@@ -14,13 +14,14 @@ record is a TaskRecord (task_build.py); a reference then also holds its rank key
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import functools
+import itertools
 import json
 import os
 import typing
 
+import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -29,18 +30,22 @@ from threadpoolctl import threadpool_limits
 
 from beam_jobs.pooled import PooledDoFn
 from prep.core import storage
+from prep.core.content_keys import hash_waiting
 from prep.core.image_rules import quiet_pillow
 from prep.core.listing import Reject
 from prep.core.run import checkpoints
 from prep.core.run.checkpoints import StepHook
-from prep.core.run.chunk_prepare import BOXES, OK, REJECT, BoxNotes, PreparedRef, Started, finish_chunk, start_chunk
-from prep.core.run.chunk_workers import ChunkPool
+from prep.core.run.chunk_spill import ChunkSpill, mark_in_flight, unmark_in_flight
+from prep.core.run.dedupe_files import item_id, write_chunk_keys
+from prep.core.run.key_rows import KEY_ROWS, write_rows
 from prep.core.run.sandbox import Sandbox
 from prep.core.run.spill import PrepareOptions, prepare_batch
-from prep.core.task_inputs import BoxNote, BoxTally
-from prep.core.workdir import WorkDir, spill_id
+from prep.core.sources import table_held
+from prep.core.sources.held import batches_held
+from prep.core.task_inputs import BoxNote, BoxTally, total_tally
+from prep.core.workdir import BATCH, WorkDir, spill_id
 
-__all__ = ["BOXES", "OK", "REJECT", "BoxNotes", "PreparedRef"]  # kept here for the steps that read chunks
+OK, REJECT, BOXES = "ok", "reject", "boxes"  # the kinds of outcome a chunk index records
 
 
 class GroupCount(typing.NamedTuple):
@@ -72,10 +77,44 @@ class RejectedInputs(typing.NamedTuple):
     rejects: tuple[Reject, ...]
 
 
+class BoxNotes(typing.NamedTuple):
+    """A chunk's detection boxes: the notes of those dropped or clipped, and the tally of all."""
+
+    notes: tuple[BoxNote, ...]
+    tally: BoxTally
+
+
 class ReusedChunk(typing.NamedTuple):
     """A chunk that `--resume` found prepared by the interrupted run."""
 
     chunk: int
+
+
+class PreparedRef(typing.NamedTuple):
+    """A checked example whose framed record waits in a spill file.
+
+    References are recorded in their chunk's index (an object of their fields by name, the path as
+    text: checkpoints.write_chunk_index) and read back by the planner and the dedupe stage
+    (`read_prepared`); they never travel between steps as elements.
+    """
+
+    path: bytes  # the input's path in UTF-8, undecodable bytes kept (surrogateescape), as image/filename
+    label: int
+    split: str  # "" when the source names no split
+    spill: int  # the batch that prepared it (see spill_id); its chunk's spill file holds the record
+    offset: int  # from the start of that spill file
+    length: int  # bytes of the framed record, of which length - image are in the spill file at offset
+    converted: bool
+    cut: int  # where the image goes into the spilled bytes, when it was left in the source
+    image: int  # bytes of the image left in the source (0: the whole record is spilled)
+    rank: str = ""  # the rank key in its group, hex, when the listing gave one (ordering.rank_key)
+    tags: tuple = ()  # multilabel, detection, segmentation: ((class id, objects of it), ...) for the counts
+
+    @property
+    def place(self) -> tuple[int, int]:
+        """(spill, offset): where its record waits, which names it in a chunk's placements (`chunk_counts`,
+        dedupe_files.write_groups)."""
+        return self.spill, self.offset
 
 
 def read_prepared(work: WorkDir, chunk: int) -> list[PreparedRef]:
@@ -93,13 +132,7 @@ class PrepareChunk(PooledDoFn):
     `ReusedChunk` when `reuse` finds the chunk complete from an interrupted run. The good
     inputs' references wait in the chunk's index (`read_prepared`).
 
-    With `processes` (the embedded runner, a local OUTPUT and SOURCE, no test hook), whole chunks go to
-    `workers` worker processes (prep/core/run/chunk_workers.py), each preparing its chunk as below in one
-    thread, `workers` chunks at a time and one more queued: the Python parts of each image's work hold the
-    GIL, which threads share (docs/design.md, "Processes for the prepare stage"). The chunk's outputs are
-    then read back from its index, as a resumed run's are, and emitted in the order the chunks came.
-
-    Otherwise the chunk's inputs are cut into batches of `BATCH`; each batch is one task
+    The chunk's inputs are cut into batches of `BATCH`; each batch is one task
     on the pool (`prepare_batch`) and appends to the chunk's spill file (`ChunkSpill`), so that
     all per-image work, writing included, runs on the `workers` threads and none
     on the runner's thread. The chunk's inputs are recorded in flight while it is prepared.
@@ -119,12 +152,12 @@ class PrepareChunk(PooledDoFn):
     already on the pool, and the last chunk's from finish_bundle: otherwise
     the workers wait at the end of every chunk while the runner's thread
     handles its outcomes downstream. The DaskRunner drops what finish_bundle
-    emits, so only runners known to keep it get `lookahead` (and `processes`).
+    emits, so only runners known to keep it get `lookahead`.
 
     Images that `--isolate` sends to a sandbox, and `options.suspects` (inputs a killed
     run was reading, see checkpoints.read_in_flight), are prepared in worker
-    processes bounded in memory and time (sandbox.py), one per thread (or worker process) at most,
-    started on first use and killed in teardown().
+    processes bounded in memory and time (sandbox.py), one per thread at most,
+    started in setup() on first use and killed in teardown().
     """
 
     def __init__(
@@ -136,7 +169,6 @@ class PrepareChunk(PooledDoFn):
         reuse: bool = False,
         lookahead: bool = False,
         on_step: StepHook | None = None,
-        processes: bool = False,
     ):
         super().__init__(workers)
         # options.keys: record content keys for the dedupe stage (prep/core/run/dedupe_files.py); with options.task,
@@ -144,26 +176,18 @@ class PrepareChunk(PooledDoFn):
         self._options = options
         self._work = work
         self._on_step = on_step
-        self._labels = labels
         self._label_ids = {name: i for i, name in enumerate(labels)}
         self._reuse = reuse
         self._lookahead = lookahead
-        self._processes = processes and on_step is None
-        # (chunk, the future of its `_finish`), submitted but not yet emitted
-        self._pending: tuple[int, concurrent.futures.Future] | None = None
-        self._chunks: ChunkPool | None = None
-        self._sent: collections.deque[int] = collections.deque()  # chunks on `_chunks`, not yet emitted
+        self._pending = None  # the future of a chunk's `_finish`, submitted but not yet emitted
         self._sandbox = None
         self._blas = None
         self._prepared = Metrics.counter("prep", "examples_prepared")
         self._rejected = Metrics.counter("prep", "examples_rejected")
 
     def setup(self):
-        quiet_pillow()
-        if self._processes:  # started now: their imports overlap the rest of the pipeline's start
-            self._chunks = ChunkPool(self._workers or os.cpu_count() or 1, self._work, self._options, self._labels)
-            return
         super().setup()
+        quiet_pillow()
         self._sandbox = Sandbox(self._workers or os.cpu_count() or 1)
         # The content keys' matrix products (content_keys._low_frequencies) run on this DoFn's threads, a
         # chunk's or a large image's each: BLAS threads of their own would only contend for the same cores
@@ -171,9 +195,6 @@ class PrepareChunk(PooledDoFn):
 
     def teardown(self):
         super().teardown()
-        if self._chunks is not None:
-            self._chunks.close()
-            self._chunks = None
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
@@ -183,7 +204,6 @@ class PrepareChunk(PooledDoFn):
 
     def start_bundle(self):
         self._pending = None
-        self._sent.clear()
 
     def process(self, chunk: int):
         if self._reuse:
@@ -192,84 +212,136 @@ class PrepareChunk(PooledDoFn):
                 yield ReusedChunk(chunk)
                 yield from _by_kind(chunk, [(kind, _recorded(kind, f)) for kind, f in recorded.outcomes])
                 return
-        if self._chunks is not None:
-            self._chunks.submit(chunk)
-            self._sent.append(chunk)
-            while len(self._sent) > self._chunks.size:  # one queued beyond a chunk a worker
-                yield from self._read_back(self._sent.popleft())
-            return
         if self._on_step is not None:
             self._on_step("chunk")
-        submitted = (chunk, self._submit(chunk))
+        submitted = self._submit(chunk)
         if not self._lookahead:
-            yield from self._complete(*submitted)
+            yield from self._complete(submitted)
             return
         earlier, self._pending = self._pending, submitted
         if earlier is not None:
-            yield from self._complete(*earlier)
+            yield from self._complete(earlier)
 
     def finish_bundle(self):
-        outputs = []
-        while self._sent:
-            outputs += self._read_back(self._sent.popleft())
         if self._pending is not None:
             earlier, self._pending = self._pending, None
-            outputs += self._complete(*earlier)
-        for output in outputs:
-            yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
-
-    def _read_back(self, chunk: int) -> list:
-        """Waits for a chunk sent to a worker process; its outputs, from the index the worker wrote."""
-        assert self._chunks is not None  # made in setup()
-        self._chunks.wait(chunk)
-        recorded = checkpoints.read_chunk_index(self._work, chunk)
-        if recorded is None:
-            raise RuntimeError(f"internal error: chunk {chunk} was prepared but its index is incomplete")
-        return self._count(chunk, [(kind, _recorded(kind, f)) for kind, f in recorded.outcomes])
+            for output in self._complete(earlier):
+                yield WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _submit(self, chunk: int):
+        refs = checkpoints.read_listing(self._work, chunk)
+        batches = [refs[i : i + BATCH] for i in range(0, len(refs), BATCH)]
         pause = functools.partial(self._on_step, "batch") if self._on_step is not None else None
         assert self._pool is not None  # made in setup()
-        started = start_chunk(self._work, chunk)
+        mark_in_flight(self._work, chunk, [ref.path for ref in refs])
+        sink = ChunkSpill(self._work, chunk, len(batches))
+        held = batches_held(self._work, chunk, refs, BATCH)  # WebDataset members copied by the listing
+        if not any(held):  # Parquet rows' images copied by the listing
+            held = table_held.batches_held(self._work, chunk, refs, BATCH)
         tasks = [
             self._pool.submit(
                 prepare_batch,
                 self._options,
-                started.sink,
+                sink,
                 spill_id(chunk, b),
                 batch,
                 self._label_ids,
                 self._sandbox,
                 pause,
-                started.held[b],
+                held[b],
             )
-            for b, batch in enumerate(started.batches)
+            for b, batch in enumerate(batches)
         ]
         # Queued after the batches (the pool takes tasks in order), so none of them waits behind it
-        return self._pool.submit(self._finish, chunk, started, tasks)
+        return self._pool.submit(self._finish, chunk, batches, sink, tasks)
 
-    def _complete(self, chunk: int, finished: concurrent.futures.Future) -> list:
-        """Waits for a chunk's `_finish` and returns its outputs."""
-        return self._count(chunk, finished.result())
+    def _complete(self, finished: concurrent.futures.Future) -> list:
+        """Waits for a chunk's `_finish` and returns its outputs. Counted here: Beam's metrics belong to the
+        runner's thread."""
+        outputs, prepared, rejected = finished.result()
+        self._prepared.inc(prepared)
+        self._rejected.inc(rejected)
+        return outputs
 
-    def _count(self, chunk: int, outcomes: list) -> list:
-        """A chunk's outputs from its outcomes, which are counted here: Beam's metrics belong to the runner's
-        thread."""
-        self._prepared.inc(sum(kind == OK for kind, _ in outcomes))
-        self._rejected.inc(sum(kind == REJECT for kind, _ in outcomes))
-        return list(_by_kind(chunk, outcomes))
-
-    def _finish(self, chunk: int, started: Started, tasks) -> list:
+    def _finish(self, chunk: int, batches, sink: ChunkSpill, tasks) -> tuple[list, int, int]:
         """On a pool thread, once the chunk's batch tasks are done: completes its spill file, records its keys
-        and index (`finish_chunk`), and returns its outcomes. Not on the runner's thread: there a chunk's
-        hashing, key files and index JSON were serial work that more workers could not share
-        (docs/benchmarks.md, "Speed goals (issue 36)")."""
+        and index, and returns (its outputs, how many inputs were prepared, how many rejected). Not on the
+        runner's thread: there a chunk's hashing, key files and index JSON were serial work that more
+        workers could not share (docs/benchmarks.md, "Speed goals (issue 36)")."""
         try:
             done = [task.result() for task in tasks]
+            starts, size = sink.close()
         except BaseException:
-            started.sink.abort()
+            sink.abort()
             raise
-        return finish_chunk(self._work, chunk, self._options, self._label_ids, started, done)
+        unmark_in_flight(self._work, chunk)  # its spill file is complete: no input of it is being read
+        outcomes: list[tuple[str, object]] = []  # (kind, Reject, PreparedRef or BoxNotes)
+        signatures: list[str] = []
+        spills = {spill_id(chunk, 0): size}
+        keyed, good = [], 0  # (spill, its first good input's place in the chunk, BatchKeys); good inputs so far
+        # detection's box notes and tallies: one outcome of the chunk (as `_by_kind` sums them), not one an input
+        notes: list[BoxNote] = []
+        tallies: list[BoxTally] = []
+        for b, (batch, (results, _, keys)) in enumerate(zip(batches, done)):
+            spill, start = spill_id(chunk, b), starts[b]
+            if keys is not None:
+                keyed.append((spill, good, keys._replace(offsets=[start + o for o in keys.offsets])))
+            for ref, (result, signature, *more) in zip(batch, results):
+                signatures.append(signature)
+                info = more[0] if more else None
+                if info is not None and (info.notes or info.tally is not None):
+                    notes += info.notes
+                    tallies.append(info.tally or BoxTally())
+                if isinstance(result, Reject):
+                    outcomes.append((REJECT, result))
+                    continue
+                offset, length, converted, cut, image = result
+                outcomes.append(
+                    (
+                        OK,
+                        PreparedRef(
+                            path=ref.path.encode("utf-8", "surrogateescape"),
+                            label=self._label_ids[ref.label],
+                            split=ref.split or "",
+                            spill=spill,
+                            offset=start + offset,
+                            length=length,
+                            converted=converted,
+                            cut=cut,
+                            image=image,
+                            rank=ref.key or "",
+                            tags=info.tags if info is not None else (),
+                        ),
+                    )
+                )
+                good += 1
+        if tallies:
+            outcomes.append((BOXES, BoxNotes(tuple(notes), total_tally(tallies))))
+        if self._options.keys:  # before the index: a chunk with an index has its keys (key_rows.read_rows)
+            self._record_keys(chunk, keyed)
+        checkpoints.write_chunk_index(self._work, chunk, outcomes, spills, signatures)
+        prepared = sum(kind == OK for kind, _ in outcomes)
+        return list(_by_kind(chunk, outcomes)), prepared, sum(kind == REJECT for kind, _ in outcomes)
+
+    def _record_keys(self, chunk: int, keyed) -> None:
+        """Hashes the chunk's waiting images (content_keys.hash_waiting), then records the keys of its good
+        inputs in one file (key_rows.write_rows), and their item ids and hashes in the scan's key file
+        (dedupe_files.write_chunk_keys)."""
+        hash_waiting([(keys.hashes, keys.waiting) for _, _, keys in keyed])
+        has = np.concatenate([keys.has for _, _, keys in keyed] or [np.zeros(0, bool)])
+        items = np.concatenate(
+            [item_id(chunk, first) + np.arange(len(keys.has)) for _, first, keys in keyed] or [np.zeros(0, np.int64)]
+        )
+        rows = np.zeros(len(has), KEY_ROWS)
+        rows["spill"] = np.repeat([spill for spill, _, _ in keyed], [len(keys.has) for _, _, keys in keyed])
+        rows["offset"] = [offset for _, _, keys in keyed for offset in keys.offsets]
+        rows["sha256"] = np.frombuffer(b"".join(keys.sha256 for _, _, keys in keyed), np.uint8).reshape(-1, 32)
+        rows["hashes"] = np.concatenate([keys.hashes for _, _, keys in keyed]) if keyed else 0
+        paths = [path for _, _, keys in keyed for path in keys.paths]
+        if not has.all():  # an input whose image did not decode again (not expected) is in no duplicate group
+            rows, items, paths = rows[has], items[has], list(itertools.compress(paths, has))
+        write_rows(self._work, chunk, rows, paths)
+        write_chunk_keys(self._work, chunk, items, rows["hashes"])
 
 
 def chunk_counts(refs: typing.Iterable[PreparedRef], placed: dict | None = None) -> tuple[GroupCount, ...]:

@@ -13,7 +13,6 @@ import shutil
 import pytest
 
 from beam_jobs import convert as conversion
-from beam_jobs import prepare
 from prep.core import keys_sidecar, storage, tfds_meta
 from prep.core.convert_options import build_config
 from prep.core.inputs import list_inputs
@@ -143,12 +142,6 @@ def test_disk_full_while_writing_shards_then_resume(source, reference, tmp_path,
 def test_permission_denied_while_preparing_is_one_line_and_no_manifest(source, tmp_path, run_cli, monkeypatch):
     out = tmp_path / "out"
     fail_writes(monkeypatch, "/spill/", lambda path: PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
-    # The failure is injected into this process: the stage's worker processes would not see it
-    # (a worker's failing write: tests/unit/beam_jobs/test_prepare_processes.py)
-    threads = prepare.PrepareChunk.__init__
-    monkeypatch.setattr(
-        prepare.PrepareChunk, "__init__", lambda dofn, *a, **k: threads(dofn, *a, **{**k, "processes": False})
-    )
     result = run_cli("convert", source, out, *ARGS)
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot write {out}/.prep-tmp/spill/")

@@ -244,7 +244,7 @@ def _describe(status: int | None) -> str:
 # --- the worker process ------------------------------------------------------------------------
 
 
-def die_with_parent() -> None:
+def _die_with_parent() -> None:
     """PR_SET_PDEATHSIG: the kernel kills this worker when its parent dies, even by SIGKILL.
 
     Strictly, when the parent's thread that started it ends: a pool thread, which lives
@@ -265,7 +265,7 @@ def _address_space() -> int:
 
 def serve() -> None:
     """The worker's loop: read an image, prepare it under the limits, answer; until stdin closes."""
-    die_with_parent()
+    _die_with_parent()
     import resource
     import warnings
 
