@@ -188,7 +188,7 @@ def _head(key: str, kind: type[Floats] | type[Ints], n: int) -> bytes:
 
 def float_entries(columns: Mapping[str, Sequence[float]]) -> dict[str, Entry]:
     """The entries of several FloatLists, packed in one call: each the bytes `encode_example` writes of
-    `{key: Floats(values)}` (a detection record's five float lists, per record written)."""
+    `{key: Floats(values)}` (a detection record's six float lists, per record written)."""
     packed = struct.pack(f"<{sum(map(len, columns.values()))}f", *chain.from_iterable(columns.values()))
     out: dict[str, Entry] = {}
     at = 0

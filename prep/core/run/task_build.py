@@ -176,7 +176,8 @@ def _plain_record(
     if not read and spec.skip_empty:
         tally = BoxTally(0, 0, 0, ())
         return Reject(ref.path, "no_objects", "the image has no objects left (--skip-empty)"), TaskInfo(tally=tally)
-    labels = list(map(_record_ids(spec.classes).__getitem__, plain.labels))
+    ids = _class_ids(spec.classes)
+    labels = [ids[name] + 1 for name in plain.labels]  # the record's class ids count from 1
     # each class's objects counted by `list.count`, in C: an image holds few classes
     tags = tuple(sorted([(label - 1, labels.count(label)) for label in set(labels)]))
     box = (plain.xmin, plain.ymin, plain.xmax, plain.ymax)
@@ -189,12 +190,6 @@ def _plain_record(
 def _class_ids(classes: tuple[str, ...]) -> dict[str, int]:
     """Class name -> id from 0; made once per conversion's classes, not once per image (the caller only reads it)."""
     return {name: i for i, name in enumerate(classes)}
-
-
-@functools.lru_cache(maxsize=16)
-def _record_ids(classes: tuple[str, ...]) -> dict[str, int]:
-    """Class name -> the record's class id (from 1), once per conversion's classes."""
-    return {name: i + 1 for i, name in enumerate(classes)}
 
 
 @functools.cache
